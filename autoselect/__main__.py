@@ -1,0 +1,3 @@
+from autoselect.cli import main
+
+main()

@@ -1,0 +1,96 @@
+"""The ``autoselect`` command line: parsing and printing only.
+
+Commands live in small modules beside this one and are loaded lazily (click's
+"LazyGroup" pattern), so ``autoselect recommend --help`` never pays for the imports of
+``bench`` or ``tune``. Every :class:`autoselect.errors.UserError` raised below a command
+becomes one ``Error: ...`` line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from autoselect import __version__
+from autoselect.errors import UserError
+
+
+class InputError(click.ClickException):
+    "Bad input: one line on stderr, exit status 2."
+
+    exit_code = 2
+
+
+#: command name -> "module:attribute". Add a line here to add a command.
+COMMANDS: dict[str, str] = {
+    "inspect": "autoselect.cli.model_cmds:inspect_cmd",
+    "check": "autoselect.cli.model_cmds:check_cmd",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports each command's module only when it is used."""
+
+    def __init__(self, *args, lazy_commands: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = lazy_commands or {}
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy_commands))
+
+    def get_command(self, ctx, name):
+        if name in self.lazy_commands:
+            module_name, attr = self.lazy_commands[name].split(":")
+            return getattr(importlib.import_module(module_name), attr)
+        return super().get_command(ctx, name)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except UserError as e:
+            raise InputError(str(e)) from None
+
+
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS)
+@click.version_option(__version__, prog_name="autoselect")
+def main():
+    """Pick the fastest legal vLLM MoE all2all backend for a model on this node.
+
+    autoselect measures vLLM's --all2all-backend candidates on the local GPUs
+    (correctness first), stores every measurement in SQLite, and turns them into
+    `vllm serve` flags. It never recommends a backend that is illegal for the
+    model's activation dtype (flashinfer_nvlink_one_sided: nvfp4 only).
+
+    \b
+    Typical flow:
+      autoselect inspect --model deepseek-ai/DeepSeek-R1
+      autoselect bench --model deepseek-ai/DeepSeek-R1
+      vllm serve deepseek-ai/DeepSeek-R1 $(autoselect recommend --model deepseek-ai/DeepSeek-R1 --format args)
+    """
+
+
+def db_option(f):
+    """The ``--db PATH`` option every command that reads or writes the store shares."""
+    return click.option(
+        "--db",
+        "db_path",
+        envvar="AUTOSELECT_DB",
+        show_envvar=True,
+        metavar="PATH",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Results database (default: the platform's user data dir, autoselect/results.db).",
+    )(f)
+
+
+def format_option(*choices: str, default: str = "text"):
+    """A ``--format`` option with the given choices."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(list(choices)),
+        default=default,
+        show_default=True,
+        help="Output format; json is stable and documented in the README.",
+    )

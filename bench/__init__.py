@@ -1,0 +1,1 @@
+"""The benchmark harness: workloads, launch, backend adapters and measurement."""

@@ -1,0 +1,66 @@
+"""The records the store takes and returns: plain dataclasses, one per table row.
+
+These are the contract between the benchmark (which produces :class:`Result`), the store
+(which writes and reads them) and the selector / tuner / fleet / report (which read them).
+Units are in the field names; fractions, not percents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Result statuses. Only ``ok`` rows are timed; ``incorrect`` means the correctness gate
+#: failed (the first mismatch is in ``error``) and disqualifies the backend for that shape.
+STATUSES = ("ok", "incorrect", "unavailable", "error", "timeout")
+
+#: Run statuses: a run that died before ``finish_run`` is found ``running`` on next open
+#: (its writer process gone) and marked ``interrupted``.
+RUN_STATUSES = ("running", "complete", "interrupted", "failed")
+
+#: Measurement kinds: ``micro`` = autoselect's own all2all microbenchmark;
+#: ``e2e`` = ``vllm bench`` end-to-end confirmation (issue 9).
+KINDS = ("micro", "e2e")
+
+
+@dataclass
+class Result:
+    """One measured point: one backend, one shape, one token count per rank."""
+
+    backend: str
+    world_size: int
+    tokens_per_rank: int
+    hidden: int
+    top_k: int
+    experts: int
+    dispatch_dtype: str
+    combine_dtype: str = "bf16"
+    routing: str = "uniform"
+    status: str = "ok"
+    error: str | None = None
+    kind: str = "micro"
+    device: str = "cuda"  # "cuda" or "cpu"
+    illegal: bool = False  # measured with --include-illegal: never a candidate
+    knobs: dict[str, Any] = field(default_factory=dict)  # tuned settings (env vars, flags)
+    samples: int = 0
+    latency_us_p50: float | None = None
+    latency_us_mean: float | None = None
+    latency_us_min: float | None = None
+    latency_us_p10: float | None = None
+    latency_us_p90: float | None = None
+    latency_us_p99: float | None = None
+    latency_stdrel: float | None = None  # relative standard deviation of the samples
+    noise_stdrel: float | None = None  # relative standard error of the median estimate
+    dispatch_us_p50: float | None = None
+    combine_us_p50: float | None = None
+    bytes_per_rank: int | None = None  # dispatch + combine bytes one rank moves per round trip
+    algbw_gbps: float | None = None  # bytes_per_rank / round-trip time
+    busbw_gbps: float | None = None  # algbw * (n-1)/n
+    noise_target_met: bool | None = None
+    versions: dict[str, str] = field(default_factory=dict)  # torch, nccl, flashinfer, vllm, driver, cuda
+    created_at: str | None = None  # ISO-8601 UTC, set by the store when absent
+    raw_samples_us: list[float] = field(default_factory=list)  # stored in the samples table
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
