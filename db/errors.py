@@ -1,0 +1,41 @@
+"""The mistakes a user can make with a results database: one class each."""
+
+from __future__ import annotations
+
+from autoselect.errors import UserError
+
+
+class DatabaseNotFound(UserError):
+    "The results database does not exist."
+
+
+class NotADatabase(UserError):
+    "The file is not an SQLite database."
+
+
+class ForeignDatabase(UserError):
+    "The file is an SQLite database, but not an autoselect results database."
+
+
+class DatabaseTooNew(UserError):
+    "The database was written by a newer autoselect."
+
+
+class DatabaseNeedsUpgrade(UserError):
+    "The database has an older schema and a read-only command cannot upgrade it."
+
+
+class DatabaseLocked(UserError):
+    "Another process held the database locked for longer than the busy timeout."
+
+
+class BadImportRecord(UserError):
+    "A line of an import file is not a valid autoselect result record."
+
+
+class ImportFormatTooNew(UserError):
+    "An import file was written by a newer autoselect."
+
+
+class UnknownRun(UserError):
+    "A run id that is not in the database."

@@ -1,0 +1,324 @@
+"""Read-only queries on the results store, with the standard library's ``sqlite3`` only.
+
+The fast commands (``recommend``, ``explain``, ``db info``, ...) read through this module;
+it never writes, never imports sqlite-utils, numpy or torch. Runs that a dead writer left
+``running`` are *reported* as stale here; only :class:`db.store.Store` marks them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import time
+from dataclasses import dataclass, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from db import default_path
+from db.errors import DatabaseNeedsUpgrade, DatabaseNotFound
+from db.records import Result
+from db.rows import RESULT_COLUMNS, row_to_host_dict, row_to_result_dict
+from db.schema import BUSY_TIMEOUT_MS, check_connection, check_header, latest_version
+
+#: a run whose writer has not written for this long is considered dead, whatever its host
+STALE_AFTER_S = 6 * 3600
+
+
+@dataclass
+class StoredResult(Result):
+    """A Result as stored: with its row id, run, and the host that measured it."""
+
+    id: int = 0
+    run_id: int = 0
+    host_class: str = ""
+    machine_id: str = ""
+    hostname: str = ""
+    gpu_name: str | None = None
+    gpu_arch: str | None = None
+    run_started_at: str = ""
+
+
+_STORED_EXTRA = ("id", "run_id", "host_class", "machine_id", "hostname", "gpu_name", "gpu_arch", "run_started_at")
+
+
+def connect_readonly(path: str | os.PathLike | None = None) -> sqlite3.Connection:
+    """Open the results database for reading; refuse a missing, foreign or too-new file.
+
+    Raises :class:`DatabaseNotFound`, ``NotADatabase``, ``ForeignDatabase``, ``DatabaseTooNew``
+    or :class:`DatabaseNeedsUpgrade` (all :class:`autoselect.errors.UserError`). Nothing is
+    created: the connection is opened with ``mode=ro``.
+    """
+    path = Path(path) if path is not None else default_path()
+    if not path.is_file():
+        raise DatabaseNotFound(
+            f"no results database at {path}; run `autoselect bench` to measure, or pass --db PATH"
+        )
+    check_header(path)
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        version = check_connection(conn, path)
+        if version == 0:
+            raise DatabaseNotFound(f"{path} is an empty database; run `autoselect bench` to measure, or pass --db PATH")
+        if version < latest_version():
+            raise DatabaseNeedsUpgrade(
+                f"{path} has schema {version}, this autoselect reads {latest_version()}; "
+                "run `autoselect db upgrade` once (it keeps every row)"
+            )
+    except BaseException:
+        conn.close()
+        raise
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+_RESULT_SELECT = (
+    "SELECT "
+    + ", ".join(f"r.{c}" for c in RESULT_COLUMNS)
+    + ", r.id, r.run_id, r.host_class, r.machine_id, h.hostname, h.gpu_name, h.gpu_arch, u.started_at"
+    + " FROM results r JOIN runs u ON u.id = r.run_id JOIN hosts h ON h.machine_id = r.machine_id"
+)
+
+
+def _stored(row: tuple) -> StoredResult:
+    """Build a StoredResult from a row of _RESULT_SELECT without dataclass __init__ overhead."""
+    obj = StoredResult.__new__(StoredResult)
+    d = obj.__dict__
+    n = len(RESULT_COLUMNS)
+    d.update(zip(RESULT_COLUMNS, row[:n]))
+    d.update(zip(_STORED_EXTRA, row[n:]))
+    d["knobs"] = _loads(d["knobs"])
+    d["versions"] = _loads(d["versions"])
+    d["illegal"] = bool(d["illegal"])
+    if d["noise_target_met"] is not None:
+        d["noise_target_met"] = bool(d["noise_target_met"])
+    d["raw_samples_us"] = []
+    return obj
+
+
+_EMPTY_JSON = {"{}": None}
+
+
+def _loads(text: str) -> dict:
+    if text in _EMPTY_JSON:
+        return {}
+    import json
+
+    return json.loads(text)
+
+
+def results_for(
+    conn: sqlite3.Connection,
+    *,
+    hidden: int,
+    top_k: int,
+    experts: int,
+    dispatch_dtype: str,
+    world_size: int | None = None,
+    host_class: str | None = None,
+    machine_id: str | None = None,
+    kind: str = "micro",
+    statuses: tuple[str, ...] | list[str] | None = None,
+    backend: str | None = None,
+) -> list[StoredResult]:
+    """Every stored result for one MoE shape, oldest first (raw samples not loaded).
+
+    :param host_class: only results measured on this class of machine.
+    :param machine_id: only results measured on this machine.
+    :param statuses: only these result statuses (default: all).
+    """
+    where = ["r.hidden = ?", "r.top_k = ?", "r.experts = ?", "r.dispatch_dtype = ?", "r.kind = ?"]
+    args: list[Any] = [hidden, top_k, experts, dispatch_dtype, kind]
+    for column, value in (("host_class", host_class), ("machine_id", machine_id),
+                          ("world_size", world_size), ("backend", backend)):
+        if value is not None:
+            where.append(f"r.{column} = ?")
+            args.append(value)
+    if statuses:
+        where.append(f"r.status IN ({', '.join('?' * len(statuses))})")
+        args.extend(statuses)
+    sql = f"{_RESULT_SELECT} WHERE {' AND '.join(where)} ORDER BY r.id"
+    cur = conn.cursor()
+    cur.row_factory = None
+    return [_stored(row) for row in cur.execute(sql, args)]
+
+
+def samples_for(conn: sqlite3.Connection, result_id: int) -> list[float]:
+    """The raw round-trip latencies (µs) of one result, in measurement order."""
+    cur = conn.cursor()
+    cur.row_factory = None
+    return [r[0] for r in cur.execute("SELECT latency_us FROM samples WHERE result_id = ? ORDER BY idx", (result_id,))]
+
+
+def host_classes(conn: sqlite3.Connection) -> list[dict]:
+    """One dict per host class: host_class, gpu_name, gpu_count, gpu_arch, machines, newest (last seen)."""
+    rows = conn.execute(
+        "SELECT host_class, gpu_name, gpu_count, gpu_arch, COUNT(*) AS machines, MAX(last_seen) AS newest"
+        " FROM hosts GROUP BY host_class ORDER BY host_class"
+    )
+    return [dict(r) for r in rows]
+
+
+def newest_host(conn: sqlite3.Connection, host_class: str):
+    """The most recently seen machine of a host class, as a HostFingerprint (None if unknown)."""
+    from autoselect.hardware import HostFingerprint
+
+    row = conn.execute(
+        "SELECT * FROM hosts WHERE host_class = ? ORDER BY last_seen DESC LIMIT 1", (host_class,)
+    ).fetchone()
+    return HostFingerprint.from_dict(row_to_host_dict(dict(row))) if row else None
+
+
+def host(conn: sqlite3.Connection, machine_id: str):
+    """The stored fingerprint of one machine (None if unknown)."""
+    from autoselect.hardware import HostFingerprint
+
+    row = conn.execute("SELECT * FROM hosts WHERE machine_id = ?", (machine_id,)).fetchone()
+    return HostFingerprint.from_dict(row_to_host_dict(dict(row))) if row else None
+
+
+def _parse_time(s: str) -> float:
+    return datetime.fromisoformat(s).timestamp()
+
+
+def _boot_time() -> float | None:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _process_state(pid: int) -> tuple[bool, float | None]:
+    """(alive, start time as epoch seconds or None) of a local process; zombies count as dead."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False, None
+    except PermissionError:
+        pass  # exists, owned by someone else
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True, None
+    after = stat.rsplit(")", 1)[1].split()
+    if after[0] in ("Z", "X"):
+        return False, None
+    boot = _boot_time()
+    if boot is None:
+        return True, None
+    return True, boot + int(after[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def stale_reason(run: dict, *, hostname: str | None = None, now: float | None = None) -> str | None:
+    """Why a ``running`` run's writer is gone (None while it may still be writing).
+
+    A run written on this host is stale when its writer pid is gone, or when that pid now
+    belongs to a process started after the run began (the pid was reused). A run from any
+    host is stale after :data:`STALE_AFTER_S` without a write.
+    """
+    hostname = hostname or socket.gethostname()
+    now = time.time() if now is None else now
+    if run["hostname"] == hostname:
+        alive, started = _process_state(int(run["pid"]))
+        if not alive:
+            return f"writer process {run['pid']} on {hostname} is gone"
+        if started is not None and started > _parse_time(run["started_at"]) + 2:
+            return f"writer pid {run['pid']} was reused by a newer process"
+    idle = now - _parse_time(run["updated_at"])
+    if idle > STALE_AFTER_S:
+        return f"no write for {idle / 3600:.1f} h (limit {STALE_AFTER_S / 3600:.0f} h)"
+    return None
+
+
+def stale_runs(conn: sqlite3.Connection, *, hostname: str | None = None, now: float | None = None) -> list[dict]:
+    """Runs still marked ``running`` whose writer is gone, each with a ``reason``."""
+    cur = conn.execute(
+        "SELECT id, uid, hostname, pid, started_at, updated_at FROM runs WHERE status = 'running' ORDER BY id"
+    )
+    cols = [c[0] for c in cur.description]
+    out = []
+    for row in cur.fetchall():
+        run = dict(zip(cols, row))
+        reason = stale_reason(run, hostname=hostname, now=now)
+        if reason:
+            run["reason"] = reason
+            out.append(run)
+    return out
+
+
+def info(conn: sqlite3.Connection, path: str | os.PathLike) -> dict:
+    """What ``autoselect db info`` shows: schema, counts per host and backend, newest run, interrupted runs."""
+    one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+    hosts = [
+        dict(r)
+        for r in conn.execute(
+            "SELECT h.machine_id, h.hostname, h.host_class, h.gpu_name, h.gpu_count,"
+            " (SELECT COUNT(*) FROM results r WHERE r.machine_id = h.machine_id) AS results,"
+            " (SELECT COUNT(*) FROM runs u WHERE u.machine_id = h.machine_id) AS runs,"
+            " h.last_seen FROM hosts h ORDER BY h.hostname, h.machine_id"
+        )
+    ]
+    backends = [
+        dict(r)
+        for r in conn.execute(
+            "SELECT backend, COUNT(*) AS results, SUM(status = 'ok') AS ok, SUM(status = 'incorrect') AS incorrect,"
+            " SUM(status NOT IN ('ok', 'incorrect')) AS other FROM results GROUP BY backend ORDER BY backend"
+        )
+    ]
+    newest = conn.execute(
+        "SELECT u.id, u.started_at, u.finished_at, u.status, u.\"trigger\", u.hostname, u.command,"
+        " (SELECT COUNT(*) FROM results r WHERE r.run_id = u.id) AS results"
+        " FROM runs u ORDER BY u.started_at DESC, u.id DESC LIMIT 1"
+    ).fetchone()
+    interrupted = [
+        dict(r)
+        for r in conn.execute(
+            "SELECT id, hostname, started_at, updated_at FROM runs WHERE status = 'interrupted' ORDER BY id"
+        )
+    ]
+    p = Path(path)
+    return {
+        "path": str(p),
+        "size_bytes": p.stat().st_size,
+        "schema_version": one("PRAGMA user_version"),
+        "journal_mode": one("PRAGMA journal_mode"),
+        "counts": {
+            "hosts": one("SELECT COUNT(*) FROM hosts"),
+            "runs": one("SELECT COUNT(*) FROM runs"),
+            "results": one("SELECT COUNT(*) FROM results"),
+            "samples": one("SELECT COUNT(*) FROM samples"),
+        },
+        "hosts": hosts,
+        "backends": backends,
+        "newest_run": dict(newest) if newest else None,
+        "interrupted_runs": interrupted,
+        "stale_running_runs": stale_runs(conn),
+    }
+
+
+def check(conn: sqlite3.Connection, path: str | os.PathLike) -> dict:
+    """What ``autoselect db check`` verifies: integrity, foreign keys, whole rows, schema version."""
+    integrity = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+    fk = [tuple(r) for r in conn.execute("PRAGMA foreign_key_check")]
+    partial = conn.execute(
+        "SELECT COUNT(*) FROM (SELECT r.samples AS n, COUNT(s.idx) AS stored FROM results r"
+        " LEFT JOIN samples s ON s.result_id = r.id GROUP BY r.id) WHERE stored > 0 AND stored != n"
+    ).fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    ok = integrity == ["ok"] and not fk and partial == 0
+    return {
+        "path": str(path),
+        "ok": ok,
+        "integrity_check": integrity,
+        "foreign_key_violations": len(fk),
+        "results_with_missing_samples": partial,
+        "schema_version": version,
+        "latest_schema_version": latest_version(),
+        "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
+        "stale_running_runs": stale_runs(conn),
+    }

@@ -1,0 +1,118 @@
+"""Conversions between records and table rows, and the natural keys that make import idempotent.
+
+Pure functions on dicts: no SQLite connection, no sqlite-utils, so the read path can use them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import fields
+from datetime import datetime, timezone
+from typing import Any
+
+from db.records import Result
+
+#: Result fields stored as JSON text
+JSON_FIELDS = ("knobs", "versions")
+#: Result fields stored as INTEGER 0/1
+BOOL_FIELDS = ("illegal", "noise_target_met")
+#: versions-dict key -> the results column that repeats it for filtering
+VERSION_COLUMNS = {
+    "vllm": "vllm_version",
+    "flashinfer": "flashinfer_version",
+    "torch": "torch_version",
+    "nccl": "nccl_version",
+    "driver": "driver_version",
+    "cuda": "cuda_version",
+}
+#: Result fields that identify one measured point of one run (with machine_id and run uid)
+KEY_FIELDS = (
+    "backend", "world_size", "tokens_per_rank", "hidden", "top_k", "experts",
+    "dispatch_dtype", "combine_dtype", "routing", "kind", "device", "illegal", "knobs",
+    "status", "created_at",
+)
+#: every Result field except the raw samples (they live in the samples table)
+RESULT_COLUMNS = tuple(f.name for f in fields(Result) if f.name != "raw_samples_us")
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO-8601 with microseconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON text: sorted keys, no spaces (stable for hashing and diffing)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def result_key(machine_id: str, run_uid: str, result: dict) -> str:
+    """The natural key of a result: a hash of its machine, run and identifying fields."""
+    ident = {"machine_id": machine_id, "run_uid": run_uid}
+    ident.update({k: result.get(k) for k in KEY_FIELDS})
+    return hashlib.sha256(dumps(ident).encode()).hexdigest()
+
+
+def result_to_row(result: dict) -> dict:
+    """A ``results`` row (without id/keys/host columns) from a Result dict."""
+    row = {k: result.get(k) for k in RESULT_COLUMNS}
+    for k in JSON_FIELDS:
+        row[k] = dumps(row[k] or {})
+    row["illegal"] = int(bool(row["illegal"]))
+    if row["noise_target_met"] is not None:
+        row["noise_target_met"] = int(bool(row["noise_target_met"]))
+    versions = result.get("versions") or {}
+    for key, column in VERSION_COLUMNS.items():
+        row[column] = versions.get(key)
+    return row
+
+
+def row_to_result_dict(row: dict) -> dict:
+    """The Result fields of a ``results`` row, decoded (JSON parsed, booleans restored)."""
+    out = {k: row[k] for k in RESULT_COLUMNS}
+    for k in JSON_FIELDS:
+        out[k] = json.loads(out[k]) if out[k] else {}
+    out["illegal"] = bool(out["illegal"])
+    if out["noise_target_met"] is not None:
+        out["noise_target_met"] = bool(out["noise_target_met"])
+    return out
+
+
+#: hosts columns that hold JSON text, and the fingerprint key each comes from
+HOST_JSON_COLUMNS = ("gpus", "nvlink_matrix", "versions")
+HOST_COLUMNS = (
+    "machine_id", "hostname", "host_class", "device", "gpu_name", "gpu_count", "gpu_arch",
+    "all_nvlinks_up", "nvlink_peak_gbps", "fabric", "driver_version", "cuda_version",
+    "cpu_model", "gpus", "nvlink_matrix", "versions",
+)
+
+
+def host_to_row(host: dict) -> dict:
+    """A ``hosts`` row (without first/last seen) from a HostFingerprint dict."""
+    row = {k: host.get(k) for k in HOST_COLUMNS}
+    for k in HOST_JSON_COLUMNS:
+        row[k] = dumps(row[k] if row[k] is not None else ([] if k != "versions" else {}))
+    row["all_nvlinks_up"] = int(bool(row["all_nvlinks_up"]))
+    return row
+
+
+def row_to_host_dict(row: dict) -> dict:
+    """A HostFingerprint dict from a ``hosts`` row."""
+    out = {k: row[k] for k in HOST_COLUMNS}
+    for k in HOST_JSON_COLUMNS:
+        out[k] = json.loads(out[k])
+    out["all_nvlinks_up"] = bool(out["all_nvlinks_up"])
+    return out
+
+
+RUN_COLUMNS = (
+    "uid", "host_class", "started_at", "updated_at", "finished_at", "status", "trigger",
+    "command", "hostname", "pid", "autoselect_version", "meta",
+)
+
+
+def row_to_run_dict(row: dict) -> dict:
+    """A run record (as exported) from a ``runs`` row."""
+    out = {k: row[k] for k in RUN_COLUMNS}
+    out["meta"] = json.loads(out["meta"]) if out["meta"] else {}
+    return out

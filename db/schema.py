@@ -1,0 +1,125 @@
+"""Schema versions and the checks every connection runs before it trusts a file.
+
+The schema is the ordered list of ``db/migrations/NNNN_name.sql`` files; its version is the
+number of the newest one and is kept in ``PRAGMA user_version``. A file is checked from its
+raw header bytes *before* SQLite opens it, so a garbage file or a database from a newer
+autoselect is refused without creating or changing a single byte.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from db.errors import DatabaseTooNew, ForeignDatabase, NotADatabase
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+_USER_VERSION_OFFSET = 60  # big-endian u32 in the 100-byte database header
+_MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+#: tables a database must have to be an autoselect results database
+TABLES = ("hosts", "runs", "results", "samples")
+#: how long a connection waits for another writer before giving up (ms)
+BUSY_TIMEOUT_MS = 30_000
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered forward migration file."""
+
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def description(self) -> str:
+        """The migration's one-line docstring (its first ``--`` comment line)."""
+        first = self.sql.lstrip().splitlines()[0]
+        return first.lstrip("-").strip()
+
+
+def migrations() -> list[Migration]:
+    """Every migration shipped with this autoselect, oldest first."""
+    found = []
+    for path in sorted(MIGRATIONS_DIR.iterdir()):
+        m = _MIGRATION_NAME.match(path.name)
+        if m:
+            found.append(Migration(int(m.group(1)), path.name, path.read_text()))
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migration files must be numbered 0001, 0002, ... without gaps: {versions}")
+    return found
+
+
+def latest_version() -> int:
+    """The schema version this autoselect writes (the newest migration's number)."""
+    return len(migrations())
+
+
+def statements(sql: str) -> list[str]:
+    """Split a migration script into complete SQL statements."""
+    out, buf = [], ""
+    for line in sql.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                out.append(buf.strip())
+            buf = ""
+    if buf.strip() and not all(
+        ln.strip().startswith("--") or not ln.strip() for ln in buf.splitlines()
+    ):
+        raise RuntimeError(f"incomplete statement at the end of a migration: {buf[:80]!r}")
+    return out
+
+
+def check_header(path: Path) -> int | None:
+    """Refuse a file that is not an SQLite database or is too new; read nothing else.
+
+    Returns the ``user_version`` stored in the header, or None for an empty (0-byte) file,
+    which SQLite treats as a new database.
+    """
+    with open(path, "rb") as f:
+        header = f.read(100)
+    if not header:
+        return None
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        raise NotADatabase(
+            f"{path} is not an SQLite database; pass --db with the path of an autoselect results database"
+        )
+    version = int.from_bytes(header[_USER_VERSION_OFFSET : _USER_VERSION_OFFSET + 4], "big")
+    refuse_too_new(path, version)
+    return version
+
+
+def refuse_too_new(path: Path, version: int) -> None:
+    """Raise :class:`DatabaseTooNew` when ``version`` is newer than this autoselect's schema."""
+    latest = latest_version()
+    if version > latest:
+        raise DatabaseTooNew(
+            f"{path} was written by a newer autoselect (schema {version} > {latest}); upgrade autoselect"
+        )
+
+
+def check_connection(conn: sqlite3.Connection, path: Path) -> int:
+    """Validate an open connection: readable, not too new, ours. Returns ``user_version``."""
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as e:
+        raise NotADatabase(
+            f"{path} is not a readable SQLite database ({e}); pass --db with the path of an autoselect results database"
+        ) from None
+    refuse_too_new(path, version)
+    if version == 0 and names:
+        raise ForeignDatabase(
+            f"{path} is an SQLite database but not an autoselect one (tables: {', '.join(sorted(names))}); "
+            "pass --db with another path"
+        )
+    if version > 0 and not set(TABLES) <= names:
+        missing = ", ".join(sorted(set(TABLES) - names))
+        raise ForeignDatabase(
+            f"{path} claims autoselect schema {version} but lacks tables {missing}; pass --db with another path"
+        )
+    return version

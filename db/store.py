@@ -1,0 +1,315 @@
+"""The results store's write side: schema migrations, runs, results, import and merge.
+
+Writes go through sqlite-utils on a connection this module configures: WAL journal (readers
+never block the writer), foreign keys on, a 30 s busy timeout, and every write in its own
+``BEGIN IMMEDIATE`` transaction so that concurrent writers queue instead of failing and a
+killed writer leaves whole rows only. Reads for the fast commands live in :mod:`db.queries`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from autoselect import __version__
+from db import default_path
+from db.errors import DatabaseLocked, DatabaseNotFound, NotADatabase, UnknownRun
+from db.queries import stale_runs
+from db.records import KINDS, RUN_STATUSES, STATUSES, Result
+from db.rows import dumps, host_to_row, now_iso, result_key, result_to_row
+from db.schema import BUSY_TIMEOUT_MS, check_connection, check_header, migrations, statements
+
+#: how many imported records share one transaction
+IMPORT_BATCH = 500
+
+
+@dataclass
+class ImportSummary:
+    """What an import or merge added (and what it found already present)."""
+
+    results_added: int = 0
+    results_present: int = 0
+    runs_added: int = 0
+    hosts_added: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        """A JSON-ready dict."""
+        return dict(self.__dict__)
+
+
+class Store:
+    """A results database opened for writing.
+
+    Opening validates the file (not a database, a foreign database or a newer schema is
+    refused before a byte changes), applies pending migrations, and marks runs left
+    ``running`` by writers that are gone as ``interrupted``.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, *, create: bool = True):
+        self.path = Path(path) if path is not None else default_path()
+        if self.path.is_dir():
+            raise NotADatabase(f"{self.path} is a directory; pass --db with the path of a database file")
+        if self.path.exists():
+            check_header(self.path)
+        elif not create:
+            raise DatabaseNotFound(
+                f"no results database at {self.path}; run `autoselect bench` to measure, or pass --db PATH"
+            )
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            check_connection(conn, self.path)
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.OperationalError as e:
+            conn.close()
+            raise DatabaseLocked(f"{self.path}: {e}; another autoselect is writing it, try again") from None
+        except BaseException:
+            conn.close()
+            raise
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+        self.interrupted: list[dict] = []
+        self._migrate()
+        self.interrupted = self.mark_interrupted()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One ``BEGIN IMMEDIATE`` transaction: takes the write lock first, so no upgrade deadlock."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            raise DatabaseLocked(f"{self.path}: {e}; another autoselect is writing it, try again") from None
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        for m in migrations():
+            with self._write():
+                current = self.conn.execute("PRAGMA user_version").fetchone()[0]
+                if current >= m.version:
+                    continue  # another process migrated while we waited for the lock
+                for stmt in statements(m.sql):
+                    self.conn.execute(stmt)
+                self.conn.execute(f"PRAGMA user_version = {m.version}")
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version of the open database."""
+        return self.conn.execute("PRAGMA user_version").fetchone()[0]
+
+    def close(self) -> None:
+        """Close the connection (the WAL is checkpointed by the last one to close)."""
+        self.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- runs -------------------------------------------------------------------------------
+
+    def mark_interrupted(self) -> list[dict]:
+        """Mark ``running`` runs whose writer is gone as ``interrupted``; returns them with reasons."""
+        with self._write():
+            found = stale_runs(self.conn)
+            for run in found:
+                self.conn.execute(
+                    "UPDATE runs SET status = 'interrupted' WHERE id = ? AND status = 'running'", (run["id"],)
+                )
+        return found
+
+    def _upsert_host(self, host: dict, first_seen: str, last_seen: str) -> bool:
+        """Insert or refresh a host's fingerprint; returns True when the machine is new.
+
+        The newest fingerprint of a machine wins (by ``last_seen``); ``first_seen`` keeps the oldest.
+        """
+        row = host_to_row(host)
+        existing = self.conn.execute(
+            "SELECT first_seen, last_seen FROM hosts WHERE machine_id = ?", (row["machine_id"],)
+        ).fetchone()
+        if existing is None:
+            self.db["hosts"].insert({**row, "first_seen": first_seen, "last_seen": last_seen})
+            return True
+        if last_seen > existing[1]:
+            self.db["hosts"].update(row["machine_id"], {**row, "last_seen": last_seen})
+        if first_seen < existing[0]:
+            self.db["hosts"].update(row["machine_id"], {"first_seen": first_seen})
+        return False
+
+    def begin_run(self, host, *, trigger: str = "manual", command: str | None = None, meta: dict | None = None) -> int:
+        """Record the start of a run on ``host`` (a HostFingerprint) by this process; returns its id."""
+        h = host.to_dict() if hasattr(host, "to_dict") else dict(host)
+        now = now_iso()
+        with self._write():
+            self._upsert_host(h, now, now)
+            return self.db["runs"].insert(
+                {
+                    "uid": uuid.uuid4().hex,
+                    "machine_id": h["machine_id"],
+                    "host_class": h["host_class"],
+                    "started_at": now,
+                    "updated_at": now,
+                    "finished_at": None,
+                    "status": "running",
+                    "trigger": trigger,
+                    "command": command,
+                    "hostname": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "autoselect_version": __version__,
+                    "meta": dumps(meta or {}),
+                }
+            ).last_pk
+
+    def finish_run(self, run_id: int, status: str = "complete") -> None:
+        """Close a run with a final status (``complete``, ``failed`` or ``interrupted``)."""
+        if status not in RUN_STATUSES or status == "running":
+            raise ValueError(f"finish_run status must be one of {RUN_STATUSES[1:]}, not {status!r}")
+        now = now_iso()
+        with self._write():
+            self._run(run_id)
+            self.conn.execute(
+                "UPDATE runs SET status = ?, finished_at = ?, updated_at = ? WHERE id = ?",
+                (status, now, now, run_id),
+            )
+
+    def _run(self, run_id: int) -> tuple:
+        row = self.conn.execute(
+            "SELECT uid, machine_id, host_class, status FROM runs WHERE id = ?", (run_id,)
+        ).fetchone()
+        if row is None:
+            raise UnknownRun(f"no run {run_id} in {self.path}; start one with begin_run")
+        return row
+
+    # -- results ----------------------------------------------------------------------------
+
+    def add_result(self, run_id: int, result: Result) -> int:
+        """Store one result and its raw samples in one transaction; returns the result's id.
+
+        ``created_at`` is set to now when the result has none (the passed object is not changed).
+        """
+        d = result.to_dict()
+        _validate_result(d)
+        if not d.get("created_at"):
+            d["created_at"] = now_iso()
+        with self._write():
+            uid, machine_id, host_class, status = self._run(run_id)
+            if status != "running":
+                raise ValueError(f"run {run_id} is {status}; results can only be added to a running run")
+            rid = self._insert_result(run_id, uid, machine_id, host_class, d)
+            self.conn.execute("UPDATE runs SET updated_at = ? WHERE id = ?", (now_iso(), run_id))
+        return rid
+
+    def _insert_result(self, run_id: int, run_uid: str, machine_id: str, host_class: str, d: dict) -> int:
+        row = result_to_row(d)
+        row.update(
+            result_key=result_key(machine_id, run_uid, d),
+            run_id=run_id,
+            machine_id=machine_id,
+            host_class=host_class,
+        )
+        rid = self.db["results"].insert(row).last_pk
+        samples = d.get("raw_samples_us") or []
+        if samples:
+            self.db["samples"].insert_all(
+                ({"result_id": rid, "idx": i, "latency_us": float(v)} for i, v in enumerate(samples)),
+                batch_size=1000,
+            )
+        return rid
+
+    # -- import / merge ---------------------------------------------------------------------
+
+    def import_records(self, records: Iterable[dict]) -> ImportSummary:
+        """Add exported records (see :mod:`db.transfer`); records already present are skipped.
+
+        Records must already be validated (:func:`db.transfer.parse_record`). Idempotent:
+        runs are matched by uid, results by ``result_key``.
+        """
+        summary = ImportSummary()
+        batch: list[dict] = []
+        for rec in records:
+            batch.append(rec)
+            if len(batch) >= IMPORT_BATCH:
+                self._import_batch(batch, summary)
+                batch = []
+        if batch:
+            self._import_batch(batch, summary)
+        return summary
+
+    def _import_batch(self, batch: list[dict], summary: ImportSummary) -> None:
+        with self._write():
+            for rec in batch:
+                host, run, result = rec["host"], rec["run"], rec["result"]
+                seen = host.get("last_seen") or run["updated_at"]
+                if self._upsert_host(host, host.get("first_seen") or seen, seen):
+                    summary.hosts_added += 1
+                run_id = self._ensure_run(host["machine_id"], run, summary)
+                key = result_key(host["machine_id"], run["uid"], result)
+                if self.conn.execute("SELECT 1 FROM results WHERE result_key = ?", (key,)).fetchone():
+                    summary.results_present += 1
+                    continue
+                self._insert_result(run_id, run["uid"], host["machine_id"], run["host_class"], result)
+                summary.results_added += 1
+
+    def _ensure_run(self, machine_id: str, run: dict, summary: ImportSummary) -> int:
+        row = self.conn.execute("SELECT id, status, updated_at FROM runs WHERE uid = ?", (run["uid"],)).fetchone()
+        if row is None:
+            summary.runs_added += 1
+            return self.db["runs"].insert(
+                {**{k: run[k] for k in _RUN_FIELDS}, "machine_id": machine_id, "meta": dumps(run.get("meta") or {})}
+            ).last_pk
+        run_id, status, updated_at = row
+        # a fleet copy may have seen the run finish after this one last heard of it
+        if run["updated_at"] > updated_at:
+            self.conn.execute(
+                "UPDATE runs SET status = ?, finished_at = ?, updated_at = ? WHERE id = ?",
+                (run["status"], run["finished_at"], run["updated_at"], run_id),
+            )
+        return run_id
+
+    def merge(self, other: str | os.PathLike) -> ImportSummary:
+        """Add every run and result of another results database (idempotent)."""
+        from db.queries import connect_readonly
+        from db.transfer import iter_records
+
+        src = connect_readonly(other)
+        try:
+            return self.import_records(iter_records(src))
+        finally:
+            src.close()
+
+
+_RUN_FIELDS = (
+    "uid", "host_class", "started_at", "updated_at", "finished_at", "status", "trigger",
+    "command", "hostname", "pid", "autoselect_version",
+)
+
+
+def _validate_result(d: dict) -> None:
+    """Reject a Result the schema would store wrongly (a programming error, not user input)."""
+    if d["status"] not in STATUSES:
+        raise ValueError(f"result status must be one of {STATUSES}, not {d['status']!r}")
+    if d["kind"] not in KINDS:
+        raise ValueError(f"result kind must be one of {KINDS}, not {d['kind']!r}")
+    raw = d.get("raw_samples_us") or []
+    if raw and len(raw) != d["samples"]:
+        raise ValueError(f"result has samples={d['samples']} but {len(raw)} raw samples")
