@@ -1,0 +1,1022 @@
+"""Pick the fastest legal all2all backend for a model, deployment and workload.
+
+The decision rules (``../shared/DESIGN.md``, "Decision rules") in code:
+
+1. **Candidates** are the backends :func:`autoselect.rules.legal` accepts for the model's
+   activation dtype on the target GPU arch, world size and vLLM version. The one-sided
+   nvfp4-only rule lives in ``rules``; this module never re-implements it and asserts, belt
+   and braces, that whatever it picks is legal.
+2. **Evidence** is every ``micro`` result of this host class (all machines of the class) for
+   the model's shape (hidden, top_k, experts, dispatch dtype) at the deployment's world size.
+   An ``incorrect`` or ``error`` row disqualifies its backend for that shape. Rows measured
+   under other vllm / flashinfer / driver versions than the target still count, with a
+   staleness warning. For each (backend, tokens per rank) the newest up-to-date row wins.
+3. **Unmeasured token counts** are estimated per backend with the latency model
+   ``latency = a + bytes / bandwidth`` (:func:`fit_latency`), fitted on the measured points
+   nearest in log-tokens; estimates are marked, extrapolation beyond the measured range is
+   flagged, and beyond :data:`EXTRAPOLATION_LIMIT` times the range it is refused.
+4. **Comparison** (:func:`compare`): every expected latency carries a half-width (the noise
+   band, :func:`point_rel_halfwidth`); the workload-weighted latency of a candidate is
+   ``L = sum(w_i * latency_i)`` with band ``H = sum(w_i * halfwidth_i)``. A candidate beats
+   the default only when ``L_c + H_c < L_d - H_d`` (the bands do not overlap); otherwise it
+   is a tie and vLLM's default stays.
+5. **Confidence** starts at ``high`` and is capped by every rule of :data:`CONFIDENCE_CAPS`
+   that applies; ``none`` means no usable measurement at all (the answer is the default and
+   the ``autoselect bench`` command that would settle it).
+
+Fast path: imports only the standard library and autoselect's pure-Python modules (no torch,
+numpy, sqlite_utils or optuna); the database is read with stdlib ``sqlite3``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Sequence
+
+from autoselect.errors import UserError
+from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
+
+#: Version of the JSON ``recommend --format json`` prints; bump on incompatible changes.
+SCHEMA_VERSION = 1
+
+# --------------------------------------------------------------------------------------
+# Errors (one class per mistake)
+# --------------------------------------------------------------------------------------
+
+
+class BadDeployment(UserError):
+    "The --dp / --tp / --world-size combination is inconsistent or out of range."
+
+
+class BadTokens(UserError):
+    "The --tokens list could not be parsed into token counts and weights."
+
+
+class UnknownWorkload(UserError):
+    "The --workload name is not one of decode, prefill, mixed."
+
+
+class UnknownHostClass(UserError):
+    "The --host-class is not present in the results database."
+
+
+class NoGpuArch(UserError):
+    "No GPU architecture could be determined for the target host."
+
+
+class NoAll2All(UserError):
+    "The deployment (dp = 1) uses no all2all, so no backend choice exists."
+
+
+class DenseModel(UserError):
+    "The model has no routed experts, so it has no MoE all2all."
+
+
+# --------------------------------------------------------------------------------------
+# Deployment
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """How vLLM is launched: ``dp`` data-parallel engines of ``tp`` tensor-parallel ranks.
+
+    The EP group (and the all2all) spans ``world_size = dp * tp`` ranks.
+    """
+
+    dp: int = 1
+    tp: int = 1
+
+    @property
+    def world_size(self) -> int:
+        """The EP size: ``dp * tp``."""
+        return self.dp * self.tp
+
+    def to_dict(self) -> dict[str, int]:
+        """``{"dp", "tp", "world_size"}``."""
+        return {"dp": self.dp, "tp": self.tp, "world_size": self.world_size}
+
+
+def resolve_deployment(
+    dp: int | None, tp: int | None, world_size: int | None, local_gpus: int | None
+) -> Deployment:
+    """The deployment from the user's flags; defaults: all ``local_gpus`` as dp, tp 1.
+
+    :param dp: ``--dp`` or None.
+    :param tp: ``--tp`` or None (1).
+    :param world_size: ``--world-size`` (EP size = dp * tp) or None.
+    :param local_gpus: GPUs of the target host, used when neither dp nor world size is given.
+    """
+    for name, value in (("--dp", dp), ("--tp", tp), ("--world-size", world_size)):
+        if value is not None and value < 1:
+            raise BadDeployment(f"{name} {value} must be at least 1")
+    tp = tp or 1
+    if dp is None:
+        if world_size is not None:
+            if world_size % tp:
+                raise BadDeployment(
+                    f"--world-size {world_size} is not a multiple of --tp {tp}; "
+                    "pass a world size that dp x tp can make"
+                )
+            dp = world_size // tp
+        elif local_gpus:
+            if local_gpus % tp:
+                raise BadDeployment(
+                    f"--tp {tp} does not divide the host's {local_gpus} GPUs; pass --dp explicitly"
+                )
+            dp = local_gpus // tp
+        else:
+            raise BadDeployment(
+                "the target host has no GPUs to default to; pass --dp (or --world-size) "
+                "or --host-class of a GPU host in the database"
+            )
+    if world_size is not None and world_size != dp * tp:
+        raise BadDeployment(
+            f"--world-size {world_size} != --dp {dp} x --tp {tp}; pass two of the three consistently"
+        )
+    if dp < 2:
+        raise NoAll2All(
+            f"dp={dp}: vLLM only uses an all2all backend with --data-parallel-size > 1 "
+            "(tensor-parallel-only expert parallelism has no all2all); pass --dp 2 or more"
+        )
+    return Deployment(dp=dp, tp=tp)
+
+
+# --------------------------------------------------------------------------------------
+# Workload: token buckets per rank
+# --------------------------------------------------------------------------------------
+
+#: vLLM's scheduler defaults, used when the user does not say.
+DEFAULT_CONCURRENCY = 256  # running requests over the whole deployment
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # vllm serve's per-engine default on >= 70 GiB GPUs
+
+#: How ``--workload`` becomes token buckets. Each row is ``(step, fraction, weight)``:
+#: ``step`` "decode" = one token per running request of an engine, ``concurrency / dp``;
+#: ``step`` "prefill" = a full chunked-prefill step, ``max_num_batched_tokens`` (vLLM's
+#: budget is per engine, i.e. per DP rank). ``fraction`` scales that step (load below peak);
+#: ``weight`` is the share of forward steps of that size. With tp > 1, sequence-parallel
+#: MoE splits an engine's tokens over its tp ranks: tokens per rank = ceil(step * fraction / tp).
+WORKLOAD_TABLE: dict[str, tuple[tuple[str, float, float], ...]] = {
+    "decode": (("decode", 1.0, 0.5), ("decode", 0.5, 0.3), ("decode", 0.25, 0.2)),
+    "prefill": (("prefill", 1.0, 0.7), ("prefill", 0.5, 0.2), ("prefill", 0.25, 0.1)),
+    "mixed": (
+        ("decode", 1.0, 0.4),
+        ("decode", 0.5, 0.25),
+        ("decode", 0.25, 0.15),
+        ("prefill", 1.0, 0.2),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """The token counts per rank to compare on, each with its share of forward steps."""
+
+    kind: str  # "decode" | "prefill" | "mixed" | "explicit"
+    buckets: tuple[tuple[int, float], ...]  # (tokens_per_rank, weight); weights sum to 1
+
+    @property
+    def tokens(self) -> list[int]:
+        """The token counts per rank, ascending."""
+        return [t for t, _ in self.buckets]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind", "buckets": [{"tokens_per_rank", "weight"}]}``."""
+        return {
+            "kind": self.kind,
+            "buckets": [{"tokens_per_rank": t, "weight": round(w, 6)} for t, w in self.buckets],
+        }
+
+
+def _normalized(kind: str, pairs: Iterable[tuple[int, float]]) -> WorkloadSpec:
+    merged: dict[int, float] = {}
+    for tokens, weight in pairs:
+        merged[tokens] = merged.get(tokens, 0.0) + weight
+    total = sum(merged.values())
+    return WorkloadSpec(kind, tuple((t, round(merged[t] / total, 12)) for t in sorted(merged)))
+
+
+def workload_from_kind(
+    kind: str,
+    deployment: Deployment,
+    *,
+    concurrency: int | None = None,
+    max_num_batched_tokens: int | None = None,
+) -> WorkloadSpec:
+    """The buckets of ``--workload decode|prefill|mixed`` (see :data:`WORKLOAD_TABLE`).
+
+    :param concurrency: running requests over the whole deployment (default 256).
+    :param max_num_batched_tokens: vLLM's per-engine token budget per step (default 8192).
+    """
+    if kind not in WORKLOAD_TABLE:
+        raise UnknownWorkload(
+            f"unknown workload {kind!r}; use one of {', '.join(WORKLOAD_TABLE)} or --tokens"
+        )
+    concurrency = DEFAULT_CONCURRENCY if concurrency is None else concurrency
+    mnbt = DEFAULT_MAX_NUM_BATCHED_TOKENS if max_num_batched_tokens is None else max_num_batched_tokens
+    if concurrency < 1 or mnbt < 1:
+        raise BadTokens("--concurrency and --max-num-batched-tokens must be at least 1")
+    step = {"decode": concurrency / deployment.dp, "prefill": float(mnbt)}
+    pairs = [
+        (max(1, math.ceil(step[source] * fraction / deployment.tp)), weight)
+        for source, fraction, weight in WORKLOAD_TABLE[kind]
+    ]
+    return _normalized(kind, pairs)
+
+
+def parse_tokens(text: str) -> WorkloadSpec:
+    """``--tokens`` per rank, e.g. ``"1,64,8192"`` (equal weights) or ``"1:0.5,64:0.3,8192:0.2"``.
+
+    Weights are relative (normalized to sum 1); a missing weight counts 1 when no item has
+    one, and is an error when others do.
+    """
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise BadTokens(f"--tokens {text!r} is empty; pass e.g. 1,64,8192 or 1:0.5,64:0.5")
+    weighted = [":" in item for item in items]
+    if any(weighted) and not all(weighted):
+        raise BadTokens(
+            f"--tokens {text!r} mixes weighted and unweighted items; give every item a weight"
+        )
+    pairs = []
+    for item in items:
+        tokens_text, _, weight_text = item.partition(":")
+        try:
+            tokens = int(tokens_text)
+            weight = float(weight_text) if weight_text else 1.0
+        except ValueError:
+            raise BadTokens(
+                f"--tokens item {item!r} is not TOKENS or TOKENS:WEIGHT; e.g. 1:0.5,64:0.3,8192:0.2"
+            ) from None
+        if tokens < 1:
+            raise BadTokens(f"--tokens item {item!r}: token counts per rank must be at least 1")
+        if not (weight >= 0 and math.isfinite(weight)):
+            raise BadTokens(f"--tokens item {item!r}: weights must be finite and non-negative")
+        pairs.append((tokens, weight))
+    if sum(w for _, w in pairs) <= 0:
+        raise BadTokens(f"--tokens {text!r}: the weights sum to zero; give some bucket a weight")
+    return _normalized("explicit", [(t, w) for t, w in pairs if w > 0])
+
+
+# --------------------------------------------------------------------------------------
+# Noise: the band each expected latency carries
+# --------------------------------------------------------------------------------------
+
+#: Half-width of a measured median, in standard errors (about a 95 % interval).
+Z = 2.0
+#: Run-to-run reproducibility floor: two runs of the same point differ by about this much
+#: even when each reached its 0.5 % noise target, so no band is narrower (relative).
+REL_FLOOR = 0.01
+#: Extra relative band of an estimated (not measured) latency, on top of the model's residuals.
+ESTIMATE_FLOOR = 0.03
+#: Refuse to extrapolate beyond this factor outside the measured token range.
+EXTRAPOLATION_LIMIT = 4.0
+#: How many measured points, nearest in log-tokens, the local latency fit uses.
+FIT_POINTS = 4
+
+
+def point_rel_halfwidth(result: Any) -> float:
+    """Relative half-width of one measured median: ``max(Z * stderr_rel, REL_FLOOR)``.
+
+    ``stderr_rel`` is the stored ``noise_stdrel`` (relative standard error of the median),
+    else ``1.2533 * latency_stdrel / sqrt(samples)`` (the median's standard error under
+    normal noise), else the p10..p90 spread / 2.56 / sqrt(samples); with none of these the
+    band is 10 % (an unknown-noise measurement does not decide anything by itself).
+    """
+    stderr = getattr(result, "noise_stdrel", None)
+    if stderr is None:
+        stdrel = getattr(result, "latency_stdrel", None)
+        samples = getattr(result, "samples", 0) or 0
+        p50 = getattr(result, "latency_us_p50", None)
+        p10 = getattr(result, "latency_us_p10", None)
+        p90 = getattr(result, "latency_us_p90", None)
+        if stdrel is not None and samples > 0:
+            stderr = 1.2533 * stdrel / math.sqrt(samples)
+        elif p10 is not None and p90 is not None and p50 and samples > 0:
+            stderr = 1.2533 * ((p90 - p10) / 2.5631 / p50) / math.sqrt(samples)
+        else:
+            return 0.10
+    return max(Z * stderr, REL_FLOOR)
+
+
+def compare(
+    latency_us: float, halfwidth_us: float, ref_latency_us: float, ref_halfwidth_us: float
+) -> str:
+    """``"faster"`` / ``"slower"`` when the bands ``[L - H, L + H]`` do not overlap, else ``"tie"``."""
+    if latency_us + halfwidth_us < ref_latency_us - ref_halfwidth_us:
+        return "faster"
+    if latency_us - halfwidth_us > ref_latency_us + ref_halfwidth_us:
+        return "slower"
+    return "tie"
+
+
+# --------------------------------------------------------------------------------------
+# Latency model: latency = a + bytes / bandwidth
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LatencyFit:
+    """``latency_us = a_us + bytes * us_per_byte``, fitted on ``n`` points.
+
+    ``rel_rms`` is the root-mean-square relative residual of the fit on its own points.
+    """
+
+    a_us: float
+    us_per_byte: float
+    n: int
+    rel_rms: float
+
+    @property
+    def bandwidth_gbps(self) -> float | None:
+        """The fitted bandwidth in GB/s (bytes / ns), None when the fit is flat."""
+        return 1e-3 / self.us_per_byte if self.us_per_byte > 0 else None
+
+    def predict(self, nbytes: float) -> float:
+        """Expected latency in microseconds for ``nbytes`` bytes per rank."""
+        return self.a_us + nbytes * self.us_per_byte
+
+
+def fit_latency(points: Sequence[tuple[float, float]]) -> LatencyFit:
+    """Fit ``latency = a + bytes * b`` with ``a, b >= 0`` to ``(bytes, latency_us)`` points.
+
+    Least squares on relative errors (each residual divided by its latency, i.e. weights
+    ``1 / latency^2``), so a 10 µs point counts as much as a 10 ms one. Non-negativity is
+    enforced exactly: the unconstrained optimum is used when it is feasible, else the better
+    of the two one-parameter fits on the boundary (``a = 0`` or ``b = 0``). Pure Python.
+    """
+    if not points:
+        raise ValueError("fit_latency needs at least one point")
+    xs = [float(x) for x, _ in points]
+    ys = [float(y) for _, y in points]
+    ws = [1.0 / (y * y) if y > 0 else 1.0 for y in ys]
+
+    def sse(a: float, b: float) -> float:
+        return sum(w * (y - a - b * x) ** 2 for x, y, w in zip(xs, ys, ws))
+
+    sw = sum(ws)
+    swx = sum(w * x for w, x in zip(ws, xs))
+    swy = sum(w * y for w, y in zip(ws, ys))
+    swxx = sum(w * x * x for w, x in zip(ws, xs))
+    swxy = sum(w * x * y for w, x, y in zip(ws, xs, ys))
+    det = sw * swxx - swx * swx
+    options = []
+    if det > 1e-12 * max(sw * swxx, 1e-300):
+        a = (swxx * swy - swx * swxy) / det
+        b = (sw * swxy - swx * swy) / det
+        if a >= 0 and b >= 0:
+            options.append((a, b))
+    if not options:
+        options.append((swy / sw, 0.0))  # b = 0: weighted mean
+        if swxx > 0:
+            options.append((0.0, max(swxy / swxx, 0.0)))  # a = 0: through the origin
+    a, b = min(options, key=lambda ab: sse(*ab))
+    rel = [(y - a - b * x) / y for x, y in zip(xs, ys) if y > 0]
+    rel_rms = math.sqrt(sum(r * r for r in rel) / len(rel)) if rel else 0.0
+    return LatencyFit(a_us=a, us_per_byte=b, n=len(xs), rel_rms=rel_rms)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The expected latency of one backend at one token count, with its band and origin.
+
+    ``source``: ``measured``, ``interpolated`` (inside the measured token range),
+    ``extrapolated`` (outside, within :data:`EXTRAPOLATION_LIMIT`) or ``missing``.
+    """
+
+    tokens_per_rank: int
+    latency_us: float | None
+    halfwidth_us: float | None
+    source: str
+    result_ids: tuple[int, ...] = ()
+    note: str | None = None
+
+    @property
+    def estimated(self) -> bool:
+        """True for interpolated and extrapolated values."""
+        return self.source in ("interpolated", "extrapolated")
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    """One chosen measurement of a backend: tokens, median, relative band, result id."""
+
+    tokens_per_rank: int
+    latency_us: float
+    rel_halfwidth: float
+    result_id: int | None = None
+
+
+def estimate_latency(
+    points: Sequence[MeasuredPoint], tokens: int, bytes_per_token: int
+) -> Estimate:
+    """The expected latency at ``tokens`` per rank from one backend's measured points.
+
+    A measured token count is returned as measured. Otherwise the latency model is fitted on
+    the :data:`FIT_POINTS` measured points nearest in log-tokens; the band is the widest band
+    of those points plus ``max(Z * rel_rms, ESTIMATE_FLOOR)``. Beyond
+    :data:`EXTRAPOLATION_LIMIT` times the measured range the estimate is refused (``missing``).
+    """
+    by_tokens = {p.tokens_per_rank: p for p in points}
+    if tokens in by_tokens:
+        p = by_tokens[tokens]
+        ids = (p.result_id,) if p.result_id is not None else ()
+        return Estimate(tokens, p.latency_us, p.latency_us * p.rel_halfwidth, "measured", ids)
+    if not points:
+        return Estimate(tokens, None, None, "missing", note="no measurement")
+    lo = min(by_tokens)
+    hi = max(by_tokens)
+    if tokens > hi * EXTRAPOLATION_LIMIT or tokens * EXTRAPOLATION_LIMIT < lo:
+        return Estimate(
+            tokens,
+            None,
+            None,
+            "missing",
+            note=f"refused: {tokens} tokens/rank is more than {EXTRAPOLATION_LIMIT:g}x outside "
+            f"the measured range {lo}..{hi}",
+        )
+    nearest = sorted(points, key=lambda p: (abs(math.log(p.tokens_per_rank / tokens)), p.tokens_per_rank))
+    used = nearest[:FIT_POINTS]
+    fit = fit_latency([(p.tokens_per_rank * bytes_per_token, p.latency_us) for p in used])
+    latency = fit.predict(tokens * bytes_per_token)
+    rel = max(p.rel_halfwidth for p in used) + max(Z * fit.rel_rms, ESTIMATE_FLOOR)
+    source = "interpolated" if lo < tokens < hi else "extrapolated"
+    bw = fit.bandwidth_gbps
+    note = (
+        f"a={fit.a_us:.3g}us"
+        + (f" + bytes/{bw:.3g}GB/s" if bw else "")
+        + f" fitted on {fit.n} points ({', '.join(str(p.tokens_per_rank) for p in sorted(used, key=lambda p: p.tokens_per_rank))} tokens)"
+    )
+    ids = tuple(p.result_id for p in used if p.result_id is not None)
+    return Estimate(tokens, latency, latency * rel, source, ids, note)
+
+
+# --------------------------------------------------------------------------------------
+# The recommendation
+# --------------------------------------------------------------------------------------
+
+#: Confidence levels, best first.
+CONFIDENCE_LEVELS = ("high", "medium", "low", "none")
+
+#: Each rule caps the confidence when it applies; the answer's confidence is the lowest cap
+#: of all rules that apply (``high`` when none does). "Decisive" latencies are those of the
+#: pick, the default and the best other candidate.
+CONFIDENCE_CAPS: tuple[tuple[str, str, str], ...] = (
+    ("no_data", "none", "no measurement of any legal backend for this host class, shape and world size"),
+    ("default_unmeasured", "low", "vLLM's default has no data for every bucket of this workload, so nothing could be compared with it"),
+    ("unmeasured_candidates", "low", "some legal backends have no data for this workload"),
+    ("extrapolated", "low", "a decisive latency is extrapolated beyond the measured token range"),
+    ("stale", "low", "some decisive measurements were taken under other vllm / flashinfer / driver versions"),
+    ("interpolated", "medium", "some decisive latencies are estimated between measured token counts"),
+    ("close_call", "medium", "the pick ties with another backend that also beats the default"),
+    ("noise_target_missed", "medium", "some decisive measurements did not reach their noise target"),
+)
+
+#: Result statuses that disqualify a backend for the whole shape.
+DISQUALIFYING = ("incorrect", "error")
+#: Version keys compared between a measurement and the target for the staleness warning.
+STALENESS_KEYS = ("vllm", "flashinfer", "driver")
+
+
+@dataclass
+class Candidate:
+    """A legal backend with its expected latency per bucket and verdict against the default.
+
+    ``status``: ``pick``, ``default`` (the default, not picked), ``faster`` (beats the
+    default but is not the pick), ``tie`` (within the noise of the default), ``slower``,
+    ``incomplete`` (some bucket has no value) or ``no data``.
+    """
+
+    backend: str
+    status: str
+    weighted_us: float | None
+    halfwidth_us: float | None
+    buckets: list[Estimate]
+    warnings: list[str] = field(default_factory=list)
+    fit: LatencyFit | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``buckets`` as a list of dicts, the fit as a/bandwidth)."""
+        return {
+            "backend": self.backend,
+            "status": self.status,
+            "weighted_us": _round(self.weighted_us),
+            "halfwidth_us": _round(self.halfwidth_us),
+            "buckets": [
+                {
+                    "tokens_per_rank": e.tokens_per_rank,
+                    "latency_us": _round(e.latency_us),
+                    "halfwidth_us": _round(e.halfwidth_us),
+                    "source": e.source,
+                    "result_ids": list(e.result_ids),
+                    "note": e.note,
+                }
+                for e in self.buckets
+            ],
+            "fit": None
+            if self.fit is None
+            else {
+                "a_us": _round(self.fit.a_us),
+                "bandwidth_gbps": _round(self.fit.bandwidth_gbps),
+                "points": self.fit.n,
+                "rel_rms": _round(self.fit.rel_rms, 4),
+            },
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass
+class Rejection:
+    """A backend that is not a candidate: ``kind`` ``illegal`` (rules), ``disqualified``
+    (an incorrect / error result for this shape) or ``unavailable`` (every row says so)."""
+
+    backend: str
+    kind: str
+    reasons: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return asdict(self)
+
+
+@dataclass
+class Recommendation:
+    """The answer: the backend, its ``vllm serve`` flags, the evidence and the confidence.
+
+    ``knobs`` is the hook for tuned settings (issue 6): ``{"env": {...}, "flags": [...]}``
+    found for the pick; its env vars are merged into ``env`` and its flags into ``vllm_args``.
+    """
+
+    model: str
+    profile: dict[str, Any]
+    deployment: Deployment
+    gpu_arch: str
+    dispatch_dtype: str
+    vllm_version: str
+    workload: WorkloadSpec
+    backend: str
+    decision: str
+    vllm_args: list[str]
+    command: str
+    env: dict[str, str]
+    knobs: dict[str, Any]
+    confidence: str
+    confidence_reasons: list[str]
+    candidates: list[Candidate]
+    rejected: list[Rejection]
+    warnings: list[str]
+    data_used: dict[str, Any]
+    bench_command: str | None
+
+    @property
+    def estimated(self) -> list[dict[str, Any]]:
+        """Every estimated (not measured) latency among the candidates."""
+        return [
+            {"backend": c.backend, "tokens_per_rank": e.tokens_per_rank, "source": e.source, "note": e.note}
+            for c in self.candidates
+            for e in c.buckets
+            if e.estimated
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON document of ``recommend --format json`` (README, "recommend JSON")."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "model": self.model,
+            "profile": self.profile,
+            "deployment": self.deployment.to_dict(),
+            "gpu_arch": self.gpu_arch,
+            "dispatch_dtype": self.dispatch_dtype,
+            "vllm_version": self.vllm_version,
+            "workload": self.workload.to_dict(),
+            "backend": self.backend,
+            "decision": self.decision,
+            "vllm_args": list(self.vllm_args),
+            "command": self.command,
+            "env": dict(self.env),
+            "knobs": dict(self.knobs),
+            "confidence": self.confidence,
+            "confidence_reasons": list(self.confidence_reasons),
+            "candidates": [c.to_dict() for c in self.candidates],
+            "rejected": [r.to_dict() for r in self.rejected],
+            "estimated": self.estimated,
+            "warnings": list(self.warnings),
+            "data_used": self.data_used,
+            "bench_command": self.bench_command,
+        }
+
+
+def _round(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def _when(row: Any) -> str:
+    return str(getattr(row, "created_at", None) or getattr(row, "run_started_at", None) or "")
+
+
+def _stale_keys(row: Any, target_versions: dict[str, str | None]) -> list[str]:
+    versions = getattr(row, "versions", None) or {}
+    return [
+        k
+        for k in STALENESS_KEYS
+        if target_versions.get(k) and versions.get(k) and versions[k] != target_versions[k]
+    ]
+
+
+def _choose_rows(rows: list[Any], target_versions: dict[str, str | None]) -> dict[int, Any]:
+    """The row used per token count: up-to-date rows before stale ones, then the newest."""
+    best: dict[int, Any] = {}
+    for row in rows:
+        key = (not _stale_keys(row, target_versions), _when(row), getattr(row, "id", 0) or 0)
+        current = best.get(row.tokens_per_rank)
+        if current is None or key > current[0]:
+            best[row.tokens_per_rank] = (key, row)
+    return {t: row for t, (_, row) in best.items()}
+
+
+def _weighted(estimates: list[Estimate], workload: WorkloadSpec) -> tuple[float | None, float | None]:
+    if any(e.latency_us is None for e in estimates):
+        return None, None
+    weights = [w for _, w in workload.buckets]
+    latency = sum(w * e.latency_us for w, e in zip(weights, estimates))
+    halfwidth = sum(w * e.halfwidth_us for w, e in zip(weights, estimates))
+    return latency, halfwidth
+
+
+def bench_command(
+    model: str, deployment: Deployment, tokens: Iterable[int], backends: Iterable[str], device: str = "cuda"
+) -> str:
+    """The ``autoselect bench`` command that measures ``backends`` at ``tokens`` per rank."""
+    argv = [
+        "autoselect",
+        "bench",
+        "--model",
+        model,
+        "--world-size",
+        str(deployment.world_size),
+        "--tokens",
+        ",".join(str(t) for t in sorted(set(tokens))),
+    ]
+    backends = sorted(set(backends))
+    if backends:
+        argv += ["--backends", ",".join(backends)]
+    argv += ["--device", device]
+    return shlex.join(argv)
+
+
+def recommend(
+    profile: Any,
+    *,
+    conn: Any,
+    deployment: Deployment,
+    host_class: str | None = None,
+    host: Any = None,
+    gpu_arch: str | None = None,
+    vllm_version: str | None = None,
+    workload: WorkloadSpec | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_workspace_gib: float | None = None,
+    knobs: dict[str, Any] | None = None,
+    rows: list[Any] | None = None,
+) -> Recommendation:
+    """The fastest legal backend for ``profile`` on the host (class), with its evidence.
+
+    :param profile: an :class:`autoselect.model.MoeProfile`.
+    :param conn: a read-only sqlite3 connection to the results store, or None (no data).
+    :param deployment: dp x tp; the all2all spans ``deployment.world_size`` ranks.
+    :param host_class: the host class whose results count (default ``host.host_class``).
+    :param host: the target :class:`autoselect.hardware.HostFingerprint` (hardware rules and
+        current driver / flashinfer versions), or None.
+    :param gpu_arch: the target GPU arch (default ``host.gpu_arch``).
+    :param vllm_version: the vLLM version to serve with (default :func:`target_vllm_version`).
+    :param workload: token buckets (default ``mixed``).
+    :param max_num_batched_tokens: the per-engine token budget the user set, if any.
+    :param max_workspace_gib: the one-sided workspace allowance (default
+        :data:`autoselect.vllm_flags.DEFAULT_MAX_WORKSPACE_GIB`).
+    :param knobs: tuned knobs for the pick (issue 6), ``{"env": {...}, "flags": [...]}``.
+    :param rows: the measurements to use instead of querying ``conn`` (leave-one-out studies).
+    """
+    from autoselect import rules, vllm_flags
+    from autoselect.model import normalize_arch
+
+    if profile.num_experts <= 0:
+        raise DenseModel(
+            f"{profile.model} has no routed experts: a dense model has no MoE all2all to choose"
+        )
+    if host_class is None and host is not None:
+        host_class = getattr(host, "host_class", None)
+    gpu_arch = gpu_arch or (getattr(host, "gpu_arch", None) if host is not None else None)
+    if not gpu_arch:
+        raise NoGpuArch(
+            "the target host has no GPU architecture (a CPU host?); pass --gpu-arch sm90|sm100 "
+            "or --host-class of a GPU host in the database"
+        )
+    gpu_arch = normalize_arch(gpu_arch)
+    vllm_version = vllm_version or target_vllm_version()
+    workload = workload or workload_from_kind(
+        "mixed", deployment, max_num_batched_tokens=max_num_batched_tokens
+    )
+    world_size = deployment.world_size
+    dtype = profile.activation_dtype(gpu_arch)
+    bytes_per_token = dispatch_bytes_per_token(dtype, profile.hidden_size, profile.top_k) + (
+        combine_bytes_per_token(profile.hidden_size)
+    )
+    target_versions = {
+        "vllm": vllm_version,
+        "flashinfer": (getattr(host, "versions", None) or {}).get("flashinfer") if host else None,
+        "driver": getattr(host, "driver_version", None) if host else None,
+    }
+    if rows is None:
+        rows = []
+        if conn is not None and host_class is not None:
+            from db.queries import results_for
+
+            rows = results_for(
+                conn,
+                hidden=profile.hidden_size,
+                top_k=profile.top_k,
+                experts=profile.num_experts,
+                dispatch_dtype=dtype,
+                world_size=world_size,
+                host_class=host_class,
+                kind="micro",
+            )
+
+    warnings: list[str] = []
+    candidates: list[Candidate] = []
+    rejected: list[Rejection] = []
+    used_rows: dict[int, Any] = {}
+    unmeasured: list[str] = []
+    missing_buckets: dict[str, list[int]] = {}
+    for backend in rules.recommendable_backends(vllm_version):
+        verdict = rules.legal(backend, profile, host, world_size, vllm_version, gpu_arch=gpu_arch)
+        if not verdict.ok:
+            rejected.append(Rejection(backend, "illegal", list(verdict.reasons)))
+            continue
+        mine = [r for r in rows if r.backend == backend and not getattr(r, "illegal", False)]
+        bad = sorted((r for r in mine if r.status in DISQUALIFYING), key=_when)
+        if bad:
+            r = bad[-1]
+            rejected.append(
+                Rejection(
+                    backend,
+                    "disqualified",
+                    [
+                        f"{r.status} result at {r.tokens_per_rank} tokens/rank "
+                        f"(result {getattr(r, 'id', '?')}, run {getattr(r, 'run_id', '?')}, "
+                        f"{_when(r) or 'undated'}): {r.error or 'no detail recorded'}"
+                        + (f"; {len(bad) - 1} more such result(s)" if len(bad) > 1 else "")
+                    ],
+                )
+            )
+            continue
+        ok_rows = [r for r in mine if r.status == "ok" and r.latency_us_p50 is not None]
+        if not ok_rows and mine and all(r.status == "unavailable" for r in mine):
+            reason = sorted(mine, key=_when)[-1].error or "no reason recorded"
+            rejected.append(Rejection(backend, "unavailable", [f"unavailable on this host class: {reason}"]))
+            continue
+        cand_warnings = list(verdict.warnings)
+        timeouts = sorted({r.tokens_per_rank for r in mine if r.status == "timeout"})
+        if timeouts:
+            cand_warnings.append(f"timed out at {', '.join(map(str, timeouts))} tokens/rank")
+        chosen = _choose_rows(ok_rows, target_versions)
+        points = [
+            MeasuredPoint(t, r.latency_us_p50, point_rel_halfwidth(r), getattr(r, "id", None))
+            for t, r in sorted(chosen.items())
+        ]
+        estimates = [estimate_latency(points, t, bytes_per_token) for t in workload.tokens]
+        fit = (
+            fit_latency([(p.tokens_per_rank * bytes_per_token, p.latency_us) for p in points])
+            if points
+            else None
+        )
+        latency, halfwidth = _weighted(estimates, workload)
+        if not points:
+            status = "no data"
+            unmeasured.append(backend)
+        elif latency is None:
+            status = "incomplete"
+            missing_buckets[backend] = [e.tokens_per_rank for e in estimates if e.latency_us is None]
+        else:
+            status = "measured"
+        for e in estimates:
+            for rid in e.result_ids:
+                for r in chosen.values():
+                    if getattr(r, "id", None) == rid:
+                        used_rows[rid] = r
+        candidates.append(Candidate(backend, status, latency, halfwidth, estimates, cand_warnings, fit))
+
+    by_name = {c.backend: c for c in candidates}
+    default = by_name.get(rules.DEFAULT_BACKEND)
+    complete = [c for c in candidates if c.weighted_us is not None]
+    applies: set[str] = set()
+    runner_up: Candidate | None = None
+
+    if len(candidates) == 1:
+        pick = candidates[0]
+        decision = "only legal backend"
+        if pick.status == "measured":
+            pick.status = "pick"
+    elif default is not None and default.weighted_us is not None:
+        for c in complete:
+            if c is not default:
+                c.status = compare(c.weighted_us, c.halfwidth_us, default.weighted_us, default.halfwidth_us)
+        winners = sorted((c for c in complete if c.status == "faster"), key=lambda c: c.weighted_us)
+        if winners:
+            pick = winners[0]
+            decision = "faster than the default beyond the noise"
+            close = [
+                c
+                for c in winners[1:]
+                if compare(pick.weighted_us, pick.halfwidth_us, c.weighted_us, c.halfwidth_us) == "tie"
+            ]
+            if close:
+                applies.add("close_call")
+                warnings.append(
+                    f"{pick.backend} and {', '.join(c.backend for c in close)} are tied within the noise; "
+                    f"{pick.backend} has the lowest expected latency"
+                )
+            runner_up = default
+        else:
+            pick = default
+            ties = [c for c in complete if c.status == "tie"]
+            decision = (
+                f"tie within the noise with {', '.join(c.backend for c in ties)}: vLLM's default stays"
+                if ties
+                else "the default is fastest"
+            )
+            others = sorted((c for c in complete if c is not default), key=lambda c: c.weighted_us)
+            runner_up = others[0] if others else None
+        default.status = "default" if pick is not default else "pick"
+        pick.status = "pick"
+    else:
+        pick = default if default is not None else candidates[0]
+        decision = "no comparison possible: vLLM's default"
+        applies.add("default_unmeasured")
+        if not complete and not used_rows:
+            applies.add("no_data")
+    if unmeasured and len(candidates) > 1:
+        applies.add("unmeasured_candidates")
+    if missing_buckets and len(candidates) > 1:
+        applies.add("unmeasured_candidates")
+
+    # Belt and braces: the one-sided nvfp4 rule (and every other) is the rules table's call.
+    final = rules.legal(pick.backend, profile, host, world_size, vllm_version, gpu_arch=gpu_arch)
+    assert final.ok, f"selector picked an illegal backend {pick.backend}: {final.reasons}"
+
+    decisive = [c for c in (pick, default, runner_up) if c is not None and c.weighted_us is not None]
+    for c in decisive:
+        for e in c.buckets:
+            if e.source == "extrapolated":
+                applies.add("extrapolated")
+            elif e.source == "interpolated":
+                applies.add("interpolated")
+    decisive_rows = [
+        used_rows[rid] for c in decisive for e in c.buckets for rid in e.result_ids if rid in used_rows
+    ]
+    stale: dict[str, set[str]] = {}
+    for r in decisive_rows:
+        for k in _stale_keys(r, target_versions):
+            stale.setdefault(k, set()).add(r.versions[k])
+        if getattr(r, "noise_target_met", None) is False:
+            applies.add("noise_target_missed")
+    if stale:
+        applies.add("stale")
+        for k, versions in sorted(stale.items()):
+            warnings.append(
+                f"stale data: measured with {k} {', '.join(sorted(versions))}, target is "
+                f"{k} {target_versions[k]}; re-run autoselect bench to refresh"
+            )
+    for c in candidates:
+        for e in c.buckets:
+            if e.source == "extrapolated":
+                warnings.append(f"{c.backend} at {e.tokens_per_rank} tokens/rank is extrapolated: {e.note}")
+            elif e.source == "missing" and c.status != "no data":
+                warnings.append(f"{c.backend} at {e.tokens_per_rank} tokens/rank: {e.note}")
+
+    confidence = "high"
+    reasons = []
+    for name, cap, text in CONFIDENCE_CAPS:
+        if name in applies:
+            reasons.append(text)
+            if CONFIDENCE_LEVELS.index(cap) > CONFIDENCE_LEVELS.index(confidence):
+                confidence = cap
+
+    need = set(unmeasured) | set(missing_buckets)
+    if default is not None and default.weighted_us is None:
+        need.add(default.backend)
+    need_tokens = set()
+    for b in need:
+        need_tokens |= set(missing_buckets.get(b, workload.tokens))
+    settle = (
+        bench_command(profile.model, deployment, need_tokens or workload.tokens, need)
+        if need and len(candidates) > 1
+        else None
+    )
+    if settle and host is None and host_class is not None:
+        warnings.append(f"run the bench command on a machine of host class {host_class}")
+
+    knobs = dict(knobs or {})
+    serve_mnbt, flag_notes = vllm_flags.workspace_max_num_batched_tokens(
+        pick.backend,
+        hidden=profile.hidden_size,
+        top_k=profile.top_k,
+        dispatch_dtype=dtype,
+        world_size=world_size,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_workspace_gib=max_workspace_gib,
+        gpu_memory_mib=_gpu_memory_mib(host),
+    )
+    warnings.extend(flag_notes)
+    extra = list(knobs.get("flags", []))
+    vllm_args = vllm_flags.serve_flags(
+        pick.backend, deployment, vllm_version, max_num_batched_tokens=serve_mnbt, extra=extra
+    )
+    env = {"AUTOSELECT_ALL2ALL_BACKEND": pick.backend, "AUTOSELECT_VLLM_ARGS": shlex.join(vllm_args)}
+    env.update({k: str(v) for k, v in (knobs.get("env") or {}).items()})
+    knob_env = [f"{k}={v}" for k, v in (knobs.get("env") or {}).items()]
+    command = shlex.join(knob_env + ["vllm", "serve", profile.model] + vllm_args)
+    warnings = list(dict.fromkeys(list(final.warnings) + warnings))
+
+    return Recommendation(
+        model=profile.model,
+        profile={
+            "hidden_size": profile.hidden_size,
+            "num_experts": profile.num_experts,
+            "top_k": profile.top_k,
+            "weight_quant": profile.weight_quant,
+        },
+        deployment=deployment,
+        gpu_arch=gpu_arch,
+        dispatch_dtype=dtype,
+        vllm_version=vllm_version,
+        workload=workload,
+        backend=pick.backend,
+        decision=decision,
+        vllm_args=vllm_args,
+        command=command,
+        env=env,
+        knobs=knobs,
+        confidence=confidence,
+        confidence_reasons=reasons,
+        candidates=candidates,
+        rejected=rejected,
+        warnings=warnings,
+        data_used=_data_used(host_class, host, gpu_arch, used_rows, target_versions, stale),
+        bench_command=settle,
+    )
+
+
+def _gpu_memory_mib(host: Any) -> int | None:
+    gpus = getattr(host, "gpus", None) or []
+    sizes = [getattr(g, "memory_total_mib", None) for g in gpus]
+    sizes = [s for s in sizes if s]
+    return min(sizes) if sizes else None
+
+
+def _data_used(host_class, host, gpu_arch, used_rows, target_versions, stale) -> dict[str, Any]:
+    rows = list(used_rows.values())
+    runs: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        run = runs.setdefault(
+            getattr(r, "run_id", None),
+            {
+                "run_id": getattr(r, "run_id", None),
+                "hostname": getattr(r, "hostname", None),
+                "started_at": getattr(r, "run_started_at", None),
+                "versions": dict(getattr(r, "versions", None) or {}),
+                "results": 0,
+            },
+        )
+        run["results"] += 1
+    dates = sorted(_when(r) for r in rows if _when(r))
+    gpu_names = sorted({getattr(r, "gpu_name", None) for r in rows} - {None})
+    return {
+        "host_class": host_class,
+        "gpu_name": gpu_names[0] if gpu_names else getattr(host, "gpu_name", None),
+        "gpu_arch": gpu_arch,
+        "machines": sorted({getattr(r, "hostname", None) for r in rows} - {None}),
+        "results": len(rows),
+        "runs": sorted(runs.values(), key=lambda run: (run["started_at"] or "", run["run_id"] or 0)),
+        "oldest": dates[0] if dates else None,
+        "newest": dates[-1] if dates else None,
+        "target_versions": {k: v for k, v in target_versions.items() if v},
+        "stale_versions": {k: sorted(v) for k, v in stale.items()},
+    }
+
+
+def target_vllm_version(explicit: str | None = None) -> str:
+    """``--vllm-version``, else the installed vllm's metadata (not imported), else the newest known."""
+    if explicit:
+        return explicit
+    from importlib import metadata
+
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        from autoselect.rules import NEWEST_VLLM
+
+        return NEWEST_VLLM
