@@ -1,0 +1,596 @@
+"""Model profiles: what one MoE checkpoint puts on the all2all (pure Python, no torch).
+
+:func:`load_profile` reads a checkpoint's ``config.json`` (and ``hf_quant_config.json`` when
+the checkpoint has one) from a local directory or the Hugging Face Hub — config files only,
+never weights, never remote code — and returns a :class:`MoeProfile`: hidden size, routed
+experts, top-k, MoE layer count, weight quantization and the activation dtype that crosses the
+all2all on each GPU architecture.
+
+The activation dtype follows vLLM's kernel choice per architecture (``docs/facts.md``, "The
+activation dtype that crosses the all2all"): it is a table below, :data:`QUANT_FORMATS`, not
+code. Quantization schemes are recognised from the blocks that real checkpoints carry
+(ModelOpt ``hf_quant_config.json`` and ``quantization_config``, compressed-tensors config
+groups, block/per-tensor FP8, MXFP4); anything else is refused with a clear message rather
+than guessed, because a wrong dtype here could put a model on a backend that corrupts it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autoselect.errors import UserError
+from autoselect.payload import ACTIVATION_DTYPES
+
+#: GPU architecture families autoselect distinguishes.
+GPU_ARCHS = ("sm90", "sm100")
+
+
+class UnknownGpuArch(UserError):
+    "The GPU architecture given is not one autoselect knows."
+
+
+class ModelConfigNotFound(UserError):
+    "No config.json could be found for the model the user named."
+
+
+class ModelConfigInvalid(UserError):
+    "The model's config.json (or hf_quant_config.json) is not valid JSON or not an object."
+
+
+class DenseModel(UserError):
+    "The model has no routed experts, so it has no all2all to choose a backend for."
+
+
+class MoeFieldsMissing(UserError):
+    "config.json lacks the fields a MoE profile needs (hidden size, routed experts, top-k)."
+
+
+class UnsupportedQuantization(UserError):
+    "The checkpoint's quantization scheme is not one autoselect can map to an activation dtype."
+
+
+class InvalidShape(UserError):
+    "An explicit MoE shape has a value that is not a positive integer or a known dtype."
+
+
+# --------------------------------------------------------------------------------------
+# Architectures
+# --------------------------------------------------------------------------------------
+
+#: Accepted spellings -> family. Compute capabilities 10.x (SM100, SM103) are datacenter
+#: Blackwell; 9.0 is Hopper. Consumer Blackwell (SM120) has no NVLink all2all and is refused.
+_ARCH_SPELLINGS = {
+    "sm90": "sm90", "sm90a": "sm90", "90": "sm90", "9.0": "sm90", "hopper": "sm90",
+    "sm100": "sm100", "sm100a": "sm100", "100": "sm100", "10.0": "sm100",
+    "sm103": "sm100", "sm103a": "sm100", "103": "sm100", "10.3": "sm100",
+    "sm101": "sm100", "101": "sm100", "10.1": "sm100", "sm110": "sm100", "11.0": "sm100",
+    "blackwell": "sm100",
+}
+
+
+def normalize_arch(s: str) -> str:
+    """Map a GPU architecture spelling to its family, ``"sm90"`` or ``"sm100"``.
+
+    :param s: ``sm90``, ``sm_90``, ``9.0``, ``90``, ``sm100``, ``sm_103``, ``10.3``, ``hopper``,
+        ``blackwell`` ...
+    :raises UnknownGpuArch: for anything else.
+    """
+    key = str(s).strip().lower().replace("_", "").replace("compute", "sm")
+    if key in _ARCH_SPELLINGS:
+        return _ARCH_SPELLINGS[key]
+    raise UnknownGpuArch(
+        f"unknown GPU architecture {s!r}; use sm90 (Hopper, H100/H200) or sm100 "
+        f"(Blackwell, B200/B300/GB200)"
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Weight formats -> activation dtype per architecture (the table of docs/facts.md)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuantFormat:
+    """One weight format: the activation dtype it dispatches on each arch, and why."""
+
+    weight_quant: str
+    activation: dict  # {"sm90": dtype, "sm100": dtype}
+    why: str
+
+
+#: weight_quant -> QuantFormat. The only place that decides an activation dtype.
+QUANT_FORMATS: dict[str, QuantFormat] = {
+    q.weight_quant: q
+    for q in (
+        QuantFormat("bf16", {"sm90": "bf16", "sm100": "bf16"}, "unquantized: vLLM dispatches bf16"),
+        QuantFormat("fp16", {"sm90": "fp16", "sm100": "fp16"}, "unquantized fp16 checkpoint"),
+        QuantFormat("fp8", {"sm90": "fp8", "sm100": "fp8"}, "FP8 per-tensor/per-token: e4m3 activations"),
+        QuantFormat(
+            "fp8_block128",
+            {"sm90": "fp8_block128", "sm100": "fp8_block128"},
+            "FP8 block [128,128]: e4m3 + one fp32 scale per 128 values",
+        ),
+        QuantFormat(
+            "nvfp4",
+            {"sm90": "bf16", "sm100": "nvfp4"},
+            "NVFP4 W4A4: nvfp4 activations on Blackwell; Hopper has no FP4 kernel and runs "
+            "the weights weight-only with bf16 activations",
+        ),
+        QuantFormat(
+            "w4a16_nvfp4",
+            {"sm90": "bf16", "sm100": "bf16"},
+            "NVFP4 weights only (W4A16): activations stay bf16",
+        ),
+        QuantFormat(
+            "mxfp4",
+            {"sm90": "bf16", "sm100": "bf16"},
+            "MXFP4 weights (gpt-oss): bf16 activations on vLLM's default expert kernels",
+        ),
+        QuantFormat(
+            "mxfp8",
+            {"sm90": "bf16", "sm100": "mxfp8"},
+            "MXFP8: mxfp8 activations on Blackwell; Hopper has no MX kernels (bf16)",
+        ),
+        QuantFormat(
+            "fp8_weight_only",
+            {"sm90": "bf16", "sm100": "bf16"},
+            "FP8 weights only: activations stay bf16",
+        ),
+        QuantFormat(
+            "int4_weight_only",
+            {"sm90": "bf16", "sm100": "bf16"},
+            "4-bit integer weights only (AWQ/GPTQ/W4A16): activations stay bf16",
+        ),
+        QuantFormat(
+            "int8_weight_only",
+            {"sm90": "bf16", "sm100": "bf16"},
+            "8-bit integer weights only: activations stay bf16",
+        ),
+    )
+}
+
+#: ModelOpt ``quant_algo`` -> weight_quant (vLLM's modelopt.py QUANT_ALGOS).
+MODELOPT_ALGOS = {
+    "NVFP4": "nvfp4",
+    "W4A16_NVFP4": "w4a16_nvfp4",
+    "FP8": "fp8",
+    "FP8_PER_CHANNEL_PER_TOKEN": "fp8",
+    "FP8_PB_WO": "fp8_weight_only",
+    "MXFP8": "mxfp8",
+}
+
+#: ``quant_method`` values whose activations stay in the model dtype (weight-only int).
+WEIGHT_ONLY_INT_METHODS = {
+    "awq": "int4_weight_only",
+    "awq_marlin": "int4_weight_only",
+    "gptq": "int4_weight_only",
+    "gptq_marlin": "int4_weight_only",
+    "auto-round": "int4_weight_only",
+    "bitsandbytes": "int4_weight_only",
+}
+
+#: Routed-expert, top-k and hidden-size field names, first match wins (docs/facts.md).
+EXPERT_FIELDS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
+TOP_K_FIELDS = ("num_experts_per_tok", "experts_per_token", "moe_topk")
+HIDDEN_FIELDS = ("hidden_size", "d_model", "n_embd")
+#: Where multimodal checkpoints keep the language model's config.
+TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config")
+
+
+# --------------------------------------------------------------------------------------
+# The profile
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MoeProfile:
+    """What one MoE model puts on the all2all: shape, quantization, activation dtype per arch."""
+
+    model: str
+    model_type: str | None
+    hidden_size: int
+    num_experts: int
+    top_k: int
+    moe_layers: int
+    weight_quant: str
+    activation_dtypes: dict
+    num_layers: int | None = None
+    quant_source: str = ""  # where the quantization was read ("config.json quantization_config", ...)
+    notes: tuple = field(default_factory=tuple)  # things worth saying (uncertainties)
+
+    def activation_dtype(self, gpu_arch: str) -> str:
+        """The dtype this model dispatches over the all2all on ``gpu_arch`` (any spelling)."""
+        return self.activation_dtypes[normalize_arch(gpu_arch)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        d["activation_dtypes"] = dict(self.activation_dtypes)
+        return d
+
+    @classmethod
+    def from_shape(cls, hidden_size, num_experts, top_k, activation_dtype) -> "MoeProfile":
+        """A profile for an explicit shape (no checkpoint): one MoE layer, same dtype on every arch.
+
+        :raises InvalidShape: for a non-positive size or an unknown activation dtype.
+        """
+        values = {"hidden_size": hidden_size, "num_experts": num_experts, "top_k": top_k}
+        for name, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidShape(f"{name} must be a positive integer, got {value!r}")
+        if top_k > num_experts:
+            raise InvalidShape(f"top_k ({top_k}) cannot exceed the number of experts ({num_experts})")
+        if activation_dtype not in ACTIVATION_DTYPES:
+            raise InvalidShape(
+                f"unknown activation dtype {activation_dtype!r}; use one of {', '.join(ACTIVATION_DTYPES)}"
+            )
+        return cls(
+            model=f"shape:{hidden_size}x{num_experts}x{top_k}:{activation_dtype}",
+            model_type=None,
+            hidden_size=hidden_size,
+            num_experts=num_experts,
+            top_k=top_k,
+            moe_layers=1,
+            weight_quant=activation_dtype,
+            activation_dtypes={arch: activation_dtype for arch in GPU_ARCHS},
+            quant_source="explicit shape",
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Reading config files
+# --------------------------------------------------------------------------------------
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ModelConfigNotFound(f"cannot read {path}: {e.strerror}; check the path and permissions") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ModelConfigInvalid(
+            f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+            f"re-download the {what} or fix the file"
+        ) from None
+    if not isinstance(data, dict):
+        raise ModelConfigInvalid(f"{path} holds a JSON {type(data).__name__}, not an object; is it a {what}?")
+    return data
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def _looks_like_path(model: str) -> bool:
+    return (
+        model.startswith(("/", "./", "../", "~", "."))
+        or model.count("/") > 1
+        or os.sep in model and not _HUB_ID.match(model)
+        or model.endswith(".json")
+    )
+
+
+def _hub_cache_dir() -> str | None:
+    # Read at call time: huggingface_hub fixes its constants at import.
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.environ["HF_HOME"], "hub")
+    return None
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _hub_files(repo_id: str) -> tuple[Path, Path | None, list[str]]:
+    """Download (or find cached) config.json and the optional hf_quant_config.json of ``repo_id``."""
+    import huggingface_hub  # ~45 ms; only for hub ids
+    from huggingface_hub import errors as hf_errors
+
+    cache_dir = _hub_cache_dir()
+    offline = _offline()
+    notes: list[str] = []
+    try:
+        config = huggingface_hub.hf_hub_download(
+            repo_id, "config.json", cache_dir=cache_dir, local_files_only=offline
+        )
+    except hf_errors.LocalEntryNotFoundError:
+        raise ModelConfigNotFound(
+            f"no cached config.json for {repo_id!r} and HF_HUB_OFFLINE is set; pass a local "
+            f"directory, or run once online to cache it"
+            if offline
+            else f"could not download config.json for {repo_id!r} (no network?); pass a local directory"
+        ) from None
+    except (hf_errors.RepositoryNotFoundError, hf_errors.GatedRepoError):
+        raise ModelConfigNotFound(
+            f"no Hugging Face repository {repo_id!r} (or it is gated); check the id, log in with "
+            f"`hf auth login`, or pass a local directory"
+        ) from None
+    except hf_errors.EntryNotFoundError:
+        raise ModelConfigNotFound(
+            f"{repo_id!r} has no config.json; pass a local directory or a Hugging Face model id"
+        ) from None
+    except (hf_errors.HfHubHTTPError, OSError, ValueError) as e:
+        raise ModelConfigNotFound(
+            f"could not fetch config.json for {repo_id!r}: {str(e).splitlines()[0]}; pass a local directory"
+        ) from None
+
+    quant: Path | None = None
+    cached = huggingface_hub.try_to_load_from_cache(repo_id, "hf_quant_config.json", cache_dir=cache_dir)
+    if isinstance(cached, str):
+        quant = Path(cached)
+    elif cached is None:  # unknown: not cached, and no "does not exist" marker
+        if offline:
+            notes.append(
+                "hf_quant_config.json is not in the cache (offline): a legacy ModelOpt NVFP4 "
+                "checkpoint would be reported as unquantized"
+            )
+        else:
+            try:
+                quant = Path(
+                    huggingface_hub.hf_hub_download(repo_id, "hf_quant_config.json", cache_dir=cache_dir)
+                )
+            except hf_errors.EntryNotFoundError:
+                quant = None
+            except (hf_errors.HfHubHTTPError, OSError, ValueError):
+                notes.append("could not fetch hf_quant_config.json; quantization read from config.json only")
+    return Path(config), quant, notes
+
+
+def _locate(model: str) -> tuple[Path, Path | None, list[str]]:
+    """(config.json, hf_quant_config.json or None, notes) for a local path or a hub id."""
+    path = Path(model).expanduser()
+    if path.exists():
+        directory = path if path.is_dir() else path.parent
+        config = directory / "config.json"
+        if not config.is_file():
+            raise ModelConfigNotFound(
+                f"no config.json in {directory}; pass a checkpoint directory or a Hugging Face model id"
+            )
+        quant = directory / "hf_quant_config.json"
+        return config, (quant if quant.is_file() else None), []
+    if _looks_like_path(model) or not _HUB_ID.match(model):
+        raise ModelConfigNotFound(
+            f"no such directory {model!r}; pass a checkpoint directory or a Hugging Face model id (org/name)"
+        )
+    return _hub_files(model)
+
+
+# --------------------------------------------------------------------------------------
+# Shape
+# --------------------------------------------------------------------------------------
+
+
+def _text_config(config: dict) -> dict:
+    """The dict that holds the language model's fields (top level, or a nested text config)."""
+    if any(k in config for k in EXPERT_FIELDS) or any(k in config for k in HIDDEN_FIELDS):
+        return config
+    for key in TEXT_CONFIG_KEYS:
+        if isinstance(config.get(key), dict):
+            return config[key]
+    return config
+
+
+def _first(config: dict, names: tuple[str, ...]):
+    for name in names:
+        if config.get(name) is not None:
+            return name, config[name]
+    return None, None
+
+
+def count_moe_layers(text: dict) -> int:
+    """How many decoder layers have routed experts, as each family's modelling code decides.
+
+    DeepSeek/Kimi/GLM: ``i >= first_k_dense_replace and i % moe_layer_freq == 0``; Qwen-MoE:
+    ``(i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers``; Llama-4:
+    ``(i + 1) % interleave_moe_layer_step == 0`` (or the explicit ``moe_layers`` list); Mixtral
+    and gpt-oss: every layer. Absent fields are neutral, so one rule covers every family.
+    """
+    n = int(text.get("num_hidden_layers") or 0)
+    explicit = text.get("moe_layers")
+    if isinstance(explicit, list) and explicit:
+        return len(explicit)
+    first_dense = int(text.get("first_k_dense_replace") or 0)
+    freq = text.get("moe_layer_freq", 1)
+    if isinstance(freq, list):  # per-layer 0/1 flags
+        return sum(1 for i, flag in enumerate(freq[:n]) if flag and i >= first_dense)
+    freq = int(freq or 1)
+    sparse_step = int(text.get("decoder_sparse_step") or 1)
+    interleave = int(text.get("interleave_moe_layer_step") or 1)
+    mlp_only = set(text.get("mlp_only_layers") or [])
+    return sum(
+        1
+        for i in range(n)
+        if i >= first_dense
+        and i % freq == 0
+        and (i + 1) % sparse_step == 0
+        and (i + 1) % interleave == 0
+        and i not in mlp_only
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Quantization
+# --------------------------------------------------------------------------------------
+
+
+def _modelopt_weight_quant(algo: str | None, quantized_layers: dict | None, where: str) -> str:
+    algo = (algo or "").upper()
+    if algo == "MIXED_PRECISION":
+        expert_algos = Counter(
+            str(v.get("quant_algo", "")).upper()
+            for k, v in (quantized_layers or {}).items()
+            if isinstance(v, dict) and "experts" in k and "shared_expert" not in k
+        )
+        if not expert_algos:
+            raise UnsupportedQuantization(
+                f"{where}: ModelOpt MIXED_PRECISION without per-layer entries for the routed "
+                f"experts; autoselect cannot tell their format (use an explicit shape instead)"
+            )
+        algo = expert_algos.most_common(1)[0][0]
+    if algo in MODELOPT_ALGOS:
+        return MODELOPT_ALGOS[algo]
+    raise UnsupportedQuantization(
+        f"{where}: ModelOpt quant_algo {algo or 'missing'!r} is not supported; known: "
+        f"{', '.join(sorted(MODELOPT_ALGOS))} and MIXED_PRECISION"
+    )
+
+
+def _ct_group_for_experts(groups: dict) -> dict | None:
+    """The compressed-tensors config group whose targets cover the routed experts."""
+    chosen = None
+    for group in groups.values():
+        if not isinstance(group, dict):
+            continue
+        targets = [str(t) for t in group.get("targets") or []]
+        if any("experts" in t and "shared_expert" not in t for t in targets):
+            return group
+        if "Linear" in targets and chosen is None:
+            chosen = group
+    return chosen
+
+
+def _compressed_tensors_weight_quant(q: dict, where: str) -> str:
+    group = _ct_group_for_experts(q.get("config_groups") or {})
+    if group is None:
+        raise UnsupportedQuantization(
+            f"{where}: compressed-tensors config without a group covering the experts; "
+            f"use an explicit shape instead"
+        )
+    w = group.get("weights") or {}
+    a = group.get("input_activations")
+    bits, wtype = w.get("num_bits"), w.get("type")
+    if wtype == "float" and bits == 4:
+        if a and a.get("num_bits") == 4 and a.get("type") == "float":
+            return "nvfp4"
+        if not a:
+            return "w4a16_nvfp4"
+    if wtype == "float" and bits == 8:
+        if not a:
+            return "fp8_weight_only"
+        if a.get("num_bits") == 8 and a.get("type") == "float":
+            block = w.get("block_structure")
+            return "fp8_block128" if w.get("strategy") == "block" and list(block or []) == [128, 128] else "fp8"
+    if wtype == "int" and not a:
+        return "int4_weight_only" if bits == 4 else "int8_weight_only"
+    raise UnsupportedQuantization(
+        f"{where}: compressed-tensors weights {bits}-bit {wtype} with input activations "
+        f"{a.get('num_bits') if a else None}-bit {a.get('type') if a else ''} are not supported; "
+        f"use an explicit shape instead"
+    )
+
+
+def _weight_quant(config: dict, text: dict, hf_quant: dict | None) -> tuple[str, str]:
+    """(weight_quant, where it was read) following vLLM's precedence: config.json first."""
+    q = config.get("quantization_config") or text.get("quantization_config")
+    if isinstance(q, dict) and q:
+        where = "config.json quantization_config"
+        method = str(q.get("quant_method", "")).lower()
+        if method == "fp8":
+            block = q.get("weight_block_size")
+            if block is not None:
+                if list(block) != [128, 128]:
+                    raise UnsupportedQuantization(
+                        f"{where}: FP8 block size {list(block)} is not [128, 128]; use an explicit shape"
+                    )
+                return "fp8_block128", where
+            return "fp8", where
+        if method.startswith("modelopt"):
+            algo = q.get("quant_algo") or (q.get("quantization") or {}).get("quant_algo")
+            return _modelopt_weight_quant(algo, q.get("quantized_layers"), where), where
+        if method == "compressed-tensors":
+            return _compressed_tensors_weight_quant(q, where), where
+        if method == "mxfp4":
+            return "mxfp4", where
+        if method == "fbgemm_fp8":
+            return "fp8", where
+        if method in WEIGHT_ONLY_INT_METHODS:
+            return WEIGHT_ONLY_INT_METHODS[method], where
+        raise UnsupportedQuantization(
+            f"{where}: quant_method {method or 'missing'!r} is not supported (known: fp8, modelopt, "
+            f"compressed-tensors, mxfp4, fbgemm_fp8, {', '.join(sorted(WEIGHT_ONLY_INT_METHODS))}); "
+            f"use an explicit shape instead"
+        )
+    if hf_quant is not None:
+        where = "hf_quant_config.json"
+        producer = str((hf_quant.get("producer") or {}).get("name", "")).lower()
+        quant = hf_quant.get("quantization") or {}
+        if producer and producer != "modelopt":
+            raise UnsupportedQuantization(f"{where}: producer {producer!r} is not supported (only modelopt)")
+        return _modelopt_weight_quant(quant.get("quant_algo"), quant.get("quantized_layers"), where), where
+    dtype = str(text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or config.get("dtype") or "bfloat16")
+    return ("fp16" if dtype in ("float16", "half", "fp16") else "bf16"), f"unquantized ({dtype})"
+
+
+# --------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------
+
+
+def load_profile(model: str) -> MoeProfile:
+    """Read a checkpoint's config files and return its :class:`MoeProfile`.
+
+    :param model: a local checkpoint directory (or its ``config.json``), or a Hugging Face
+        model id. Hub ids fetch ``config.json`` and, when present, ``hf_quant_config.json`` into
+        the Hugging Face cache (honours ``HF_HUB_OFFLINE``, ``HF_HOME``); never weights, never
+        remote code.
+    :raises ModelConfigNotFound: no such directory / no config.json / unknown or uncached hub id.
+    :raises ModelConfigInvalid: malformed JSON.
+    :raises DenseModel: no routed experts.
+    :raises MoeFieldsMissing: hidden size, experts or top-k missing.
+    :raises UnsupportedQuantization: a quantization scheme autoselect cannot map.
+    """
+    config_path, quant_path, notes = _locate(model)
+    config = _read_json(config_path, "config.json")
+    hf_quant = _read_json(quant_path, "hf_quant_config.json") if quant_path is not None else None
+    text = _text_config(config)
+    model_type = text.get("model_type") or config.get("model_type")
+
+    expert_field, experts = _first(text, EXPERT_FIELDS)
+    hidden_field, hidden = _first(text, HIDDEN_FIELDS)
+    top_k_field, top_k = _first(text, TOP_K_FIELDS)
+    if expert_field is None or experts == 0:
+        if hidden_field is not None:
+            raise DenseModel(
+                f"{model} ({model_type or 'unknown type'}) is a dense model: it has no routed "
+                f"experts, so there is no all2all and --all2all-backend has no effect"
+            )
+        raise MoeFieldsMissing(
+            f"{config_path} has no MoE fields (hidden_size, one of {', '.join(EXPERT_FIELDS)}, "
+            f"num_experts_per_tok); is it a language model's config.json?"
+        )
+    missing = [n for n, v in (("hidden_size", hidden), ("num_experts_per_tok", top_k)) if v is None]
+    if missing:
+        raise MoeFieldsMissing(
+            f"{config_path} has routed experts ({expert_field}) but no {' or '.join(missing)}; "
+            f"fix the config or use an explicit shape"
+        )
+    for name, value in ((hidden_field, hidden), (expert_field, experts), (top_k_field, top_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise MoeFieldsMissing(f"{config_path}: {name} is {value!r}, not a positive integer")
+
+    weight_quant, quant_source = _weight_quant(config, text, hf_quant)
+    fmt = QUANT_FORMATS[weight_quant]
+    num_layers = text.get("num_hidden_layers")
+    return MoeProfile(
+        model=model,
+        model_type=model_type,
+        hidden_size=hidden,
+        num_experts=experts,
+        top_k=top_k,
+        moe_layers=count_moe_layers(text),
+        weight_quant=weight_quant,
+        activation_dtypes=dict(fmt.activation),
+        num_layers=int(num_layers) if isinstance(num_layers, int) else None,
+        quant_source=quant_source,
+        notes=tuple(notes),
+    )
