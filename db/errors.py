@@ -39,3 +39,11 @@ class ImportFormatTooNew(UserError):
 
 class UnknownRun(UserError):
     "A run id that is not in the database."
+
+
+class ImportFileNotFound(UserError):
+    "The file given to `db import` does not exist."
+
+
+class OutputNotWritable(UserError):
+    "An export destination that cannot be written."

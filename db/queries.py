@@ -322,3 +322,23 @@ def check(conn: sqlite3.Connection, path: str | os.PathLike) -> dict:
         "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
         "stale_running_runs": stale_runs(conn),
     }
+
+
+def info_at(path: str | os.PathLike | None = None) -> dict:
+    """:func:`info` of the database at ``path`` (default: :func:`db.default_path`), read-only."""
+    path = Path(path) if path is not None else default_path()
+    conn = connect_readonly(path)
+    try:
+        return info(conn, path)
+    finally:
+        conn.close()
+
+
+def check_at(path: str | os.PathLike | None = None) -> dict:
+    """:func:`check` of the database at ``path`` (default: :func:`db.default_path`), read-only."""
+    path = Path(path) if path is not None else default_path()
+    conn = connect_readonly(path)
+    try:
+        return check(conn, path)
+    finally:
+        conn.close()

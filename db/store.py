@@ -238,21 +238,31 @@ class Store:
 
     # -- import / merge ---------------------------------------------------------------------
 
-    def import_records(self, records: Iterable[dict]) -> ImportSummary:
+    def import_records(self, records: Iterable[dict], *, progress=None, total: int | None = None) -> ImportSummary:
         """Add exported records (see :mod:`db.transfer`); records already present are skipped.
 
         Records must already be validated (:func:`db.transfer.parse_record`). Idempotent:
-        runs are matched by uid, results by ``result_key``.
+        runs are matched by uid, results by ``result_key``. ``progress(done, total)`` is
+        called after each batch of :data:`IMPORT_BATCH` records.
         """
+        if total is None and hasattr(records, "__len__"):
+            total = len(records)
         summary = ImportSummary()
         batch: list[dict] = []
+        done = 0
         for rec in records:
             batch.append(rec)
             if len(batch) >= IMPORT_BATCH:
                 self._import_batch(batch, summary)
+                done += len(batch)
                 batch = []
+                if progress:
+                    progress(done, total)
         if batch:
             self._import_batch(batch, summary)
+            done += len(batch)
+            if progress:
+                progress(done, total)
         return summary
 
     def _import_batch(self, batch: list[dict], summary: ImportSummary) -> None:
@@ -313,3 +323,41 @@ def _validate_result(d: dict) -> None:
     raw = d.get("raw_samples_us") or []
     if raw and len(raw) != d["samples"]:
         raise ValueError(f"result has samples={d['samples']} but {len(raw)} raw samples")
+
+
+def import_file(db_path, file, progress=None) -> ImportSummary:
+    """Validate a JSONL export completely, then add it to the database at ``db_path``.
+
+    :param progress: optional ``progress(done, total)`` callback, called after each batch.
+    """
+    from db.transfer import read_file
+
+    records = read_file(file)  # raises before the database is opened
+    with Store(db_path) as store:
+        return store.import_records(records, progress=progress)
+
+
+def merge_into(db_path, other, progress=None) -> ImportSummary:
+    """Add every run and result of the database ``other`` to the one at ``db_path`` (idempotent)."""
+    from db.queries import connect_readonly
+    from db.transfer import iter_records
+
+    src = connect_readonly(other)  # validated before the target is opened for writing
+    try:
+        total = src.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+        with Store(db_path) as store:
+            return store.import_records(iter_records(src), progress=progress, total=total)
+    finally:
+        src.close()
+
+
+def upgrade(db_path) -> tuple[int, int]:
+    """Apply pending migrations to the database at ``db_path``; returns (old, new) schema version."""
+    from db.schema import check_header
+
+    path = Path(db_path) if db_path is not None else default_path()
+    if not path.is_file():
+        raise DatabaseNotFound(f"no results database at {path}; pass --db PATH")
+    old = check_header(path) or 0
+    with Store(path, create=False) as store:
+        return old, store.schema_version

@@ -201,4 +201,54 @@ def read_jsonl(lines: Iterable[str], name: str) -> list[dict]:
     return out
 
 
-__all__ = ["FORMAT", "RECORD_VERSION", "iter_records", "write_jsonl", "write_csv", "parse_record", "read_jsonl", "VERSION_COLUMNS"]
+
+
+#: export format -> writer
+EXPORTERS = {"jsonl": write_jsonl, "csv": write_csv}
+
+
+def export_to(db_path, fmt: str, out: IO[str] | None = None, output=None) -> int:
+    """Export the database at ``db_path`` as ``jsonl`` or ``csv`` to ``out`` or the file ``output``.
+
+    Returns the number of results written. The database is opened read-only; the output file
+    is only created once the database has been validated.
+    """
+    from pathlib import Path
+
+    from db.errors import OutputNotWritable
+    from db.queries import connect_readonly
+
+    writer = EXPORTERS[fmt]
+    if output is not None:
+        output = Path(output)
+        if output.is_dir() or not output.parent.is_dir():
+            raise OutputNotWritable(f"cannot write {output}: not a file in an existing directory; pass another --output")
+    conn = connect_readonly(db_path)
+    try:
+        if output is None:
+            return writer(conn, out)
+        tmp = output.with_name(output.name + ".partial")
+        with open(tmp, "w", newline="") as f:
+            n = writer(conn, f)
+        tmp.replace(output)
+        return n
+    finally:
+        conn.close()
+
+
+def read_file(path) -> list[dict]:
+    """Read and validate a whole JSONL export file (nothing is written)."""
+    from pathlib import Path
+
+    from db.errors import ImportFileNotFound
+
+    path = Path(path)
+    if not path.is_file():
+        raise ImportFileNotFound(f"no file {path}; pass a file written by `autoselect db export`")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return read_jsonl(f, str(path))
+    except UnicodeDecodeError:
+        raise BadImportRecord(
+            f"{path} is not UTF-8 text; import files must be written by `autoselect db export`"
+        ) from None

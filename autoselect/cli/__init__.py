@@ -24,6 +24,8 @@ class InputError(click.ClickException):
 
 #: command name -> "module:attribute". Add a line here to add a command.
 COMMANDS: dict[str, str] = {
+    "db": "autoselect.cli.db_cmds:db_group",
+    "hosts": "autoselect.cli.db_cmds:hosts_cmd",
     "inspect": "autoselect.cli.model_cmds:inspect_cmd",
     "check": "autoselect.cli.model_cmds:check_cmd",
 }
