@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "hosts": "autoselect.cli.db_cmds:hosts_cmd",
     "inspect": "autoselect.cli.model_cmds:inspect_cmd",
     "check": "autoselect.cli.model_cmds:check_cmd",
+    "report": "autoselect.cli.report_cmd:report_cmd",
 }
 
 

@@ -1,0 +1,65 @@
+"""``autoselect report``: figures of the measurements and the decision (parsing and printing only)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from autoselect.cli import db_option, format_option
+
+
+@click.command("report")
+@click.option("--model", required=True, metavar="MODEL",
+              help="Local checkpoint directory or Hugging Face id (config files only).")
+@click.option("--host-class", default=None, metavar="ID",
+              help="Host class whose measurements to draw (default: the one that measured this shape most recently).")
+@click.option("--world-size", type=int, default=None, show_default=True,
+              help="EP size (dp x tp) to draw (default: the largest measured for this shape).")
+@click.option("--workload", default="decode", show_default=True, metavar="KIND|TOKENS",
+              help="Workload the recommendation is weighted for: decode, prefill, mixed, or token counts per rank (e.g. 1,8,64).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="autoselect-report", show_default=True,
+              help="Directory for the PNGs and report.html (created when missing).")
+@click.option("--svg", is_flag=True, help="Also write each figure as SVG.")
+@click.option("--terminal", is_flag=True,
+              help="Draw the latency chart in this terminal instead of writing files.")
+@click.option("--fleet-backend", default=None, metavar="BACKEND",
+              help="Backend of the per-node fleet figure (default: the recommended one).")
+@click.option("--fleet-tokens", type=int, default=None, show_default=True,
+              help="Tokens per rank of the fleet figure (default: the token count most nodes measured).")
+@db_option
+@format_option("text", "json")
+def report_cmd(model, host_class, world_size, workload, out_dir, svg, terminal, fleet_backend, fleet_tokens,
+               db_path, fmt):
+    """Draw the measurements and the recommendation as PNGs and one self-contained HTML page.
+
+    Latency vs tokens per rank (log-log, p10-p90 bands, crossovers, the fastest legal backend
+    per workload bucket starred), dispatch and combine separately, bandwidth as a fraction of
+    the NVLink peak, and for a fleet database the per-node latency with drift-flagged nodes
+    in red. report.html embeds every image: mail it or attach it to a ticket.
+
+    \b
+    Examples:
+      autoselect report --model deepseek-ai/DeepSeek-R1 --out report/
+      autoselect report --model ./Qwen3-30B-A3B --workload prefill --svg
+      autoselect report --model deepseek-ai/DeepSeek-R1 --terminal
+    """
+    from autoselect import report
+
+    data = report.collect(
+        model, db_path=db_path, host_class=host_class, world_size=world_size, workload=workload,
+        fleet_backend=fleet_backend, fleet_tokens=fleet_tokens,
+    )
+    if terminal:
+        click.echo(report.terminal_chart(data, colour=sys.stdout.isatty()))
+        return
+    files = report.write_report(data, out_dir, svg=svg)
+    if fmt == "json":
+        click.echo(json.dumps(files.to_dict(), indent=2))
+        return
+    for name, path in files.pngs.items():
+        click.echo(f"{name:<10} {path}")
+    for name, path in files.svgs.items():
+        click.echo(f"{name:<10} {path}")
+    click.echo(f"{'page':<10} {files.html}")
