@@ -145,6 +145,57 @@ def results_for(
     return [_stored(row) for row in cur.execute(sql, args)]
 
 
+def all_results(
+    conn: sqlite3.Connection,
+    *,
+    kind: str | None = "micro",
+    statuses: tuple[str, ...] | list[str] | None = None,
+    host_class: str | None = None,
+) -> list[StoredResult]:
+    """Every stored result of every shape, oldest first (raw samples not loaded): fleet drift's input.
+
+    :param kind: only this measurement kind (None: all).
+    :param statuses: only these result statuses (default: all).
+    :param host_class: only results measured on this class of machine.
+    """
+    where: list[str] = []
+    args: list[Any] = []
+    for column, value in (("kind", kind), ("host_class", host_class)):
+        if value is not None:
+            where.append(f"r.{column} = ?")
+            args.append(value)
+    if statuses:
+        where.append(f"r.status IN ({', '.join('?' * len(statuses))})")
+        args.extend(statuses)
+    sql = f"{_RESULT_SELECT}{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY r.id"
+    cur = conn.cursor()
+    cur.row_factory = None
+    return [_stored(row) for row in cur.execute(sql, args)]
+
+
+def runs(conn: sqlite3.Connection, *, machine_id: str | None = None) -> list[dict]:
+    """Every run, oldest first: id, uid, machine_id, host_class, hostname (of the measured machine),
+    started_at, finished_at, status, trigger, command, meta (parsed) and its result count."""
+    sql = (
+        "SELECT u.id, u.uid, u.machine_id, u.host_class, h.hostname, u.started_at, u.finished_at,"
+        " u.status, u.\"trigger\" AS \"trigger\", u.command, u.meta,"
+        " (SELECT COUNT(*) FROM results r WHERE r.run_id = u.id) AS results"
+        " FROM runs u JOIN hosts h ON h.machine_id = u.machine_id"
+    )
+    args: list[Any] = []
+    if machine_id is not None:
+        sql += " WHERE u.machine_id = ?"
+        args.append(machine_id)
+    cur = conn.cursor()
+    cur.row_factory = sqlite3.Row
+    out = []
+    for row in cur.execute(sql + " ORDER BY u.started_at, u.id", args):
+        d = dict(row)
+        d["meta"] = _loads(d["meta"])
+        out.append(d)
+    return out
+
+
 def samples_for(conn: sqlite3.Connection, result_id: int) -> list[float]:
     """The raw round-trip latencies (µs) of one result, in measurement order."""
     cur = conn.cursor()

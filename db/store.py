@@ -8,6 +8,7 @@ killed writer leaves whole rows only. Reads for the fast commands live in :mod:`
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sqlite3
@@ -180,8 +181,11 @@ class Store:
                 }
             ).last_pk
 
-    def finish_run(self, run_id: int, status: str = "complete") -> None:
-        """Close a run with a final status (``complete``, ``failed`` or ``interrupted``)."""
+    def finish_run(self, run_id: int, status: str = "complete", *, meta: dict | None = None) -> None:
+        """Close a run with a final status (``complete``, ``failed`` or ``interrupted``).
+
+        :param meta: keys merged into the run's meta (e.g. why a fleet node's run failed).
+        """
         if status not in RUN_STATUSES or status == "running":
             raise ValueError(f"finish_run status must be one of {RUN_STATUSES[1:]}, not {status!r}")
         now = now_iso()
@@ -191,6 +195,10 @@ class Store:
                 "UPDATE runs SET status = ?, finished_at = ?, updated_at = ? WHERE id = ?",
                 (status, now, now, run_id),
             )
+            if meta:
+                old = self.conn.execute("SELECT meta FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+                merged = {**(json.loads(old) if old else {}), **meta}
+                self.conn.execute("UPDATE runs SET meta = ? WHERE id = ?", (dumps(merged), run_id))
 
     def _run(self, run_id: int) -> tuple:
         row = self.conn.execute(
