@@ -1,0 +1,217 @@
+"""Legality rules: the capability table, the one-sided hard rule, versions and spellings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoselect import rules
+from autoselect.hardware import GpuInfo, HostFingerprint
+from autoselect.model import MoeProfile, load_profile
+from autoselect.payload import ACTIVATION_DTYPES
+
+MODELS = Path(__file__).parent / "fixtures" / "models"
+ONE_SIDED = "flashinfer_nvlink_one_sided"
+TWO_SIDED = "flashinfer_nvlink_two_sided"
+
+
+def _host(*, links_up=True, versions=None, gpus=8, fabric=None):
+    gpu_list = [GpuInfo(i, "NVIDIA B200", f"GPU-{i}", 183359, "sm100", "10.0", 18 if links_up else 0, 18)
+                for i in range(gpus)]
+    return HostFingerprint(
+        hostname="node1", machine_id="m1", host_class="b200x8", device="cuda",
+        gpu_name="NVIDIA B200", gpu_count=gpus, gpu_arch="sm100", gpus=gpu_list,
+        nvlink_matrix=[], all_nvlinks_up=links_up, nvlink_peak_gbps=900.0 if links_up else None,
+        fabric=fabric, driver_version="580.0", cuda_version="13.0",
+        versions={"flashinfer": "0.7.2.post1", "deep_ep": "1.2.1"} if versions is None else versions,
+    )
+
+
+def test_one_sided_is_legal_for_nvfp4_on_blackwell():
+    profile = load_profile(str(MODELS / "deepseek-r1-nvfp4"))
+    verdict = rules.legal(ONE_SIDED, profile, _host(), 8, "0.33.0")
+    assert verdict.ok and verdict.reasons == ()
+
+
+def test_one_sided_is_illegal_for_the_same_nvfp4_checkpoint_on_hopper():
+    profile = load_profile(str(MODELS / "deepseek-r1-nvfp4"))
+    verdict = rules.legal(ONE_SIDED, profile, None, 8, "0.33.0", gpu_arch="sm90")
+    assert not verdict.ok
+    assert verdict.reasons[0].startswith("flashinfer_nvlink_one_sided needs nvfp4 activations; ")
+    assert "deepseek-r1-nvfp4 dispatches bf16 on sm90" in verdict.reasons[0]
+
+
+@pytest.mark.parametrize(
+    "version, words",
+    [("0.18.0", "would SILENTLY CORRUPT output"), ("0.19.1", "would SILENTLY CORRUPT output"),
+     ("0.20.2", "would fail at startup (PR #39717"), ("0.33.0", "autoselect keeps one-sided nvfp4-only")],
+)
+def test_one_sided_consequence_for_bf16_depends_on_the_vllm_era(version, words):
+    profile = load_profile(str(MODELS / "qwen3-30b-a3b"))
+    verdict = rules.legal(ONE_SIDED, profile, None, 8, version, gpu_arch="sm100")
+    assert not verdict.ok and words in verdict.reasons[0]
+
+
+def test_legal_returns_every_reason_not_just_the_first():
+    profile = MoeProfile.from_shape(4096, 30, 3, "bf16")
+    host = _host(links_up=False, versions={})
+    verdict = rules.legal(ONE_SIDED, profile, host, 128, "0.33.0")
+    assert len(verdict.reasons) == 6
+    assert [r.split(" ")[0] for r in verdict.reasons[:5]] == [ONE_SIDED] * 5
+    assert "top_k in {1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 22}, not 3" in verdict.reasons[1]
+    assert "at most 64 ranks, not 128" in verdict.reasons[2]
+    assert "needs every NVLink of each GPU up" in verdict.reasons[3]
+    assert "beyond one node (128 > 8 GPUs) needs an MNNVL fabric" in verdict.reasons[4]
+    assert verdict.reasons[5].startswith("flashinfer is not installed on node1")
+
+
+def test_two_sided_needs_experts_divisible_by_ep_and_by_4():
+    profile = MoeProfile.from_shape(4096, 30, 2, "bf16")
+    verdict = rules.legal(TWO_SIDED, profile, _host(), 8, "0.33.0")
+    assert verdict.reasons == (
+        "flashinfer_nvlink_two_sided needs the 30 experts to divide evenly over EP size 8",
+        "flashinfer_nvlink_two_sided needs the number of experts (30) to be a multiple of 4",
+    )
+
+
+def test_two_sided_top_k_limit_is_32():
+    verdict = rules.legal(TWO_SIDED, MoeProfile.from_shape(4096, 64, 33, "bf16"), _host(), 8, "0.33.0")
+    assert verdict.reasons == ("flashinfer_nvlink_two_sided supports top_k <= 32, not 33",)
+
+
+def test_deepep_low_latency_rejects_hidden_above_8192_and_pads_smaller_ones():
+    too_big = rules.legal("deepep_low_latency", MoeProfile.from_shape(12288, 64, 8, "bf16"), _host(), 8, "0.33.0")
+    assert too_big.reasons == ("deepep_low_latency supports hidden sizes up to 8192, not 12288",)
+    padded = rules.legal("deepep_low_latency", load_profile(str(MODELS / "gpt-oss-120b")), _host(), 8, "0.33.0")
+    assert padded.ok and "deepep_low_latency pads hidden size 2880 to 3072" in padded.warnings
+
+
+def test_deepep_block_fp8_needs_hidden_multiple_of_128():
+    verdict = rules.legal("deepep_high_throughput", MoeProfile.from_shape(2880, 64, 8, "fp8_block128"), _host(), 8, "0.33.0")
+    assert verdict.reasons == ("deepep_high_throughput fp8 block dispatch needs hidden % 128 == 0, not 2880",)
+
+
+def test_deepep_without_deep_ep_installed_is_illegal_with_an_install_pointer():
+    verdict = rules.legal("deepep_high_throughput", load_profile(str(MODELS / "deepseek-v3")),
+                          _host(versions={"flashinfer": "0.7.2"}), 8, "0.33.0")
+    assert verdict.reasons == ("deep_ep is not installed on node1: install DeepEP from "
+                               "github.com/deepseek-ai/DeepEP (not a vLLM dependency)",)
+
+
+def test_flashinfer_across_nodes_needs_a_fabric():
+    profile = load_profile(str(MODELS / "deepseek-r1-nvfp4"))
+    assert not rules.legal(ONE_SIDED, profile, _host(), 16, "0.33.0").ok
+    assert rules.legal(ONE_SIDED, profile, _host(fabric="completed"), 16, "0.33.0").ok
+
+
+def test_without_host_hardware_rules_are_a_warning():
+    profile = load_profile(str(MODELS / "deepseek-r1-nvfp4"))
+    verdict = rules.legal(ONE_SIDED, profile, None, 8, "0.33.0", gpu_arch="sm100")
+    assert verdict.ok
+    assert "no host fingerprint: NVLink and package requirements of flashinfer_nvlink_one_sided unchecked" in verdict.warnings
+
+
+def test_removed_backends_are_legal_but_say_what_vllm_runs_instead():
+    verdict = rules.legal("pplx", load_profile(str(MODELS / "deepseek-v3")), None, 8, "0.33.0", gpu_arch="sm90")
+    assert verdict.ok
+    assert verdict.warnings[0].endswith("vLLM 0.33.0 silently runs allgather_reducescatter instead")
+
+
+def test_gpu_arch_is_required_without_a_host():
+    with pytest.raises(rules.GpuArchRequired):
+        rules.legal(DEFAULT := rules.DEFAULT_BACKEND, load_profile(str(MODELS / "deepseek-v3")), None, 8, "0.33.0")
+    assert DEFAULT == "allgather_reducescatter"
+
+
+def test_unknown_backend_is_refused_with_the_choices():
+    with pytest.raises(rules.UnknownBackend, match=r"unknown all2all backend 'fast'; vLLM 0.33.0 accepts: allgather_reducescatter,"):
+        rules.resolve("fast")
+
+
+@pytest.mark.parametrize(
+    "version, spelling",
+    [("0.11.1", "flashinfer_all2allv"), ("0.17.1", "flashinfer_all2allv"), ("0.18.0", TWO_SIDED), ("0.33.0", TWO_SIDED)],
+)
+def test_flag_value_spells_two_sided_per_version(version, spelling):
+    assert rules.flag_value(TWO_SIDED, version) == spelling
+
+
+def test_flag_value_refuses_one_sided_before_it_existed():
+    with pytest.raises(rules.BackendUnknownToVersion, match=r"vLLM 0.17.1 has no --all2all-backend value for flashinfer_nvlink_one_sided \(first in v0.18.0\)"):
+        rules.flag_value(ONE_SIDED, "0.17.1")
+
+
+def test_recommendable_backends_per_version():
+    assert rules.recommendable_backends("0.11.0") == []
+    assert rules.recommendable_backends("0.15.0") == [
+        "allgather_reducescatter", TWO_SIDED, "deepep_high_throughput", "deepep_low_latency"]
+    assert rules.recommendable_backends("0.33.0") == [
+        "allgather_reducescatter", ONE_SIDED, TWO_SIDED, "deepep_high_throughput", "deepep_low_latency"]
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [("0.11.1", "0.11.10"), ("0.19.1rc1", "0.19.1"), ("0.19.1.dev3+gabc", "0.19.1"), ("0.19.1", "0.19.1.post1"),
+     ("v0.10.1", "0.10.1.1"), ("0.9", "0.10.0")],
+)
+def test_parse_version_orders_releases(a, b):
+    assert rules.parse_version(a) < rules.parse_version(b)
+
+
+def test_parse_version_refuses_garbage():
+    with pytest.raises(rules.InvalidVllmVersion, match="cannot read vLLM version 'latest'"):
+        rules.parse_version("latest")
+
+
+def test_every_versioned_row_names_its_source():
+    for cap in rules.BACKENDS.values():
+        for s in cap.spellings:
+            assert s.source, cap.backend
+    for era in rules.ONE_SIDED_ERAS:
+        assert era.source.startswith("PR #")
+
+
+def test_pr_releases_recorded_in_the_tables():
+    two_sided = rules.BACKENDS[TWO_SIDED].spellings
+    assert [(s.value, s.since, s.until) for s in two_sided] == [
+        ("flashinfer_all2allv", "0.11.1", "0.18.0"), (TWO_SIDED, "0.18.0", None)]
+    assert [(e.since, e.consequence) for e in rules.ONE_SIDED_ERAS] == [
+        ("0.18.0", "silent_corruption"), ("0.20.0", "startup_error"),
+        ("0.21.0", "startup_error"), ("0.28.0", "startup_error")]
+    assert rules.ENV_VAR_REMOVED_IN == "0.16.0" and rules.FLAG_SINCE == "0.11.1"
+
+
+_TABLE_VERSIONS = sorted({s.since for c in rules.BACKENDS.values() for s in c.spellings if s.since}
+                         | {e.since for e in rules.ONE_SIDED_ERAS} | {rules.NEWEST_VLLM})
+_versions = st.one_of(
+    st.sampled_from(_TABLE_VERSIONS),
+    st.builds(lambda a, b, c: f"0.{a}.{b}" + (f"rc{c}" if c else ""),
+              st.integers(0, 60), st.integers(0, 5), st.integers(0, 3)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    dtype=st.sampled_from([d for d in ACTIVATION_DTYPES if d != "nvfp4"]),
+    arch=st.sampled_from(["sm90", "sm100"]),
+    version=_versions,
+    world_size=st.integers(1, 128),
+    top_k=st.sampled_from([1, 2, 4, 8]),
+)
+def test_one_sided_is_never_legal_without_nvfp4_activations(dtype, arch, version, world_size, top_k):
+    profile = MoeProfile.from_shape(7168, 256, top_k, dtype)
+    for host in (None, _host()):
+        verdict = rules.legal(ONE_SIDED, profile, host, world_size, version, gpu_arch=arch)
+        assert not verdict.ok
+        assert any("needs nvfp4 activations" in r for r in verdict.reasons)
+
+
+@settings(max_examples=100, deadline=None)
+@given(version=_versions, world_size=st.integers(1, 64))
+def test_agrs_is_legal_for_every_model_whenever_the_flag_exists(version, world_size):
+    profile = load_profile(str(MODELS / "mixtral-8x7b"))
+    verdict = rules.legal(rules.DEFAULT_BACKEND, profile, None, world_size, version, gpu_arch="sm90")
+    assert verdict.ok == rules.version_in(version, rules.FLAG_SINCE, None)
