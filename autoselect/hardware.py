@@ -203,12 +203,11 @@ def link_matrix(bus_ids: list[str], links: list[list[dict]], switch_type: int = 
                 matrix[i][peer] += 1
             elif link["type"] == switch_type or link["remote"] is not None:
                 to_switch[i] += 1
-    for i in range(n):
-        for j in range(n):
-            if i != j:
-                direct = max(matrix[i][j], matrix[j][i])
-                matrix[i][j] = direct + min(to_switch[i], to_switch[j])
-    return matrix
+    # a direct link is seen from both ends when both GPUs report it; take the larger count
+    return [
+        [0 if i == j else max(matrix[i][j], matrix[j][i]) + min(to_switch[i], to_switch[j]) for j in range(n)]
+        for i in range(n)
+    ]
 
 
 def _fabric(nvml: Any, handles: list) -> str | None:
