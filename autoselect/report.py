@@ -78,6 +78,7 @@ FAILED_MARKER: dict[str, str] = {"incorrect": "x", "unavailable": "|", "error": 
 STATE_LABEL: dict[str, str] = {
     "ok": "{backend}",
     "partial": "{backend} — not timed at {detail}",
+    "disqualified": "{backend} — DISQUALIFIED for this shape ({detail}); never a candidate",
     "illegal": "{backend} — ILLEGAL here ({detail}); measured only, never a candidate",
     "incorrect": "{backend} — INCORRECT: failed the correctness gate ({detail})",
     "unavailable": "{backend} — unavailable: {detail}",
@@ -93,9 +94,9 @@ DPI = 100
 FIGURE_FILES = ("latency", "phases", "bandwidth", "fleet")
 
 BANDWIDTH_FORMULA = (
-    "logical bandwidth = bytes_per_rank / t_p50, bytes_per_rank = T · (dispatch bytes + combine bytes) "
-    "per token, dispatch = activation row + 8·top_k (int32 ids + fp32 weights), combine = 2·H (bf16); "
-    "local-rank traffic included (DeepEP's 'logical' convention)"
+    "logical bandwidth = bytes_per_rank / t_p50 with bytes_per_rank = T × (dispatch + combine bytes per token): "
+    "dispatch = activation row + 8·top_k (int32 ids, fp32 weights), combine = 2·H (bf16); local-rank traffic "
+    "included (DeepEP's 'logical' convention)"
 )
 
 
@@ -111,6 +112,7 @@ class BackendSeries:
     timed: list[Any] = field(default_factory=list)  # Result rows with status ok, ascending tokens
     failed: list[Any] = field(default_factory=list)  # Result rows that were not timed
     illegal_reasons: tuple[str, ...] = ()
+    disqualified_reasons: tuple[str, ...] = ()  # the selector's: an incorrect / error row of this shape
 
     @property
     def tokens(self) -> list[int]:
@@ -122,6 +124,8 @@ class BackendSeries:
         """``ok``, ``partial``, ``illegal``, or the failure that kept every point untimed."""
         if self.illegal_reasons:
             return "illegal"
+        if self.disqualified_reasons and self.timed:
+            return "disqualified"
         if self.timed:
             return "partial" if self.failed else "ok"
         statuses = {r.status for r in self.failed}
@@ -133,7 +137,12 @@ class BackendSeries:
     @property
     def is_candidate(self) -> bool:
         """Timed and legal: a line the selector may pick."""
-        return bool(self.timed) and not self.illegal_reasons and not self.backend.startswith("reference_")
+        return (
+            bool(self.timed)
+            and not self.illegal_reasons
+            and not self.disqualified_reasons
+            and not self.backend.startswith("reference_")
+        )
 
     def label(self) -> str:
         """The legend text: the backend name, plus what is wrong with it when something is."""
@@ -142,6 +151,9 @@ class BackendSeries:
             detail = "; ".join(self.illegal_reasons)
             if len(detail) > 60:
                 detail = detail[:57] + "..."
+        elif state == "disqualified":
+            bad = [r for r in self.failed if r.status in ("incorrect", "error")]
+            detail = ", ".join(f"{r.status} at T={r.tokens_per_rank}" for r in bad[:2]) or "an older run failed"
         elif state == "partial":
             detail = ", ".join(f"T={r.tokens_per_rank} ({r.status})" for r in self.failed[:3])
             if len(self.failed) > 3:
@@ -395,7 +407,9 @@ def _new_figure(ncols: int = 1, *, caption: str | None = None, sharey: bool = Fa
 
 def message_figure(title: str, lines: Sequence[str]):
     """A figure that says, in words, why there is no plot (empty data, nothing timed ...)."""
-    fig, ax = _new_figure()
+    plt = _pyplot()
+    fig = plt.figure(figsize=FIGSIZE_IN, dpi=DPI)
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
     ax.set_axis_off()
     ax.text(0.5, 0.78, title, ha="center", va="center", fontsize=17, weight="bold", transform=ax.transAxes)
     ax.text(
@@ -416,17 +430,28 @@ def _not_timed_lines(data: ReportData) -> list[str]:
 
 
 def _log_axes(ax, xs: Sequence[float], ys: Sequence[float]):
-    """Log-log axes whose limits also make sense for a single point."""
+    """Log-log axes with plain-number ticks (1-2-5 on y) that also make sense for one point.
+
+    The x range spans at least 4x and the y range at least 4x around the data, so a single
+    point or a flat curve still gets labelled ticks.
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    if xs and min(xs) == max(xs):
-        ax.set_xlim(min(xs) / 2, max(xs) * 2)
-    if ys and min(ys) == max(ys):
-        ax.set_ylim(min(ys) / 2, max(ys) * 2)
-    from matplotlib.ticker import LogLocator, ScalarFormatter
-
+    if xs and max(xs) / min(xs) < 4:
+        mid = math.sqrt(min(xs) * max(xs))
+        ax.set_xlim(mid / 2, mid * 2)
+    if ys and max(ys) / min(ys) < 4:
+        mid = math.sqrt(min(ys) * max(ys))
+        ax.set_ylim(mid / 2, mid * 2)
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")
     ax.xaxis.set_major_locator(LogLocator(base=2))
-    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.grid(True, which="major", alpha=0.35)
     ax.grid(True, which="minor", alpha=0.12)
 
@@ -607,11 +632,16 @@ def bandwidth_figure(data: ReportData):
     all_t = [t for _, pts in series for t, _ in pts]
     if min(all_t) == max(all_t):
         ax.set_xlim(min(all_t) / 2, max(all_t) * 2)
-    ax.set_ylim(bottom=0)
+    top = max(y for _, pts in series for _, y in ([(0, g / peak) for _, g in pts] if peak else pts))
     if peak:
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-        ax.axhline(1.0, color="black", linewidth=1, linestyle=":")
-        ax.text(ax.get_xlim()[0], 1.0, " NVLink peak", va="bottom", fontsize=8)
+        if top > 0.25:  # the peak line only when the curves come near it; else it flattens them
+            ax.axhline(1.0, color="black", linewidth=1, linestyle=":")
+            ax.annotate("NVLink peak", xy=(0.005, 1.0), xycoords=("axes fraction", "data"), va="bottom",
+                        fontsize=8)
+            top = max(top, 1.0)
+    ax.set_ylim(0, top * 1.12 if top > 0 else 1.0)
+    if peak:
         ax.set_ylabel("logical bandwidth / NVLink peak")
         ax.set_title(_title("Bandwidth as a fraction of the NVLink peak", data), fontsize=12)
     else:
@@ -926,3 +956,241 @@ def terminal_chart(data: ReportData, *, width: int = 100, height: int = 28, colo
     if data.recommended:
         foot.append(f"recommended: --all2all-backend {data.recommended}")
     return chart.rstrip("\n") + "\n" + "\n".join(foot)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading: the store and the selector -> ReportData
+
+
+class FleetTokensNotMeasured(UserError):
+    "--fleet-tokens names a token count no node measured for the fleet backend."
+
+
+#: ``--workload`` names the selector knows; anything starting with a digit is token counts.
+WORKLOAD_KINDS = ("decode", "prefill", "mixed")
+
+
+def _resolve_host_class(conn, profile, host_class: str | None, gpu_arch: str | None):
+    """(host_class, gpu_arch, dispatch dtype, rows) of the host class the report draws.
+
+    Default: the host class whose newest row of this shape is the most recent. Raises
+    :class:`NothingToReport` when no host class measured the shape.
+    """
+    from autoselect.model import normalize_arch
+    from autoselect.selector import NoGpuArch, UnknownHostClass
+    from db.queries import host_classes, results_for
+
+    classes = host_classes(conn)
+    known = {c["host_class"]: c for c in classes}
+    if host_class is not None and host_class not in known:
+        raise UnknownHostClass(
+            f"no host class {host_class!r} in the database; `autoselect hosts` lists the known ones"
+        )
+    wanted = [known[host_class]] if host_class is not None else classes
+    found = []
+    no_arch = []
+    for c in wanted:
+        arch = gpu_arch or c.get("gpu_arch")
+        if not arch:
+            no_arch.append(c["host_class"])
+            continue
+        arch = normalize_arch(arch)
+        dtype = profile.activation_dtype(arch)
+        rows = results_for(
+            conn, hidden=profile.hidden_size, top_k=profile.top_k, experts=profile.num_experts,
+            dispatch_dtype=dtype, host_class=c["host_class"], kind="micro",
+        )
+        if rows:
+            newest = max((r.created_at or r.run_started_at or "") for r in rows)
+            found.append((newest, c["host_class"], arch, dtype, rows))
+    if not found:
+        if no_arch and not gpu_arch:
+            raise NoGpuArch(
+                f"host class {', '.join(no_arch)} has no GPU architecture (a CPU host); pass --gpu-arch "
+                "sm90|sm100 to say which arch's activation dtype its measurements stand for"
+            )
+        where = f"host class {host_class}" if host_class else "any host class"
+        raise NothingToReport(
+            f"no measurement of {profile.model} (hidden {profile.hidden_size}, top_k {profile.top_k}, "
+            f"{profile.num_experts} experts) on {where}; run `autoselect bench --model {profile.model}` first"
+        )
+    _, hc, arch, dtype, rows = max(found, key=lambda f: f[0])
+    return hc, arch, dtype, rows
+
+
+def _workload(text: str, deployment):
+    from autoselect.selector import UnknownWorkload, parse_tokens, workload_from_kind
+
+    text = text.strip()
+    if text[:1].isdigit():
+        return parse_tokens(text)
+    if text not in WORKLOAD_KINDS:
+        raise UnknownWorkload(
+            f"unknown --workload {text!r}; use {', '.join(WORKLOAD_KINDS)} or token counts per rank like 1,8,64"
+        )
+    return workload_from_kind(text, deployment)
+
+
+def bucket_marks(recommendation) -> list[BucketMark]:
+    """The fastest candidate per workload bucket, from the selector's per-bucket estimates."""
+    marks = []
+    for i, (tokens, weight) in enumerate(recommendation.workload.buckets):
+        best = None
+        for c in recommendation.candidates:
+            e = c.buckets[i] if i < len(c.buckets) else None
+            if e is not None and e.latency_us is not None and (best is None or e.latency_us < best[1]):
+                best = (c.backend, e.latency_us)
+        marks.append(BucketMark(tokens, weight, best[0] if best else None, best[1] if best else None))
+    return marks
+
+
+def collect(
+    model: str,
+    *,
+    db_path: os.PathLike | str | None = None,
+    host_class: str | None = None,
+    world_size: int | None = None,
+    workload: str = "decode",
+    gpu_arch: str | None = None,
+    vllm_version: str | None = None,
+    fleet_backend: str | None = None,
+    fleet_tokens: int | None = None,
+) -> ReportData:
+    """Read everything a report draws: the model's measurements, the recommendation, the fleet.
+
+    :param model: checkpoint directory or Hugging Face id (config files only).
+    :param db_path: the results database (default: ``$AUTOSELECT_DB`` / the user data dir).
+    :param host_class: whose measurements (default: the class that measured the shape last).
+    :param world_size: EP size (default: the largest measured for this shape).
+    :param workload: ``decode``, ``prefill``, ``mixed`` or token counts per rank (``1,8,64``).
+    :param gpu_arch: the arch whose activation dtype applies (default: the host class's).
+    :param fleet_backend: backend of the per-node figure (default: the recommended one).
+    :param fleet_tokens: tokens per rank of the per-node figure (default: most measured).
+    """
+    from autoselect.model import load_profile
+    from autoselect.selector import BadDeployment, Deployment, recommend
+    from db.queries import connect_readonly, newest_host
+
+    if world_size is not None and world_size < 1:
+        raise BadDeployment(f"--world-size {world_size} must be at least 1")
+    profile = load_profile(model)
+    conn = connect_readonly(db_path)
+    try:
+        hc, arch, dtype, rows = _resolve_host_class(conn, profile, host_class, gpu_arch)
+        sizes = sorted({r.world_size for r in rows})
+        if world_size is None:
+            world_size = sizes[-1]
+        elif world_size not in sizes:
+            raise NothingToReport(
+                f"no measurement of {profile.model} at --world-size {world_size} on host class {hc} "
+                f"(measured: {', '.join(map(str, sizes))}); pass one of those or run autoselect bench"
+            )
+        rows = [r for r in rows if r.world_size == world_size]
+        host = newest_host(conn, hc)
+        rec = None
+        if world_size >= 2:
+            deployment = Deployment(dp=world_size, tp=1)
+            rec = recommend(
+                profile, conn=conn, deployment=deployment, host_class=hc, host=host, gpu_arch=arch,
+                vllm_version=vllm_version, workload=_workload(workload, deployment),
+            )
+        elif not workload.strip():
+            raise NothingToReport("--workload is empty; pass decode, prefill, mixed or token counts")
+    finally:
+        conn.close()
+
+    illegal = {}
+    disqualified = {}
+    if rec is not None:
+        for rej in rec.rejected:
+            if rej.kind == "illegal":
+                illegal[rej.backend] = tuple(rej.reasons)
+            elif rej.kind == "disqualified":
+                disqualified[rej.backend] = tuple(rej.reasons)
+    series = build_series(rows, illegal)
+    for s in series:
+        s.disqualified_reasons = disqualified.get(s.backend, ())
+    data = ReportData(
+        model=Path(profile.model).name if Path(profile.model).exists() else profile.model,
+        hidden=profile.hidden_size,
+        top_k=profile.top_k,
+        experts=profile.num_experts,
+        dispatch_dtype=dtype,
+        world_size=world_size,
+        host_class=hc,
+        gpu_name=getattr(host, "gpu_name", None),
+        device=getattr(host, "device", None),
+        nvlink_peak_gbps=getattr(host, "nvlink_peak_gbps", None),
+        series=series,
+        buckets=bucket_marks(rec) if rec is not None else [],
+        workload_kind=rec.workload.kind if rec is not None else None,
+        recommended=rec.backend if rec is not None else None,
+        recommendation=rec.to_dict() if rec is not None else None,
+    )
+    data.fleet = fleet_view(rows, series, data.recommended, backend=fleet_backend, tokens=fleet_tokens)
+    return data
+
+
+def fleet_view(rows: Sequence[Any], series: Sequence[BackendSeries], recommended: str | None, *,
+               backend: str | None = None, tokens: int | None = None) -> FleetView | None:
+    """The per-node view of one backend at one token count; None when one machine measured.
+
+    Each node's newest timed row at that point; the drift check (:mod:`autoselect.drift`)
+    decides which nodes are flagged.
+    """
+    machines = {r.machine_id for r in rows}
+    if len(machines) < 2:
+        if backend is not None or tokens is not None:
+            raise UnknownFleetBackend(
+                "--fleet-backend / --fleet-tokens need a fleet database (measurements from two or more "
+                "machines of the host class); this one has one machine"
+            )
+        return None
+    timed = {s.backend for s in series if s.timed}
+    if backend is None:
+        candidates = [s.backend for s in series if s.is_candidate]
+        backend = recommended if recommended in timed else (candidates[0] if candidates else None)
+        if backend is None:
+            return None
+    elif backend not in timed:
+        raise UnknownFleetBackend(
+            f"--fleet-backend {backend} has no timed measurement of this shape; "
+            f"use one of: {', '.join(sorted(timed)) or 'none'}"
+        )
+    ok = [r for r in rows if r.backend == backend and r.status == "ok" and r.latency_us_p50 is not None]
+    per_tokens: dict[int, set[str]] = {}
+    for r in ok:
+        per_tokens.setdefault(r.tokens_per_rank, set()).add(r.machine_id)
+    if tokens is None:
+        tokens = max(per_tokens, key=lambda t: (len(per_tokens[t]), t))
+    elif tokens not in per_tokens:
+        raise FleetTokensNotMeasured(
+            f"--fleet-tokens {tokens}: no node measured {backend} at that token count; "
+            f"measured: {', '.join(map(str, sorted(per_tokens)))}"
+        )
+    newest: dict[str, Any] = {}
+    for r in ok:
+        if r.tokens_per_rank != tokens:
+            continue
+        key = (r.created_at or "", r.id)
+        if r.machine_id not in newest or key > (newest[r.machine_id].created_at or "", newest[r.machine_id].id):
+            newest[r.machine_id] = r
+    names = [r.hostname or m for m, r in newest.items()]
+    nodes = [
+        FleetNode(
+            (r.hostname or m) if names.count(r.hostname or m) == 1 else f"{r.hostname or m} ({m[:8]})",
+            m, r.latency_us_p50, r.latency_us_p10, r.latency_us_p90, r.created_at,
+        )
+        for m, r in newest.items()
+    ]
+    values = sorted(n.latency_us_p50 for n in nodes)
+    mid = len(values) // 2
+    median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    view = FleetView(backend, tokens, nodes, median)
+    flag_drift(view, rows)
+    return view
+
+
+def flag_drift(view: FleetView, rows: Sequence[Any]) -> None:
+    """Mark the nodes :mod:`autoselect.drift` flags for the view's backend and token count."""
+    return None

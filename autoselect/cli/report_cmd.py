@@ -17,6 +17,8 @@ from autoselect.cli import db_option, format_option
               help="Host class whose measurements to draw (default: the one that measured this shape most recently).")
 @click.option("--world-size", type=int, default=None, show_default=True,
               help="EP size (dp x tp) to draw (default: the largest measured for this shape).")
+@click.option("--gpu-arch", default=None, metavar="ARCH",
+              help="GPU arch whose activation dtype applies (sm90, sm100); needed for CPU-host measurements.")
 @click.option("--workload", default="decode", show_default=True, metavar="KIND|TOKENS",
               help="Workload the recommendation is weighted for: decode, prefill, mixed, or token counts per rank (e.g. 1,8,64).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="autoselect-report", show_default=True,
@@ -30,7 +32,7 @@ from autoselect.cli import db_option, format_option
               help="Tokens per rank of the fleet figure (default: the token count most nodes measured).")
 @db_option
 @format_option("text", "json")
-def report_cmd(model, host_class, world_size, workload, out_dir, svg, terminal, fleet_backend, fleet_tokens,
+def report_cmd(model, host_class, world_size, gpu_arch, workload, out_dir, svg, terminal, fleet_backend, fleet_tokens,
                db_path, fmt):
     """Draw the measurements and the recommendation as PNGs and one self-contained HTML page.
 
@@ -48,7 +50,7 @@ def report_cmd(model, host_class, world_size, workload, out_dir, svg, terminal, 
     from autoselect import report
 
     data = report.collect(
-        model, db_path=db_path, host_class=host_class, world_size=world_size, workload=workload,
+        model, db_path=db_path, host_class=host_class, world_size=world_size, workload=workload, gpu_arch=gpu_arch,
         fleet_backend=fleet_backend, fleet_tokens=fleet_tokens,
     )
     if terminal:
