@@ -676,10 +676,11 @@ def fleet_figure(data: ReportData):
     ax.bar(x, p50, color=colours, yerr=[lo, hi], capsize=4, ecolor="#333333")
     if view.reference_us:
         ax.axhline(view.reference_us, color="black", linestyle=":", linewidth=1)
-    for i, n in enumerate(nodes):
-        if n.drifted:
-            ax.annotate(n.drift_note or "drift", (i, n.latency_us_p50), xytext=(0, 14),
-                        textcoords="offset points", ha="center", fontsize=8, color="#d62728", weight="bold")
+    for i, (n, h) in enumerate(zip(nodes, hi)):
+        if n.drift_note:
+            ax.annotate(n.drift_note, (i, n.latency_us_p50 + h), xytext=(0, 6), textcoords="offset points",
+                        ha="center", fontsize=8, color="#d62728" if n.drifted else "#666666",
+                        weight="bold" if n.drifted else "normal")
     ax.set_xticks(list(x), [n.hostname for n in nodes], rotation=30 if len(nodes) > 6 else 0, ha="right"
                   if len(nodes) > 6 else "center", fontsize=9)
     ax.set_ylabel("round-trip latency (µs)")
@@ -1192,5 +1193,24 @@ def fleet_view(rows: Sequence[Any], series: Sequence[BackendSeries], recommended
 
 
 def flag_drift(view: FleetView, rows: Sequence[Any]) -> None:
-    """Mark the nodes :mod:`autoselect.drift` flags for the view's backend and token count."""
-    return None
+    """Mark the nodes :func:`autoselect.drift.node_drift` flags, judged on this shape's rows.
+
+    A node is ``drifted`` when its newest run is slow (beyond the noise) at the view's backend
+    and token count, against its own history or the other nodes of its class; a node slow only
+    at other points of this shape gets a note naming how many, but no red bar.
+    """
+    from autoselect import drift
+
+    verdicts = {nd.machine_id: nd for nd in drift.node_drift(drift.observations(rows))}
+    for node in view.nodes:
+        nd = verdicts.get(node.machine_id)
+        if nd is None or not nd.flagged:
+            continue
+        here = [sp for sp in nd.slow if sp.backend == view.backend and sp.tokens_per_rank == view.tokens_per_rank]
+        if here:
+            worst = max(here, key=lambda sp: sp.slowdown)
+            versus = "the other nodes" if worst.versus == "class" else "its own history"
+            node.drifted = True
+            node.drift_note = f"+{worst.slowdown:.0%} vs {versus}"
+        else:
+            node.drift_note = f"slow at {len(nd.slow)} other point{'s' if len(nd.slow) != 1 else ''}"

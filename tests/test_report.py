@@ -419,3 +419,17 @@ def test_report_command_module_does_not_import_matplotlib_until_it_runs():
             "print(sorted(m for m in ('matplotlib', 'plotext', 'torch') if m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "[]"
+
+
+def test_fleet_figure_flags_the_node_the_drift_check_finds_slow_and_no_other(tmp_path):
+    data = report.collect(h.QWEN, db_path=_fleet_db(tmp_path, slow_node=2), fleet_tokens=512)
+    assert [(n.hostname, n.drifted, n.drift_note) for n in sorted(data.fleet.nodes, key=lambda n: n.hostname)] == [
+        ("node-00", False, None),
+        ("node-01", False, None),
+        ("node-02", True, "+60% vs the other nodes"),
+        ("node-03", False, None),
+    ]
+    fig = report.fleet_figure(data)
+    bars = fig.axes[0].patches
+    assert [b.get_facecolor()[:3] for b in bars].count(pytest.approx((0.839, 0.153, 0.157), abs=0.01)) == 1
+    assert "+60% vs the other nodes" in _texts(fig)
