@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "inspect": "autoselect.cli.model_cmds:inspect_cmd",
     "check": "autoselect.cli.model_cmds:check_cmd",
     "report": "autoselect.cli.report_cmd:report_cmd",
+    "tune": "autoselect.cli.tune_cmd:tune_cmd",
 }
 
 

@@ -1,0 +1,182 @@
+"""``autoselect tune``: parse, call :func:`autoselect.tune.run_tune`, print."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import click
+
+from autoselect.cli import db_option, format_option
+
+#: Version of the JSON ``tune --format json`` prints.
+SCHEMA_VERSION = 1
+
+
+class _LiveView:
+    """A live stderr panel: trials, best so far, the last measurement, what was pruned and why."""
+
+    def __init__(self, console):
+        from rich.live import Live
+
+        self.console = console
+        self.trials = 0
+        self.best = None
+        self.last = ""
+        self.phase = ""
+        self.pruned: list[tuple[str, str]] = []
+        self.live = Live(self._render(), console=console, refresh_per_second=4, transient=False)
+
+    def _render(self):
+        from rich.table import Table
+
+        t = Table.grid(padding=(0, 1))
+        t.add_row("[bold]trials[/bold]", str(self.trials))
+        t.add_row("[bold]best so far[/bold]", self.best or "-")
+        t.add_row("[bold]measuring[/bold]", self.phase or "-")
+        t.add_row("[bold]last[/bold]", self.last or "-")
+        for b, why in self.pruned:
+            t.add_row("[bold]pruned[/bold]", f"{b}: {why}")
+        return t
+
+    def __call__(self, event: dict) -> None:
+        kind = event["event"]
+        if kind == "start":
+            self.trials = event["reused"]
+            if event["reused"]:
+                self.last = f"resumed study with {event['reused']} completed trials"
+        elif kind == "measure":
+            self.phase = (f"{event['stage']}: {', '.join(event['backends'])} at "
+                          f"{', '.join(map(str, event['tokens']))} tokens/rank ({event['setting']})")
+        elif kind == "trial":
+            self.trials = event["trials"]
+            self.best = event["best"]
+            lat = f"{event['latency_us']:.1f} µs" if event["latency_us"] is not None else event["status"]
+            self.last = f"{event['backend']} @ {event['tokens']} tokens ({event['stage']}): {lat}"
+        elif kind == "prune":
+            self.pruned.append((event["backend"], event["reason"]))
+        elif kind == "knobs":
+            self.last = f"knobs for {event['backend']}: {event['message']}"
+        elif kind == "done":
+            self.phase = event["stop_reason"]
+        self.live.update(self._render())
+
+
+def _print_text(outcome: dict, excluded: dict[str, str], db_path: str) -> None:
+    click.echo(f"study: {outcome['study']}")
+    click.echo(f"stop: {outcome['stop_reason']}")
+    click.echo(f"trials: {outcome['trials_new']} new, {outcome['trials_reused']} reused; "
+               f"sweep time {outcome['sweep_s']:.1f} s, in timed loops {outcome['measure_s']:.1f} s")
+    click.echo("")
+    click.echo(f"{'backend':<32} {'weighted latency (us)':>22}  state")
+    for b, s in sorted(outcome["scores"].items(), key=lambda kv: kv[1]["latency_us"]):
+        state = "alive" if b in outcome["alive"] else "pruned"
+        mark = " <- best" if b == outcome["winner"] else ""
+        click.echo(f"{b:<32} {s['latency_us']:>14.1f} ± {s['halfwidth_us']:<6.1f}  {state}{mark}")
+    for b, why in outcome["pruned"].items():
+        click.echo(f"pruned {b}: {why}")
+    for b, why in excluded.items():
+        click.echo(f"not measured {b}: {why}")
+    k = outcome.get("knobs")
+    if k:
+        click.echo("")
+        if k["status"] == "gain":
+            click.echo(f"knobs for {k['backend']}: "
+                       + " ".join(f"{n}={v}" for n, v in k["setting"].items())
+                       + f"  ({k['gain']:.1%} faster than untuned, ± {k['gain_halfwidth']:.1%})")
+        else:
+            click.echo(f"knobs for {k['backend']}: {k['status'].replace('_', ' ')}")
+        for e in k.get("excluded", []):
+            click.echo(f"  not searched {e['knob']}: {e['reason']}")
+    if outcome["stop"] == "budget":
+        click.echo("")
+        click.echo("rerun the same command to continue this study (completed trials are reused)")
+    click.echo(f"results: {db_path}")
+
+
+def _list_knobs() -> None:
+    from autoselect import knobs
+
+    for k in knobs.KNOBS:
+        click.echo(f"{k.name}  [{k.kind}]  backends: {', '.join(k.backends)}")
+        click.echo(f"    values: {', '.join(k.values)} (unset: {k.default}); legal when: {', '.join(k.legal_when)}")
+        click.echo(f"    {k.effect}")
+        click.echo(f"    source: {k.source}")
+    click.echo("")
+    click.echo("researched, not searched:")
+    for name, why in knobs.NOT_SEARCHED:
+        click.echo(f"  {name}: {why}")
+
+
+@click.command("tune")
+@click.option("--model", default=None, metavar="MODEL",
+              help="Checkpoint dir, Hugging Face id, or shape:HIDDENxEXPERTSxTOPK:DTYPE.")
+@click.option("--budget", default="10m", show_default=True, help="Time budget of this invocation (90s, 10m, 1h).")
+@click.option("--workload", type=click.Choice(["decode", "prefill", "mixed"]), default="decode",
+              show_default=True, help="Which token buckets to compare on.")
+@click.option("--tokens", default=None, metavar="LIST",
+              help="Explicit tokens per rank, e.g. 8,64 or 8:0.7,64:0.3 (overrides --workload).")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
+              help="Where to measure (default: cuda when this host has GPUs, else cpu/gloo).")
+@click.option("--world-size", type=int, default=None, show_default=True,
+              help="EP ranks (default: every local GPU; 2 on CPU).")
+@click.option("--gpu-arch", default=None, help="Activation dtype as on this arch (needed on CPU for some models).")
+@click.option("--backends", default=None, metavar="LIST", help="Comma-separated backends to race (default: every legal one).")
+@click.option("--include-reference", is_flag=True, help="Also race the reference_* baselines (never recommended).")
+@click.option("--no-knobs", is_flag=True, help="Race backends only; skip the knob search.")
+@click.option("--enable-dbo", is_flag=True, help="Tune for vllm serve --enable-dbo (makes DBO-only knobs legal).")
+@click.option("--list-knobs", is_flag=True, help="Print the knob table with sources and exit.")
+@db_option
+@format_option("text", "json")
+def tune_cmd(model, budget, workload, tokens, device, world_size, gpu_arch, backends, include_reference,
+             no_knobs, enable_dbo, list_knobs, db_path, fmt):
+    """Race the legal backends adaptively, then search the winner's knobs.
+
+    Measures every candidate quickly, drops the clearly dominated ones (with the numbers),
+    re-measures the close ones where the decision is made, stops when it is settled beyond
+    the noise or the budget runs out, then searches the winner's real knobs (NCCL env vars,
+    FlashInfer block sizes, --max-num-batched-tokens ...). Every measurement is an Optuna
+    trial in RESULTS.optuna.db beside the results database: rerun the same command to
+    resume. `recommend` then prints the knobs and their measured gain.
+
+    \b
+    Examples:
+      autoselect tune --model deepseek-ai/DeepSeek-R1 --budget 10m
+      autoselect tune --model shape:2048x32x4:bf16 --device cpu --tokens 8,64 --budget 90s
+      autoselect tune --list-knobs
+    """
+    from autoselect.tune import MissingModel
+
+    if list_knobs:
+        _list_knobs()
+        return
+    if not model:
+        raise MissingModel("--model is required; pass a checkpoint, a hub id or shape:HxEXPERTSxTOPK:DTYPE")
+
+    from db import default_path
+
+    from autoselect.tune import prepare, run_tune
+
+    db = db_path or str(default_path())
+    names = [b.strip() for b in backends.split(",") if b.strip()] if backends else None
+    if world_size is None:
+        from autoselect.hardware import fingerprint
+
+        host = fingerprint()
+        world_size = host.gpu_count if (device or host.device) == "cuda" and host.gpu_count else 2
+    spec, excluded = prepare(model, db_path=db, workload=workload, tokens=tokens, device=device,
+                             world_size=world_size, budget=budget, gpu_arch=gpu_arch, backends=names,
+                             include_reference=include_reference, search_knobs=not no_knobs,
+                             enable_dbo=enable_dbo)
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    view = _LiveView(console)
+    with view.live:
+        outcome = run_tune(spec, progress=view, command=shlex.join(["autoselect", "tune", *sys.argv[2:]]))
+    d = outcome.to_dict()
+    if fmt == "json":
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, **d, "not_measured": excluded}, indent=2))
+    else:
+        _print_text(d, excluded, db)

@@ -1,0 +1,846 @@
+"""Adaptive sweeps and knob search on Optuna: spend benchmark time where the decision is made.
+
+An exhaustive sweep measures every backend at every token bucket to 0.5 % noise. Most of that
+time goes to backends that are clearly losing. ``tune`` runs a race instead:
+
+1. **Screen**: every candidate backend at every bucket of the workload, with a quick stopping
+   rule (:data:`SCREEN`: 10 samples, 0.05 s, 2 % noise).
+2. **Prune**: a backend whose workload-weighted latency band lies entirely above the
+   leader's (the selector's band rule, :func:`autoselect.selector.compare`, with the bands
+   widened by :data:`PRUNE_SAFETY`) is dropped, with the numbers as the reason. A backend that
+   fails the correctness gate, is unavailable or errors at any bucket is dropped too.
+3. **Refine**: the survivors are re-measured with the full stopping rule (:data:`REFINE`) at
+   the buckets where the leader and its closest challenger are closest relative to their noise
+   (weighted by the bucket's share of the workload). Repeated measurements of a point are
+   pooled (inverse-variance), never below the selector's reproducibility floor.
+4. **Stop** when one backend is left ("settled"), when every remaining point is at the
+   reproducibility floor and the bands still overlap ("tie"), or when ``--budget`` runs out
+   ("budget"); the result says which.
+5. **Knobs**: for the winner, each legal value of each legal knob (``autoselect/knobs.py``)
+   is screened at every bucket, one knob at a time; the values that beat the untuned backend
+   are combined (only if the combination is legal), and the best setting and the untuned
+   backend are re-measured together with the full stopping rule. Illegal settings are never
+   measured: :func:`plan_knob_settings` only produces settings :func:`knobs.check_setting`
+   accepts.
+
+Every measurement is one Optuna trial (params: backend, tokens, stage, and every knob of the
+table), added to a study in an SQLite RDB storage next to the results database
+(``results.db`` -> ``results.optuna.db``), named after the host class, the model shape, the
+world size and the workload. A killed tune loses at most the sweep call in flight: rerun the
+same command and the completed trials are reused (the race is rebuilt from them). Every
+measurement is also a row of the results database (``bench.sweep.run_sweep`` writes it), and
+the best configuration is stored in ``tuned_configs`` (``db/tuned.py``), which ``recommend``
+reads to print the knobs and their measured gain.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from autoselect import knobs as knobs_mod
+from autoselect.errors import UserError
+from autoselect.selector import REL_FLOOR, WorkloadSpec, compare, point_rel_halfwidth
+
+#: Stopping rule of the screen stage (every backend, every bucket).
+SCREEN = {"min_samples": 10, "min_time_s": 0.05, "max_noise": 0.02, "timeout_s": 5.0}
+#: Stopping rule of the refine stage and of the final knob check (the harness defaults).
+REFINE = {"min_samples": 10, "min_time_s": 0.5, "max_noise": 0.005, "timeout_s": 15.0}
+#: Pruning widens both bands by this factor: a backend is dropped only when clearly dominated.
+PRUNE_SAFETY = 1.5
+#: How many buckets one refine round re-measures.
+REFINE_BUCKETS_PER_ROUND = 2
+#: Stop refining after this many rounds even with budget left (each round halves little more).
+MAX_REFINE_ROUNDS = 8
+#: Parameter names every trial of a study carries (besides the knobs).
+STAGES = ("screen", "refine", "knob", "knob-final")
+
+ProgressFn = Callable[[dict], None]
+
+
+class MissingModel(UserError):
+    "tune was called without --model."
+
+
+class BadBudget(UserError):
+    "A --budget that is not a positive duration."
+
+
+class NoCandidates(UserError):
+    "Nothing to tune: no backend is legal and available for this model on this host."
+
+
+class AmbiguousGpuArch(UserError):
+    "A CPU run of a model whose activation dtype depends on the GPU arch needs --gpu-arch."
+
+
+class UnknownBackendForTune(UserError):
+    "A --backends name that no benchmark adapter provides."
+
+
+def parse_budget(text: str) -> float:
+    """``"90s"``, ``"10m"``, ``"1h"``, ``"1h30m"`` or plain seconds -> seconds."""
+    s = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", s):
+        seconds = float(s)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)([hms])", s)
+        if not parts or "".join(n + u for n, u in parts) != s:
+            raise BadBudget(f"--budget {text!r} is not a duration; use e.g. 90s, 10m, 1h30m")
+        seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+    if seconds <= 0:
+        raise BadBudget(f"--budget {text!r} must be longer than zero; use e.g. 90s or 10m")
+    return seconds
+
+
+def optuna_path(db_path: str | Path) -> Path:
+    """The Optuna study file beside a results database: ``results.db`` -> ``results.optuna.db``."""
+    p = Path(db_path)
+    return p.with_name(p.stem + ".optuna.db")
+
+
+# --------------------------------------------------------------------------------------
+# The problem and the race state
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The all2all shape a study measures."""
+
+    hidden: int
+    top_k: int
+    experts: int
+    dtype: str  # activation (dispatch) dtype
+    world_size: int
+    device: str
+
+    def key(self) -> str:
+        """A stable text form used in study names."""
+        return (f"h{self.hidden}-k{self.top_k}-e{self.experts}-{self.dtype}"
+                f"-ws{self.world_size}-{self.device}")
+
+
+def study_name(host_class: str, shape: Shape, workload: WorkloadSpec) -> str:
+    """host class + shape + workload: the same command on the same host resumes the same study."""
+    buckets = ",".join(f"{t}:{w:.4g}" for t, w in workload.buckets)
+    return f"{host_class}|{shape.key()}|{workload.kind}[{buckets}]"
+
+
+@dataclass
+class Measurement:
+    """One measured point, as stored in a trial (a subset of :class:`db.records.Result`)."""
+
+    backend: str
+    tokens: int
+    stage: str
+    setting: dict[str, str]
+    status: str
+    latency_us: float | None = None
+    rel_halfwidth: float | None = None  # selector.point_rel_halfwidth
+    noise_stdrel: float | None = None
+    samples: int = 0
+    error: str | None = None
+    elapsed_s: float = 0.0  # wall time of the sweep call, shared over its points
+    measure_s: float = 0.0  # samples x mean latency: time inside the timed loop
+
+
+def _setting_key(setting: dict[str, str]) -> str:
+    return knobs_mod.describe(setting)
+
+
+@dataclass
+class PointEstimate:
+    """Pooled latency of one (backend, setting, tokens) point."""
+
+    latency_us: float
+    rel_halfwidth: float
+    count: int
+
+    @property
+    def at_floor(self) -> bool:
+        """More measurements cannot narrow this band (it is at the reproducibility floor)."""
+        return self.rel_halfwidth <= REL_FLOOR * 1.0001
+
+
+def pool(measurements: Iterable[Measurement]) -> PointEstimate | None:
+    """Inverse-variance pooling of the ok measurements of one point; band never below the floor."""
+    ok = [m for m in measurements if m.status == "ok" and m.latency_us]
+    if not ok:
+        return None
+    weights = [1.0 / max(m.rel_halfwidth or 0.1, 1e-6) ** 2 for m in ok]
+    total = sum(weights)
+    lat = sum(w * m.latency_us for w, m in zip(weights, ok)) / total
+    h = max(1.0 / math.sqrt(total), REL_FLOOR)
+    return PointEstimate(lat, h, len(ok))
+
+
+@dataclass
+class Score:
+    """Workload-weighted latency of a backend (or setting) and its band, both in µs."""
+
+    latency_us: float
+    halfwidth_us: float
+
+
+class Race:
+    """The state of an adaptive sweep, rebuilt from measurements (so it survives a restart)."""
+
+    def __init__(self, backends: list[str], workload: WorkloadSpec):
+        self.backends = list(backends)
+        self.workload = workload
+        self.measurements: list[Measurement] = []
+        self.pruned: dict[str, str] = {}
+
+    # ---- data ----
+    def add(self, m: Measurement) -> None:
+        """Record one measurement."""
+        self.measurements.append(m)
+
+    def points(self, backend: str, setting: dict[str, str] | None = None) -> dict[int, PointEstimate]:
+        """Pooled estimates per bucket for ``backend`` with ``setting`` (untuned by default)."""
+        key = _setting_key(setting or {})
+        out = {}
+        for t in self.workload.tokens:
+            est = pool(m for m in self.measurements
+                       if m.backend == backend and m.tokens == t and _setting_key(m.setting) == key)
+            if est:
+                out[t] = est
+        return out
+
+    def measured(self, backend: str, tokens: int, stage: str, setting: dict[str, str] | None = None) -> bool:
+        """Whether this point already has a measurement of this stage."""
+        key = _setting_key(setting or {})
+        return any(m.backend == backend and m.tokens == tokens and m.stage == stage
+                   and _setting_key(m.setting) == key for m in self.measurements)
+
+    def failure(self, backend: str, setting: dict[str, str] | None = None) -> str | None:
+        """The first non-ok measurement of a backend (setting), as a reason, or None."""
+        key = _setting_key(setting or {})
+        for m in self.measurements:
+            if m.backend == backend and _setting_key(m.setting) == key and m.status != "ok":
+                detail = f": {m.error}" if m.error else ""
+                return f"{m.status} at {m.tokens} tokens/rank{detail}"
+        return None
+
+    def score(self, backend: str, setting: dict[str, str] | None = None) -> Score | None:
+        """The workload-weighted latency ``sum(w * latency)`` and band ``sum(w * halfwidth)``.
+
+        None until every bucket has an ok measurement.
+        """
+        pts = self.points(backend, setting)
+        if len(pts) < len(self.workload.buckets):
+            return None
+        lat = sum(w * pts[t].latency_us for t, w in self.workload.buckets)
+        band = sum(w * pts[t].latency_us * pts[t].rel_halfwidth for t, w in self.workload.buckets)
+        return Score(lat, band)
+
+    # ---- decisions ----
+    @property
+    def alive(self) -> list[str]:
+        """Backends not pruned, in candidate order."""
+        return [b for b in self.backends if b not in self.pruned]
+
+    def leader(self) -> str | None:
+        """The alive backend with the lowest weighted latency (None until one is fully measured)."""
+        scored = [(s.latency_us, b) for b in self.alive if (s := self.score(b))]
+        return min(scored)[1] if scored else None
+
+    def prune(self, safety: float = PRUNE_SAFETY) -> list[tuple[str, str]]:
+        """Drop failed and clearly dominated backends; returns the newly pruned ``(backend, why)``."""
+        newly = []
+        for b in self.alive:
+            why = self.failure(b)
+            if why:
+                self.pruned[b] = why
+                newly.append((b, why))
+        lead = self.leader()
+        if lead is None:
+            return newly
+        ls = self.score(lead)
+        for b in self.alive:
+            if b == lead:
+                continue
+            s = self.score(b)
+            if s is None:
+                continue
+            if compare(s.latency_us, safety * s.halfwidth_us, ls.latency_us, safety * ls.halfwidth_us) == "slower":
+                why = (f"slower than {lead}: {s.latency_us:.1f} ± {s.halfwidth_us:.1f} µs vs "
+                       f"{ls.latency_us:.1f} ± {ls.halfwidth_us:.1f} µs (workload-weighted, bands x{safety:g} "
+                       "do not overlap)")
+                self.pruned[b] = why
+                newly.append((b, why))
+        return newly
+
+    def refine_targets(self, k: int = REFINE_BUCKETS_PER_ROUND) -> list[int]:
+        """The buckets where the leader and its closest challenger are closest, relative to noise.
+
+        Priority of a bucket = weight x band / (|difference| + band); buckets where both points
+        are already at the reproducibility floor are skipped. Empty when nothing can be refined.
+        """
+        alive = [b for b in self.alive if self.score(b)]
+        if len(alive) < 2:
+            return []
+        lead = self.leader()
+        challenger = min((self.score(b).latency_us, b) for b in alive if b != lead)[1]
+        pl, pc = self.points(lead), self.points(challenger)
+        ranked = []
+        for t, w in self.workload.buckets:
+            a, c = pl[t], pc[t]
+            if a.at_floor and c.at_floor:
+                continue
+            band = a.latency_us * a.rel_halfwidth + c.latency_us * c.rel_halfwidth
+            ranked.append((w * band / (abs(a.latency_us - c.latency_us) + band), t))
+        ranked.sort(reverse=True)
+        return [t for _, t in ranked[:k]]
+
+
+# --------------------------------------------------------------------------------------
+# Knob search plan (pure: tested without a GPU)
+# --------------------------------------------------------------------------------------
+
+
+def plan_knob_settings(backend: str, ctx: knobs_mod.KnobContext) -> list[dict[str, str]]:
+    """One-knob-at-a-time settings to screen for ``backend``: each legal value of each legal knob.
+
+    Every returned setting is legal (:func:`knobs.check_setting` accepts it); knobs that are
+    illegal in ``ctx`` (GPU-only knobs on a CPU run, DBO-only knobs without DBO, ...) and
+    illegal values (LL128 without NVLink, token capacities below the workload) never appear.
+    """
+    choices, _ = knobs_mod.knob_space(backend, ctx)
+    plan = []
+    for c in choices:
+        for v in c.legal:
+            if v == knobs_mod.UNSET:
+                continue
+            setting = {c.knob.name: v}
+            if not knobs_mod.check_setting(backend, setting, ctx):
+                plan.append(setting)
+    return plan
+
+
+def combine_settings(backend: str, winners: list[tuple[float, dict[str, str]]],
+                     ctx: knobs_mod.KnobContext) -> dict[str, str]:
+    """Merge single-knob winners (``(gain, setting)``, best first) into one legal setting.
+
+    A knob whose addition would make the combination illegal is skipped (the bigger gain wins).
+    """
+    merged: dict[str, str] = {}
+    for _, setting in sorted(winners, key=lambda x: -x[0]):
+        candidate = {**merged, **setting}
+        if not knobs_mod.check_setting(backend, candidate, ctx):
+            merged = candidate
+    return merged
+
+
+# --------------------------------------------------------------------------------------
+# Optuna study: one trial per measurement
+# --------------------------------------------------------------------------------------
+
+
+class Study:
+    """The Optuna study that stores every measurement of one tune problem."""
+
+    def __init__(self, path: Path, name: str, backends: list[str], tokens: list[int]):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self._optuna = optuna
+        self.path = path
+        self.name = name
+        storage = optuna.storages.RDBStorage(
+            f"sqlite:///{path}", engine_kwargs={"connect_args": {"timeout": 30}}
+        )
+        self.study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True,
+                                         direction="minimize")
+        # The categorical choices must stay the same for the life of a study: store the union.
+        known = self.study.user_attrs.get("backends", [])
+        self.backends = sorted(set(known) | set(backends))
+        self.tokens = sorted(set(tokens))
+        if self.backends != known:
+            self.study.set_user_attr("backends", self.backends)
+
+    def _distributions(self) -> dict:
+        D = self._optuna.distributions.CategoricalDistribution
+        dists = {
+            "backend": D(self.backends),
+            "tokens": D(self.tokens),
+            "stage": D(list(STAGES)),
+        }
+        for k in knobs_mod.KNOBS:
+            dists[k.name] = D(list(k.choices()))
+        return dists
+
+    def add(self, m: Measurement) -> None:
+        """Store one measurement as a finished trial (COMPLETE when ok, FAIL otherwise)."""
+        params = {"backend": m.backend, "tokens": m.tokens, "stage": m.stage}
+        for k in knobs_mod.KNOBS:
+            params[k.name] = m.setting.get(k.name, knobs_mod.UNSET)
+        attrs = asdict(m)
+        state = self._optuna.trial.TrialState
+        ok = m.status == "ok" and m.latency_us is not None
+        trial = self._optuna.trial.create_trial(
+            params=params,
+            distributions=self._distributions(),
+            value=m.latency_us if ok else None,
+            state=state.COMPLETE if ok else state.FAIL,
+            user_attrs={"measurement": attrs},
+        )
+        self.study.add_trial(trial)
+
+    def measurements(self) -> list[Measurement]:
+        """Every measurement stored so far (what a resumed tune starts from)."""
+        out = []
+        for t in self.study.get_trials(deepcopy=False):
+            attrs = t.user_attrs.get("measurement")
+            if attrs:
+                out.append(Measurement(**attrs))
+        return out
+
+    def set(self, key: str, value: Any) -> None:
+        """Store a study-level attribute (pruned backends, outcome)."""
+        self.study.set_user_attr(key, value)
+
+
+# --------------------------------------------------------------------------------------
+# Measuring through the benchmark harness
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class TuneSpec:
+    """Everything a tune needs, validated before anything is written."""
+
+    shape: Shape
+    workload: WorkloadSpec
+    backends: list[str]
+    db_path: Path
+    host: Any  # autoselect.hardware.HostFingerprint
+    budget_s: float = 600.0
+    model: str = ""
+    knob_ctx: knobs_mod.KnobContext = field(default_factory=knobs_mod.KnobContext)
+    search_knobs: bool = True
+    routing: str = "uniform"
+    screen: dict = field(default_factory=lambda: dict(SCREEN))
+    refine: dict = field(default_factory=lambda: dict(REFINE))
+
+
+def _measurement_from_result(r: Any, stage: str, setting: dict[str, str], elapsed_s: float) -> Measurement:
+    ok = r.status == "ok" and r.latency_us_p50 is not None
+    mean = r.latency_us_mean or r.latency_us_p50 or 0.0
+    return Measurement(
+        backend=r.backend,
+        tokens=r.tokens_per_rank,
+        stage=stage,
+        setting=dict(setting),
+        status=r.status,
+        latency_us=r.latency_us_p50 if ok else None,
+        rel_halfwidth=point_rel_halfwidth(r) if ok else None,
+        noise_stdrel=r.noise_stdrel,
+        samples=r.samples or 0,
+        error=r.error,
+        elapsed_s=elapsed_s,
+        measure_s=(r.samples or 0) * mean / 1e6,
+    )
+
+
+class Tuner:
+    """Runs the race and the knob search for one :class:`TuneSpec`."""
+
+    def __init__(self, spec: TuneSpec, *, store: Any, run_id: int, study: Study,
+                 progress: ProgressFn | None = None, clock: Callable[[], float] = time.monotonic):
+        self.spec = spec
+        self.store = store
+        self.run_id = run_id
+        self.study = study
+        self.progress = progress or (lambda event: None)
+        self.clock = clock
+        self.started = clock()
+        self.race = Race(spec.backends, spec.workload)
+        self.reused = 0
+        for m in study.measurements():
+            if m.backend in spec.backends:
+                self.race.add(m)
+                self.reused += 1
+        self.new_trials = 0
+        self.measure_s = 0.0
+        self.sweep_s = 0.0
+
+    # ---- budget ----
+    def remaining(self) -> float:
+        """Seconds of budget left in this invocation."""
+        return self.spec.budget_s - (self.clock() - self.started)
+
+    def _estimate(self, n_points: int, rule: dict) -> float:
+        """A conservative guess of a sweep's cost: per-point wall time seen so far, else the rule."""
+        seen = [m.elapsed_s for m in self.race.measurements if m.elapsed_s and m.stage in
+                (("screen", "knob") if rule is self.spec.screen else ("refine", "knob-final"))]
+        per_point = (sum(seen) / len(seen)) if seen else rule["min_time_s"] * 2
+        return n_points * per_point
+
+    # ---- measuring ----
+    def _sweep(self, backends: list[str], tokens: list[int], stage: str, rule: dict,
+               setting: dict[str, str] | None = None) -> list[Measurement]:
+        from bench.sweep import SweepSpec, run_sweep
+
+        setting = setting or {}
+        env, flags, adapter_args = knobs_mod.split_setting(setting)
+        knob_args = dict(adapter_args)
+        for i in range(0, len(flags), 2):
+            knob_args[flags[i]] = flags[i + 1]
+        shape = self.spec.shape
+        sweep = SweepSpec(
+            backends=list(backends), tokens=list(tokens), hidden=shape.hidden, top_k=shape.top_k,
+            experts=shape.experts, dtype=shape.dtype, world_size=shape.world_size, device=shape.device,
+            routing=self.spec.routing, max_noise=rule["max_noise"], min_samples=rule["min_samples"],
+            min_time_s=rule["min_time_s"], timeout_s=rule["timeout_s"], env=env, knobs=dict(setting),
+        )
+        self.progress({"event": "measure", "stage": stage, "backends": list(backends),
+                       "tokens": list(tokens), "setting": knobs_mod.describe(setting)})
+        t0 = self.clock()
+        results = run_sweep(sweep, store=self.store, run_id=self.run_id, host=self.spec.host)
+        elapsed = self.clock() - t0
+        self.sweep_s += elapsed
+        per_point = elapsed / max(1, len(results))
+        out = []
+        for r in results:
+            m = _measurement_from_result(r, stage, setting, per_point)
+            self.study.add(m)
+            self.race.add(m)
+            self.new_trials += 1
+            self.measure_s += m.measure_s
+            out.append(m)
+            self.progress({"event": "trial", "trials": self.reused + self.new_trials, **asdict(m),
+                           "best": self.race.leader()})
+        return out
+
+    # ---- phases ----
+    def screen(self) -> None:
+        """Measure every alive backend at every bucket not screened yet (one sweep call each)."""
+        for b in self.race.alive:
+            todo = [t for t in self.spec.workload.tokens if not self.race.measured(b, t, "screen")]
+            if not todo:
+                continue
+            if self.remaining() <= 0:
+                return
+            self._sweep([b], todo, "screen", self.spec.screen)
+            if self.race.failure(b):
+                self._prune()
+        self._prune()
+
+    def _prune(self) -> None:
+        for b, why in self.race.prune():
+            self.progress({"event": "prune", "backend": b, "reason": why})
+        self.study.set("pruned", self.race.pruned)
+
+    def refine(self) -> str:
+        """Refine rounds until settled, tied or out of budget; returns the stop reason."""
+        for _ in range(MAX_REFINE_ROUNDS):
+            if len(self.race.alive) <= 1:
+                return "settled"
+            targets = self.race.refine_targets()
+            if not targets:
+                return "tie"
+            alive = [b for b in self.race.alive if self.race.score(b)]
+            cost = self._estimate(len(alive) * len(targets), self.spec.refine)
+            if cost > self.remaining():
+                return "budget"
+            self._sweep(alive, targets, "refine", self.spec.refine)
+            self._prune()
+        return "settled" if len(self.race.alive) <= 1 else "tie"
+
+    def knob_search(self, backend: str) -> dict[str, Any]:
+        """Screen every legal knob value of ``backend``, combine the winners, confirm with REFINE."""
+        ctx = self.spec.knob_ctx
+        _, excluded = knobs_mod.knob_space(backend, ctx)
+        excluded_out = [{"knob": k.name, "reason": why} for k, why in excluded]
+        plan = plan_knob_settings(backend, ctx)
+        out: dict[str, Any] = {"backend": backend, "excluded": excluded_out, "screened": [],
+                               "setting": {}, "gain": 0.0, "status": "not_searched"}
+        if not plan:
+            out["status"] = "no_legal_knobs"
+            self.progress({"event": "knobs", "backend": backend, "message": "no legal knob here",
+                           "excluded": excluded_out})
+            return out
+        base = self.race.score(backend)
+        winners = []
+        for setting in plan:
+            todo = [t for t in self.spec.workload.tokens if not self.race.measured(backend, t, "knob", setting)]
+            if todo:
+                if self._estimate(len(todo), self.spec.screen) > self.remaining():
+                    out["status"] = "budget"
+                    break
+                self._sweep([backend], todo, "knob", self.spec.screen, setting)
+            s = self.race.score(backend, setting)
+            failed = self.race.failure(backend, setting)
+            entry = {"setting": setting, "latency_us": s.latency_us if s else None,
+                     "halfwidth_us": s.halfwidth_us if s else None, "failure": failed}
+            out["screened"].append(entry)
+            if s and not failed and base and s.latency_us < base.latency_us:
+                winners.append(((base.latency_us - s.latency_us) / base.latency_us, setting))
+        best = combine_settings(backend, winners, ctx)
+        if not best:
+            out["status"] = out["status"] if out["status"] == "budget" else "no_gain"
+            return out
+        # Final: the best setting and the untuned backend, both with the full stopping rule.
+        tokens = self.spec.workload.tokens
+        if self._estimate(2 * len(tokens), self.spec.refine) > self.remaining():
+            out.update(status="budget", setting=best)
+            return out
+        self._sweep([backend], tokens, "knob-final", self.spec.refine, best)
+        self._sweep([backend], tokens, "knob-final", self.spec.refine, {})
+        s, b = self.race.score(backend, best), self.race.score(backend)
+        if s is None or b is None or self.race.failure(backend, best):
+            out.update(status="no_gain", setting={})
+            return out
+        verdict = compare(s.latency_us, s.halfwidth_us, b.latency_us, b.halfwidth_us)
+        out.update(setting=best if verdict == "faster" else {},
+                   gain=(b.latency_us - s.latency_us) / b.latency_us,
+                   gain_halfwidth=(s.halfwidth_us + b.halfwidth_us) / b.latency_us,
+                   tuned_latency_us=s.latency_us, untuned_latency_us=b.latency_us,
+                   status="gain" if verdict == "faster" else "no_gain")
+        return out
+
+    def run(self) -> "TuneOutcome":
+        """Screen, prune, refine, then search the winner's knobs; returns the outcome."""
+        self.progress({"event": "start", "study": self.study.name, "reused": self.reused,
+                       "backends": self.spec.backends, "budget_s": self.spec.budget_s})
+        self._prune()
+        self.screen()
+        if any(self.race.score(b) is None for b in self.race.alive):
+            stop = "budget"
+        else:
+            stop = self.refine()
+        winner = self.race.leader()
+        knob_result: dict[str, Any] | None = None
+        recommendable = _best_recommendable(self.race)
+        if self.spec.search_knobs and recommendable and stop != "budget" and self.remaining() > 0:
+            knob_result = self.knob_search(recommendable)
+        outcome = TuneOutcome.build(self, stop, winner, recommendable, knob_result)
+        self.study.set("outcome", outcome.to_dict())
+        self.progress({"event": "done", **outcome.to_dict()})
+        return outcome
+
+
+def _best_recommendable(race: Race) -> str | None:
+    """The fastest fully measured backend vLLM has (``reference_*`` baselines are never recommended).
+
+    A backend pruned for being slower still counts (it may be the best vLLM has when a
+    reference baseline leads); one that failed a measurement does not.
+    """
+    scored = [(s.latency_us, b) for b in race.backends
+              if not b.startswith("reference_") and not race.failure(b) and (s := race.score(b))]
+    return min(scored)[1] if scored else None
+
+
+@dataclass
+class TuneOutcome:
+    """What a tune found, and why it stopped."""
+
+    study: str
+    stop: str  # "settled" | "tie" | "budget"
+    stop_reason: str
+    winner: str | None
+    recommendable: str | None
+    scores: dict[str, dict[str, float]]
+    pruned: dict[str, str]
+    alive: list[str]
+    trials_reused: int
+    trials_new: int
+    measure_s: float
+    sweep_s: float
+    elapsed_s: float
+    knobs: dict[str, Any] | None
+
+    @classmethod
+    def build(cls, tuner: Tuner, stop: str, winner: str | None, recommendable: str | None,
+              knob_result: dict[str, Any] | None) -> "TuneOutcome":
+        """Collect the outcome from a finished tuner."""
+        race = tuner.race
+        scores = {b: {"latency_us": s.latency_us, "halfwidth_us": s.halfwidth_us}
+                  for b in race.backends if (s := race.score(b))}
+        reasons = {
+            "settled": f"settled: {winner} beats every other candidate beyond the noise",
+            "tie": (f"settled as a tie: {', '.join(race.alive)} stay within each other's noise "
+                    "and every contested point is at the reproducibility floor"),
+            "budget": f"budget ran out ({tuner.spec.budget_s:g} s) before the decision was settled; "
+                      f"best so far: {winner}; rerun the same command to continue",
+        }
+        return cls(
+            study=tuner.study.name, stop=stop, stop_reason=reasons[stop], winner=winner,
+            recommendable=recommendable, scores=scores, pruned=dict(race.pruned), alive=race.alive,
+            trials_reused=tuner.reused, trials_new=tuner.new_trials, measure_s=tuner.measure_s,
+            sweep_s=tuner.sweep_s, elapsed_s=tuner.clock() - tuner.started, knobs=knob_result,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the ``tune --format json`` payload, without ``schema_version``)."""
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------
+# Entry point: validate, open the stores, run, save the best configuration
+# --------------------------------------------------------------------------------------
+
+
+class BadShape(UserError):
+    "A --model shape:... spec that does not parse."
+
+
+_SHAPE = re.compile(r"^shape:(\d+)x(\d+)x(\d+):([a-z0-9_]+)$")
+
+
+def load_model(model: str):
+    """``--model``: a checkpoint (``autoselect.model.load_profile``) or ``shape:HxEXPERTSxTOPK:DTYPE``."""
+    from autoselect.model import MoeProfile, load_profile
+
+    if model.startswith("shape:"):
+        m = _SHAPE.match(model)
+        if not m:
+            raise BadShape(f"--model {model!r} is not shape:HIDDENxEXPERTSxTOPK:DTYPE; "
+                           "e.g. shape:2048x32x4:bf16")
+        h, e, k, dtype = m.groups()
+        return MoeProfile.from_shape(int(h), int(e), int(k), dtype)
+    return load_profile(model)
+
+
+def _resolve_arch(profile: Any, host: Any, gpu_arch: str | None) -> str | None:
+    from autoselect.model import normalize_arch
+
+    if gpu_arch:
+        return normalize_arch(gpu_arch)
+    if getattr(host, "gpu_arch", None):
+        return host.gpu_arch
+    if len(set(profile.activation_dtypes.values())) == 1:
+        return None
+    raise AmbiguousGpuArch(
+        f"{profile.model} dispatches {', '.join(f'{v} on {a}' for a, v in sorted(profile.activation_dtypes.items()))}; "
+        "on a CPU host pass --gpu-arch sm90 or sm100 to say which to benchmark"
+    )
+
+
+def _candidates(profile: Any, host: Any, world_size: int, arch: str | None, backends: list[str] | None,
+                include_reference: bool) -> tuple[list[str], dict[str, str]]:
+    """Legal backends to race, and the excluded ones with the reason (never measured)."""
+    from bench.backends import available, check_names
+
+    from autoselect import rules
+
+    names = check_names(backends) if backends else list(available())
+    vllm_version = (getattr(host, "versions", {}) or {}).get("vllm") or rules.NEWEST_VLLM
+    chosen, excluded = [], {}
+    for name in names:
+        if name.startswith("reference_"):
+            if include_reference or backends:
+                chosen.append(name)
+            else:
+                excluded[name] = "benchmark-only baseline (pass --include-reference to race it)"
+            continue
+        verdict = rules.legal(name, profile, host, world_size, vllm_version, gpu_arch=arch or "sm90")
+        if verdict.ok:
+            chosen.append(name)
+        else:
+            excluded[name] = "illegal: " + "; ".join(verdict.reasons)
+    return chosen, excluded
+
+
+def _unavailable(names: list[str], device: str, world_size: int, host: Any) -> dict[str, str]:
+    """Ask each adapter in this process whether it can run here (saves spawning workers for nothing)."""
+    from bench.backends import BenchContext, load
+
+    out = {}
+    ctx = BenchContext(rank=0, world_size=world_size, device=device, torch_device=None,
+                       nvlinks_all_up=getattr(host, "all_nvlinks_up", None))
+    for name in names:
+        try:
+            why = load(name).unavailable_reason(ctx)
+        except Exception as e:  # an adapter that cannot even answer is unavailable, not a crash
+            why = f"{type(e).__name__}: {e}"
+        if why:
+            out[name] = f"unavailable: {why}"
+    return out
+
+
+def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens: str | None = None,
+            device: str | None = None, world_size: int = 2, budget: str = "10m",
+            gpu_arch: str | None = None, backends: list[str] | None = None,
+            include_reference: bool = False, search_knobs: bool = True, enable_dbo: bool = False,
+            host: Any = None) -> tuple[TuneSpec, dict[str, str]]:
+    """Validate every input and build the :class:`TuneSpec` (nothing is written).
+
+    Returns the spec and the backends left out before measuring, each with its reason.
+    """
+    from autoselect.hardware import fingerprint
+    from autoselect.selector import Deployment, parse_tokens, workload_from_kind
+
+    budget_s = parse_budget(budget)
+    if world_size < 2:
+        raise NoCandidates(f"--world-size {world_size}: an all2all needs at least 2 ranks; pass 2 or more")
+    profile = load_model(model)
+    host = host or fingerprint()
+    device = device or host.device
+    if device == "cuda" and host.device != "cuda":
+        raise NoCandidates("--device cuda on a host without CUDA GPUs; use --device cpu (gloo)")
+    if device == "cuda" and world_size > host.gpu_count:
+        raise NoCandidates(f"--world-size {world_size} exceeds this host's {host.gpu_count} GPUs")
+    arch = _resolve_arch(profile, host, gpu_arch)
+    dtype = profile.activation_dtype(arch) if arch else next(iter(profile.activation_dtypes.values()))
+    spec_workload = (parse_tokens(tokens) if tokens else
+                     workload_from_kind(workload, Deployment(dp=world_size, tp=1)))
+    chosen, excluded = _candidates(profile, host, world_size, arch, backends, include_reference)
+    excluded.update(_unavailable(chosen, device, world_size, host))
+    chosen = [b for b in chosen if b not in excluded]
+    if not chosen:
+        detail = "; ".join(f"{b}: {why}" for b, why in excluded.items())
+        raise NoCandidates(f"no backend can be measured for {profile.model} on this host ({detail}); "
+                           "check `autoselect check` or pass --backends")
+    shape = Shape(profile.hidden_size, profile.top_k, profile.num_experts, dtype, world_size, device)
+    ctx = knobs_mod.KnobContext.from_host(
+        host if device == "cuda" else None, world_size=world_size,
+        max_tokens_per_rank=max(spec_workload.tokens), enable_dbo=enable_dbo)
+    spec = TuneSpec(shape=shape, workload=spec_workload, backends=chosen, db_path=Path(db_path),
+                    host=host, budget_s=budget_s, model=profile.model, knob_ctx=ctx,
+                    search_knobs=search_knobs)
+    return spec, excluded
+
+
+def run_tune(spec: TuneSpec, *, progress: ProgressFn | None = None, command: str | None = None) -> TuneOutcome:
+    """Run (or resume) the study for ``spec``; stores results, the study and the best configuration."""
+    from db.store import Store
+    from db.tuned import TunedConfig, save_tuned
+
+    store = Store(spec.db_path)
+    try:
+        run_id = store.begin_run(spec.host, trigger="tune", command=command,
+                                 meta={"model": spec.model, "workload": spec.workload.to_dict()})
+        study = Study(optuna_path(spec.db_path), study_name(spec.host.host_class, spec.shape, spec.workload),
+                      spec.backends, spec.workload.tokens)
+        tuner = Tuner(spec, store=store, run_id=run_id, study=study, progress=progress)
+        status = "failed"
+        try:
+            outcome = tuner.run()
+            status = "complete"
+        finally:
+            store.finish_run(run_id, status)
+        if outcome.recommendable:
+            k = outcome.knobs or {"status": "not_searched", "setting": {}}
+            setting = k.get("setting") or {}
+            env, flags, _ = knobs_mod.split_setting(setting)
+            shape = spec.shape
+            save_tuned(store, TunedConfig(
+                host_class=spec.host.host_class, machine_id=spec.host.machine_id, hidden=shape.hidden,
+                top_k=shape.top_k, experts=shape.experts, dispatch_dtype=shape.dtype,
+                world_size=shape.world_size, device=shape.device, backend=outcome.recommendable,
+                status=k["status"], stop=outcome.stop, study=outcome.study,
+                workload=spec.workload.to_dict(), knobs=setting, env=env, flags=flags,
+                gain=k.get("gain"), gain_halfwidth=k.get("gain_halfwidth"),
+                tuned_latency_us=k.get("tuned_latency_us"), untuned_latency_us=k.get("untuned_latency_us"),
+                versions=dict(getattr(spec.host, "versions", {}) or {}), run_id=run_id,
+            ))
+        return outcome
+    finally:
+        store.close()

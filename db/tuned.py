@@ -1,0 +1,93 @@
+"""The ``tuned_configs`` table (migration 0002): what ``autoselect tune`` found, and its gain.
+
+The write side takes an open :class:`db.store.Store` (sqlite-utils, one transaction per row);
+the read side (:func:`best_tuned`) uses stdlib ``sqlite3`` only, because ``recommend`` calls it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+from db.rows import dumps, now_iso
+
+#: ``tuned_configs.status`` values; only ``gain`` rows are shown by ``recommend``.
+TUNED_STATUSES = ("gain", "no_gain", "no_legal_knobs", "budget", "not_searched")
+
+
+@dataclass
+class TunedConfig:
+    """One finished tune's best configuration for one backend."""
+
+    host_class: str
+    machine_id: str
+    hidden: int
+    top_k: int
+    experts: int
+    dispatch_dtype: str
+    world_size: int
+    device: str
+    backend: str
+    status: str
+    stop: str
+    study: str
+    workload: dict[str, Any] = field(default_factory=dict)
+    knobs: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+    gain: float | None = None  # fraction: (untuned - tuned) / untuned, workload-weighted
+    gain_halfwidth: float | None = None
+    tuned_latency_us: float | None = None
+    untuned_latency_us: float | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    run_id: int | None = None
+    created_at: str | None = None
+    id: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return dict(self.__dict__)
+
+
+_JSON = ("workload", "knobs", "env", "flags", "versions")
+
+
+def save_tuned(store: Any, config: TunedConfig) -> int:
+    """Insert one tuned configuration in its own transaction; returns its id."""
+    if config.status not in TUNED_STATUSES:
+        raise ValueError(f"tuned status {config.status!r} is not one of {TUNED_STATUSES}")
+    row = config.to_dict()
+    row.pop("id")
+    row["created_at"] = row["created_at"] or now_iso()
+    for name in _JSON:
+        row[name] = dumps(row[name])
+    with store._write():
+        return store.db["tuned_configs"].insert(row).last_pk
+
+
+def best_tuned(conn: sqlite3.Connection, *, host_class: str, hidden: int, top_k: int, experts: int,
+               dispatch_dtype: str, world_size: int, backend: str) -> TunedConfig | None:
+    """The newest ``gain`` configuration for this host class, shape, world size and backend.
+
+    None when there is none, or when the database predates the table (schema version 1).
+    """
+    try:
+        cur = conn.execute(
+            "SELECT * FROM tuned_configs WHERE host_class = ? AND hidden = ? AND top_k = ?"
+            " AND experts = ? AND dispatch_dtype = ? AND world_size = ? AND backend = ?"
+            " AND status = 'gain' ORDER BY created_at DESC, id DESC LIMIT 1",
+            (host_class, hidden, top_k, experts, dispatch_dtype, world_size, backend),
+        )
+    except sqlite3.OperationalError as e:
+        if "no such table" in str(e):
+            return None
+        raise
+    row = cur.fetchone()
+    if row is None:
+        return None
+    d = dict(zip([c[0] for c in cur.description], row))
+    for name in _JSON:
+        d[name] = json.loads(d[name]) if d[name] else ({} if name != "flags" else [])
+    return TunedConfig(**d)
