@@ -34,6 +34,9 @@ def single_h200_host(machine: str = "h200-vm") -> HostFingerprint:
 def make_result(backend: str = "allgather_reducescatter", tokens: int = 64, **kw) -> Result:
     """A fully populated ok result for the DeepSeek-V3 shape (7168 / 256 / top-8, fp8 block)."""
     samples = kw.pop("raw_samples_us", [100.0 + tokens / 8 + i * 0.25 for i in range(12)])
+    if not samples:  # an unmeasured point: no statistics at all
+        return Result(backend=backend, world_size=kw.pop("world_size", 8), tokens_per_rank=tokens, hidden=7168,
+                      top_k=8, experts=256, dispatch_dtype="fp8_block128", **kw)
     fields = dict(
         backend=backend, world_size=8, tokens_per_rank=tokens, hidden=7168, top_k=8, experts=256,
         dispatch_dtype="fp8_block128", combine_dtype="bf16", routing="uniform", status="ok",
