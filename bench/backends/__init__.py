@@ -1,0 +1,156 @@
+"""Backend adapters: the common interface, the context they run in, and the registry.
+
+Each adapter is one file, one class, with five methods in this order:
+
+- ``unavailable_reason(ctx) -> str | None``: missing package, no CUDA, no NVLink ... A
+  reason means the backend is recorded ``unavailable`` for the point, not ``error``.
+- ``setup(ctx, workload)``: collective; allocates workspaces for this shape.
+- ``dispatch(batch) -> Received``: moves each token's payload to every rank owning one of
+  its experts.
+- ``combine(expert_out) -> out``: sends the expert outputs (one bf16 row per received row,
+  weights already applied) back and sums them per source token: ``bf16 [T, H]`` in the
+  order of the batch's tokens.
+- ``teardown()``.
+
+Adapters never time, check or print: ``bench/measure.py`` does that. Optional packages are
+imported inside ``unavailable_reason``/``setup``.
+
+Registration is one path for everyone: the ``autoselect.backends`` entry-point group
+(``pyproject.toml``; third-party packages add their own). Only when autoselect's own
+package metadata is absent (a source checkout on ``PYTHONPATH``, not pip-installed) does
+:func:`available` fall back to :data:`BUILTIN`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+
+from autoselect.errors import UserError
+
+ENTRY_POINT_GROUP = "autoselect.backends"
+
+#: The built-in adapters, exactly as pyproject.toml registers them; used only when
+#: autoselect is not installed (no package metadata).
+BUILTIN: dict[str, str] = {
+    "allgather_reducescatter": "bench.backends.allgather_reducescatter:AllgatherReducescatter",
+    "reference_all_to_all": "bench.backends.reference_all_to_all:ReferenceAllToAll",
+    "flashinfer_nvlink_one_sided": "bench.backends.flashinfer_nvlink_one_sided:FlashinferNvlinkOneSided",
+    "flashinfer_nvlink_two_sided": "bench.backends.flashinfer_nvlink_two_sided:FlashinferNvlinkTwoSided",
+    "deepep_high_throughput": "bench.backends.deepep_high_throughput:DeepepHighThroughput",
+    "deepep_low_latency": "bench.backends.deepep_low_latency:DeepepLowLatency",
+}
+
+
+class UnknownBenchBackend(UserError):
+    "A backend name that no installed adapter registers."
+
+
+@dataclass
+class BenchContext:
+    """Where an adapter runs: rank, world, device and process groups.
+
+    ``group`` carries the data (gloo on CPU, NCCL on CUDA); ``cpu_group`` is a gloo group
+    for host-side exchanges (handles, counts). ``nvlinks_all_up`` comes from the host
+    fingerprint (None when unknown).
+    """
+
+    rank: int
+    world_size: int
+    device: str  # "cpu" or "cuda"
+    torch_device: object
+    group: object = None
+    cpu_group: object = None
+    local_rank: int = 0
+    nvlinks_all_up: bool | None = None
+
+
+@dataclass
+class Received:
+    """What dispatch delivered to one rank: one row per received token.
+
+    ``x``/``x_sf`` the token's payload bytes, ``topk_ids``/``topk_weights`` its full routing
+    (global expert ids), ``token_index`` its global id (``int [R]``). ``valid`` (``bool [R]``)
+    marks rows that carry a token; None means every row does. The harness computes one
+    expert-output row per received row, in the same order, for :meth:`Backend.combine`.
+    """
+
+    x: object
+    x_sf: object | None
+    topk_ids: object
+    topk_weights: object
+    token_index: object
+    valid: object | None = None
+
+
+class Backend:
+    """Base class of the adapters; see the module docstring for the contract."""
+
+    #: The registry key: the exact ``--all2all-backend`` value, or ``reference_*``.
+    name = ""
+    #: Whether one dispatch + combine may be captured in a CUDA graph and replayed.
+    supports_cuda_graph = False
+
+    def unavailable_reason(self, ctx: BenchContext) -> str | None:
+        """Why this backend cannot run here, or None when it can."""
+        return None
+
+    def setup(self, ctx: BenchContext, workload) -> None:
+        """Allocate what the shape needs (collective)."""
+        raise NotImplementedError
+
+    def dispatch(self, batch) -> Received:
+        """Move each token's payload to every rank owning one of its experts."""
+        raise NotImplementedError
+
+    def combine(self, expert_out):
+        """Return the per-token sum of the expert outputs, ``bf16 [T, H]`` in batch order."""
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        """Release what setup allocated."""
+
+
+def _autoselect_installed() -> bool:
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution("autoselect")
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def available() -> dict[str, str]:
+    """``name -> "module:Class"`` for every registered adapter (entry points, sorted)."""
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if not _autoselect_installed():
+        found = {**BUILTIN, **found}
+    return dict(sorted(found.items()))
+
+
+def check_names(names) -> list[str]:
+    """Return ``names`` unchanged, or raise :class:`UnknownBenchBackend` naming the first unknown one."""
+    known = available()
+    for name in names:
+        if name not in known:
+            raise UnknownBenchBackend(
+                f"unknown backend {name!r}; known: {', '.join(known)} "
+                f"(third-party adapters register in the {ENTRY_POINT_GROUP!r} entry-point group)"
+            )
+    return list(names)
+
+
+def load(name: str) -> Backend:
+    """Import and instantiate the adapter registered as ``name``."""
+    target = available().get(name)
+    if target is None:
+        check_names([name])
+    module_name, _, attr = target.partition(":")
+    cls = getattr(import_module(module_name), attr)
+    adapter = cls()
+    if not adapter.name:
+        adapter.name = name
+    return adapter

@@ -1,0 +1,422 @@
+"""Measurement: the correctness gate, timing, the stopping rule and the statistics.
+
+One point (backend x shape x tokens per rank) runs on every rank of the group:
+
+1. **Gate.** One round trip with the workload's deterministic payloads. Every row a rank
+   receives must be bit-exact (values, scales, expert ids, weights) for the token index it
+   claims; every token must reach every rank owning one of its experts, once; combine must
+   return exactly ``sum_k w_k · c_{e_k} · x`` (the synthetic experts make that exact in
+   bf16, see ``bench/workload.py``). The first mismatch on the lowest rank is the error
+   text; a failed gate means status ``incorrect`` and no timing.
+2. **Timing.** CPU: ``time.perf_counter_ns`` around dispatch and combine of every round
+   trip. CUDA: CUDA events around batches of round trips, replayed from a CUDA graph when
+   the adapter allows capture; dispatch and combine are split in a separate pass with one
+   event triple per iteration (which includes the event cost). The latency of an iteration
+   is the **maximum over ranks** (``all_reduce(MAX)`` of each batch's per-rank times).
+3. **Stopping.** :class:`StoppingRule` (nvbench's defaults, all in :data:`DEFAULTS`).
+4. **Statistics.** :func:`summarize`: median, mean, min, p10, p90, p99, relative stdev,
+   the noise (relative standard error of the median), plus bytes per rank and algbw/busbw.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+#: Stopping-rule defaults, in one place (nvbench's stdrel criterion).
+DEFAULTS = {
+    "min_samples": 10,  # at least this many samples
+    "min_time_s": 0.5,  # at least this much accumulated sample time
+    "max_noise": 0.005,  # stop once the relative standard error of the median is below 0.5 %
+    "timeout_s": 15.0,  # wall-clock limit per point: stop, noise_target_met = False
+    "stable_window": 8,  # noise estimates compared for the "noise is stable" stop
+    "stable_rel_std": 0.05,  # ... stop when they vary by less than 5 % (relative stdev)
+    "max_samples": 200_000,  # memory bound
+}
+
+#: Round trips run before timing starts (JIT, caches, lazy allocations).
+WARMUP_ITERATIONS = 3
+#: Target wall time of one CPU timing batch (one all_reduce per batch).
+BATCH_TARGET_S = 0.02
+
+
+class StoppingRule:
+    """When to stop sampling one point: ``add(sample)`` each sample, ask ``done()``.
+
+    Done when (a) at least ``min_samples`` samples and ``min_time_s`` of accumulated
+    sample time were taken and the noise (relative standard error of the median) is at
+    most ``max_noise``, or the last ``stable_window`` noise estimates vary by less than
+    ``stable_rel_std`` (the noise has stopped shrinking); or (b) ``timeout_s`` of wall
+    time passed since the first sample (then ``noise_target_met`` is False); or (c)
+    ``max_samples`` were taken.
+    """
+
+    def __init__(self, *, max_noise=None, min_samples=None, min_time_s=None, timeout_s=None,
+                 clock=time.monotonic):
+        d = DEFAULTS
+        self.max_noise = d["max_noise"] if max_noise is None else max_noise
+        self.min_samples = d["min_samples"] if min_samples is None else min_samples
+        self.min_time_s = d["min_time_s"] if min_time_s is None else min_time_s
+        self.timeout_s = d["timeout_s"] if timeout_s is None else timeout_s
+        self.clock = clock
+        self.samples: list[float] = []
+        self.accumulated_s = 0.0
+        self.started: float | None = None
+        self.noise_history: list[float] = []
+        self.noise: float | None = None
+        self.noise_target_met = False
+        self.timed_out = False
+
+    def add(self, sample_us: float) -> None:
+        """Record one sample (microseconds)."""
+        if self.started is None:
+            self.started = self.clock()
+        self.samples.append(float(sample_us))
+        self.accumulated_s += sample_us * 1e-6
+
+    def done(self) -> bool:
+        """Whether to stop now (updates ``noise`` and ``noise_target_met``)."""
+        n = len(self.samples)
+        self.noise = relative_standard_error(self.samples) if n >= 2 else None
+        if self.noise is not None:
+            self.noise_history.append(self.noise)
+        self.noise_target_met = self.noise is not None and self.noise <= self.max_noise
+        if n >= DEFAULTS["max_samples"]:
+            return True
+        if self.started is not None and self.clock() - self.started >= self.timeout_s:
+            self.timed_out = True
+            return True
+        if n < self.min_samples or self.accumulated_s < self.min_time_s:
+            return False
+        return self.noise_target_met or self.noise_is_stable()
+
+    def noise_is_stable(self) -> bool:
+        """The last ``stable_window`` noise estimates vary by less than ``stable_rel_std``."""
+        window = self.noise_history[-DEFAULTS["stable_window"]:]
+        if len(window) < DEFAULTS["stable_window"]:
+            return False
+        mean = sum(window) / len(window)
+        if mean == 0:
+            return True
+        var = sum((x - mean) ** 2 for x in window) / (len(window) - 1)
+        return math.sqrt(var) / mean < DEFAULTS["stable_rel_std"]
+
+
+def relative_standard_error(samples) -> float:
+    """Relative standard error of the median: ``1.2533 · 1.4826 · MAD / sqrt(n) / median``.
+
+    The MAD-based spread ignores outliers (an OS hiccup on a shared CPU); 1.2533 is the
+    asymptotic ratio of the median's standard error to the mean's for normal samples.
+    """
+    import numpy as np
+
+    a = np.asarray(samples, dtype=np.float64)
+    med = float(np.median(a))
+    if med <= 0:
+        return math.inf
+    mad = float(np.median(np.abs(a - med)))
+    return 1.2533 * 1.4826 * mad / math.sqrt(len(a)) / med
+
+
+def summarize(samples_us, *, noise=None) -> dict:
+    """Latency statistics of a sample list, as Result fields (``latency_us_*``, ``latency_stdrel``, ``noise_stdrel``)."""
+    import numpy as np
+
+    a = np.asarray(samples_us, dtype=np.float64)
+    mean = float(a.mean())
+    std = float(a.std(ddof=1)) if len(a) > 1 else 0.0
+    p10, p50, p90, p99 = (float(v) for v in np.percentile(a, [10, 50, 90, 99]))
+    return {
+        "samples": int(len(a)),
+        "latency_us_p50": p50,
+        "latency_us_mean": mean,
+        "latency_us_min": float(a.min()),
+        "latency_us_p10": p10,
+        "latency_us_p90": p90,
+        "latency_us_p99": p99,
+        "latency_stdrel": std / mean if mean > 0 else None,
+        "noise_stdrel": relative_standard_error(a) if noise is None else noise,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# The correctness gate.
+
+
+def _first_true(mask):
+    """Index tuple of the first True element of a bool tensor (row-major), or None."""
+    idx = mask.nonzero()
+    return None if idx.shape[0] == 0 else tuple(int(v) for v in idx[0])
+
+
+def check_dispatch(workload, rank: int, received) -> str | None:
+    """The first way ``received`` differs from what ``rank`` must get, or None.
+
+    Every valid row must carry, bit-exact, the payload of the token it names; every token
+    routed to an expert of ``rank`` must arrive; no token may arrive twice.
+    """
+    import torch
+
+    w = workload
+    dev = received.x.device
+    valid = received.valid
+    idx = received.token_index.to(torch.int64).reshape(-1)
+    if valid is not None:
+        idx = idx[valid.to(dev)]
+    n_total = w.total_tokens
+    bad = (idx < 0) | (idx >= n_total)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        return f"rank {rank}: received row {i} names token {int(idx[i])}, outside [0, {n_total})"
+    srt = idx.sort().values
+    dup = srt[1:] == srt[:-1]
+    if bool(dup.any()):
+        g = int(srt[int(dup.nonzero()[0]) + 1])
+        return f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) arrived twice"
+    need = w.destinations(dev)[:, rank]
+    present = torch.zeros(n_total, dtype=torch.bool, device=dev)
+    present[idx] = True
+    missing = need & ~present
+    if bool(missing.any()):
+        g = int(missing.nonzero()[0])
+        ids, _ = w.global_routing(dev)
+        first, last = w.expert_range(rank)
+        mine = [e for e in ids[g].tolist() if first <= e < last]
+        return (f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) never arrived, "
+                f"though rank {rank} owns its expert{'s' if len(mine) > 1 else ''} {', '.join(map(str, mine))}")
+
+    def rows(t):
+        return t if valid is None else t[valid.to(dev)]
+
+    exp_x, exp_sf = w.payload_rows(idx)
+    ids, a = w.global_routing(dev)
+    checks = [("activation byte", rows(received.x), exp_x)]
+    if w.scale_bytes:
+        checks.append(("scale byte", rows(received.x_sf), exp_sf))
+    checks.append(("expert id", rows(received.topk_ids).to(torch.int32), ids[idx]))
+    checks.append(("routing weight", rows(received.topk_weights).to(torch.float32),
+                   a[idx].to(torch.float32) / 16.0))
+    for what, got, expected in checks:
+        if got is None or tuple(got.shape) != tuple(expected.shape):
+            shape = None if got is None else list(got.shape)
+            return f"rank {rank}: {what}s have shape {shape}, expected {list(expected.shape)}"
+        pos = _first_true(got != expected)
+        if pos is not None:
+            r, c = pos
+            g = int(idx[r])
+            gv, ev = got[r, c].item(), expected[r, c].item()
+            if what.endswith("byte"):
+                gv, ev = f"0x{int(gv):02x}", f"0x{int(ev):02x}"
+            return (f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) {what} {c}: "
+                    f"got {gv}, expected {ev}")
+    return None
+
+
+def check_combine(workload, rank: int, out) -> str | None:
+    """The first element where ``out`` differs from the exact ``sum_k w_k · expert_k(token)``, or None."""
+    import torch
+
+    expected = workload.expected_combine(rank, out.device)
+    if tuple(out.shape) != tuple(expected.shape):
+        return f"rank {rank}: combine returned shape {list(out.shape)}, expected {list(expected.shape)}"
+    got = out.to(torch.bfloat16)
+    pos = _first_true(got.view(torch.int16) != expected.view(torch.int16))
+    if pos is None:
+        return None
+    t, h = pos
+    g = rank * workload.tokens_per_rank + t
+    gv, ev = float(got[t, h]), float(expected[t, h])
+    ratio = f" ({gv / ev:.4g}x)" if ev else ""
+    return (f"rank {rank}: combine of token {g} element {h}: got {gv:g}, expected {ev:g}{ratio} "
+            f"= sum_k w_k * expert_k(token)")
+
+
+# --------------------------------------------------------------------------------------
+# One point.
+
+
+@dataclass
+class PointOutcome:
+    """What one point produced on this rank (the Result fields, rank 0's are reported)."""
+
+    status: str
+    error: str | None = None
+    fields: dict = field(default_factory=dict)
+
+
+def _agree(ctx, message):
+    """All ranks' messages (None = fine), gathered over the CPU group; returns the first non-None."""
+    import torch.distributed as dist
+
+    if ctx.world_size == 1:
+        return message
+    messages = [None] * ctx.world_size
+    dist.all_gather_object(messages, message, group=ctx.cpu_group)
+    return next((m for m in messages if m), None)
+
+
+def run_point(adapter, ctx, workload, *, max_noise=None, min_samples=None, min_time_s=None,
+              timeout_s=None, on_phase=None) -> PointOutcome:
+    """Gate, then time, one point on this rank (collective: every rank calls it)."""
+    dev = ctx.torch_device
+    batch = workload.batch(ctx.rank, dev)
+    if on_phase:
+        on_phase("gate")
+    received = adapter.dispatch(batch)
+    problem = _agree(ctx, check_dispatch(workload, ctx.rank, received))
+    if problem:
+        return PointOutcome("incorrect", "dispatch: " + problem)
+    expert_out = workload.expert_output(ctx.rank, received.x, received.topk_ids,
+                                        received.topk_weights, received.valid)
+    out = adapter.combine(expert_out)
+    problem = _agree(ctx, check_combine(workload, ctx.rank, out))
+    if problem:
+        return PointOutcome("incorrect", "combine: " + problem)
+    if on_phase:
+        on_phase("measure")
+    rule = StoppingRule(max_noise=max_noise, min_samples=min_samples, min_time_s=min_time_s,
+                        timeout_s=timeout_s)
+    if ctx.device == "cuda":
+        split = _time_cuda(adapter, ctx, batch, expert_out, rule)
+    else:
+        split = _time_cpu(adapter, ctx, batch, expert_out, rule)
+    fields = summarize(rule.samples, noise=rule.noise)
+    fields.update(split)
+    fields["noise_target_met"] = bool(rule.noise_target_met)
+    fields["raw_samples_us"] = [float(s) for s in rule.samples]
+    fields["bytes_per_rank"] = workload.bytes_per_rank()
+    from bench.workload import algbw_gbps, busbw_gbps
+
+    alg = algbw_gbps(fields["bytes_per_rank"], fields["latency_us_p50"])
+    fields["algbw_gbps"] = alg
+    fields["busbw_gbps"] = busbw_gbps(alg, ctx.world_size)
+    return PointOutcome("ok", None, fields)
+
+
+def _max_over_ranks(ctx, rows):
+    """``rows`` (list of per-iteration tuples) reduced with MAX over ranks, as a float64 tensor."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(rows, dtype=torch.float64)
+    if ctx.world_size > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.cpu_group)
+    return t
+
+
+def _rank0_says_done(ctx, done: bool) -> bool:
+    """Rank 0's stopping decision, broadcast (wall clocks differ between ranks)."""
+    import torch
+    import torch.distributed as dist
+
+    if ctx.world_size == 1:
+        return done
+    flag = torch.tensor([1 if done else 0], dtype=torch.int32)
+    dist.broadcast(flag, src=0, group=ctx.cpu_group)
+    return bool(flag.item())
+
+
+def _time_cpu(adapter, ctx, batch, expert_out, rule) -> dict:
+    """perf_counter_ns around dispatch and combine of every round trip; returns the split medians."""
+    import statistics
+    from time import perf_counter_ns
+
+    dispatch, combine = adapter.dispatch, adapter.combine
+    for _ in range(WARMUP_ITERATIONS):
+        dispatch(batch)
+        combine(expert_out)
+    n = 8
+    disp, comb = [], []
+    while True:
+        rows = []
+        for _ in range(n):
+            t0 = perf_counter_ns()
+            dispatch(batch)
+            t1 = perf_counter_ns()
+            combine(expert_out)
+            t2 = perf_counter_ns()
+            rows.append(((t2 - t0) / 1e3, (t1 - t0) / 1e3, (t2 - t1) / 1e3))
+        maxed = _max_over_ranks(ctx, rows)
+        for rt, d, c in maxed.tolist():
+            rule.add(rt)
+            disp.append(d)
+            comb.append(c)
+        if _rank0_says_done(ctx, rule.done()):
+            break
+        mean_us = float(maxed[:, 0].mean())
+        n = int(min(1000, max(1, BATCH_TARGET_S / max(mean_us * 1e-6, 1e-9))))
+    return {"dispatch_us_p50": statistics.median(disp), "combine_us_p50": statistics.median(comb)}
+
+
+def _time_cuda(adapter, ctx, batch, expert_out, rule) -> dict:
+    """CUDA events around batches (graph replay when the adapter allows capture), then a split pass."""
+    import statistics
+
+    import torch
+
+    stream = torch.cuda.current_stream()
+
+    def round_trip():
+        adapter.dispatch(batch)
+        adapter.combine(expert_out)
+
+    for _ in range(WARMUP_ITERATIONS):
+        round_trip()
+    torch.cuda.synchronize()
+
+    per_batch = 10
+    replay = None
+    if adapter.supports_cuda_graph:
+        try:
+            graph = torch.cuda.CUDAGraph()
+            side = torch.cuda.Stream()
+            side.wait_stream(stream)
+            with torch.cuda.stream(side):
+                round_trip()  # warm the side stream
+            stream.wait_stream(side)
+            torch.cuda.synchronize()
+            with torch.cuda.graph(graph):
+                for _ in range(per_batch):
+                    round_trip()
+            torch.cuda.synchronize()
+            replay = graph.replay
+        except Exception:  # capture is an optimisation; eager timing is still valid
+            replay = None
+            torch.cuda.synchronize()
+
+    def run_batch():
+        if replay is not None:
+            replay()
+        else:
+            for _ in range(per_batch):
+                round_trip()
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    while True:
+        rows = []
+        for _ in range(8):
+            start.record(stream)
+            run_batch()
+            end.record(stream)
+            end.synchronize()
+            rows.append((start.elapsed_time(end) * 1e3 / per_batch,))
+        maxed = _max_over_ranks(ctx, rows)
+        for (rt,) in maxed.tolist():
+            rule.add(rt)
+        if _rank0_says_done(ctx, rule.done()):
+            break
+
+    # Split pass: one event triple per eager iteration (includes the events' own cost).
+    events = [[torch.cuda.Event(enable_timing=True) for _ in range(3)] for _ in range(50)]
+    for e0, e1, e2 in events:
+        e0.record(stream)
+        adapter.dispatch(batch)
+        e1.record(stream)
+        adapter.combine(expert_out)
+        e2.record(stream)
+    torch.cuda.synchronize()
+    rows = [(e0.elapsed_time(e1) * 1e3, e1.elapsed_time(e2) * 1e3) for e0, e1, e2 in events]
+    maxed = _max_over_ranks(ctx, rows).tolist()
+    return {"dispatch_us_p50": statistics.median(r[0] for r in maxed),
+            "combine_us_p50": statistics.median(r[1] for r in maxed)}

@@ -1,0 +1,280 @@
+"""A sweep: backends x token counts for one shape, written to the store one row at a time.
+
+``run_sweep(SweepSpec(...))`` is the API that ``autoselect bench``, ``tune`` and ``fleet``
+share. It validates everything before a worker starts or a database row is written, skips
+(or, with ``include_illegal``, marks) backends that ``autoselect.rules.legal`` rejects, runs
+each backend's points in fresh worker processes (``bench/launch.py``) and turns every point
+into exactly one :class:`db.records.Result`: ``ok``, ``incorrect``, ``unavailable``,
+``error`` or ``timeout``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoselect.errors import UserError
+from db.records import Result
+
+
+class BadSweep(UserError):
+    "A sweep option is out of range (tokens, device, world size, stopping rule)."
+
+
+class NotEnoughGpus(UserError):
+    "The world size asks for more GPUs than this host has."
+
+
+@dataclass
+class SweepSpec:
+    """What to measure: backends x token counts for one shape on one device.
+
+    ``env``: environment variables for the worker processes (knobs such as
+    ``NCCL_PROTO``); ``knobs``: the tuned settings recorded with each result (``env`` is
+    recorded under ``knobs["env"]`` unless ``knobs`` already has it). ``gpu_arch``: the arch
+    legality is judged for (defaults to the host's; on a CPU host without it, legality is
+    not checked). ``setup_timeout_s``: wall-clock limit of worker start + adapter setup per
+    point (first-use JIT builds of FlashInfer kernels take minutes).
+    """
+
+    backends: list[str]
+    tokens: list[int]
+    hidden: int
+    top_k: int
+    experts: int
+    dtype: str
+    world_size: int
+    device: str = "cuda"
+    routing: str = "uniform"
+    seed: int = 0
+    max_noise: float = 0.005
+    min_samples: int = 10
+    min_time_s: float = 0.5
+    timeout_s: float = 15.0
+    include_illegal: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    knobs: dict = field(default_factory=dict)
+    gpu_arch: str | None = None
+    vllm_version: str | None = None
+    setup_timeout_s: float = 300.0
+
+
+def validate(spec: SweepSpec, host=None) -> None:
+    """Raise a :class:`UserError` for any option that cannot work; touches nothing."""
+    from bench.backends import check_names
+    from bench.workload import parse_routing, validate_shape
+
+    if not spec.backends:
+        raise BadSweep("no backends to measure; pass --backends NAME[,NAME...]")
+    check_names(spec.backends)
+    if not spec.tokens or any(not isinstance(t, int) or t < 1 for t in spec.tokens):
+        raise BadSweep(f"token counts must be positive integers, got {spec.tokens!r}")
+    if spec.device not in ("cpu", "cuda"):
+        raise BadSweep(f"unknown device {spec.device!r}; use cuda or cpu")
+    validate_shape(max(spec.tokens), spec.hidden, spec.top_k, spec.experts, spec.world_size, spec.dtype)
+    if not 0 < spec.max_noise < 1:
+        raise BadSweep(f"--max-noise must be a fraction in (0, 1), got {spec.max_noise}")
+    if spec.timeout_s <= 0 or spec.min_time_s < 0 or spec.min_samples < 1:
+        raise BadSweep("the stopping rule needs timeout > 0, min time >= 0 and min samples >= 1")
+    if spec.device == "cpu" and spec.world_size > 64:
+        raise BadSweep(f"world size {spec.world_size} on CPU starts that many processes; use at most 64")
+    if spec.device == "cuda" and host is not None:
+        gpus = host.gpu_count or 0
+        if gpus == 0:
+            raise NotEnoughGpus("--device cuda but this host has no CUDA GPU; use --device cpu")
+        if spec.world_size > gpus:
+            raise NotEnoughGpus(f"world size {spec.world_size} needs {spec.world_size} GPUs; "
+                                f"this host has {gpus} (lower --world-size)")
+    # The routing file is read now so that a bad file fails before any worker starts.
+    routing = parse_routing(spec.routing)
+    if routing.kind == "file":
+        from bench.workload import load_routing_file
+
+        load_routing_file(routing.path, spec.top_k, spec.experts)
+
+
+def legality(spec: SweepSpec, host):
+    """``{backend: Verdict | None}``: None where rules cannot judge (no arch, unknown adapter)."""
+    from autoselect.model import MoeProfile
+    from autoselect.rules import UnknownBackend, legal
+
+    arch = spec.gpu_arch or getattr(host, "gpu_arch", None)
+    verdicts = {}
+    if not arch:
+        return dict.fromkeys(spec.backends)
+    profile = MoeProfile.from_shape(spec.hidden, spec.experts, spec.top_k, spec.dtype)
+    for name in spec.backends:
+        try:
+            verdicts[name] = legal(name, profile, host if spec.device == "cuda" else None,
+                                   spec.world_size, spec.vllm_version, gpu_arch=arch)
+        except UnknownBackend:
+            verdicts[name] = None  # a third-party adapter the rules table does not know
+    return verdicts
+
+
+def _versions(host) -> dict:
+    versions = dict(getattr(host, "versions", {}) or {})
+    for key, attr in (("driver", "driver_version"), ("cuda", "cuda_version")):
+        value = getattr(host, attr, None)
+        if value:
+            versions[key] = str(value)
+    return versions
+
+
+def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=None) -> list[Result]:
+    """Measure every (backend, tokens) point of ``spec``; returns the results in order.
+
+    :param store: a :class:`db.store.Store`; each result is written as it arrives.
+    :param run_id: the run to add results to; when None and a store is given, a run is
+        begun here and finished (``complete``, or ``interrupted``/``failed``) at the end.
+    :param host: the :class:`autoselect.hardware.HostFingerprint` (default: fingerprint()).
+    :param progress: ``progress(event: dict)`` callback: ``start`` (total), ``skip``
+        (backend, reason), ``phase`` (backend, tokens, phase), ``result`` (result), ``done``.
+    Under torchrun every rank measures; only rank 0 returns results and writes the store.
+    """
+    from bench import launch
+
+    if host is None:
+        from autoselect.hardware import fingerprint
+
+        host = fingerprint()
+    validate(spec, host)
+    verdicts = legality(spec, host)
+    emit = progress or (lambda event: None)
+
+    plan = []
+    for name in spec.backends:
+        verdict = verdicts.get(name)
+        illegal = verdict is not None and not verdict.ok
+        if illegal and not spec.include_illegal:
+            emit({"event": "skip", "backend": name, "reason": "; ".join(verdict.reasons)})
+            continue
+        plan.append((name, illegal))
+    emit({"event": "start", "total": len(plan) * len(spec.tokens)})
+
+    rank = launch.torchrun_rank()
+    own_run = store is not None and run_id is None and rank == 0
+    if own_run:
+        run_id = store.begin_run(host, trigger="manual", command="bench",
+                                 meta={"spec": _spec_meta(spec)})
+    results: list[Result] = []
+    versions = _versions(host)
+    knobs = dict(spec.knobs)
+    if spec.env and "env" not in knobs:
+        knobs["env"] = dict(spec.env)
+    status = "complete"
+    try:
+        with launch.signals_raise():
+            for name, illegal in plan:
+                def on_event(ev, name=name, illegal=illegal):
+                    if ev.get("event") == "phase":
+                        emit({"event": "phase", "backend": name, "tokens": ev["tokens"], "phase": ev["phase"]})
+                        return
+                    if ev.get("event") != "result":
+                        return
+                    result = Result(
+                        backend=name, world_size=spec.world_size, tokens_per_rank=ev["tokens"],
+                        hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts,
+                        dispatch_dtype=spec.dtype, routing=_routing_label(spec.routing),
+                        status=ev["status"], error=ev.get("error"), device=spec.device,
+                        illegal=illegal, knobs=knobs, versions=versions,
+                    )
+                    for key, value in (ev.get("fields") or {}).items():
+                        setattr(result, key, value)
+                    if rank == 0:
+                        results.append(result)
+                        if store is not None:
+                            store.add_result(run_id, result)
+                        emit({"event": "result", "result": result})
+
+                job = _job(spec, name, host)
+                if launch.under_torchrun():
+                    _serve_in_process(job, on_event)
+                else:
+                    launch.run_backend(job, on_event)
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    except BaseException:
+        status = "failed"
+        raise
+    finally:
+        if own_run:
+            store.finish_run(run_id, status)
+    emit({"event": "done"})
+    return results
+
+
+def _routing_label(routing: str) -> str:
+    from bench.workload import parse_routing
+
+    return parse_routing(routing).label
+
+
+def _spec_meta(spec: SweepSpec) -> dict:
+    from dataclasses import asdict
+
+    return {k: v for k, v in asdict(spec).items() if k not in ("knobs",)}
+
+
+def _job(spec: SweepSpec, backend: str, host) -> dict:
+    from bench.workload import parse_routing
+
+    routing = parse_routing(spec.routing)
+    return {
+        "backend": backend, "points": list(spec.tokens), "hidden": spec.hidden, "top_k": spec.top_k,
+        "experts": spec.experts, "world_size": spec.world_size, "dtype": spec.dtype,
+        "routing": f"file:{routing.path}" if routing.kind == "file" else spec.routing,
+        "seed": spec.seed, "device": spec.device, "max_noise": spec.max_noise,
+        "min_samples": spec.min_samples, "min_time_s": spec.min_time_s, "timeout_s": spec.timeout_s,
+        "setup_timeout_s": spec.setup_timeout_s, "env": dict(spec.env),
+        "nvlinks_all_up": getattr(host, "all_nvlinks_up", None),
+    }
+
+
+def _serve_in_process(job: dict, on_event) -> None:
+    """torchrun mode: this process is one rank; no isolation (torchrun owns the processes)."""
+    import os
+
+    from bench import launch
+
+    world = int(os.environ["WORLD_SIZE"])
+    if world != job["world_size"]:
+        raise BadSweep(f"torchrun started {world} ranks but --world-size is {job['world_size']}; make them equal")
+    for key, value in job.get("env", {}).items():
+        os.environ[key] = value
+    launch.serve_job(job, int(os.environ["RANK"]), world, on_event)
+
+
+def run_bench(spec: SweepSpec, db_path=None, *, progress=None):
+    """What ``autoselect bench`` does: fingerprint, validate, open the store, sweep.
+
+    Validation happens before the database is opened, so bad input writes nothing. Under
+    torchrun only rank 0 opens the store. Returns ``(results, run_id, db_path)``.
+    """
+    from autoselect.hardware import fingerprint
+    from bench import launch
+
+    host = fingerprint()
+    validate(spec, host)
+    if launch.torchrun_rank() != 0:
+        return run_sweep(spec, host=host, progress=progress), None, None
+    from db.store import Store
+
+    store = Store(db_path)
+    try:
+        run_id = store.begin_run(host, trigger="manual", command="autoselect bench",
+                                 meta={"spec": _spec_meta(spec)})
+        status = "complete"
+        try:
+            results = run_sweep(spec, store=store, run_id=run_id, host=host, progress=progress)
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except BaseException:
+            status = "failed"
+            raise
+        finally:
+            store.finish_run(run_id, status)
+        return results, run_id, str(store.path)
+    finally:
+        store.close()

@@ -1,0 +1,460 @@
+"""The benchmark workload: payload layout, routing, synthetic experts, byte counts.
+
+A :class:`Workload` is deterministic from its seed: every rank can regenerate any token's
+payload bytes and routing without talking to the others, which is what lets the
+correctness gate check delivery bit-exactly on the receiving side.
+
+Payload layout per token (``autoselect/payload.py``, docs/facts.md "Payload bytes per
+token"): the activation values (``x``, e.g. ``2H`` bytes for bf16, ``ceil(H/2)`` for
+nvfp4), their block scales (``x_sf``, e.g. ``ceil(H/16)`` fp8 scales for nvfp4; none for
+bf16/fp16/fp8), the int32 expert ids and the fp32 routing weights (``4·top_k`` each).
+Every tensor a backend sees is ``uint8``/``int32``/``float32``: quantized values are opaque
+bytes, so fp8/fp4 never reach a collective library that cannot handle them (gloo).
+
+Global token ids: rank ``r`` owns tokens ``r*T .. r*T+T-1`` (``T = tokens_per_rank``).
+
+Routing (``routing=``):
+
+- ``uniform``: DeepEP-style, ``top_k`` distinct experts per token, every expert equally
+  likely (top-k of i.i.d. uniform scores).
+- ``zipf`` or ``zipf:S``: expert popularity follows Zipf's law with exponent ``S``
+  (default 1.2) over a seeded permutation of the experts; ``top_k`` distinct experts per
+  token drawn without replacement.
+- a file (``file:PATH`` or just ``PATH`` ending in ``.json``, ``.npy`` or ``.pt``): an
+  integer array ``[rows, top_k]`` of expert ids (JSON: a list of lists), ids in
+  ``[0, experts)`` and distinct within a row. Global token ``g`` uses row ``g % rows``, so
+  a file with ``world_size * tokens_per_rank`` rows gives every token its own routing.
+
+Synthetic experts (owned by the harness): expert ``e`` multiplies its input by
+``c_e = b_e / 4`` with ``b_e`` in {1, 2, 3}; routing weights are ``w = a / 16`` with small
+integers ``a``; the expert input is decoded from the token's value bytes, one 4-bit nibble
+per element as ``±2^(n-4)``. With these choices every partial sum a backend can form is an
+integer multiple of ``x/64`` below ``256·x/64``, exactly representable in bf16, so the
+expected combine output ``sum_k w_k · c_{e_k} · x`` is exact under any summation order and
+the gate can demand bit-exact results.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoselect.errors import UserError
+from autoselect.payload import (
+    ACTIVATION_DTYPES,
+    _quant_bytes,
+    combine_bytes_per_token,
+    dispatch_bytes_per_token,
+)
+
+#: Default Zipf exponent for ``routing="zipf"``.
+DEFAULT_ZIPF_EXPONENT = 1.2
+#: Tokens per chunk when generating payload bytes (bounds temporary int64 memory).
+_GEN_CHUNK_TOKENS = 1024
+_M32 = 0xFFFFFFFF
+
+
+class BadRouting(UserError):
+    "The routing spec or routing file cannot be used."
+
+
+class BadWorkload(UserError):
+    "The workload shape is impossible (tokens, top_k, experts, world size, dtype)."
+
+
+# --------------------------------------------------------------------------------------
+# Byte counts and bandwidth: one small function each.
+
+
+def dispatch_bytes(dtype: str, hidden: int, top_k: int) -> int:
+    """Bytes one token carries in dispatch: activation values + scales + ``8·top_k``.
+
+    bf16/fp16 ``2H``; fp8 ``H``; fp8_block128 ``H + 4·ceil(H/128)``; mxfp8 ``H + ceil(H/32)``;
+    nvfp4 ``ceil(H/2) + ceil(H/16)``; mxfp4 ``ceil(H/2) + ceil(H/32)``; plus int32 ids and
+    fp32 weights (``4·top_k`` each). The harness's 4-byte token index is not counted.
+    """
+    return dispatch_bytes_per_token(dtype, hidden, top_k)
+
+
+def combine_bytes(hidden: int) -> int:
+    """Bytes one token's expert output carries back in combine: ``2H`` (bf16)."""
+    return combine_bytes_per_token(hidden)
+
+
+def algbw_gbps(bytes_per_rank: float, time_us: float) -> float:
+    """Algorithm bandwidth in decimal GB/s, nccl-tests' ``algbw = S/t``.
+
+    ``S`` is the logical bytes one rank moves in one round trip
+    (:meth:`Workload.bytes_per_rank`): its tokens' dispatch rows once per distinct
+    destination rank, its own rank included (DeepEP / TensorRT-LLM "logical" accounting),
+    plus the bf16 expert outputs sent back in combine, averaged over ranks. ``t`` is the
+    round-trip time (dispatch + combine).
+    """
+    if not time_us or time_us <= 0:
+        return 0.0
+    return bytes_per_rank / (time_us * 1e-6) / 1e9
+
+
+def busbw_gbps(algbw: float, world_size: int) -> float:
+    """Bus bandwidth, nccl-tests' all-to-all convention ``busbw = algbw·(n−1)/n``.
+
+    The ``(n−1)/n`` factor removes the share of ``S`` that stays on the local rank under
+    uniform routing, so busbw compares with the per-GPU link rate (450 GB/s per direction
+    on NVLink 4). It is 0 at world size 1.
+    """
+    if world_size <= 0:
+        return 0.0
+    return algbw * (world_size - 1) / world_size
+
+
+# --------------------------------------------------------------------------------------
+# Deterministic bytes.
+
+
+def _hash_bytes(token_ids, nbytes: int, seed: int, salt: int):
+    """``uint8 [N, nbytes]``: byte ``j`` of token ``g`` as a hash of (seed, salt, g, j)."""
+    import torch
+
+    n = token_ids.shape[0]
+    out = torch.empty((n, nbytes), dtype=torch.uint8, device=token_ids.device)
+    if n == 0 or nbytes == 0:
+        return out
+    cols = torch.arange(nbytes, dtype=torch.int64, device=token_ids.device)
+    base = (seed * 0x27D4EB2F + salt * 0x165667B1) & _M32
+    for start in range(0, n, _GEN_CHUNK_TOKENS):
+        g = token_ids[start : start + _GEN_CHUNK_TOKENS].to(torch.int64)
+        v = (g[:, None] * 0x9E3779B1 + cols[None, :] * 0x85EBCA77 + base) & _M32
+        v = v ^ (v >> 15)
+        v = (v * 0x2C1B3C6D) & _M32
+        v = v ^ (v >> 12)
+        v = (v * 0x297A2D39) & _M32
+        v = v ^ (v >> 15)
+        out[start : start + g.shape[0]] = (v & 0xFF).to(torch.uint8)
+    return out
+
+
+def decode_expert_input(x_bytes, hidden: int):
+    """The synthetic expert input ``bf16 [N, H]`` decoded from value bytes.
+
+    Element ``j`` is nibble ``j`` of the row (low nibble first): bit 3 is the sign and
+    bits 0-2 the exponent, value ``±2^(n-4)``. Exact in bf16.
+    """
+    import torch
+
+    nib = hidden
+    nbytes = (nib + 1) // 2
+    raw = x_bytes[:, :nbytes].to(torch.int32)
+    nibbles = torch.stack((raw & 0xF, raw >> 4), dim=2).reshape(raw.shape[0], -1)[:, :nib]
+    mag = torch.pow(2.0, (nibbles & 7).to(torch.float32) - 4.0)
+    val = torch.where((nibbles & 8) != 0, -mag, mag)
+    return val.to(torch.bfloat16)
+
+
+# --------------------------------------------------------------------------------------
+# Routing specs.
+
+
+@dataclass(frozen=True)
+class RoutingSpec:
+    """A parsed ``routing`` string: ``kind`` is uniform, zipf or file."""
+
+    kind: str
+    exponent: float = DEFAULT_ZIPF_EXPONENT
+    path: str | None = None
+
+    @property
+    def label(self) -> str:
+        """How the routing is stored in result rows (``uniform``, ``zipf:1.2``, ``file:NAME``)."""
+        if self.kind == "zipf":
+            return f"zipf:{self.exponent:g}"
+        if self.kind == "file":
+            return f"file:{Path(self.path).name}"
+        return "uniform"
+
+
+def parse_routing(routing: str) -> RoutingSpec:
+    """Parse ``uniform``, ``zipf``, ``zipf:S``, ``file:PATH`` or a ``.json/.npy/.pt`` path."""
+    text = (routing or "").strip()
+    if text == "uniform":
+        return RoutingSpec("uniform")
+    if text == "zipf" or text.startswith("zipf:"):
+        exponent = DEFAULT_ZIPF_EXPONENT
+        if ":" in text:
+            try:
+                exponent = float(text.split(":", 1)[1])
+            except ValueError:
+                raise BadRouting(
+                    f"routing {routing!r}: the Zipf exponent must be a number; use e.g. zipf:1.2"
+                ) from None
+            if not exponent > 0:
+                raise BadRouting(f"routing {routing!r}: the Zipf exponent must be > 0")
+        return RoutingSpec("zipf", exponent=exponent)
+    path = text[5:] if text.startswith("file:") else text
+    if path.endswith((".json", ".npy", ".pt")) or text.startswith("file:"):
+        if not Path(path).is_file():
+            raise BadRouting(f"routing file {path!r} does not exist; pass an existing .json, .npy or .pt file")
+        return RoutingSpec("file", path=str(Path(path).resolve()))
+    raise BadRouting(
+        f"unknown routing {routing!r}; use uniform, zipf, zipf:S, or a .json/.npy/.pt file of expert ids"
+    )
+
+
+def load_routing_file(path: str, top_k: int, experts: int):
+    """Load and validate a routing file: ``int64 [rows, top_k]`` of distinct expert ids per row."""
+    import torch
+
+    p = Path(path)
+    try:
+        if p.suffix == ".json":
+            data = torch.tensor(json.loads(p.read_text()), dtype=torch.int64)
+        elif p.suffix == ".npy":
+            import numpy as np
+
+            data = torch.from_numpy(np.load(p, allow_pickle=False).astype("int64"))
+        elif p.suffix == ".pt":
+            data = torch.load(p, weights_only=True)
+            if not isinstance(data, torch.Tensor):
+                raise BadRouting(f"routing file {path}: expected one tensor, found {type(data).__name__}")
+            data = data.to(torch.int64)
+        else:
+            raise BadRouting(f"routing file {path}: unknown suffix; use .json, .npy or .pt")
+    except BadRouting:
+        raise
+    except Exception as e:  # a malformed file is the user's input
+        raise BadRouting(f"routing file {path} could not be read ({type(e).__name__}: {e}); "
+                         "write an integer array [tokens, top_k]") from None
+    if data.dim() != 2 or data.shape[0] < 1 or data.shape[1] != top_k:
+        raise BadRouting(f"routing file {path} has shape {list(data.shape)}; expected [tokens, {top_k}] (top_k={top_k})")
+    if int(data.min()) < 0 or int(data.max()) >= experts:
+        raise BadRouting(f"routing file {path} has expert ids outside [0, {experts}); fix the ids or pass --experts")
+    srt = data.sort(dim=1).values
+    dup = (srt[:, 1:] == srt[:, :-1]).any(dim=1)
+    if bool(dup.any()):
+        row = int(dup.nonzero()[0])
+        raise BadRouting(f"routing file {path}: row {row} repeats an expert ({data[row].tolist()}); "
+                         "each token needs top_k distinct experts")
+    return data
+
+
+# --------------------------------------------------------------------------------------
+# The workload.
+
+
+@dataclass
+class DispatchBatch:
+    """One rank's dispatch input: the tensors a backend moves (all on the rank's device).
+
+    ``x`` ``uint8 [T, value_bytes]``, ``x_sf`` ``uint8 [T, scale_bytes]`` or None,
+    ``topk_ids`` ``int32 [T, top_k]``, ``topk_weights`` ``float32 [T, top_k]``,
+    ``token_index`` ``int32 [T]`` (global token ids, for backends whose rows arrive out of
+    order).
+    """
+
+    x: object
+    x_sf: object | None
+    topk_ids: object
+    topk_weights: object
+    token_index: object
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in this batch."""
+        return int(self.x.shape[0])
+
+
+@dataclass
+class Workload:
+    """One benchmark shape: tokens per rank, model shape, dtype, routing and seed."""
+
+    tokens_per_rank: int
+    hidden: int
+    top_k: int
+    experts: int
+    world_size: int
+    dtype: str
+    routing: str = "uniform"
+    seed: int = 0
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self):
+        validate_shape(self.tokens_per_rank, self.hidden, self.top_k, self.experts, self.world_size, self.dtype)
+        self.routing_spec = parse_routing(self.routing)
+
+    # -- layout -------------------------------------------------------------------------
+    @property
+    def value_bytes(self) -> int:
+        """Activation value bytes per token (``x``)."""
+        return _quant_bytes(self.dtype, self.hidden)[0]
+
+    @property
+    def scale_bytes(self) -> int:
+        """Activation scale bytes per token (``x_sf``); 0 for bf16/fp16/fp8."""
+        return _quant_bytes(self.dtype, self.hidden)[1]
+
+    @property
+    def dispatch_bytes_per_token(self) -> int:
+        """Dispatch bytes per token (see :func:`dispatch_bytes`)."""
+        return dispatch_bytes(self.dtype, self.hidden, self.top_k)
+
+    @property
+    def combine_bytes_per_token(self) -> int:
+        """Combine bytes per token (see :func:`combine_bytes`)."""
+        return combine_bytes(self.hidden)
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens over all ranks."""
+        return self.tokens_per_rank * self.world_size
+
+    # -- experts ------------------------------------------------------------------------
+    def expert_range(self, rank: int) -> tuple[int, int]:
+        """``[first, last)`` experts owned by ``rank``: contiguous, ranks below the remainder own one more."""
+        base, rem = divmod(self.experts, self.world_size)
+        first = rank * base + min(rank, rem)
+        return first, first + base + (1 if rank < rem else 0)
+
+    def expert_owner(self, ids):
+        """The rank owning each expert id (tensor in, tensor out)."""
+        import torch
+
+        base, rem = divmod(self.experts, self.world_size)
+        big = rem * (base + 1)
+        ids = ids.to(torch.int64)
+        return torch.where(ids < big, ids // (base + 1), rem + (ids - big) // max(base, 1))
+
+    def expert_scale_numerators(self, device="cpu"):
+        """``int64 [experts]``: ``b_e`` in {1, 2, 3}; expert ``e`` scales its input by ``b_e/4``."""
+        import torch
+
+        key = ("b", str(device))
+        if key not in self._cache:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + 17)
+            self._cache[key] = torch.randint(1, 4, (self.experts,), generator=g).to(device)
+        return self._cache[key]
+
+    @property
+    def max_weight_numerator(self) -> int:
+        """Largest ``a`` in ``w = a/16``, chosen so ``top_k · a · b <= 256`` keeps sums exact."""
+        return max(1, min(15, 256 // (3 * self.top_k)))
+
+    # -- routing ------------------------------------------------------------------------
+    def global_routing(self, device="cpu"):
+        """``(topk_ids int32 [W*T, k], weight numerators int64 [W*T, k])`` for every token."""
+        import torch
+
+        key = ("routing", str(device))
+        if key in self._cache:
+            return self._cache[key]
+        n, k, e = self.total_tokens, self.top_k, self.experts
+        g = torch.Generator().manual_seed(self.seed * 7_919 + 1)
+        spec = self.routing_spec
+        if spec.kind == "uniform":
+            ids = torch.rand((n, e), generator=g).topk(k, dim=1).indices
+        elif spec.kind == "zipf":
+            perm = torch.randperm(e, generator=g)
+            ranks = torch.arange(1, e + 1, dtype=torch.float64)
+            p = torch.empty(e, dtype=torch.float64)
+            p[perm] = ranks.pow(-spec.exponent)
+            ids = torch.multinomial(p.float().expand(n, e), k, replacement=False, generator=g)
+        else:
+            table = load_routing_file(spec.path, k, e)
+            ids = table[torch.arange(n) % table.shape[0]]
+        gw = torch.Generator().manual_seed(self.seed * 104_729 + 3)
+        a = torch.randint(1, self.max_weight_numerator + 1, (n, k), generator=gw)
+        result = (ids.to(torch.int32).to(device), a.to(device))
+        self._cache[key] = result
+        return result
+
+    def destinations(self, device="cpu"):
+        """``bool [W*T, W]``: which ranks own at least one of each token's experts."""
+        import torch
+
+        key = ("dest", str(device))
+        if key not in self._cache:
+            ids, _ = self.global_routing(device)
+            owner = self.expert_owner(ids)
+            dest = torch.zeros((ids.shape[0], self.world_size), dtype=torch.bool, device=ids.device)
+            dest.scatter_(1, owner, True)
+            self._cache[key] = dest
+        return self._cache[key]
+
+    def bytes_per_rank(self) -> int:
+        """Logical bytes one rank moves per round trip (``S`` of :func:`algbw_gbps`).
+
+        ``(token, destination rank)`` pairs over all ranks (each token once per distinct
+        rank owning one of its experts, own rank included), times dispatch + combine bytes
+        per token, divided by the world size.
+        """
+        pairs = int(self.destinations().sum())
+        per_token = self.dispatch_bytes_per_token + self.combine_bytes_per_token
+        return round(pairs * per_token / self.world_size)
+
+    # -- payloads -----------------------------------------------------------------------
+    def payload_rows(self, token_ids):
+        """``(x uint8 [N, value_bytes], x_sf uint8 [N, scale_bytes] | None)`` for global ids."""
+        x = _hash_bytes(token_ids, self.value_bytes, self.seed, salt=1)
+        sf = _hash_bytes(token_ids, self.scale_bytes, self.seed, salt=2) if self.scale_bytes else None
+        return x, sf
+
+    def batch(self, rank: int, device="cpu") -> DispatchBatch:
+        """The dispatch input of ``rank`` (deterministic from the seed)."""
+        import torch
+
+        t = self.tokens_per_rank
+        token_index = torch.arange(rank * t, (rank + 1) * t, dtype=torch.int32, device=device)
+        x, sf = self.payload_rows(token_index)
+        ids, a = self.global_routing(device)
+        rows = slice(rank * t, (rank + 1) * t)
+        weights = a[rows].to(torch.float32) / 16.0
+        return DispatchBatch(x=x, x_sf=sf, topk_ids=ids[rows].contiguous(),
+                             topk_weights=weights.contiguous(), token_index=token_index)
+
+    # -- synthetic experts --------------------------------------------------------------
+    def expert_output(self, rank: int, x_bytes, topk_ids, topk_weights, valid=None):
+        """What this rank's experts return for received rows: ``bf16 [R, H]``.
+
+        Row ``i`` is ``x_i · sum_{k: owner(e_k)=rank} w_k · c_{e_k}`` (weights applied,
+        reduced over the rank's local experts, as vLLM's experts do before combine).
+        Invalid rows (``valid`` False) and ids outside ``[0, experts)`` contribute zero.
+        """
+        import torch
+
+        first, last = self.expert_range(rank)
+        ids = topk_ids.to(torch.int64)
+        local = (ids >= first) & (ids < last)
+        b = self.expert_scale_numerators(ids.device)
+        scale = torch.where(local, b[ids.clamp(0, self.experts - 1)].to(torch.float32), 0.0)
+        s = (topk_weights.to(torch.float32) * scale / 4.0).sum(dim=1)
+        if valid is not None:
+            s = torch.where(valid, s, 0.0)
+        x_in = decode_expert_input(x_bytes, self.hidden).to(torch.float32)
+        return (x_in * s[:, None]).to(torch.bfloat16)
+
+    def expected_combine(self, rank: int, device="cpu"):
+        """The exact combine result of ``rank``'s tokens: ``sum_k w_k · c_{e_k} · x``, bf16."""
+        import torch
+
+        batch = self.batch(rank, device)
+        ids = batch.topk_ids.to(torch.int64)
+        b = self.expert_scale_numerators(ids.device)
+        s = (batch.topk_weights * b[ids].to(torch.float32) / 4.0).sum(dim=1)
+        x_in = decode_expert_input(batch.x, self.hidden).to(torch.float32)
+        return (x_in * s[:, None]).to(torch.bfloat16)
+
+
+def validate_shape(tokens_per_rank, hidden, top_k, experts, world_size, dtype) -> None:
+    """Raise :class:`BadWorkload` unless the shape can be benchmarked."""
+    if dtype not in ACTIVATION_DTYPES:
+        raise BadWorkload(f"unknown activation dtype {dtype!r}; use one of {', '.join(ACTIVATION_DTYPES)}")
+    for name, value in (("tokens per rank", tokens_per_rank), ("hidden size", hidden),
+                        ("top_k", top_k), ("experts", experts), ("world size", world_size)):
+        if not isinstance(value, int) or value < 1:
+            raise BadWorkload(f"{name} must be a positive integer, got {value!r}")
+    if top_k > experts:
+        raise BadWorkload(f"top_k {top_k} is larger than the number of experts {experts}; lower --top-k")
+    if experts < world_size:
+        raise BadWorkload(f"{experts} experts cannot be spread over {world_size} ranks; "
+                          "every rank needs at least one expert (lower --world-size)")
+    if top_k * 3 > 256:
+        raise BadWorkload(f"top_k {top_k} is above 85, which the exact synthetic experts cannot cover")
