@@ -289,7 +289,8 @@ def one_sided_consequence(dtype: str, vllm_version: str) -> str:
     if era is None:
         return f"vLLM {vllm_version} has no flashinfer_nvlink_one_sided (added in v0.18.0, PR #36022)"
     if dtype in era.upstream_accepts:
-        return (f"vLLM {vllm_version} accepts {dtype} here ({era.source}), but autoselect keeps "
+        first = next(e for e in ONE_SIDED_ERAS if dtype in e.upstream_accepts)
+        return (f"vLLM {vllm_version} accepts {dtype} here ({first.source}), but autoselect keeps "
                 f"one-sided nvfp4-only (open reports #40373, #42118)")
     if era.consequence == "silent_corruption":
         return (f"on vLLM {vllm_version} this would SILENTLY CORRUPT output: the workspace is sized "

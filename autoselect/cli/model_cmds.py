@@ -1,0 +1,123 @@
+"""``autoselect inspect`` and ``autoselect check``: parse, call one library function, print."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from autoselect.cli import format_option
+
+
+def _bytes_line(profile, archs):
+    from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
+
+    return "   ".join(
+        f"{arch}: {dispatch_bytes_per_token(profile.activation_dtype(arch), profile.hidden_size, profile.top_k)}"
+        for arch in archs
+    ) + f"   (combine {combine_bytes_per_token(profile.hidden_size)})"
+
+
+@click.command("inspect")
+@click.option("--model", "model", required=True, metavar="DIR|HF_ID",
+              help="Checkpoint directory (with config.json) or Hugging Face model id; config files only.")
+@click.option("--gpu-arch", default=None, metavar="ARCH",
+              help="sm90 (Hopper) or sm100 (Blackwell); default: report both.")
+@format_option("text", "json")
+def inspect_cmd(model, gpu_arch, fmt):
+    """Show what a MoE model puts on the all2all: shape, quantization, activation dtype per GPU arch.
+
+    Reads config.json (and hf_quant_config.json when present) from a local directory or the
+    Hugging Face Hub (HF_HUB_OFFLINE is honoured; weights are never downloaded). Without
+    --gpu-arch both Hopper (sm90) and Blackwell (sm100) are shown, because an NVFP4
+    checkpoint dispatches nvfp4 on Blackwell but bf16 on Hopper. In JSON, activation_dtype is
+    then an object keyed by arch; with --gpu-arch it is a string.
+
+    \b
+    Examples:
+      autoselect inspect --model tests/fixtures/models/deepseek-r1-nvfp4
+      autoselect inspect --model deepseek-ai/DeepSeek-V3 --gpu-arch sm90 --format json
+    """
+    from autoselect import rules
+    from autoselect.model import GPU_ARCHS, load_profile, normalize_arch
+
+    archs = [normalize_arch(gpu_arch)] if gpu_arch else list(GPU_ARCHS)
+    profile = load_profile(model)
+    one_sided = {a: profile.activation_dtype(a) == "nvfp4" for a in archs}
+    if fmt == "json":
+        d = profile.to_dict()
+        d["activation_dtype"] = (profile.activation_dtype(archs[0]) if gpu_arch
+                                 else {a: profile.activation_dtype(a) for a in archs})
+        d["one_sided_legal"] = one_sided[archs[0]] if gpu_arch else one_sided
+        d["gpu_arch"] = archs[0] if gpu_arch else None
+        click.echo(json.dumps(d, indent=2))
+        return
+    layers = f"{profile.moe_layers}" + (f" of {profile.num_layers}" if profile.num_layers else "")
+    rows = [
+        ("model", profile.model),
+        ("model type", profile.model_type or "-"),
+        ("hidden size", str(profile.hidden_size)),
+        ("routed experts", str(profile.num_experts)),
+        ("top-k", str(profile.top_k)),
+        ("MoE layers", layers),
+        ("weight quant", f"{profile.weight_quant} (from {profile.quant_source})"),
+        ("activation dtype", "   ".join(f"{a}: {profile.activation_dtype(a)}" for a in archs)),
+        ("dispatch B/token", _bytes_line(profile, archs)),
+        ("one-sided", "   ".join(f"{a}: {'legal (nvfp4)' if one_sided[a] else 'ILLEGAL (not nvfp4)'}" for a in archs)),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        click.echo(f"{k:<{width}}  {v}")
+    for note in profile.notes:
+        click.echo(f"note: {note}")
+    if not any(one_sided.values()):
+        click.echo(f"note: {rules.ONE_SIDED_POLICY}")
+
+
+@click.command("check", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--gpu-arch", default=None, metavar="ARCH",
+              help="sm90 or sm100; default: the local GPUs', or both archs on a host without GPUs.")
+@click.option("--vllm-version", default=None, metavar="VERSION",
+              help="The vLLM that will run the command; default: the installed vllm, else the newest known.")
+@format_option("text", "json")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def check_cmd(gpu_arch, vllm_version, fmt, command):
+    """Check a `vllm serve` command line for illegal or ineffective all2all settings.
+
+    Reports, with a severity each: a backend illegal for the model's activation dtype
+    (flashinfer_nvlink_one_sided needs nvfp4; on vLLM before v0.20.0 anything else silently
+    corrupts output), --all2all-backend without expert parallelism or with -dp 1 (silently
+    ignored), removed or renamed values (pplx, naive, flashinfer_all2allv), a leftover
+    VLLM_ALL2ALL_BACKEND, --enable-dbo with a backend that does not support it, experts not
+    divisible by the EP size, unsupported top-k. Exit status 1 if any finding is an error,
+    0 otherwise, 2 for input that cannot be read. Without --gpu-arch on a host without GPUs,
+    both sm90 and sm100 are checked and reported separately.
+
+    \b
+    Examples:
+      autoselect check -- vllm serve nvidia/DeepSeek-R1-FP4 -dp 8 -ep --all2all-backend flashinfer_nvlink_one_sided
+      autoselect check --gpu-arch sm90 --vllm-version 0.19.1 -- vllm serve Qwen/Qwen3-30B-A3B -dp 4 -ep
+    """
+    from autoselect.check import check_serve_command
+
+    report = check_serve_command(list(command), gpu_arch=gpu_arch, vllm_version=vllm_version)
+    if fmt == "json":
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        dtype = ("   ".join(f"{a}: {report.profile.activation_dtype(a)}" for a in report.gpu_archs)
+                 if report.profile else "-")
+        click.echo(f"model      {report.args.model}")
+        click.echo(f"vLLM       {report.vllm_version} ({report.vllm_version_source})")
+        click.echo(f"GPU arch   {', '.join(report.gpu_archs)} ({report.gpu_arch_source})")
+        click.echo(f"backend    {report.backend}"
+                   + ("" if report.args.all2all_backend else " (vLLM default)")
+                   + f"   EP size {report.args.world_size}"
+                   + ("" if report.args.uses_all2all else "   (no all2all)"))
+        click.echo(f"dispatch   {dtype}")
+        for f in report.findings:
+            where = f" [{f.gpu_arch}]" if f.gpu_arch else ""
+            click.echo(f"{f.severity.upper():<7} {f.code}{where}: {f.message}")
+        errors = sum(f.severity == "error" for f in report.findings)
+        click.echo(f"{'FAIL' if errors else 'OK'}: {errors} error(s), "
+                   f"{sum(f.severity == 'warning' for f in report.findings)} warning(s)")
+    raise SystemExit(report.exit_code)
