@@ -1,0 +1,260 @@
+"""`autoselect check` and `autoselect inspect` through click, and the command-line parser."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autoselect.check import check_serve_command
+from autoselect.cli import main
+from autoselect.vllm_flags import InvalidServeCommand, parse_serve_argv
+
+MODELS = Path(__file__).parent / "fixtures" / "models"
+NVFP4 = str(MODELS / "deepseek-r1-nvfp4")
+BF16 = str(MODELS / "qwen3-30b-a3b")
+FP8B = str(MODELS / "deepseek-v3")
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def codes(report, severity=None):
+    return [f.code for f in report.findings if severity is None or f.severity == severity]
+
+
+# ---- parse_serve_argv ----------------------------------------------------------------
+
+
+def test_parse_reads_every_spelling():
+    a = parse_serve_argv(["vllm", "serve", "org/m", "-tp", "2", "--data-parallel-size=4", "-ep",
+                          "--all2all-backend=deepep_low_latency", "--enable-eplb", "--enable-dbo",
+                          "--max-num-batched-tokens", "512", "--quantization", "fp8", "-dpl", "2"])
+    assert (a.model, a.tensor_parallel_size, a.data_parallel_size, a.data_parallel_size_local) == ("org/m", 2, 4, 2)
+    assert (a.enable_expert_parallel, a.all2all_backend, a.enable_eplb, a.enable_dbo) == (True, "deepep_low_latency", True, True)
+    assert (a.max_num_batched_tokens, a.quantization, a.world_size, a.uses_all2all) == (512, "fp8", 8, True)
+
+
+def test_parse_keeps_unknown_flags_aside_in_order():
+    a = parse_serve_argv(["vllm", "serve", "m", "--port", "8000", "-dp", "2", "--trust-remote-code"])
+    assert a.unknown == ["--port", "8000", "--trust-remote-code"]
+    assert a.data_parallel_size == 2
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["m", "--tensor_parallel_size", "4"], ["serve", "m", "-tp=4"],
+     ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "-tp", "4"],
+     ["vllm serve m --tensor-parallel-size 4"]],
+)
+def test_parse_accepts_launcher_forms(argv):
+    a = parse_serve_argv(argv)
+    assert (a.model, a.tensor_parallel_size) == ("m", 4)
+
+
+def test_parse_reads_leading_environment_assignments():
+    a = parse_serve_argv(["VLLM_ALL2ALL_BACKEND=pplx", "vllm", "serve", "m"])
+    assert a.env == {"VLLM_ALL2ALL_BACKEND": "pplx"}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["vllm", "serve"], "no model in the command line"),
+     (["vllm", "serve", "m", "-dp", "two"], "-dp needs an integer, got 'two'"),
+     (["vllm", "serve", "m", "-tp", "0"], "-tp must be at least 1, got 0"),
+     (["vllm", "serve", "m", "--all2all-backend"], "--all2all-backend needs a value"),
+     (["vllm", "bench", "m"], "`vllm bench` is not `vllm serve`")],
+)
+def test_parse_refuses_unreadable_command_lines(argv, message):
+    with pytest.raises(InvalidServeCommand, match=message):
+        parse_serve_argv(argv)
+
+
+# ---- check (library) -------------------------------------------------------------------
+
+
+def test_one_sided_with_bf16_model_is_an_error_naming_legal_alternatives():
+    r = check_serve_command(["vllm", "serve", BF16, "-dp", "8", "-ep", "--all2all-backend",
+                             "flashinfer_nvlink_one_sided"], gpu_arch="sm100", vllm_version="0.33.0")
+    assert r.exit_code == 1
+    errors = [f for f in r.findings if f.severity == "error"]
+    assert [f.code for f in errors] == ["illegal-dtype"]
+    assert errors[0].message.endswith("legal here: allgather_reducescatter, flashinfer_nvlink_two_sided, "
+                                      "deepep_high_throughput, deepep_low_latency")
+
+
+def test_one_sided_with_non_nvfp4_before_39717_says_silent_corruption():
+    r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend",
+                             "flashinfer_nvlink_one_sided"], gpu_arch="sm100", vllm_version="0.19.1")
+    assert r.exit_code == 1 and "would SILENTLY CORRUPT output" in r.findings[0].message
+
+
+def test_one_sided_with_non_nvfp4_after_39717_says_startup_failure():
+    r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend",
+                             "flashinfer_nvlink_one_sided"], gpu_arch="sm100", vllm_version="0.20.0")
+    assert r.exit_code == 1 and "would fail at startup (PR #39717" in r.findings[0].message
+
+
+def test_one_sided_with_nvfp4_on_blackwell_passes():
+    r = check_serve_command(["vllm", "serve", NVFP4, "-dp", "8", "-ep", "--all2all-backend",
+                             "flashinfer_nvlink_one_sided"], gpu_arch="sm100", vllm_version="0.33.0")
+    assert r.exit_code == 0 and "one-sided-ok" in codes(r)
+
+
+def test_nvfp4_checkpoint_on_cpu_host_is_checked_per_arch_and_fails_on_hopper(monkeypatch):
+    monkeypatch.setattr("autoselect.check._local_gpu_arch", lambda: None)
+    r = check_serve_command(["vllm", "serve", NVFP4, "-dp", "8", "-ep", "--all2all-backend",
+                             "flashinfer_nvlink_one_sided"], vllm_version="0.33.0")
+    assert (r.gpu_archs, r.gpu_arch_source) == (["sm90", "sm100"], "no GPU: both archs")
+    assert [(f.code, f.gpu_arch) for f in r.findings if f.severity == "error"] == [("illegal-dtype", "sm90")]
+    assert r.exit_code == 1
+
+
+@pytest.mark.parametrize("flags", [["-tp", "8", "-ep"], ["-dp", "1", "-ep"], ["-dp", "8"]])
+def test_backend_without_ep_or_dp_has_no_effect_warning(flags):
+    r = check_serve_command(["vllm", "serve", FP8B, *flags, "--all2all-backend", "deepep_low_latency"],
+                            gpu_arch="sm90", vllm_version="0.33.0")
+    assert r.exit_code == 0 and codes(r, "warning") == ["flag-has-no-effect"]
+
+
+@pytest.mark.parametrize("name, code", [("pplx", "removed-backend"), ("naive", "removed-backend"),
+                                        ("flashinfer_all2allv", "deprecated-name")])
+def test_removed_and_renamed_backend_names_are_warnings(name, code):
+    r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend", name],
+                            gpu_arch="sm90", vllm_version="0.33.0")
+    assert code in codes(r, "warning") and r.exit_code == 0
+
+
+def test_leftover_env_var_is_a_warning():
+    r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep"], gpu_arch="sm90", vllm_version="0.33.0",
+                            environ={"VLLM_ALL2ALL_BACKEND": "deepep_low_latency"})
+    assert codes(r, "warning") == ["env-var-removed"]
+    assert "ignores it (removed by PR #33535 in v0.16.0" in r.findings[0].message
+
+
+def test_dbo_with_an_unsupporting_backend_is_an_error():
+    r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--enable-dbo"],
+                            gpu_arch="sm90", vllm_version="0.33.0")
+    assert codes(r, "error") == ["dbo-unsupported"] and r.exit_code == 1
+
+
+def test_experts_not_divisible_by_ep_is_an_error_for_two_sided():
+    r = check_serve_command(["vllm", "serve", str(MODELS / "glm-4.7"), "-dp", "3", "-ep", "--all2all-backend",
+                             "flashinfer_nvlink_two_sided"], gpu_arch="sm90", vllm_version="0.33.0")
+    assert codes(r, "error") == ["illegal-shape"]
+    assert "160 experts to divide evenly over EP size 3" in r.findings[0].message
+
+
+def test_unsupported_top_k_is_an_error_for_one_sided(tmp_path):
+    config = json.loads((MODELS / "qwen3-30b-a3b-nvfp4-ct" / "config.json").read_text())
+    config["num_experts_per_tok"] = 3
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    r = check_serve_command(["vllm", "serve", str(tmp_path), "-dp", "4", "-ep", "--all2all-backend",
+                             "flashinfer_nvlink_one_sided"], gpu_arch="sm100", vllm_version="0.33.0")
+    assert codes(r, "error") == ["illegal-shape"]
+    assert "supports top_k in {1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 22}, not 3" in r.findings[0].message
+
+
+def test_one_sided_on_a_version_before_it_existed_is_an_error():
+    r = check_serve_command(["vllm", "serve", NVFP4, "-dp", "8", "-ep", "--all2all-backend",
+                             "flashinfer_nvlink_one_sided"], gpu_arch="sm100", vllm_version="0.17.1")
+    assert codes(r, "error") == ["value-unknown-to-version"]
+
+
+def test_flag_on_a_vllm_before_the_flag_is_an_error():
+    r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend", "deepep_low_latency"],
+                            gpu_arch="sm90", vllm_version="0.11.0")
+    assert codes(r, "error") == ["flag-unknown-to-version"]
+
+
+def test_dense_model_is_a_warning_not_a_failure():
+    r = check_serve_command(["vllm", "serve", str(MODELS / "llama-3.1-8b"), "-dp", "2", "-ep"],
+                            gpu_arch="sm90", vllm_version="0.33.0")
+    assert r.exit_code == 0 and codes(r, "warning") == ["dense-model"]
+
+
+# ---- check and inspect through the CLI ---------------------------------------------------
+
+
+def test_cli_check_exit_1_on_illegal_one_sided():
+    r = run("check", "--gpu-arch", "sm100", "--vllm-version", "0.19.1", "--", "vllm", "serve", FP8B,
+            "-dp", "8", "-ep", "--all2all-backend", "flashinfer_nvlink_one_sided")
+    assert r.exit_code == 1
+    assert "ERROR   illegal-dtype [sm100]: flashinfer_nvlink_one_sided needs nvfp4 activations" in r.stdout
+    assert r.stdout.rstrip().endswith("FAIL: 1 error(s), 1 warning(s)")
+
+
+def test_cli_check_exit_0_on_legal_command_and_json_is_data():
+    r = run("check", "--gpu-arch", "sm100", "--vllm-version", "0.33.0", "--format", "json", "--",
+            "vllm", "serve", NVFP4, "-dp", "8", "-ep", "--all2all-backend", "flashinfer_nvlink_one_sided")
+    assert r.exit_code == 0
+    d = json.loads(r.stdout)
+    assert (d["ok"], d["backend"], d["world_size"], d["activation_dtype"]) == (
+        True, "flashinfer_nvlink_one_sided", 8, {"sm100": "nvfp4"})
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(["check", "--gpu-arch", "sm80", "--", "vllm", "serve", FP8B], "Error: unknown GPU architecture 'sm80'"),
+     (["check", "--vllm-version", "latest", "--", "vllm", "serve", FP8B], "Error: cannot read vLLM version 'latest'"),
+     (["check", "--", "vllm", "serve", FP8B, "-dp", "x"], "Error: -dp needs an integer, got 'x'"),
+     (["check", "--", "vllm", "serve", str(MODELS / "malformed")], "Error: "),
+     (["inspect", "--model", "acme/never-cached"], "Error: no cached config.json for 'acme/never-cached'"),
+     (["inspect", "--model", str(MODELS / "llama-3.1-8b")], "Error: "),
+     (["inspect", "--model", str(MODELS / "no-moe-fields")], "Error: "),
+     (["inspect", "--model", "./missing/dir"], "Error: no such directory './missing/dir'")],
+)
+def test_bad_input_is_one_error_line_exit_2(args, message, db_path):
+    r = run(*args)
+    assert r.exit_code == 2
+    assert r.stderr.startswith(message) and r.stderr.count("\n") == 1
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert not db_path.exists()
+
+
+def test_cli_inspect_text_shows_both_archs():
+    r = run("inspect", "--model", NVFP4)
+    assert r.exit_code == 0
+    assert "activation dtype  sm90: bf16   sm100: nvfp4" in r.stdout
+    assert "one-sided         sm90: ILLEGAL (not nvfp4)   sm100: legal (nvfp4)" in r.stdout
+
+
+def test_cli_inspect_json_activation_dtype_is_object_without_arch_and_string_with_it():
+    both = json.loads(run("inspect", "--model", NVFP4, "--format", "json").stdout)
+    one = json.loads(run("inspect", "--model", NVFP4, "--gpu-arch", "10.0", "--format", "json").stdout)
+    assert both["activation_dtype"] == {"sm90": "bf16", "sm100": "nvfp4"}
+    assert (one["activation_dtype"], one["gpu_arch"], one["one_sided_legal"]) == ("nvfp4", "sm100", True)
+
+
+_NO_TORCH = """
+import sys
+from autoselect.cli import main
+for args in {argsets!r}:
+    try:
+        main(args, standalone_mode=False)
+    except SystemExit:
+        pass
+heavy = sorted(m for m in ("torch", "numpy", "sqlite_utils", "optuna", "vllm", "flashinfer") if m in sys.modules)
+print("HEAVY", heavy)
+"""
+
+
+def test_inspect_and_check_never_import_torch():
+    argsets = [
+        ["inspect", "--model", NVFP4],
+        ["inspect", "--help"],
+        ["check", "--help"],
+        ["check", "--", "vllm", "serve", NVFP4, "-dp", "8", "-ep", "--all2all-backend", "flashinfer_nvlink_one_sided"],
+        ["check", "--gpu-arch", "sm90", "--", "vllm", "serve", BF16, "-dp", "2", "-ep"],
+    ]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-c", _NO_TORCH.format(argsets=argsets)], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "HEAVY []"
