@@ -322,9 +322,9 @@ def info(conn: sqlite3.Connection, path: str | os.PathLike) -> dict:
         )
     ]
     newest = conn.execute(
-        "SELECT u.id, u.started_at, u.finished_at, u.status, u.\"trigger\", u.hostname, u.command,"
+        "SELECT u.id, u.started_at, u.finished_at, u.status, u.\"trigger\", h.hostname, u.host_class, u.command,"
         " (SELECT COUNT(*) FROM results r WHERE r.run_id = u.id) AS results"
-        " FROM runs u ORDER BY u.started_at DESC, u.id DESC LIMIT 1"
+        " FROM runs u JOIN hosts h ON h.machine_id = u.machine_id ORDER BY u.started_at DESC, u.id DESC LIMIT 1"
     ).fetchone()
     interrupted = [
         dict(r)
