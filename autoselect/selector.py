@@ -71,8 +71,12 @@ class NoAll2All(UserError):
     "The deployment (dp = 1) uses no all2all, so no backend choice exists."
 
 
-class DenseModel(UserError):
-    "The model has no routed experts, so it has no MoE all2all."
+class NoLegalBackend(UserError):
+    "No all2all backend is legal for this model, deployment and vLLM version."
+
+
+class BadWorkspaceAllowance(UserError):
+    "The --max-workspace-gib allowance is not a positive number."
 
 
 # --------------------------------------------------------------------------------------
@@ -472,7 +476,6 @@ CONFIDENCE_CAPS: tuple[tuple[str, str, str], ...] = (
     ("stale", "low", "some decisive measurements were taken under other vllm / flashinfer / driver versions"),
     ("interpolated", "medium", "some decisive latencies are estimated between measured token counts"),
     ("close_call", "medium", "the pick ties with another backend that also beats the default"),
-    ("noise_target_missed", "medium", "some decisive measurements did not reach their noise target"),
 )
 
 #: Result statuses that disqualify a backend for the whole shape.
@@ -702,10 +705,6 @@ def recommend(
     from autoselect import rules, vllm_flags
     from autoselect.model import normalize_arch
 
-    if profile.num_experts <= 0:
-        raise DenseModel(
-            f"{profile.model} has no routed experts: a dense model has no MoE all2all to choose"
-        )
     if host_class is None and host is not None:
         host_class = getattr(host, "host_class", None)
     gpu_arch = gpu_arch or (getattr(host, "gpu_arch", None) if host is not None else None)
@@ -756,7 +755,10 @@ def recommend(
         if not verdict.ok:
             rejected.append(Rejection(backend, "illegal", list(verdict.reasons)))
             continue
-        mine = [r for r in rows if r.backend == backend and not getattr(r, "illegal", False)]
+        # Rows measured with tuned knobs (``autoselect tune``) are not the untuned backend's
+        # evidence; their gain reaches the answer through db.tuned (see ``knobs`` below).
+        mine = [r for r in rows if r.backend == backend and not getattr(r, "illegal", False)
+                and not getattr(r, "knobs", None)]
         bad = sorted((r for r in mine if r.status in DISQUALIFYING), key=_when)
         if bad:
             r = bad[-1]
@@ -809,6 +811,16 @@ def recommend(
                         used_rows[rid] = r
         candidates.append(Candidate(backend, status, latency, halfwidth, estimates, cand_warnings, fit))
 
+    if not candidates:
+        if not rejected:
+            raise NoLegalBackend(
+                f"vLLM {vllm_version} has no --all2all-backend flag (it arrived in {rules.FLAG_SINCE}); "
+                "pass a newer --vllm-version"
+            )
+        raise NoLegalBackend(
+            f"no all2all backend is legal for {profile.model} at EP {world_size} on vLLM {vllm_version}: "
+            + "; ".join(f"{r.backend}: {'; '.join(r.reasons)}" for r in rejected)
+        )
     by_name = {c.backend: c for c in candidates}
     default = by_name.get(rules.DEFAULT_BACKEND)
     complete = [c for c in candidates if c.weighted_us is not None]
@@ -817,7 +829,7 @@ def recommend(
 
     if len(candidates) == 1:
         pick = candidates[0]
-        decision = "only legal backend"
+        decision = "the only legal backend: nothing to compare"
         if pick.status == "measured":
             pick.status = "pick"
     elif default is not None and default.weighted_us is not None:
@@ -856,7 +868,7 @@ def recommend(
         pick = default if default is not None else candidates[0]
         decision = "no comparison possible: vLLM's default"
         applies.add("default_unmeasured")
-        if not complete and not used_rows:
+        if all(c.fit is None for c in candidates):
             applies.add("no_data")
     if unmeasured and len(candidates) > 1:
         applies.add("unmeasured_candidates")
@@ -881,8 +893,6 @@ def recommend(
     for r in decisive_rows:
         for k in _stale_keys(r, target_versions):
             stale.setdefault(k, set()).add(r.versions[k])
-        if getattr(r, "noise_target_met", None) is False:
-            applies.add("noise_target_missed")
     if stale:
         applies.add("stale")
         for k, versions in sorted(stale.items()):
@@ -897,6 +907,8 @@ def recommend(
             elif e.source == "missing" and c.status != "no data":
                 warnings.append(f"{c.backend} at {e.tokens_per_rank} tokens/rank: {e.note}")
 
+    if "no_data" in applies:
+        applies = {"no_data"}  # the one reason that matters
     confidence = "high"
     reasons = []
     for name, cap, text in CONFIDENCE_CAPS:
@@ -916,10 +928,17 @@ def recommend(
         if need and len(candidates) > 1
         else None
     )
-    if settle and host is None and host_class is not None:
-        warnings.append(f"run the bench command on a machine of host class {host_class}")
 
     knobs = dict(knobs or {})
+    if not knobs and conn is not None and host_class is not None:
+        from db.tuned import best_tuned
+
+        tuned = best_tuned(conn, host_class=host_class, hidden=profile.hidden_size, top_k=profile.top_k,
+                           experts=profile.num_experts, dispatch_dtype=dtype, world_size=world_size,
+                           backend=pick.backend)
+        if tuned is not None:
+            knobs = {"env": tuned.env, "flags": tuned.flags, "settings": tuned.knobs, "gain": tuned.gain,
+                     "gain_halfwidth": tuned.gain_halfwidth, "tuned_at": tuned.created_at}
     serve_mnbt, flag_notes = vllm_flags.workspace_max_num_batched_tokens(
         pick.backend,
         hidden=profile.hidden_size,
@@ -965,7 +984,7 @@ def recommend(
         candidates=candidates,
         rejected=rejected,
         warnings=warnings,
-        data_used=_data_used(host_class, host, gpu_arch, used_rows, target_versions, stale),
+        data_used=_data_used(host_class, host, gpu_arch, used_rows, target_versions, stale, len(rows)),
         bench_command=settle,
     )
 
@@ -977,7 +996,7 @@ def _gpu_memory_mib(host: Any) -> int | None:
     return min(sizes) if sizes else None
 
 
-def _data_used(host_class, host, gpu_arch, used_rows, target_versions, stale) -> dict[str, Any]:
+def _data_used(host_class, host, gpu_arch, used_rows, target_versions, stale, considered) -> dict[str, Any]:
     rows = list(used_rows.values())
     runs: dict[Any, dict[str, Any]] = {}
     for r in rows:
@@ -1000,6 +1019,7 @@ def _data_used(host_class, host, gpu_arch, used_rows, target_versions, stale) ->
         "gpu_arch": gpu_arch,
         "machines": sorted({getattr(r, "hostname", None) for r in rows} - {None}),
         "results": len(rows),
+        "results_considered": considered,
         "runs": sorted(runs.values(), key=lambda run: (run["started_at"] or "", run["run_id"] or 0)),
         "oldest": dates[0] if dates else None,
         "newest": dates[-1] if dates else None,
@@ -1020,3 +1040,251 @@ def target_vllm_version(explicit: str | None = None) -> str:
         from autoselect.rules import NEWEST_VLLM
 
         return NEWEST_VLLM
+
+
+def recommend_for(
+    model: str,
+    *,
+    db_path: str | os.PathLike | None = None,
+    dp: int | None = None,
+    tp: int | None = None,
+    world_size: int | None = None,
+    host_class: str | None = None,
+    gpu_arch: str | None = None,
+    vllm_version: str | None = None,
+    workload: str | None = None,
+    tokens: str | None = None,
+    concurrency: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_workspace_gib: float | None = None,
+) -> Recommendation:
+    """``autoselect recommend`` from its flags: validate, load, read the store, decide.
+
+    Every input is checked before anything is read. The target host is this machine
+    (:func:`autoselect.hardware.fingerprint`) unless ``host_class`` names a class present in
+    the database (its newest machine then stands for it). A missing database file means no
+    measurements (confidence ``none``), not an error, unless ``host_class`` needs it.
+    """
+    if workload is not None and tokens is not None:
+        raise BadTokens("pass either --workload or --tokens, not both")
+    explicit = parse_tokens(tokens) if tokens is not None else None
+    kind = workload or "mixed"
+    if kind not in WORKLOAD_TABLE:
+        raise UnknownWorkload(f"unknown workload {kind!r}; use one of {', '.join(WORKLOAD_TABLE)} or --tokens")
+    if max_workspace_gib is not None and not (max_workspace_gib > 0 and math.isfinite(max_workspace_gib)):
+        raise BadWorkspaceAllowance(f"--max-workspace-gib {max_workspace_gib} must be a positive number of GiB")
+    for name, value in (("--concurrency", concurrency), ("--max-num-batched-tokens", max_num_batched_tokens)):
+        if value is not None and value < 1:
+            raise BadTokens(f"{name} {value} must be at least 1")
+    for name, value in (("--dp", dp), ("--tp", tp), ("--world-size", world_size)):
+        if value is not None and value < 1:
+            raise BadDeployment(f"{name} {value} must be at least 1")
+    if gpu_arch is not None:
+        from autoselect.model import normalize_arch
+
+        gpu_arch = normalize_arch(gpu_arch)
+
+    from autoselect.model import load_profile
+
+    profile = load_profile(model)
+
+    from db import default_path
+
+    path = default_path() if db_path is None else db_path
+    conn = None
+    if os.path.exists(path):
+        from db.queries import connect_readonly
+
+        conn = connect_readonly(path)
+    try:
+        asked_class = host_class is not None
+        if asked_class:
+            from db.queries import host_classes, newest_host
+
+            known = [h["host_class"] for h in host_classes(conn)] if conn is not None else []
+            if host_class not in known:
+                raise UnknownHostClass(
+                    f"host class {host_class!r} is not in {path}; known: {', '.join(known) or 'none'} "
+                    "(`autoselect hosts` lists them)"
+                )
+            host = newest_host(conn, host_class)
+        else:
+            from autoselect.hardware import fingerprint
+
+            host = fingerprint()
+            host_class = host.host_class
+        deployment = resolve_deployment(dp, tp, world_size, getattr(host, "gpu_count", None))
+        from autoselect.vllm_flags import vllm_default_max_num_batched_tokens
+
+        from autoselect.rules import DEFAULT_BACKEND
+
+        budget = max_num_batched_tokens or vllm_default_max_num_batched_tokens(
+            DEFAULT_BACKEND, _gpu_memory_mib(host)
+        )
+        spec = explicit or workload_from_kind(
+            kind, deployment, concurrency=concurrency, max_num_batched_tokens=budget
+        )
+        rec = recommend(
+            profile,
+            conn=conn,
+            deployment=deployment,
+            host_class=host_class,
+            host=host,
+            gpu_arch=gpu_arch,
+            vllm_version=target_vllm_version(vllm_version),
+            workload=spec,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_workspace_gib=max_workspace_gib,
+            knobs=None,
+        )
+        if rec.bench_command and asked_class:
+            rec.warnings.append(f"run the bench command on a machine of host class {host_class}")
+        return rec
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+# --------------------------------------------------------------------------------------
+# Rendering (plain text; the CLI only prints these)
+# --------------------------------------------------------------------------------------
+
+_STATUS_WORDS = {
+    "pick": "PICK",
+    "default": "default",
+    "faster": "faster",
+    "tie": "tie",
+    "slower": "slower",
+    "incomplete": "incomplete",
+    "no data": "no data",
+    "measured": "measured",
+}
+
+
+def _fmt_us(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1f}" if x < 1000 else f"{x:.0f}"
+
+
+def _pm(x: float | None) -> str:
+    return "" if x is None else "+-" + _fmt_us(x)
+
+
+def _table(rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))).rstrip()
+        for r in rows
+    ]
+
+
+def render_text(rec: Recommendation, *, explain: bool = False) -> str:
+    """The human answer: the command line first, then candidates, rejections, warnings, data."""
+    lines = [rec.command, ""]
+    dep = rec.deployment
+    lines.append(f"backend     {rec.backend}  ({rec.decision})")
+    lines.append(
+        f"confidence  {rec.confidence}"
+        + (f": {'; '.join(rec.confidence_reasons)}" if rec.confidence_reasons else "")
+    )
+    lines.append(
+        f"model       {rec.model}: hidden {rec.profile['hidden_size']}, {rec.profile['num_experts']} experts, "
+        f"top-{rec.profile['top_k']}, {rec.dispatch_dtype} dispatch on {rec.gpu_arch}"
+    )
+    lines.append(f"deployment  dp {dep.dp} x tp {dep.tp} = EP {dep.world_size}, vLLM {rec.vllm_version}")
+    lines.append(
+        f"workload    {rec.workload.kind}: "
+        + ", ".join(f"{t} tok/rank {w:.0%}" for t, w in rec.workload.buckets)
+    )
+    if rec.candidates:
+        lines.append("")
+        header = ["candidate", "verdict", "weighted us", "+-"] + [f"{t} tok" for t in rec.workload.tokens]
+        rows = [header]
+        for c in rec.candidates:
+            cells = []
+            for e in c.buckets:
+                mark = {"interpolated": "~", "extrapolated": "~~"}.get(e.source, "")
+                cells.append(mark + _fmt_us(e.latency_us))
+            rows.append(
+                [c.backend, _STATUS_WORDS.get(c.status, c.status), _fmt_us(c.weighted_us), _fmt_us(c.halfwidth_us)]
+                + cells
+            )
+        lines += _table(rows, right={2, 3} | set(range(4, len(header))))
+        if rec.estimated:
+            lines.append("(~ interpolated, ~~ extrapolated with the fitted latency model; us = microseconds)")
+    if rec.rejected:
+        lines.append("")
+        lines.append("rejected:")
+        for r in rec.rejected:
+            lines.append(f"  {r.backend} ({r.kind}): {'; '.join(r.reasons)}")
+    if rec.warnings:
+        lines.append("")
+        lines.append("warnings:")
+        lines += [f"  - {w}" for w in rec.warnings]
+    d = rec.data_used
+    lines.append("")
+    if d["results"]:
+        lines.append(
+            f"data: host class {d['host_class']} ({d['gpu_name']}), {len(d['machines'])} machine(s) "
+            f"({', '.join(d['machines'])}), {len(d['runs'])} run(s), {d['results']} results, "
+            f"{(d['oldest'] or '?')[:10]} .. {(d['newest'] or '?')[:10]}"
+        )
+    else:
+        lines.append(f"data: no measurements for host class {d['host_class']} and this shape")
+    if rec.bench_command:
+        lines.append(f"to settle it: {rec.bench_command}")
+    if explain:
+        lines += ["", render_explain(rec)]
+    return "\n".join(lines)
+
+
+def render_explain(rec: Recommendation) -> str:
+    """The evidence per token bucket: every candidate's latency, band, origin and result ids."""
+    lines = [
+        "evidence per token bucket (latency +- band; a backend leaves the default only when its "
+        "weighted band clears the default's):"
+    ]
+    for i, (tokens, weight) in enumerate(rec.workload.buckets):
+        lines.append(f"{tokens} tokens/rank (weight {weight:.0%}):")
+        rows = []
+        for c in rec.candidates:
+            e = c.buckets[i]
+            origin = e.source
+            if e.result_ids:
+                origin += f" (result{'s' if len(e.result_ids) > 1 else ''} {', '.join(map(str, sorted(e.result_ids)))})"
+            rows.append(["  " + c.backend, _fmt_us(e.latency_us), _pm(e.halfwidth_us), origin])
+        if rows:
+            lines += _table(rows, right={1, 2})
+        for c in rec.candidates:
+            note = c.buckets[i].note
+            if note and c.buckets[i].source != "measured" and c.status != "no data":
+                lines.append(f"    {c.backend}: {note}")
+    lines.append("weighted over the workload:")
+    rows = [
+        ["  " + c.backend, _fmt_us(c.weighted_us), _pm(c.halfwidth_us), c.status]
+        for c in rec.candidates
+    ]
+    if rows:
+        lines += _table(rows, right={1, 2})
+    fits = [c for c in rec.candidates if c.fit is not None]
+    if fits:
+        lines.append("latency model per backend (latency = a + bytes / bandwidth, all measured points):")
+        for c in fits:
+            bw = c.fit.bandwidth_gbps
+            lines.append(
+                f"  {c.backend}: a = {c.fit.a_us:.1f} us, bandwidth = "
+                + (f"{bw:.1f} GB/s" if bw else "-")
+                + f", {c.fit.n} points, rms residual {c.fit.rel_rms:.1%}"
+            )
+    return "\n".join(lines)
+
+
+def render_env(rec: Recommendation) -> str:
+    """Shell ``export`` lines for launch scripts (``eval "$(autoselect recommend ... --format env)"``)."""
+    return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in rec.env.items())
+
+
+def render_args(rec: Recommendation) -> str:
+    """Only the flags, shell-quoted, for ``vllm serve MODEL $(autoselect recommend ... --format args)``."""
+    return shlex.join(rec.vllm_args)

@@ -29,6 +29,8 @@ COMMANDS: dict[str, str] = {
     "inspect": "autoselect.cli.model_cmds:inspect_cmd",
     "check": "autoselect.cli.model_cmds:check_cmd",
     "report": "autoselect.cli.report_cmd:report_cmd",
+    "recommend": "autoselect.cli.recommend_cmd:recommend_cmd",
+    "explain": "autoselect.cli.recommend_cmd:explain_cmd",
     "tune": "autoselect.cli.tune_cmd:tune_cmd",
 }
 
