@@ -1,0 +1,95 @@
+"""vllm_flags emit side: version-correct `vllm serve` argv and one-sided workspace sizing."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
+from autoselect.selector import Deployment
+from autoselect.vllm_flags import (
+    one_sided_workspace_bytes,
+    parse_serve_argv,
+    serve_argv,
+    serve_flags,
+    vllm_default_max_num_batched_tokens,
+    workspace_max_num_batched_tokens,
+)
+
+DS = {"hidden": 7168, "top_k": 8}
+
+
+def test_serve_argv_spells_the_deployment_and_backend():
+    assert serve_argv("deepseek-ai/DeepSeek-R1", "flashinfer_nvlink_one_sided", Deployment(dp=8), "0.33.0") == [
+        "vllm", "serve", "deepseek-ai/DeepSeek-R1", "--data-parallel-size", "8", "--enable-expert-parallel",
+        "--all2all-backend", "flashinfer_nvlink_one_sided",
+    ]
+
+
+def test_tensor_parallel_size_is_emitted_only_above_one():
+    assert serve_flags("allgather_reducescatter", Deployment(dp=4, tp=2), "0.33.0")[:4] == [
+        "--tensor-parallel-size", "2", "--data-parallel-size", "4",
+    ]
+
+
+def test_two_sided_is_spelled_flashinfer_all2allv_before_the_rename():
+    assert serve_flags("flashinfer_nvlink_two_sided", Deployment(dp=8), "0.17.0")[-1] == "flashinfer_all2allv"
+    assert serve_flags("flashinfer_nvlink_two_sided", Deployment(dp=8), "0.18.0")[-1] == "flashinfer_nvlink_two_sided"
+
+
+def test_emitted_flags_round_trip_through_the_parse_side():
+    argv = serve_argv("m", "flashinfer_nvlink_two_sided", Deployment(dp=4, tp=2), "0.33.0",
+                      max_num_batched_tokens=4096, extra=["--enable-eplb"])
+    parsed = parse_serve_argv(argv)
+    assert (parsed.model, parsed.all2all_backend, parsed.data_parallel_size, parsed.tensor_parallel_size) == (
+        "m", "flashinfer_nvlink_two_sided", 4, 2,
+    )
+    assert parsed.enable_expert_parallel is True
+    assert parsed.max_num_batched_tokens == 4096
+    assert argv[-1] == "--enable-eplb"
+
+
+def test_one_sided_workspace_matches_the_published_deepseek_numbers():
+    # facts.md: DeepSeek-V3 shape at EP8 and 8192 tokens ~ 1.12 GiB nvfp4, 1.75 GiB bf16 (aux omitted there).
+    c = combine_bytes_per_token(7168)
+    nvfp4 = one_sided_workspace_bytes(8, 8192, dispatch_bytes_per_token("nvfp4", **DS), c)
+    bf16 = one_sided_workspace_bytes(8, 8192, dispatch_bytes_per_token("bf16", **DS), c)
+    # 8 ranks x 8192 tokens x (4096 + 14336) B = 1.125 GiB, plus 2 x 8192 x 22 x 4 B routing tables
+    assert nvfp4 == 8 * 8192 * 18432 + 2 * 8192 * 88 + 512  # + flags and counters, 128-aligned
+    assert nvfp4 / 2**30 == pytest.approx(1.1263, abs=1e-4)
+    assert bf16 / 2**30 == pytest.approx(1.7553, abs=1e-4)
+    assert nvfp4 % 128 == 0
+
+
+def test_vllm_default_token_budget_depends_on_gpu_memory_and_backend():
+    assert vllm_default_max_num_batched_tokens("allgather_reducescatter", 143771) == 8192  # H200
+    assert vllm_default_max_num_batched_tokens("allgather_reducescatter", 183359) == 16384  # B200
+    assert vllm_default_max_num_batched_tokens("deepep_low_latency", 183359) == 256
+
+
+def test_workspace_that_fits_leaves_vllms_token_budget_alone():
+    tokens, notes = workspace_max_num_batched_tokens(
+        "flashinfer_nvlink_one_sided", dispatch_dtype="nvfp4", world_size=8, gpu_memory_mib=143771, **DS
+    )
+    assert (tokens, notes) == (None, [])
+
+
+def test_workspace_too_big_lowers_the_token_budget_to_a_multiple_of_256():
+    tokens, notes = workspace_max_num_batched_tokens(
+        "flashinfer_nvlink_one_sided", dispatch_dtype="nvfp4", world_size=8, max_num_batched_tokens=8192,
+        max_workspace_gib=0.5, **DS
+    )
+    assert tokens == 3584
+    c = combine_bytes_per_token(7168)
+    d = dispatch_bytes_per_token("nvfp4", **DS)
+    assert one_sided_workspace_bytes(8, 3584, d, c) <= 0.5 * 2**30 < one_sided_workspace_bytes(8, 3840, d, c)
+    assert notes == [
+        "flashinfer_nvlink_one_sided: --max-num-batched-tokens lowered from 8192 to 3584 so the workspace "
+        "(1.13 -> 0.49 GiB per GPU at EP8) fits --max-workspace-gib 0.5"
+    ]
+
+
+def test_other_backends_keep_the_users_token_budget():
+    assert workspace_max_num_batched_tokens(
+        "allgather_reducescatter", dispatch_dtype="bf16", world_size=8, max_num_batched_tokens=4096,
+        max_workspace_gib=0.01, **DS
+    ) == (4096, [])
