@@ -253,6 +253,18 @@ def serve_flags(argv: list[str] | tuple[str, ...]) -> list[str]:
     return argv
 
 
+def _verdict(argv, answer: dict) -> FlagVerdict:
+    return FlagVerdict(
+        argv=tuple(serve_flags(argv)),
+        ok=bool(answer.get("ok")),
+        error=answer.get("error"),
+        warnings=tuple(answer.get("warnings") or ()),
+        notes=tuple(answer.get("notes") or ()),
+        parsed=answer.get("parsed") or {},
+        all2all_active=answer.get("all2all_active"),
+    )
+
+
 def validate_serve_flags(argvs: list[list[str]], *, python: str | None = None,
                          timeout_s: float = DEFAULT_TIMEOUT_S) -> FlagValidation:
     """Parse every command line with vLLM's own ``vllm serve`` parser, in ONE subprocess.
@@ -261,21 +273,20 @@ def validate_serve_flags(argvs: list[list[str]], *, python: str | None = None,
     ``ok=False`` and vLLM's message (``vllm serve: error: argument --all2all-backend: invalid
     choice: ...``); nothing is raised for it here (see :func:`ensure_accepted`).
     """
+    validation, _ = ask_vllm(argvs=argvs, python=python, timeout_s=timeout_s)
+    return validation
+
+
+def ask_vllm(*, argvs: list[list[str]] = (), model_dirs: list[str | Path] = (), python: str | None = None,
+             timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[FlagValidation, list["QuantClassification"]]:
+    """Validate ``argvs`` and classify ``model_dirs`` in ONE vLLM subprocess (one import)."""
+    argvs, model_dirs = list(argvs), list(model_dirs)
     ops = [{"op": "parse", "argv": serve_flags(a)} for a in argvs]
+    ops += [{"op": "quant", "model_dir": str(Path(d).resolve())} for d in model_dirs]
     info, results, elapsed = run_worker(ops, python=python, timeout_s=timeout_s)
-    verdicts = tuple(
-        FlagVerdict(
-            argv=tuple(serve_flags(a)),
-            ok=bool(r.get("ok")),
-            error=r.get("error"),
-            warnings=tuple(r.get("warnings") or ()),
-            notes=tuple(r.get("notes") or ()),
-            parsed=r.get("parsed") or {},
-            all2all_active=r.get("all2all_active"),
-        )
-        for a, r in zip(argvs, results)
-    )
-    return FlagValidation(vllm=info, verdicts=verdicts, elapsed_s=elapsed)
+    verdicts = tuple(_verdict(a, r) for a, r in zip(argvs, results[: len(argvs)]))
+    classes = [_classification(d, r) for d, r in zip(model_dirs, results[len(argvs):])]
+    return FlagValidation(vllm=info, verdicts=verdicts, elapsed_s=elapsed), classes
 
 
 def ensure_accepted(validation: FlagValidation, *, what: str = "the command line") -> FlagValidation:
@@ -342,26 +353,26 @@ def _weight_quant_of(answer: dict) -> str | None:
     return SCHEME_WEIGHT_QUANT.get(scheme)
 
 
+def _classification(model_dir, answer: dict) -> QuantClassification:
+    return QuantClassification(
+        model_dir=str(model_dir),
+        ok=bool(answer.get("ok")),
+        method=answer.get("method"),
+        config_class=answer.get("config_class"),
+        scheme=answer.get("scheme"),
+        weight_quant=_weight_quant_of(answer) if answer.get("ok") else None,
+        detail=answer.get("detail") or {},
+        error=answer.get("error"),
+        notes=tuple(answer.get("notes") or ()),
+    )
+
+
 def classify_quantization(model_dirs: list[str | Path], *, python: str | None = None,
                           timeout_s: float = DEFAULT_TIMEOUT_S
                           ) -> tuple[VllmInfo, list[QuantClassification]]:
     """vLLM's classification of each checkpoint directory (config files only), in ONE subprocess."""
-    ops = [{"op": "quant", "model_dir": str(Path(d).resolve())} for d in model_dirs]
-    info, results, _ = run_worker(ops, python=python, timeout_s=timeout_s)
-    out = []
-    for d, r in zip(model_dirs, results):
-        out.append(QuantClassification(
-            model_dir=str(d),
-            ok=bool(r.get("ok")),
-            method=r.get("method"),
-            config_class=r.get("config_class"),
-            scheme=r.get("scheme"),
-            weight_quant=_weight_quant_of(r) if r.get("ok") else None,
-            detail=r.get("detail") or {},
-            error=r.get("error"),
-            notes=tuple(r.get("notes") or ()),
-        ))
-    return info, out
+    validation, classes = ask_vllm(model_dirs=model_dirs, python=python, timeout_s=timeout_s)
+    return validation.vllm, classes
 
 
 def cross_check(profile, vllm_class: QuantClassification) -> list[str]:
