@@ -196,6 +196,50 @@ def runs(conn: sqlite3.Connection, *, machine_id: str | None = None) -> list[dic
     return out
 
 
+def all_results(
+    conn: sqlite3.Connection,
+    *,
+    kind: str | None = None,
+    statuses: tuple[str, ...] | list[str] | None = None,
+    host_class: str | None = None,
+    machine_id: str | None = None,
+) -> list[StoredResult]:
+    """Every stored result, any shape, oldest first (raw samples not loaded): for drift and reports."""
+    where: list[str] = []
+    args: list[Any] = []
+    for column, value in (("kind", kind), ("host_class", host_class), ("machine_id", machine_id)):
+        if value is not None:
+            where.append(f"r.{column} = ?")
+            args.append(value)
+    if statuses:
+        where.append(f"r.status IN ({', '.join('?' * len(statuses))})")
+        args.extend(statuses)
+    sql = _RESULT_SELECT + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY r.id"
+    cur = conn.cursor()
+    cur.row_factory = None
+    return [_stored(row) for row in cur.execute(sql, args)]
+
+
+def runs(conn: sqlite3.Connection) -> list[dict]:
+    """Every run, oldest first, as dicts: the ``runs`` columns (``meta`` parsed) plus ``results``
+    (its result count); ``hostname`` is the measured machine's, ``writer_hostname`` the writer's."""
+    import json
+
+    cur = conn.execute(
+        "SELECT u.id, u.uid, u.machine_id, h.hostname, u.host_class, u.started_at, u.updated_at, u.finished_at,"
+        " u.status, u.\"trigger\" AS \"trigger\", u.command, u.hostname AS writer_hostname, u.pid,"
+        " u.autoselect_version, u.meta, (SELECT COUNT(*) FROM results r WHERE r.run_id = u.id) AS results"
+        " FROM runs u JOIN hosts h ON h.machine_id = u.machine_id ORDER BY u.started_at, u.id"
+    )
+    cols = [c[0] for c in cur.description]
+    out = []
+    for row in cur.fetchall():
+        d = dict(zip(cols, tuple(row)))
+        d["meta"] = json.loads(d["meta"]) if d["meta"] else {}
+        out.append(d)
+    return out
+
+
 def samples_for(conn: sqlite3.Connection, result_id: int) -> list[float]:
     """The raw round-trip latencies (µs) of one result, in measurement order."""
     cur = conn.cursor()

@@ -308,3 +308,15 @@ def test_a_bad_import_line_is_refused_before_anything_is_written(tmp_path, mutat
         import_file(tmp_path / "new.db", f)
     assert str(e.value).startswith(f"{f} line 2: ") and message in str(e.value)
     assert not (tmp_path / "new.db").exists()
+
+
+def test_all_results_and_runs_list_everything_oldest_first(db_path):
+    _filled(db_path)
+    conn = queries.connect_readonly(db_path)
+    assert [r.tokens_per_rank for r in queries.all_results(conn)] == [1, 1, 1, 64, 64, 128]
+    assert [r.backend for r in queries.all_results(conn, statuses=["incorrect"])] == ["flashinfer_nvlink_one_sided"]
+    assert len(queries.all_results(conn, host_class=hgx_host().host_class, kind="micro")) == 4
+    rs = queries.runs(conn)
+    assert [(r["id"], r["hostname"], r["status"], r["trigger"], r["results"]) for r in rs] == [
+        (1, "node-a", "complete", "bench", 3), (2, "h200-vm", "failed", "fleet", 2), (3, "node-b", "complete", "bench", 1)]
+    assert rs[0]["meta"] == {"sweep": 1} and rs[0]["command"] == "autoselect bench"
