@@ -18,6 +18,7 @@ not honest to search on this machine) is in ``NOT_SEARCHED``, with the reason.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from itertools import product
 from typing import Any, Callable
@@ -50,14 +51,15 @@ class KnobContext:
     all_nvlinks_up: bool = False
     max_tokens_per_rank: int = 256  # the workload's largest batch per rank
     enable_dbo: bool = False  # vllm serve --enable-dbo
+    cpus: int = 0  # CPU cores of the host (CPU runs)
 
     @classmethod
     def from_host(cls, host: Any, *, world_size: int, max_tokens_per_rank: int,
                   enable_dbo: bool = False) -> "KnobContext":
         """Build a context from an ``autoselect.hardware.HostFingerprint`` (or None: a CPU host)."""
         if host is None:
-            return cls(device="cpu", world_size=world_size,
-                       max_tokens_per_rank=max_tokens_per_rank, enable_dbo=enable_dbo)
+            return cls(device="cpu", world_size=world_size, max_tokens_per_rank=max_tokens_per_rank,
+                       enable_dbo=enable_dbo, cpus=os.cpu_count() or 1)
         return cls(
             device=getattr(host, "device", "cpu") or "cpu",
             gpu_arch=getattr(host, "gpu_arch", None),
@@ -94,6 +96,7 @@ def _is_hopper_or_newer(ctx: KnobContext) -> bool:
 
 #: Whole-knob legality: name -> (predicate, why it is illegal when the predicate is false).
 CONDITIONS: dict[str, tuple[Callable[[KnobContext], bool], str]] = {
+    "cpu": (lambda c: c.device == "cpu", "only meaningful for CPU (gloo) workers"),
     "cuda": (lambda c: c.device == "cuda",
              "only read by CUDA code (NCCL / GPU kernels); a CPU run uses gloo and ignores it"),
     "nvlink": (lambda c: c.all_nvlinks_up, "needs every NVLink of each GPU up"),
@@ -107,6 +110,7 @@ VALUE_RULES: dict[str, tuple[Callable[[str, KnobContext], bool], str]] = {
     "hopper_nvlink": (lambda v, c: _is_hopper_or_newer(c) and c.all_nvlinks_up,
                       "NCCL enables it only on SM90/SM100 with NVLink; forcing it elsewhere can corrupt data"),
     "multi_node": (lambda v, c: c.nodes > 1, "NCCL uses it only with one GPU per node"),
+    "within_cpus": (lambda v, c: int(v) <= c.cpus, "more threads than this host has CPU cores"),
     "covers_workload": (lambda v, c: int(v) >= c.max_tokens_per_rank,
                         "smaller than the workload's largest batch per rank"),
 }
@@ -162,6 +166,16 @@ KNOBS: tuple[Knob, ...] = (
          "max_num_batched_tokens)); vllm/engine/arg_utils.py _set_default_max_num_seqs_and_batched_tokens_args",
          "token capacity of the one-sided workspace / DeepEP LL buffers (smaller = less to scan and zero)",
          all_values_rule="covers_workload"),
+    # --- CPU (gloo) runs. No vLLM, FlashInfer or gloo setting changes a gloo all2all here (see
+    # NOT_SEARCHED), but the benchmark's CPU workers run torch ops around the collectives
+    # (packing rows, summing expert outputs) on torch's intra-op pool, which the harness pins
+    # to one thread unless OMP_NUM_THREADS is set for the workers.
+    Knob("OMP_NUM_THREADS", "env", ("allgather_reducescatter", "reference_all_to_all"), ("2", "4", "8"),
+         "1 (bench/launch.py pins CPU workers to one thread)", ("cpu",),
+         "bench/launch.py serve_job + worker_env (torch.set_num_threads(1) unless the job env sets "
+         "OMP_NUM_THREADS); https://pytorch.org/docs/stable/generated/torch.set_num_threads.html",
+         "intra-op threads of each CPU worker's tensor ops around the gloo collectives",
+         all_values_rule="within_cpus"),
     # --- DeepEP high-throughput: vLLM hard-codes num_sms = 20 and only lets DBO lower it.
     Knob("VLLM_DBO_COMM_SMS", "env", ("deepep_high_throughput",), ("8", "12", "16"), "20",
          ("cuda", "enable_dbo"),

@@ -424,6 +424,7 @@ class TuneSpec:
     model: str = ""
     knob_ctx: knobs_mod.KnobContext = field(default_factory=knobs_mod.KnobContext)
     search_knobs: bool = True
+    gpu_arch: str | None = None  # the arch legality and the activation dtype are judged for
     routing: str = "uniform"
     screen: dict = field(default_factory=lambda: dict(SCREEN))
     refine: dict = field(default_factory=lambda: dict(REFINE))
@@ -485,30 +486,36 @@ class Tuner:
     # ---- measuring ----
     def _sweep(self, backends: list[str], tokens: list[int], stage: str, rule: dict,
                setting: dict[str, str] | None = None) -> list[Measurement]:
+        """One ``bench.sweep.run_sweep`` call; each point becomes a trial the moment it arrives.
+
+        Results measured with knobs carry them in ``Result.knobs`` (``env``, ``flags``,
+        ``adapter``) so the selector never takes them for the untuned backend.
+        """
         from bench.sweep import SweepSpec, run_sweep
 
         setting = setting or {}
         env, flags, adapter_args = knobs_mod.split_setting(setting)
-        knob_args = dict(adapter_args)
-        for i in range(0, len(flags), 2):
-            knob_args[flags[i]] = flags[i + 1]
+        recorded = {"env": env, "flags": flags, "adapter": adapter_args} if setting else {}
         shape = self.spec.shape
         sweep = SweepSpec(
             backends=list(backends), tokens=list(tokens), hidden=shape.hidden, top_k=shape.top_k,
             experts=shape.experts, dtype=shape.dtype, world_size=shape.world_size, device=shape.device,
             routing=self.spec.routing, max_noise=rule["max_noise"], min_samples=rule["min_samples"],
-            min_time_s=rule["min_time_s"], timeout_s=rule["timeout_s"], env=env, knobs=dict(setting),
+            min_time_s=rule["min_time_s"], timeout_s=rule["timeout_s"], env=env, knobs=recorded,
+            gpu_arch=self.spec.gpu_arch,
         )
         self.progress({"event": "measure", "stage": stage, "backends": list(backends),
                        "tokens": list(tokens), "setting": knobs_mod.describe(setting)})
-        t0 = self.clock()
-        results = run_sweep(sweep, store=self.store, run_id=self.run_id, host=self.spec.host)
-        elapsed = self.clock() - t0
-        self.sweep_s += elapsed
-        per_point = elapsed / max(1, len(results))
-        out = []
-        for r in results:
-            m = _measurement_from_result(r, stage, setting, per_point)
+        out: list[Measurement] = []
+        last = [self.clock()]
+        t0 = last[0]
+
+        def on_event(event: dict) -> None:
+            if event.get("event") != "result":
+                return
+            now = self.clock()
+            m = _measurement_from_result(event["result"], stage, setting, now - last[0])
+            last[0] = now
             self.study.add(m)
             self.race.add(m)
             self.new_trials += 1
@@ -516,6 +523,9 @@ class Tuner:
             out.append(m)
             self.progress({"event": "trial", "trials": self.reused + self.new_trials, **asdict(m),
                            "best": self.race.leader()})
+
+        run_sweep(sweep, store=self.store, run_id=self.run_id, host=self.spec.host, progress=on_event)
+        self.sweep_s += self.clock() - t0
         return out
 
     # ---- phases ----
@@ -723,9 +733,14 @@ def _resolve_arch(profile: Any, host: Any, gpu_arch: str | None) -> str | None:
     )
 
 
-def _candidates(profile: Any, host: Any, world_size: int, arch: str | None, backends: list[str] | None,
-                include_reference: bool) -> tuple[list[str], dict[str, str]]:
-    """Legal backends to race, and the excluded ones with the reason (never measured)."""
+def _candidates(profile: Any, host: Any, device: str, world_size: int, arch: str | None,
+                backends: list[str] | None, include_reference: bool) -> tuple[list[str], dict[str, str]]:
+    """Legal backends to race, and the excluded ones with the reason (never measured).
+
+    Legality is :func:`autoselect.rules.legal` for the target arch (hardware rules only on a
+    CUDA run, as ``bench.sweep`` judges them); without an arch, or for an adapter the rules
+    table does not know, the backend is raced unjudged, like ``bench`` measures it.
+    """
     from bench.backends import available, check_names
 
     from autoselect import rules
@@ -740,7 +755,15 @@ def _candidates(profile: Any, host: Any, world_size: int, arch: str | None, back
             else:
                 excluded[name] = "benchmark-only baseline (pass --include-reference to race it)"
             continue
-        verdict = rules.legal(name, profile, host, world_size, vllm_version, gpu_arch=arch or "sm90")
+        if arch is None:
+            chosen.append(name)
+            continue
+        try:
+            verdict = rules.legal(name, profile, host if device == "cuda" else None, world_size,
+                                  vllm_version, gpu_arch=arch)
+        except rules.UnknownBackend:
+            chosen.append(name)
+            continue
         if verdict.ok:
             chosen.append(name)
         else:
@@ -791,7 +814,7 @@ def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens
     dtype = profile.activation_dtype(arch) if arch else next(iter(profile.activation_dtypes.values()))
     spec_workload = (parse_tokens(tokens) if tokens else
                      workload_from_kind(workload, Deployment(dp=world_size, tp=1)))
-    chosen, excluded = _candidates(profile, host, world_size, arch, backends, include_reference)
+    chosen, excluded = _candidates(profile, host, device, world_size, arch, backends, include_reference)
     excluded.update(_unavailable(chosen, device, world_size, host))
     chosen = [b for b in chosen if b not in excluded]
     if not chosen:
@@ -804,7 +827,7 @@ def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens
         max_tokens_per_rank=max(spec_workload.tokens), enable_dbo=enable_dbo)
     spec = TuneSpec(shape=shape, workload=spec_workload, backends=chosen, db_path=Path(db_path),
                     host=host, budget_s=budget_s, model=profile.model, knob_ctx=ctx,
-                    search_knobs=search_knobs)
+                    search_knobs=search_knobs, gpu_arch=arch)
     return spec, excluded
 
 

@@ -12,7 +12,7 @@ HGX_H200 = KnobContext(device="cuda", gpu_arch="sm90", world_size=8, all_nvlinks
                        max_tokens_per_rank=256)
 PCIE_H200 = KnobContext(device="cuda", gpu_arch="sm90", world_size=8, all_nvlinks_up=False,
                         max_tokens_per_rank=256)
-CPU = KnobContext(device="cpu", world_size=2, max_tokens_per_rank=64)
+CPU = KnobContext(device="cpu", world_size=2, max_tokens_per_rank=64, cpus=2)
 
 
 def test_every_knob_names_its_source_kind_and_known_conditions():
@@ -26,11 +26,20 @@ def test_every_knob_names_its_source_kind_and_known_conditions():
 
 def test_gpu_only_knobs_are_excluded_on_a_cpu_gloo_run_with_the_reason():
     choices, excluded = knob_space("allgather_reducescatter", CPU)
-    assert choices == []
     assert [k.name for k, _ in excluded] == [
         "NCCL_PROTO", "NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"]
     assert all("gloo" in why for _, why in excluded)
-    assert plan_knob_settings("allgather_reducescatter", CPU) == []
+    assert [(c.knob.name, c.legal, c.illegal) for c in choices] == [
+        ("OMP_NUM_THREADS", ("default", "2"),
+         (("4", "OMP_NUM_THREADS=4: more threads than this host has CPU cores"),
+          ("8", "OMP_NUM_THREADS=8: more threads than this host has CPU cores")))]
+    assert plan_knob_settings("allgather_reducescatter", CPU) == [{"OMP_NUM_THREADS": "2"}]
+
+
+def test_the_cpu_thread_knob_is_illegal_on_gpus():
+    _, excluded = knob_space("allgather_reducescatter", HGX_H200)
+    assert ("OMP_NUM_THREADS", "only meaningful for CPU (gloo) workers") in [
+        (k.name, why) for k, why in excluded]
 
 
 def test_ll128_and_nvls_are_only_planned_with_nvlink_and_pat_never_on_one_node():

@@ -81,6 +81,9 @@ def _print_text(outcome: dict, excluded: dict[str, str], db_path: str) -> None:
     k = outcome.get("knobs")
     if k:
         click.echo("")
+        for e in k.get("screened", []):
+            lat = f"{e['latency_us']:.1f} ± {e['halfwidth_us']:.1f} µs" if e["latency_us"] else e["failure"]
+            click.echo(f"  screened {' '.join(f'{n}={v}' for n, v in e['setting'].items())}: {lat}")
         if k["status"] == "gain":
             click.echo(f"knobs for {k['backend']}: "
                        + " ".join(f"{n}={v}" for n, v in k["setting"].items())
@@ -175,6 +178,7 @@ def tune_cmd(model, budget, workload, tokens, device, world_size, gpu_arch, back
     view = _LiveView(console)
     with view.live:
         outcome = run_tune(spec, progress=view, command=shlex.join(["autoselect", "tune", *sys.argv[2:]]))
+    console.print()
     d = outcome.to_dict()
     if fmt == "json":
         click.echo(json.dumps({"schema_version": SCHEMA_VERSION, **d, "not_measured": excluded}, indent=2))
