@@ -293,15 +293,19 @@ def _watch(job, directory: Path, procs, on_event) -> list:
     current = remaining[0]
     finished = False
 
+    started = False  # a point began in these workers (before that, a failure hits every point)
+
     def fail(status, message):
-        on_event({"event": "result", "tokens": current, "status": status, "error": message})
-        return [t for t in remaining if t != current]
+        hit = [current] if started else list(remaining)
+        for tokens in hit:
+            on_event({"event": "result", "tokens": tokens, "status": status, "error": message})
+        return [t for t in remaining if t not in hit]
 
     while True:
         for ev in reader.read():
             kind = ev.get("event")
             if kind == "phase":
-                current = ev["tokens"]
+                current, started = ev["tokens"], True
                 if ev["phase"] == "setup":
                     deadline = time.monotonic() + setup_limit
                 elif ev["phase"] == "gate":  # the gate and the timing share one limit

@@ -194,14 +194,26 @@ def check_dispatch(workload, rank: int, received) -> str | None:
     checks = [("activation byte", rows(received.x), exp_x)]
     if w.scale_bytes:
         checks.append(("scale byte", rows(received.x_sf), exp_sf))
-    checks.append(("expert id", rows(received.topk_ids).to(torch.int32), ids[idx]))
-    checks.append(("routing weight", rows(received.topk_weights).to(torch.float32),
+    # Picks owned by other ranks may come back as an invalid id (outside [0, experts)) with
+    # any weight (FlashInfer and DeepEP mark them so); this rank's own picks must be exact.
+    exp_ids = ids[idx]
+    local = w.expert_owner(exp_ids) == rank
+    got_ids = rows(received.topk_ids)
+    got_ids = None if got_ids is None else got_ids.to(torch.int64)
+    checks.append(("expert id", got_ids, exp_ids.to(torch.int64)))
+    got_w = rows(received.topk_weights)
+    checks.append(("routing weight", None if got_w is None else got_w.to(torch.float32),
                    a[idx].to(torch.float32) / 16.0))
     for what, got, expected in checks:
         if got is None or tuple(got.shape) != tuple(expected.shape):
             shape = None if got is None else list(got.shape)
             return f"rank {rank}: {what}s have shape {shape}, expected {list(expected.shape)}"
-        pos = _first_true(got != expected)
+        wrong = got != expected
+        if what == "expert id":
+            wrong &= local | ((got >= 0) & (got < w.experts))
+        elif what == "routing weight":
+            wrong &= local
+        pos = _first_true(wrong)
         if pos is not None:
             r, c = pos
             g = int(idx[r])

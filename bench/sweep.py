@@ -245,19 +245,118 @@ def _serve_in_process(job: dict, on_event) -> None:
     launch.serve_job(job, int(os.environ["RANK"]), world, on_event)
 
 
-def run_bench(spec: SweepSpec, db_path=None, *, progress=None):
-    """What ``autoselect bench`` does: fingerprint, validate, open the store, sweep.
+class ShapeOptions(UserError):
+    "The model shape was given both ways, or not at all."
 
-    Validation happens before the database is opened, so bad input writes nothing. Under
-    torchrun only rank 0 opens the store. Returns ``(results, run_id, db_path)``.
+
+#: Token counts per rank swept when --tokens is not given: the decode grid of docs/facts.md.
+DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass
+class BenchReport:
+    """What ``autoselect bench`` prints: the spec, the results, the skipped backends, where they are stored."""
+
+    spec: SweepSpec
+    results: list[Result]
+    skipped: dict[str, str]
+    run_id: int | None
+    db_path: str | None
+    host: object = None
+
+    def to_dict(self) -> dict:
+        """The JSON document (``schema_version`` 1); raw samples are left out (they are in the store)."""
+        from dataclasses import asdict
+
+        rows = []
+        for r in self.results:
+            d = r.to_dict()
+            d.pop("raw_samples_us", None)
+            rows.append(d)
+        spec = asdict(self.spec)
+        return {"schema_version": 1, "run_id": self.run_id, "db": self.db_path, "spec": spec,
+                "skipped": self.skipped, "results": rows}
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    """``"1,16,256"`` -> ``[1, 16, 256]``; a :class:`BadSweep` names the bad item."""
+    out = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            value = int(item)
+        except ValueError:
+            raise BadSweep(f"{what}: {item!r} is not an integer; use a comma list like 1,16,256") from None
+        if value < 1:
+            raise BadSweep(f"{what}: {value} must be at least 1")
+        out.append(value)
+    if not out:
+        raise BadSweep(f"{what}: empty list; use a comma list like 1,16,256")
+    return out
+
+
+def bench_command(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=None, dtype=None,
+                  backends=None, tokens=None, world_size=None, device="cuda", routing="uniform",
+                  seed=0, max_noise=0.005, min_samples=10, min_time_s=0.5, timeout_s=15.0,
+                  setup_timeout_s=300.0, include_illegal=False, vllm_version=None, db_path=None,
+                  progress=None) -> BenchReport:
+    """Resolve the shape (``--model`` + arch, or explicit sizes), validate, sweep, store.
+
+    Everything is validated before the database is opened. ``backends``/``tokens`` are
+    comma lists (default: every registered adapter; the decode grid 1..256).
     """
     from autoselect.hardware import fingerprint
+    from bench.backends import available
+
+    shape = (hidden, top_k, experts, dtype)
+    if model is not None and any(v is not None for v in shape):
+        raise ShapeOptions("pass either --model or --hidden/--top-k/--experts/--dtype, not both")
+    host = fingerprint()
+    if model is not None:
+        from autoselect.model import load_profile, normalize_arch
+
+        arch = gpu_arch or host.gpu_arch
+        if not arch:
+            raise ShapeOptions(f"--model {model} on a host without a GPU: pass --gpu-arch sm90|sm100 "
+                               "to choose the activation dtype")
+        arch = normalize_arch(arch)
+        profile = load_profile(model)
+        hidden, top_k, experts = profile.hidden_size, profile.top_k, profile.num_experts
+        dtype = profile.activation_dtype(arch)
+        gpu_arch = arch
+    elif any(v is None for v in shape):
+        missing = [n for n, v in zip(("--hidden", "--top-k", "--experts", "--dtype"), shape) if v is None]
+        raise ShapeOptions(f"missing {', '.join(missing)}: pass --model, or all of --hidden/--top-k/--experts/--dtype")
+    elif gpu_arch:
+        from autoselect.model import normalize_arch
+
+        gpu_arch = normalize_arch(gpu_arch)
+    names = [b.strip() for b in backends.split(",") if b.strip()] if backends else list(available())
+    token_list = parse_int_list(tokens, "--tokens") if tokens else list(DEFAULT_TOKENS)
+    if world_size is None:
+        world_size = (host.gpu_count or 1) if device == "cuda" else 2
+    spec = SweepSpec(backends=names, tokens=token_list, hidden=hidden, top_k=top_k, experts=experts,
+                     dtype=dtype, world_size=world_size, device=device, routing=routing, seed=seed,
+                     max_noise=max_noise, min_samples=min_samples, min_time_s=min_time_s,
+                     timeout_s=timeout_s, include_illegal=include_illegal, gpu_arch=gpu_arch,
+                     vllm_version=vllm_version, setup_timeout_s=setup_timeout_s)
+    validate(spec, host)
+    legality(spec, host)  # bad --gpu-arch / --vllm-version fail here, before the store opens
+    skipped: dict[str, str] = {}
+
+    def on_progress(event):
+        if event.get("event") == "skip":
+            skipped[event["backend"]] = event["reason"]
+        if progress:
+            progress(event)
+
     from bench import launch
 
-    host = fingerprint()
-    validate(spec, host)
     if launch.torchrun_rank() != 0:
-        return run_sweep(spec, host=host, progress=progress), None, None
+        results = run_sweep(spec, host=host, progress=on_progress)
+        return BenchReport(spec, results, skipped, None, None, host)
     from db.store import Store
 
     store = Store(db_path)
@@ -266,7 +365,7 @@ def run_bench(spec: SweepSpec, db_path=None, *, progress=None):
                                  meta={"spec": _spec_meta(spec)})
         status = "complete"
         try:
-            results = run_sweep(spec, store=store, run_id=run_id, host=host, progress=progress)
+            results = run_sweep(spec, store=store, run_id=run_id, host=host, progress=on_progress)
         except KeyboardInterrupt:
             status = "interrupted"
             raise
@@ -275,6 +374,6 @@ def run_bench(spec: SweepSpec, db_path=None, *, progress=None):
             raise
         finally:
             store.finish_run(run_id, status)
-        return results, run_id, str(store.path)
+        return BenchReport(spec, results, skipped, run_id, str(store.path), host)
     finally:
         store.close()

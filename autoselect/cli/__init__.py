@@ -32,6 +32,10 @@ COMMANDS: dict[str, str] = {
     "recommend": "autoselect.cli.recommend_cmd:recommend_cmd",
     "explain": "autoselect.cli.recommend_cmd:explain_cmd",
     "tune": "autoselect.cli.tune_cmd:tune_cmd",
+    "bench": "autoselect.cli.bench_cmd:bench_cmd",
+    "fleet": "autoselect.cli.fleet_cmds:fleet_group",
+    "serve": "autoselect.cli.fleet_cmds:serve_cmd",
+    "confirm": "autoselect.cli.confirm_cmd:confirm_cmd",
 }
 
 

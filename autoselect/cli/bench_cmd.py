@@ -1,0 +1,168 @@
+"""``autoselect bench``: measure the all2all backends on this node and store the results.
+
+Parsing and printing only; the work is ``bench.sweep.bench_command``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from autoselect.cli import db_option, format_option
+
+#: The fixed columns: (header, units, width, how to render a Result).
+COLUMNS = (
+    ("backend", "", -28, lambda r: r.backend + (" (illegal)" if r.illegal else "")),
+    ("tokens", "(/rank)", 7, lambda r: str(r.tokens_per_rank)),
+    ("bytes", "(B/rank)", 11, lambda r: _num(r.bytes_per_rank, "{:d}")),
+    ("time_p50", "(us)", 10, lambda r: _num(r.latency_us_p50, "{:.2f}")),
+    ("dispatch", "(us)", 10, lambda r: _num(r.dispatch_us_p50, "{:.2f}")),
+    ("combine", "(us)", 10, lambda r: _num(r.combine_us_p50, "{:.2f}")),
+    ("algbw", "(GB/s)", 8, lambda r: _num(r.algbw_gbps, "{:.2f}")),
+    ("busbw", "(GB/s)", 8, lambda r: _num(r.busbw_gbps, "{:.2f}")),
+    ("noise", "(%)", 6, lambda r: _num(None if r.noise_stdrel is None else 100 * r.noise_stdrel, "{:.2f}")),
+    ("samples", "", 8, lambda r: str(r.samples) if r.samples else "-"),
+    ("status", "", -11, lambda r: r.status + ("" if r.noise_target_met in (None, True) or r.status != "ok" else "*")),
+)
+
+
+def _num(value, fmt):
+    return "-" if value is None else fmt.format(value)
+
+
+def _cell(text, width):
+    return text.ljust(-width) if width < 0 else text.rjust(width)
+
+
+def render_text(report) -> str:
+    """nccl-tests-like fixed columns: a header, a units row, one row per point, a footer."""
+    s = report.spec
+    lines = [f"# autoselect bench: hidden {s.hidden}, top_k {s.top_k}, experts {s.experts}, "
+             f"dtype {s.dtype}, world size {s.world_size}, device {s.device}, routing {s.routing}"]
+    lines.append("#")
+    lines.append("# " + " ".join(_cell(h, w) for h, _, w, _f in COLUMNS))
+    lines.append("# " + " ".join(_cell(u, w) for _, u, w, _f in COLUMNS))
+    for r in report.results:
+        lines.append("  " + " ".join(_cell(f(r), w) for _, _, w, f in COLUMNS).rstrip())
+    counts = {k: 0 for k in ("ok", "incorrect", "unavailable", "error", "timeout")}
+    for r in report.results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    lines.append("#")
+    lines.append("# " + " · ".join(f"{k} {v}" for k, v in counts.items())
+                 + f" · skipped (illegal) {len(report.skipped)}")
+    ok = [r.busbw_gbps for r in report.results if r.status == "ok" and r.busbw_gbps is not None]
+    if ok:
+        lines.append(f"# Avg bus bandwidth (ok rows): {sum(ok) / len(ok):.3f} GB/s")
+    if any(r.status == "ok" and r.noise_target_met is False for r in report.results):
+        lines.append(f"# * noise target ({100 * s.max_noise:g} %) not met: stopped on stable noise or the "
+                     f"{s.timeout_s:g} s timeout")
+    for name, reason in report.skipped.items():
+        lines.append(f"# skipped {name}: illegal here ({reason}); --include-illegal measures it anyway")
+    for r in report.results:
+        if r.status != "ok" and r.error:
+            lines.append(f"# {r.backend} @ {r.tokens_per_rank}: {r.status}: {r.error}")
+    if report.run_id is not None:
+        lines.append(f"# stored as run {report.run_id} in {report.db_path}")
+    return "\n".join(lines)
+
+
+@click.command("bench")
+@click.option("--model", metavar="DIR|HF_ID", help="Checkpoint whose MoE shape and activation dtype to use.")
+@click.option("--gpu-arch", metavar="ARCH", help="sm90 or sm100: the arch the activation dtype and legality are judged for "
+              "(default: this host's GPUs).")
+@click.option("--hidden", type=int, help="Hidden size (instead of --model).")
+@click.option("--top-k", type=int, help="Experts per token (instead of --model).")
+@click.option("--experts", type=int, help="Routed experts (instead of --model).")
+@click.option("--dtype", metavar="DTYPE", help="Activation dtype crossing the all2all: bf16 fp16 fp8 fp8_block128 nvfp4 mxfp8 mxfp4.")
+@click.option("--backends", metavar="A,B", help="Comma list of backends (default: every registered adapter).")
+@click.option("--tokens", metavar="N,M", help="Comma list of tokens per rank (default: 1,2,4,...,256).")
+@click.option("--world-size", type=int, help="Ranks (default: every GPU; 2 on --device cpu).")
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
+              help="cuda: NCCL on the local GPUs; cpu: gloo processes (tests the harness, not NVLink).")
+@click.option("--routing", default="uniform", show_default=True, metavar="SPEC",
+              help="uniform, zipf, zipf:S, or a .json/.npy/.pt file of expert ids [tokens, top_k].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of payloads and routing.")
+@click.option("--max-noise", type=float, default=0.005, show_default=True,
+              help="Stop a point once the relative standard error of its median is below this fraction.")
+@click.option("--min-samples", type=int, default=10, show_default=True, help="Samples per point at least.")
+@click.option("--min-time", "min_time_s", type=float, default=0.5, show_default=True,
+              help="Seconds of accumulated sample time per point at least.")
+@click.option("--timeout", "timeout_s", type=float, default=15.0, show_default=True,
+              help="Seconds per point before sampling stops (noise target then recorded as not met).")
+@click.option("--setup-timeout", "setup_timeout_s", type=float, default=300.0, show_default=True,
+              help="Seconds for worker start + adapter setup per point (FlashInfer JIT builds take minutes).")
+@click.option("--include-illegal", is_flag=True, help="Also measure backends the rules reject (rows marked illegal).")
+@click.option("--vllm-version", metavar="X.Y.Z", help="vLLM version legality is judged for (default: newest known).")
+@db_option
+@format_option("text", "json")
+def bench_cmd(model, gpu_arch, hidden, top_k, experts, dtype, backends, tokens, world_size, device,
+              routing, seed, max_noise, min_samples, min_time_s, timeout_s, setup_timeout_s,
+              include_illegal, vllm_version, db_path, fmt):
+    """Measure the all2all backends on this node (correctness first) and store every point.
+
+    Each backend runs in fresh worker processes, one per rank, with a wall-clock limit;
+    every point is checked bit-exactly before it is timed, and lands in the database as
+    ok, incorrect, unavailable, error or timeout. Run it under torchrun to let torchrun own
+    the processes.
+
+    \b
+    Examples:
+      autoselect bench --model deepseek-ai/DeepSeek-R1
+      autoselect bench --hidden 7168 --top-k 8 --experts 256 --dtype nvfp4 --tokens 1,16,256,4096
+      autoselect bench --device cpu --world-size 2 --hidden 2048 --top-k 8 --experts 64 --dtype bf16 --tokens 1,16,256
+    """
+    from bench.sweep import bench_command
+
+    with _Progress(enabled=fmt == "text") as progress:
+        report = bench_command(
+            model=model, gpu_arch=gpu_arch, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype,
+            backends=backends, tokens=tokens, world_size=world_size, device=device, routing=routing,
+            seed=seed, max_noise=max_noise, min_samples=min_samples, min_time_s=min_time_s,
+            timeout_s=timeout_s, setup_timeout_s=setup_timeout_s, include_illegal=include_illegal,
+            vllm_version=vllm_version, db_path=db_path, progress=progress,
+        )
+    if report.db_path is None and report.run_id is None and not report.results:
+        return  # a non-zero torchrun rank: rank 0 prints
+    if fmt == "json":
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(render_text(report))
+
+
+class _Progress:
+    """A rich progress bar on stderr (only on a terminal), fed by the sweep's progress events."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+        self.task = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+
+            console = Console(stderr=True)
+            if console.is_terminal:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+                self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                    TimeElapsedColumn(), console=console, transient=True)
+                self.bar.start()
+        return self
+
+    def __call__(self, event):
+        if self.bar is None:
+            return
+        kind = event.get("event")
+        if kind == "start":
+            self.task = self.bar.add_task("bench", total=event["total"])
+        elif kind == "phase" and self.task is not None:
+            self.bar.update(self.task, description=f"{event['backend']} @ {event['tokens']}: {event['phase']}")
+        elif kind == "result" and self.task is not None:
+            self.bar.advance(self.task)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+        return False
