@@ -148,7 +148,8 @@ class BackendSeries:
         """The legend text: the backend name, plus what is wrong with it when something is."""
         state = self.state
         if state == "illegal":
-            detail = "; ".join(self.illegal_reasons)
+            # the first clause of the first reason, without the backend's own name
+            detail = self.illegal_reasons[0].split(";")[0].removeprefix(self.backend).strip()
             if len(detail) > 60:
                 detail = detail[:57] + "..."
         elif state == "disqualified":

@@ -37,14 +37,15 @@ def latency_us(backend: str, tokens: int) -> float:
 
 def gpu_host(machine_id: str = "m-node-00", hostname: str = "node-00", host_class: str = "h200x8-test",
              nvlink_peak_gbps: float | None = 450.0) -> HostFingerprint:
-    """An 8 x H200 NVLink host (all links up, 450 GB/s per GPU per direction)."""
+    """An 8 x H200 NVLink host (all links up, 450 GB/s per GPU per direction, FlashInfer and DeepEP installed)."""
     gpus = [GpuInfo(i, "NVIDIA H200", f"GPU-{machine_id}-{i}", 143771, "sm90", "9.0", 18, 18) for i in range(8)]
     return HostFingerprint(
         hostname=hostname, machine_id=machine_id, host_class=host_class, device="cuda",
         gpu_name="NVIDIA H200", gpu_count=8, gpu_arch="sm90", gpus=gpus,
         nvlink_matrix=[[0 if i == j else 18 for j in range(8)] for i in range(8)], all_nvlinks_up=True,
         nvlink_peak_gbps=nvlink_peak_gbps, driver_version="580.95.05", cuda_version="13.0",
-        versions={"torch": "2.13.0"},
+        versions={"torch": "2.11.0+cu130", "nccl": "2.28.9", "flashinfer": "0.7.2.post1", "deep_ep": "1.2.1",
+                  "vllm": "0.33.0"},
     )
 
 

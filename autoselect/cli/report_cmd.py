@@ -21,7 +21,7 @@ from autoselect.cli import db_option, format_option
               help="GPU arch whose activation dtype applies (sm90, sm100); needed for CPU-host measurements.")
 @click.option("--workload", default="decode", show_default=True, metavar="KIND|TOKENS",
               help="Workload the recommendation is weighted for: decode, prefill, mixed, or token counts per rank (e.g. 1,8,64).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="autoselect-report", show_default=True,
+@click.option("--out", "out_dir", type=click.Path(), default="autoselect-report", show_default=True,
               help="Directory for the PNGs and report.html (created when missing).")
 @click.option("--svg", is_flag=True, help="Also write each figure as SVG.")
 @click.option("--terminal", is_flag=True,
