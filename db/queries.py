@@ -7,6 +7,7 @@ it never writes, never imports sqlite-utils, numpy or torch. Runs that a dead wr
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sqlite3
@@ -82,31 +83,36 @@ _RESULT_SELECT = (
 )
 
 
-def _stored(row: tuple) -> StoredResult:
-    """Build a StoredResult from a row of _RESULT_SELECT without dataclass __init__ overhead."""
-    obj = StoredResult.__new__(StoredResult)
-    d = obj.__dict__
-    n = len(RESULT_COLUMNS)
-    d.update(zip(RESULT_COLUMNS, row[:n]))
-    d.update(zip(_STORED_EXTRA, row[n:]))
-    d["knobs"] = _loads(d["knobs"])
-    d["versions"] = _loads(d["versions"])
-    d["illegal"] = bool(d["illegal"])
-    if d["noise_target_met"] is not None:
-        d["noise_target_met"] = bool(d["noise_target_met"])
-    d["raw_samples_us"] = []
-    return obj
+_STORED_NAMES = RESULT_COLUMNS + _STORED_EXTRA
 
 
-_EMPTY_JSON = {"{}": None}
+class _Decoder:
+    """Builds StoredResults from rows of _RESULT_SELECT without dataclass ``__init__`` overhead.
 
+    knobs / versions JSON repeats across the rows of one query (a run shares its versions):
+    each distinct text is parsed once and every result gets its own shallow copy.
+    """
 
-def _loads(text: str) -> dict:
-    if text in _EMPTY_JSON:
-        return {}
-    import json
+    def __init__(self):
+        self.parsed: dict[str, dict] = {"{}": {}}
 
-    return json.loads(text)
+    def json(self, text: str) -> dict:
+        d = self.parsed.get(text)
+        if d is None:
+            d = self.parsed[text] = json.loads(text) if text else {}
+        return dict(d)
+
+    def __call__(self, row: tuple) -> StoredResult:
+        obj = StoredResult.__new__(StoredResult)
+        d = obj.__dict__
+        d.update(zip(_STORED_NAMES, row))
+        d["knobs"] = self.json(d["knobs"])
+        d["versions"] = self.json(d["versions"])
+        d["illegal"] = bool(d["illegal"])
+        if d["noise_target_met"] is not None:
+            d["noise_target_met"] = bool(d["noise_target_met"])
+        d["raw_samples_us"] = []
+        return obj
 
 
 def results_for(
@@ -142,7 +148,7 @@ def results_for(
     sql = f"{_RESULT_SELECT} WHERE {' AND '.join(where)} ORDER BY r.id"
     cur = conn.cursor()
     cur.row_factory = None
-    return [_stored(row) for row in cur.execute(sql, args)]
+    return list(map(_Decoder(), cur.execute(sql, args)))
 
 
 def all_results(
@@ -151,16 +157,18 @@ def all_results(
     kind: str | None = "micro",
     statuses: tuple[str, ...] | list[str] | None = None,
     host_class: str | None = None,
+    machine_id: str | None = None,
 ) -> list[StoredResult]:
     """Every stored result of every shape, oldest first (raw samples not loaded): fleet drift's input.
 
     :param kind: only this measurement kind (None: all).
     :param statuses: only these result statuses (default: all).
     :param host_class: only results measured on this class of machine.
+    :param machine_id: only results measured on this machine.
     """
     where: list[str] = []
     args: list[Any] = []
-    for column, value in (("kind", kind), ("host_class", host_class)):
+    for column, value in (("kind", kind), ("host_class", host_class), ("machine_id", machine_id)):
         if value is not None:
             where.append(f"r.{column} = ?")
             args.append(value)
@@ -170,15 +178,17 @@ def all_results(
     sql = f"{_RESULT_SELECT}{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY r.id"
     cur = conn.cursor()
     cur.row_factory = None
-    return [_stored(row) for row in cur.execute(sql, args)]
+    return list(map(_Decoder(), cur.execute(sql, args)))
 
 
 def runs(conn: sqlite3.Connection, *, machine_id: str | None = None) -> list[dict]:
     """Every run, oldest first: id, uid, machine_id, host_class, hostname (of the measured machine),
-    started_at, finished_at, status, trigger, command, meta (parsed) and its result count."""
+    started_at, updated_at, finished_at, status, trigger, command, writer_hostname, pid,
+    autoselect_version, meta (parsed) and its result count."""
     sql = (
-        "SELECT u.id, u.uid, u.machine_id, u.host_class, h.hostname, u.started_at, u.finished_at,"
-        " u.status, u.\"trigger\" AS \"trigger\", u.command, u.meta,"
+        "SELECT u.id, u.uid, u.machine_id, u.host_class, h.hostname, u.started_at, u.updated_at, u.finished_at,"
+        " u.status, u.\"trigger\" AS \"trigger\", u.command, u.hostname AS writer_hostname, u.pid,"
+        " u.autoselect_version, u.meta,"
         " (SELECT COUNT(*) FROM results r WHERE r.run_id = u.id) AS results"
         " FROM runs u JOIN hosts h ON h.machine_id = u.machine_id"
     )
@@ -191,50 +201,6 @@ def runs(conn: sqlite3.Connection, *, machine_id: str | None = None) -> list[dic
     out = []
     for row in cur.execute(sql + " ORDER BY u.started_at, u.id", args):
         d = dict(row)
-        d["meta"] = _loads(d["meta"])
-        out.append(d)
-    return out
-
-
-def all_results(
-    conn: sqlite3.Connection,
-    *,
-    kind: str | None = None,
-    statuses: tuple[str, ...] | list[str] | None = None,
-    host_class: str | None = None,
-    machine_id: str | None = None,
-) -> list[StoredResult]:
-    """Every stored result, any shape, oldest first (raw samples not loaded): for drift and reports."""
-    where: list[str] = []
-    args: list[Any] = []
-    for column, value in (("kind", kind), ("host_class", host_class), ("machine_id", machine_id)):
-        if value is not None:
-            where.append(f"r.{column} = ?")
-            args.append(value)
-    if statuses:
-        where.append(f"r.status IN ({', '.join('?' * len(statuses))})")
-        args.extend(statuses)
-    sql = _RESULT_SELECT + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY r.id"
-    cur = conn.cursor()
-    cur.row_factory = None
-    return [_stored(row) for row in cur.execute(sql, args)]
-
-
-def runs(conn: sqlite3.Connection) -> list[dict]:
-    """Every run, oldest first, as dicts: the ``runs`` columns (``meta`` parsed) plus ``results``
-    (its result count); ``hostname`` is the measured machine's, ``writer_hostname`` the writer's."""
-    import json
-
-    cur = conn.execute(
-        "SELECT u.id, u.uid, u.machine_id, h.hostname, u.host_class, u.started_at, u.updated_at, u.finished_at,"
-        " u.status, u.\"trigger\" AS \"trigger\", u.command, u.hostname AS writer_hostname, u.pid,"
-        " u.autoselect_version, u.meta, (SELECT COUNT(*) FROM results r WHERE r.run_id = u.id) AS results"
-        " FROM runs u JOIN hosts h ON h.machine_id = u.machine_id ORDER BY u.started_at, u.id"
-    )
-    cols = [c[0] for c in cur.description]
-    out = []
-    for row in cur.fetchall():
-        d = dict(zip(cols, tuple(row)))
         d["meta"] = json.loads(d["meta"]) if d["meta"] else {}
         out.append(d)
     return out
