@@ -16,7 +16,8 @@ relative). A node is flagged when it has slow points; the report lists them with
 It also answers "did the recommended backend change since the previous run, and why": for each
 known model (the models fleet runs were asked to measure, from their run meta) and host class,
 :func:`autoselect.selector.recommend` is run on the rows of the previous fleet run and on the
-rows of the newest one, and the measurements that moved beyond the noise are listed.
+rows of the newest one (on the token counts the newest run measured, equally weighted), and
+the measurements that moved beyond the noise are listed.
 
 Reads only (stdlib ``sqlite3`` through :mod:`db.queries`); no torch, numpy or sqlite-utils.
 """
@@ -358,7 +359,7 @@ def recommendation_changes(conn: Any, results: list[Any], run_rows: list[dict], 
     :param models: the models to check (default: every model named in a run's meta).
     """
     from autoselect.model import load_profile
-    from autoselect.selector import Deployment, recommend
+    from autoselect.selector import Deployment, parse_tokens, recommend
 
     fleet_of = {r["id"]: fleet_run_of(r) for r in run_rows}
     started = {}
@@ -400,10 +401,13 @@ def recommendation_changes(conn: Any, results: list[Any], run_rows: list[dict], 
             before_rows = [r for r in shape_rows if started[fleet_of[r.run_id]] <= started[prev_f]]
             ws = _common_world_size(shape_rows)
             dep = Deployment(dp=ws, tp=1)
+            # compared on the token counts the newest fleet run measured, equally weighted
+            measured = sorted({r.tokens_per_rank for r in shape_rows if fleet_of[r.run_id] == now_f})
+            workload = parse_tokens(",".join(str(t) for t in measured))
             picks = []
             for use in (before_rows, shape_rows):
                 rec = recommend(profile, conn=conn, deployment=dep, host_class=host_class, gpu_arch=arch,
-                                rows=[r for r in use if r.world_size == ws])
+                                workload=workload, rows=[r for r in use if r.world_size == ws])
                 picks.append(rec.backend)
             prev_obs = observations(r for r in shape_rows if fleet_of[r.run_id] == prev_f and r.world_size == ws)
             now_obs = observations(r for r in shape_rows if fleet_of[r.run_id] == now_f and r.world_size == ws)
@@ -459,10 +463,7 @@ def analyze(conn: Any, *, models: Iterable[str] | None = None, host_class: str |
     """
     from db.queries import all_results, runs
 
-    if not 0 <= min_slowdown < 10:
-        raise BadThreshold(f"--min-slowdown {min_slowdown} is not a fraction between 0 and 10; e.g. 0.05 for 5 %")
-    if not 0 < noise_k <= 100:
-        raise BadThreshold(f"--noise-k {noise_k} must be positive (standard errors); e.g. 3")
+    check_thresholds(min_slowdown, noise_k)
     results = all_results(conn, kind="micro", statuses=("ok",), host_class=host_class)
     obs = observations(results)
     run_rows = runs(conn)
@@ -473,3 +474,72 @@ def analyze(conn: Any, *, models: Iterable[str] | None = None, host_class: str |
         min_slowdown=min_slowdown,
         noise_k=noise_k,
     )
+
+
+def check_thresholds(min_slowdown: float, noise_k: float) -> None:
+    """Raise :class:`BadThreshold` for a floor outside [0, 10) or a non-positive ``noise_k``."""
+    if not 0 <= min_slowdown < 10:
+        raise BadThreshold(f"--min-slowdown {min_slowdown} is not a fraction between 0 and 10; e.g. 0.05 for 5 %")
+    if not 0 < noise_k <= 100:
+        raise BadThreshold(f"--noise-k {noise_k} must be a positive number of standard errors; e.g. 3")
+
+
+def analyze_at(path: Any = None, **kwargs: Any) -> DriftReport:
+    """:func:`analyze` on the database at ``path`` (default: ``db.default_path()``), read-only."""
+    from db.queries import connect_readonly
+
+    check_thresholds(kwargs.get("min_slowdown", MIN_SLOWDOWN), kwargs.get("noise_k", NOISE_K))
+    conn = connect_readonly(path)
+    try:
+        return analyze(conn, **kwargs)
+    finally:
+        conn.close()
+
+
+# -- fleet status ----------------------------------------------------------------------------------
+
+
+def node_status(conn: Any) -> list[dict]:
+    """One dict per node (machine) in the store: its last run and health, and its drift flag.
+
+    ``health``: ``ok`` (last run complete), ``failed`` (``error`` says why), ``interrupted`` or
+    ``running``. ``flagged``/``worst_slowdown``/``slow_points`` come from :func:`node_drift`.
+    """
+    from db.queries import all_results, runs
+
+    last: dict[str, dict] = {}
+    for r in runs(conn):
+        last[r["machine_id"]] = r  # oldest first: the last one wins
+    verdicts = {n.machine_id: n for n in node_drift(observations(all_results(conn, statuses=("ok",))))}
+    out = []
+    for machine_id, r in sorted(last.items(), key=lambda kv: (kv[1]["hostname"], kv[0])):
+        health = {"complete": "ok"}.get(r["status"], r["status"])
+        nd = verdicts.get(machine_id)
+        out.append({
+            "machine_id": machine_id,
+            "hostname": r["hostname"],
+            "host_class": r["host_class"],
+            "last_run_id": r["id"],
+            "last_run_started_at": r["started_at"],
+            "last_run_finished_at": r["finished_at"],
+            "last_trigger": r["trigger"],
+            "fleet_run": fleet_run_of(r),
+            "results": r["results"],
+            "health": health,
+            "error": (r.get("meta") or {}).get("error"),
+            "flagged": bool(nd and nd.flagged),
+            "worst_slowdown": round(nd.worst_slowdown, 4) if nd else 0.0,
+            "slow_points": len(nd.slow) if nd else 0,
+        })
+    return out
+
+
+def status_at(path: Any = None) -> list[dict]:
+    """:func:`node_status` of the database at ``path``, read-only."""
+    from db.queries import connect_readonly
+
+    conn = connect_readonly(path)
+    try:
+        return node_status(conn)
+    finally:
+        conn.close()
