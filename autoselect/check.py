@@ -114,23 +114,23 @@ def _flag_findings(args: ServeArgs, version: str, environ: dict) -> list[Finding
                            f"vLLM {version} has no --all2all-backend (added in v{rules.FLAG_SINCE}, PR #26732): "
                            f"vllm serve would exit with 'unrecognized arguments'; set VLLM_ALL2ALL_BACKEND={given} instead"))
     if given is not None and flag_exists:
-        if given not in rules.PARSER_CHOICES:
+        if given not in rules.ALL_FLAG_VALUES:
             out.append(Finding("error", "invalid-choice",
                                f"--all2all-backend {given} is not a vLLM choice: vllm serve would exit with "
-                               f"'invalid choice'; use one of {', '.join(sorted(rules.PARSER_CHOICES))}"))
-        elif not rules.known_to(given, version):
+                               f"'invalid choice'; use one of {', '.join(rules.parser_choices(version))}"))
+        elif not rules.value_known_to(given, version):
             canonical = rules.resolve(given)
             spelled = rules.BACKENDS[canonical].spelling(version)
-            hint = f"; on this version it is spelled {spelled.value}" if spelled else ""
+            hint = (f"; this version spells {canonical} as {spelled.value}" if spelled
+                    else f"; it accepts: {', '.join(rules.parser_choices(version))}")
             out.append(Finding("error", "value-unknown-to-version",
-                               f"vLLM {version} does not know --all2all-backend {given}{hint}"))
+                               f"vLLM {version} does not accept --all2all-backend {given}: vllm serve would exit "
+                               f"with 'invalid choice'{hint}"))
         elif given in rules.ALIASES and rules.version_in(version, rules.ALIASES[given][1], None):
             new, _, source = rules.ALIASES[given]
             out.append(Finding("warning", "deprecated-name",
                                f"{given} is the deprecated old name of {new} ({source}); it still works but "
                                f"will be removed: use --all2all-backend {new}"))
-        elif given == "flashinfer_nvlink_two_sided" and not rules.version_in(version, "0.18.0", None):
-            pass  # covered by value-unknown-to-version
         cap = rules.BACKENDS.get(given)
         if cap is not None and cap.replaced_by and rules.version_in(version, cap.removed_in, None):
             out.append(Finding("warning", "removed-backend",
@@ -191,8 +191,8 @@ def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version:
         canonical = rules.resolve(backend)
     except rules.UnknownBackend:
         return out  # already an invalid-choice error
-    if not rules.known_to(canonical, version) and args.all2all_backend is not None:
-        return out  # already reported as unknown to this version
+    if args.all2all_backend is not None and not rules.value_known_to(args.all2all_backend, version):
+        return out  # already reported: vllm serve would not start
     verdict = rules.legal(backend, profile, None, args.world_size, version, gpu_arch=arch)
     dtype = profile.activation_dtype(arch)
     alternatives = None

@@ -12,9 +12,10 @@ Three tables hold every rule:
   ``docs/facts.md``; the eras only decide how bad the consequence is when it is broken.
 * :data:`FLAG_HISTORY` — when ``--all2all-backend`` and ``VLLM_ALL2ALL_BACKEND`` came and went.
 
-Versions are the first vLLM release that contains the PR: the PR's merge date against the
-PyPI upload dates of vLLM releases (a minor release published after the merge; patch releases
-only carry cherry-picks). Sources are recorded on each row.
+Every version below was verified in the released vLLM wheels from PyPI (``vllm/config/parallel.py``,
+``vllm/envs.py``, ``vllm/engine/arg_utils.py`` and ``fused_moe/all2all_utils.py`` of each release
+from 0.11.0 to 0.33.0, read out of the wheel archives): the first release whose code carries the
+PR's change. Sources (PR number, merge date) are recorded on each row.
 
 :func:`legal` evaluates every rule and returns every reason, not just the first.
 """
@@ -139,6 +140,7 @@ class Capability:
 _FI_HINT = "pip install flashinfer-python (vLLM pins it)"
 _DEEPEP_HINT = "install DeepEP from github.com/deepseek-ai/DeepEP (not a vLLM dependency)"
 _FLAG = "PR #26732 (merged 2025-10-13; first in v0.11.1) added --all2all-backend"
+_PARSER = "first in the --all2all-backend choices of the vLLM {} wheel"
 
 #: backend -> Capability. Canonical names are the current flag values.
 BACKENDS: dict[str, Capability] = {
@@ -203,26 +205,29 @@ BACKENDS: dict[str, Capability] = {
             supports_dbo=True,
         ),
         # Known to vLLM 0.33.0 but not benchmarked by autoselect: checked, never recommended.
-        Capability("deepep_v2", "DeepEP v2", (Spelling("deepep_v2", None, None, "vLLM 0.33.0 parser"),),
+        Capability("deepep_v2", "DeepEP v2", (Spelling("deepep_v2", "0.24.0", None, _PARSER.format("0.24.0")),),
                    recommendable=False, package="deep_ep", install_hint=_DEEPEP_HINT),
-        Capability("nixl_ep", "NIXL EP kernels", (Spelling("nixl_ep", None, None, "vLLM 0.33.0 parser"),),
+        Capability("nixl_ep", "NIXL EP kernels", (Spelling("nixl_ep", "0.18.0", None, _PARSER.format("0.18.0")),),
                    recommendable=False, supports_dbo=True),
-        Capability("moonep", "MoonEP balanced EP (NVLink)", (Spelling("moonep", None, None, "vLLM 0.33.0 parser"),),
+        Capability("moonep", "MoonEP balanced EP (NVLink)", (Spelling("moonep", "0.31.0", None, _PARSER.format("0.31.0")),),
+                   recommendable=False),
+        Capability("mori", "MoRI EP (ROCm), before the split into two modes",
+                   (Spelling("mori", "0.15.0", "0.23.0", _PARSER.format("0.15.0") + "; split in v0.23.0"),),
                    recommendable=False),
         Capability("mori_high_throughput", "MoRI EP (ROCm)",
-                   (Spelling("mori_high_throughput", None, None, "vLLM 0.33.0 parser"),), recommendable=False),
+                   (Spelling("mori_high_throughput", "0.23.0", None, _PARSER.format("0.23.0")),), recommendable=False),
         Capability("mori_low_latency", "MoRI EP low latency (ROCm)",
-                   (Spelling("mori_low_latency", None, None, "vLLM 0.33.0 parser"),), recommendable=False),
+                   (Spelling("mori_low_latency", "0.23.0", None, _PARSER.format("0.23.0")),), recommendable=False),
         # Removed upstream: still accepted by the parser, silently replaced.
         Capability(
             "pplx", "pplx-kernels (removed)", (Spelling("pplx", FLAG_SINCE, None, _FLAG),),
-            recommendable=False, replaced_by="allgather_reducescatter", removed_in="0.16.0",
-            removal_source="PR #33724 removed pplx (first release without it: v0.16.0)",
+            recommendable=False, replaced_by="allgather_reducescatter", removed_in="0.17.0",
+            removal_source="PR #33724 removed pplx (first release without it: v0.17.0)",
         ),
         Capability(
             "naive", "broadcast-based all2all (removed)", (Spelling("naive", FLAG_SINCE, None, _FLAG),),
-            recommendable=False, replaced_by="allgather_reducescatter", removed_in="0.16.0",
-            removal_source="PR #33728 maps naive to allgather_reducescatter (first in v0.16.0)",
+            recommendable=False, replaced_by="allgather_reducescatter", removed_in="0.19.0",
+            removal_source="PR #33728 maps naive to allgather_reducescatter (first in v0.19.0)",
         ),
     )
 }
@@ -233,10 +238,28 @@ ALIASES = {
                             "PR #36022 renamed it to flashinfer_nvlink_two_sided (v0.18.0)"),
 }
 
+#: Every --all2all-backend value some vLLM release accepted.
+ALL_FLAG_VALUES = frozenset(s.value for c in BACKENDS.values() for s in c.spellings) | frozenset(ALIASES)
+
+
+def parser_choices(vllm_version=None) -> list[str]:
+    """The ``--all2all-backend`` choices of ``vllm_version`` (default NEWEST_VLLM), sorted."""
+    version = vllm_version or NEWEST_VLLM
+    return sorted(v for v in ALL_FLAG_VALUES if value_known_to(v, version))
+
+
+def value_known_to(value: str, vllm_version: str) -> bool:
+    """True when vLLM ``vllm_version``'s parser accepts ``--all2all-backend value``."""
+    if not version_in(vllm_version, FLAG_SINCE, None):
+        return False
+    if value in ALIASES and version_in(vllm_version, ALIASES[value][1], None):
+        return True
+    return any(s.value == value and (s.since is None or version_in(vllm_version, s.since, s.until))
+               for c in BACKENDS.values() for s in c.spellings)
+
+
 #: The parser choices of NEWEST_VLLM (vllm serve --help): anything else exits with status 2.
-PARSER_CHOICES = frozenset(
-    s.value for c in BACKENDS.values() for s in c.spellings
-) | frozenset(ALIASES)
+PARSER_CHOICES = frozenset(parser_choices(NEWEST_VLLM))
 
 
 # --------------------------------------------------------------------------------------
@@ -259,12 +282,12 @@ class OneSidedEra:
 ONE_SIDED_ERAS = (
     OneSidedEra("0.18.0", "0.20.0", frozenset({"nvfp4"}), "silent_corruption",
                 "PR #36022 (v0.18.0): workspace sized for nvfp4 payloads, no dtype check"),
-    OneSidedEra("0.20.0", "0.21.0", frozenset({"nvfp4"}), "startup_error",
-                "PR #39717 (merged 2026-04-13; first in v0.20.0): ValueError for non-nvfp4 quant_dtype"),
-    OneSidedEra("0.21.0", "0.28.0", frozenset({"nvfp4", "bf16", "fp16", "mxfp8"}), "startup_error",
-                "PR #40960 (merged 2026-04-27; first in v0.21.0): bf16 and mxfp8 dispatch"),
-    OneSidedEra("0.28.0", None, frozenset({"nvfp4", "bf16", "fp16", "mxfp8", "fp8_block128"}), "startup_error",
-                "PR #51924 (merged 2026-08-12; first in v0.28.0): DeepSeek block-fp8 dispatch"),
+    OneSidedEra("0.20.0", "0.20.1", frozenset({"nvfp4"}), "startup_error",
+                "PR #39717 (merged 2026-04-13; only in v0.20.0): ValueError for non-nvfp4 quant_dtype"),
+    OneSidedEra("0.20.1", "0.29.0", frozenset({"nvfp4", "bf16", "fp16", "mxfp8"}), "startup_error",
+                "PR #40960 (merged 2026-04-27; first in v0.20.1): bf16 and mxfp8 dispatch"),
+    OneSidedEra("0.29.0", None, frozenset({"nvfp4", "bf16", "fp16", "mxfp8", "fp8_block128"}), "startup_error",
+                "PR #51924 (merged 2026-08-12; first in v0.29.0): DeepSeek block-fp8 dispatch"),
 )
 
 #: Why autoselect keeps one-sided nvfp4-only although upstream relaxed it.
@@ -317,8 +340,9 @@ FLAG_HISTORY = (
               "PR #26732, merged 2025-10-13"),
     FlagEvent("VLLM_ALL2ALL_BACKEND removed (vLLM only warns it is unknown)", "0.16.0",
               "PR #33535, merged 2026-02-02"),
-    FlagEvent("default briefly flashinfer_nvlink_one_sided on main, reverted; no release known to ship it",
-              "0.28.0", "PR #53311 merged 2026-08-21, reverted by PR #53952; PR #54268 (GB200/GB300 only) open"),
+    FlagEvent("default briefly flashinfer_nvlink_one_sided on main, reverted; every release keeps "
+              "allgather_reducescatter (checked 0.15.0-0.33.0)", "0.28.0",
+              "PR #53311 merged 2026-08-21, reverted by PR #53952; PR #54268 (GB200/GB300 only) open"),
 )
 ENV_VAR_REMOVED_IN = "0.16.0"
 
@@ -345,7 +369,7 @@ def resolve(value: str) -> str:
     if value.startswith("reference_"):
         return value
     raise UnknownBackend(
-        f"unknown all2all backend {value!r}; vLLM {NEWEST_VLLM} accepts: {', '.join(sorted(PARSER_CHOICES))}"
+        f"unknown all2all backend {value!r}; vLLM {NEWEST_VLLM} accepts: {', '.join(parser_choices())}"
     )
 
 

@@ -167,6 +167,13 @@ def test_one_sided_on_a_version_before_it_existed_is_an_error():
     assert codes(r, "error") == ["value-unknown-to-version"]
 
 
+def test_new_two_sided_name_on_an_old_vllm_is_an_error_naming_the_old_spelling():
+    r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend",
+                             "flashinfer_nvlink_two_sided"], gpu_arch="sm90", vllm_version="0.15.0")
+    assert codes(r, "error") == ["value-unknown-to-version"]
+    assert r.findings[0].message.endswith("this version spells flashinfer_nvlink_two_sided as flashinfer_all2allv")
+
+
 def test_flag_on_a_vllm_before_the_flag_is_an_error():
     r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend", "deepep_low_latency"],
                             gpu_arch="sm90", vllm_version="0.11.0")

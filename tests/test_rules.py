@@ -47,7 +47,8 @@ def test_one_sided_is_illegal_for_the_same_nvfp4_checkpoint_on_hopper():
 @pytest.mark.parametrize(
     "version, words",
     [("0.18.0", "would SILENTLY CORRUPT output"), ("0.19.1", "would SILENTLY CORRUPT output"),
-     ("0.20.2", "would fail at startup (PR #39717"), ("0.33.0", "autoselect keeps one-sided nvfp4-only")],
+     ("0.20.0", "would fail at startup (PR #39717"), ("0.20.1", "vLLM 0.20.1 accepts bf16 here (PR #40960"),
+     ("0.33.0", "autoselect keeps one-sided nvfp4-only")],
 )
 def test_one_sided_consequence_for_bf16_depends_on_the_vllm_era(version, words):
     profile = load_profile(str(MODELS / "qwen3-30b-a3b"))
@@ -180,8 +181,30 @@ def test_pr_releases_recorded_in_the_tables():
         ("flashinfer_all2allv", "0.11.1", "0.18.0"), (TWO_SIDED, "0.18.0", None)]
     assert [(e.since, e.consequence) for e in rules.ONE_SIDED_ERAS] == [
         ("0.18.0", "silent_corruption"), ("0.20.0", "startup_error"),
-        ("0.21.0", "startup_error"), ("0.28.0", "startup_error")]
+        ("0.20.1", "startup_error"), ("0.29.0", "startup_error")]
     assert rules.ENV_VAR_REMOVED_IN == "0.16.0" and rules.FLAG_SINCE == "0.11.1"
+    assert (rules.BACKENDS["pplx"].removed_in, rules.BACKENDS["naive"].removed_in) == ("0.17.0", "0.19.0")
+
+
+def test_fp8_block_is_accepted_upstream_only_from_51924():
+    assert "would fail at startup (PR #40960" in rules.one_sided_consequence("fp8_block128", "0.28.0")
+    assert "accepts fp8_block128 here (PR #51924" in rules.one_sided_consequence("fp8_block128", "0.29.0")
+
+
+def test_parser_choices_follow_the_version():
+    assert rules.parser_choices("0.17.1") == [
+        "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "flashinfer_all2allv",
+        "mori", "naive", "pplx"]
+    assert rules.parser_choices("0.33.0") == [
+        "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "deepep_v2",
+        "flashinfer_all2allv", "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "moonep",
+        "mori_high_throughput", "mori_low_latency", "naive", "nixl_ep", "pplx"]
+    assert rules.parser_choices("0.11.0") == []
+
+
+def test_legal_judges_the_backend_not_its_spelling():
+    verdict = rules.legal(TWO_SIDED, MoeProfile.from_shape(4096, 64, 8, "bf16"), None, 8, "0.15.0", gpu_arch="sm90")
+    assert verdict.ok and rules.flag_value(TWO_SIDED, "0.15.0") == "flashinfer_all2allv"
 
 
 _TABLE_VERSIONS = sorted({s.since for c in rules.BACKENDS.values() for s in c.spellings if s.since}
