@@ -155,13 +155,15 @@ QUANT_FORMATS: dict[str, QuantFormat] = {
     )
 }
 
-#: ModelOpt ``quant_algo`` -> weight_quant (vLLM's modelopt.py QUANT_ALGOS).
+#: ModelOpt ``quant_algo`` -> weight_quant (vLLM 0.33.0 modelopt.py LINEAR_ALGOS and its
+#: ``resolve()``: FP8_PB_WO is 128x128 block weights with dynamic per-128 activations, W8A8).
 MODELOPT_ALGOS = {
     "NVFP4": "nvfp4",
     "W4A16_NVFP4": "w4a16_nvfp4",
     "FP8": "fp8",
     "FP8_PER_CHANNEL_PER_TOKEN": "fp8",
-    "FP8_PB_WO": "fp8_weight_only",
+    "FP8_PB_WO": "fp8_block128",
+    "FP8_BLOCK_SCALES": "fp8_block128",
     "MXFP8": "mxfp8",
 }
 
@@ -405,7 +407,9 @@ def count_moe_layers(text: dict) -> int:
         return sum(1 for i, flag in enumerate(freq[:n]) if flag and i >= first_dense)
     freq = int(freq or 1)
     sparse_step = int(text.get("decoder_sparse_step") or 1)
-    interleave = int(text.get("interleave_moe_layer_step") or 1)
+    interleave = int(text.get("interleave_moe_layer_step", 1) or 0)
+    if interleave <= 0:  # Llama-4: a step of 0 means no MoE layer at all
+        return 0
     mlp_only = set(text.get("mlp_only_layers") or [])
     return sum(
         1
@@ -506,6 +510,12 @@ def _weight_quant(config: dict, text: dict, hf_quant: dict | None) -> tuple[str,
             return "fp8", where
         if method.startswith("modelopt"):
             algo = q.get("quant_algo") or (q.get("quantization") or {}).get("quant_algo")
+            groups = q.get("config_groups")
+            if str(algo).upper() == "NVFP4" and isinstance(groups, dict) and groups and all(
+                isinstance(g, dict) and g.get("input_activations") is None for g in groups.values()
+            ):
+                # vLLM routes an "NVFP4" export without activation quantization through W4A16
+                return "w4a16_nvfp4", where
             return _modelopt_weight_quant(algo, q.get("quantized_layers"), where), where
         if method == "compressed-tensors":
             return _compressed_tensors_weight_quant(q, where), where
@@ -578,6 +588,12 @@ def load_profile(model: str) -> MoeProfile:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise MoeFieldsMissing(f"{config_path}: {name} is {value!r}, not a positive integer")
 
+    moe_layers = count_moe_layers(text)
+    if moe_layers == 0 and text.get("num_hidden_layers"):
+        raise DenseModel(
+            f"{model} ({model_type or 'unknown type'}) has {expert_field}={experts} but no layer uses "
+            f"them (first_k_dense_replace / moe_layer_freq / interleave_moe_layer_step): no all2all runs"
+        )
     weight_quant, quant_source = _weight_quant(config, text, hf_quant)
     fmt = QUANT_FORMATS[weight_quant]
     num_layers = text.get("num_hidden_layers")
@@ -587,7 +603,7 @@ def load_profile(model: str) -> MoeProfile:
         hidden_size=hidden,
         num_experts=experts,
         top_k=top_k,
-        moe_layers=count_moe_layers(text),
+        moe_layers=moe_layers,
         weight_quant=weight_quant,
         activation_dtypes=dict(fmt.activation),
         num_layers=int(num_layers) if isinstance(num_layers, int) else None,

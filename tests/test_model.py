@@ -195,3 +195,30 @@ def test_to_dict_is_json_ready():
     d = load_profile(str(MODELS / "gpt-oss-120b")).to_dict()
     assert d["activation_dtypes"] == {"sm90": "bf16", "sm100": "bf16"}
     assert d["weight_quant"] == "mxfp4" and d["notes"] == []
+
+
+def test_modelopt_fp8_per_block_dispatches_block_fp8(tmp_path):
+    (tmp_path / "config.json").write_text(
+        '{"hidden_size": 4096, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 2,'
+        ' "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8_PB_WO"}}'
+    )
+    assert load_profile(str(tmp_path)).activation_dtypes == {"sm90": "fp8_block128", "sm100": "fp8_block128"}
+
+
+def test_modelopt_nvfp4_without_activation_quant_is_w4a16(tmp_path):
+    (tmp_path / "config.json").write_text(
+        '{"hidden_size": 4096, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 2,'
+        ' "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "config_groups":'
+        ' {"group_0": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}, "input_activations": null}}}}'
+    )
+    profile = load_profile(str(tmp_path))
+    assert (profile.weight_quant, profile.activation_dtype("sm100")) == ("w4a16_nvfp4", "bf16")
+
+
+def test_experts_that_no_layer_uses_is_a_dense_model(tmp_path):
+    (tmp_path / "config.json").write_text(
+        '{"text_config": {"hidden_size": 5120, "num_local_experts": 16, "num_experts_per_tok": 1,'
+        ' "num_hidden_layers": 48, "interleave_moe_layer_step": 0}}'
+    )
+    with pytest.raises(DenseModel, match="but no layer uses them"):
+        load_profile(str(tmp_path))
