@@ -135,7 +135,7 @@ QUANT_FORMATS: dict[str, QuantFormat] = {
         QuantFormat(
             "mxfp8",
             {"sm90": "bf16", "sm100": "mxfp8"},
-            "MXFP8: mxfp8 activations on Blackwell; Hopper has no MX kernels (bf16)",
+            "MXFP8: mxfp8 activations on Blackwell; Hopper runs the weights with Marlin (bf16 activations)",
         ),
         QuantFormat(
             "fp8_weight_only",
