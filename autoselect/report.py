@@ -785,7 +785,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:11
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.8em;border-bottom:1px solid #ddd}
 pre{background:#f4f4f4;padding:.8em;overflow-x:auto;border-radius:4px}
 table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}
-td:first-child,th:first-child{text-align:left}.chosen{background:#e8f5e9;font-weight:bold}
+td:first-child,th:first-child,td:last-child,th:last-child,td:nth-child(2){text-align:left}.weights{color:#666;font-size:.85em}.chosen{background:#e8f5e9;font-weight:bold}
 .warn{color:#8a4b00}figure{margin:1.2em 0}figcaption{font-size:.85em;color:#555}
 img{max-width:100%;height:auto;border:1px solid #eee}
 """
@@ -814,8 +814,14 @@ def render_html(data: ReportData, images: dict[str, bytes]) -> str:
         )
     else:
         parts.append("<p>No recommendation: the selector was not consulted.</p>")
+    if rec.get("decision"):
+        parts.append(f"<p>Decision: {esc(str(rec['decision']))}.</p>")
+    if rec.get("confidence_reasons"):
+        parts.append("<p>Confidence is capped because:</p><ul>")
+        parts += [f"<li>{esc(str(r))}</li>" for r in rec["confidence_reasons"]]
+        parts.append("</ul>")
     if rec.get("command"):
-        parts += ["<pre>", esc(str(rec["command"])), "</pre>"]
+        parts += ["<p>Serve with:</p><pre>", esc(str(rec["command"])), "</pre>"]
     for w in rec.get("warnings") or ():
         parts.append(f'<p class="warn">⚠ {esc(str(w))}</p>')
     if rec.get("bench_command") and rec.get("estimated"):
@@ -842,7 +848,9 @@ def _candidate_table(data: ReportData) -> list[str]:
     buckets = [b.tokens_per_rank for b in data.buckets]
     if cands:
         head = "".join(f"<th>T={t} (µs)</th>" for t in buckets)
-        out.append(f"<table><tr><th>backend</th>{head}<th>weighted (µs)</th><th>notes</th></tr>")
+        weights = "".join(f"<td>{b.weight:.0%}</td>" for b in data.buckets)
+        out.append(f"<table><tr><th>backend</th><th>verdict</th>{head}<th>weighted (µs)</th><th>notes</th></tr>")
+        out.append(f'<tr class="weights"><td>bucket weight</td><td></td>{weights}<td></td><td></td></tr>')
         for c in cands:
             name = c.get("backend", "?")
             per = _bucket_latencies(c)
@@ -850,7 +858,8 @@ def _candidate_table(data: ReportData) -> list[str]:
             cls = ' class="chosen"' if name == data.recommended else ""
             notes = "; ".join(str(n) for n in (c.get("notes") or c.get("warnings") or ()))
             out.append(
-                f"<tr{cls}><td>{esc(name)}</td>{cells}<td>{_fmt(_weighted(c))}</td><td>{esc(notes)}</td></tr>"
+                f"<tr{cls}><td>{esc(name)}</td><td>{esc(str(c.get('status', '')))}</td>{cells}"
+                f"<td>{_fmt(_weighted(c))}</td><td>{esc(notes)}</td></tr>"
             )
         out.append("</table>")
     else:
@@ -948,7 +957,7 @@ def terminal_chart(data: ReportData, *, width: int = 100, height: int = 28, colo
     fig.clear()
     foot = [f"{data.shape_text} — {data.host_text}"]
     foot += [s.label() for s in data.series if s.state != "ok"]
-    for c in crossovers(data.series):
+    for c in (c for c in crossovers(data.series) if c.on_envelope):
         foot.append(f"crossover ≈ {c.tokens_per_rank:.0f} tokens per rank: {c.faster_below} faster below, "
                     f"{c.faster_above} above")
     marks = [b for b in data.buckets if b.backend]
