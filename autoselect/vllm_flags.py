@@ -50,6 +50,7 @@ FLAG_OPTIONS = {
 #: Ways to start the OpenAI server that take the same flags as `vllm serve`.
 _ENTRYPOINT_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main")
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.I)
 
 
 @dataclass
@@ -83,6 +84,7 @@ class ServeArgs:
     def to_dict(self) -> dict:
         """A JSON-ready dict, with the derived world size and all2all use."""
         d = asdict(self)
+        d["env"] = {k: ("<redacted>" if _SECRET.search(k) else v) for k, v in self.env.items()}
         d["world_size"] = self.world_size
         d["uses_all2all"] = self.uses_all2all
         return d

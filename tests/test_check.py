@@ -58,9 +58,10 @@ def test_parse_accepts_launcher_forms(argv):
     assert (a.model, a.tensor_parallel_size) == ("m", 4)
 
 
-def test_parse_reads_leading_environment_assignments():
-    a = parse_serve_argv(["VLLM_ALL2ALL_BACKEND=pplx", "vllm", "serve", "m"])
-    assert a.env == {"VLLM_ALL2ALL_BACKEND": "pplx"}
+def test_parse_reads_leading_environment_assignments_and_redacts_secrets_in_json():
+    a = parse_serve_argv(["VLLM_ALL2ALL_BACKEND=pplx", "HF_TOKEN=hf_abc", "vllm", "serve", "m"])
+    assert a.env == {"VLLM_ALL2ALL_BACKEND": "pplx", "HF_TOKEN": "hf_abc"}
+    assert a.to_dict()["env"] == {"VLLM_ALL2ALL_BACKEND": "pplx", "HF_TOKEN": "<redacted>"}
 
 
 @pytest.mark.parametrize(
