@@ -630,10 +630,21 @@ def _stale_keys(row: Any, target_versions: dict[str, str | None]) -> list[str]:
 
 
 def _choose_rows(rows: list[Any], target_versions: dict[str, str | None]) -> dict[int, Any]:
-    """The row used per token count: up-to-date rows before stale ones, then the newest."""
+    """The row used per token count: up-to-date rows before stale ones, then the newest.
+
+    Hot path (every stored run of the shape passes here): plain loops, no helper calls.
+    """
+    targets = [(k, v) for k, v in target_versions.items() if v and k in STALENESS_KEYS]
     best: dict[int, Any] = {}
     for row in rows:
-        key = (not _stale_keys(row, target_versions), _when(row), getattr(row, "id", 0) or 0)
+        versions = row.versions or {}
+        fresh = True
+        for k, v in targets:
+            have = versions.get(k)
+            if have and have != v:
+                fresh = False
+                break
+        key = (fresh, row.created_at or getattr(row, "run_started_at", None) or "", getattr(row, "id", 0) or 0)
         current = best.get(row.tokens_per_rank)
         if current is None or key > current[0]:
             best[row.tokens_per_rank] = (key, row)
@@ -699,7 +710,8 @@ def recommend(
     :param max_num_batched_tokens: the per-engine token budget the user set, if any.
     :param max_workspace_gib: the one-sided workspace allowance (default
         :data:`autoselect.vllm_flags.DEFAULT_MAX_WORKSPACE_GIB`).
-    :param knobs: tuned knobs for the pick (issue 6), ``{"env": {...}, "flags": [...]}``.
+    :param knobs: tuned knobs for the pick, ``{"env": {...}, "flags": [...]}``; default: the
+        newest ``autoselect tune`` configuration with a measured gain in ``conn`` (``{}`` if none).
     :param rows: the measurements to use instead of querying ``conn`` (leave-one-out studies).
     """
     from autoselect import rules, vllm_flags
@@ -750,6 +762,9 @@ def recommend(
     used_rows: dict[int, Any] = {}
     unmeasured: list[str] = []
     missing_buckets: dict[str, list[int]] = {}
+    by_backend: dict[str, list[Any]] = {}
+    for r in rows:
+        by_backend.setdefault(r.backend, []).append(r)
     for backend in rules.recommendable_backends(vllm_version):
         verdict = rules.legal(backend, profile, host, world_size, vllm_version, gpu_arch=gpu_arch)
         if not verdict.ok:
@@ -757,7 +772,7 @@ def recommend(
             continue
         # Rows measured with tuned knobs (``autoselect tune``) are not the untuned backend's
         # evidence; their gain reaches the answer through db.tuned (see ``knobs`` below).
-        mine = [r for r in rows if r.backend == backend and not getattr(r, "illegal", False)
+        mine = [r for r in by_backend.get(backend, ()) if not getattr(r, "illegal", False)
                 and not getattr(r, "knobs", None)]
         bad = sorted((r for r in mine if r.status in DISQUALIFYING), key=_when)
         if bad:
@@ -1135,7 +1150,6 @@ def recommend_for(
             workload=spec,
             max_num_batched_tokens=max_num_batched_tokens,
             max_workspace_gib=max_workspace_gib,
-            knobs=None,
         )
         if rec.bench_command and asked_class:
             rec.warnings.append(f"run the bench command on a machine of host class {host_class}")
