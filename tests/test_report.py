@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -435,3 +436,23 @@ def test_fleet_figure_flags_the_node_the_drift_check_finds_slow_and_no_other(tmp
     bars = fig.axes[0].patches
     assert [b.get_facecolor()[:3] for b in bars].count(pytest.approx((0.839, 0.153, 0.157), abs=0.01)) == 1
     assert "+60% vs the other nodes" in _texts(fig)
+
+
+def test_readme_report_example_produces_the_pngs_and_the_page(tmp_path, monkeypatch):
+    root = Path(__file__).parent.parent
+    readme = (root / "README.md").read_text()
+    section = readme.split("## Reports", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    monkeypatch.chdir(root)
+    for line in block.strip().splitlines():
+        argv = shlex.split(line.replace("example.db", str(tmp_path / "example.db"))
+                           .replace("report/", str(tmp_path / "report")))
+        assert argv[0] == "autoselect"
+        result = CliRunner().invoke(main, argv[1:])
+        assert result.exit_code == 0, (line, result.output)
+    for name in ("latency", "phases", "bandwidth"):
+        assert mpimg.imread(tmp_path / "report" / f"{name}.png").shape == (FIG_H, FIG_W, 4)
+    assert (tmp_path / "report" / "report.html").is_file()
+    # The README shows the committed docs/img/latency.png, a figure of the same size.
+    assert "![Latency vs tokens per rank" in section and "(docs/img/latency.png)" in section
+    assert mpimg.imread(root / "docs" / "img" / "latency.png").shape == (FIG_H, FIG_W, 4)
