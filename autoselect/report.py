@@ -813,7 +813,10 @@ def render_html(data: ReportData, images: dict[str, bytes]) -> str:
             + ".</p>"
         )
     else:
-        parts.append("<p>No recommendation: the selector was not consulted.</p>")
+        parts.append(
+            f"<p>No recommendation: at world size {data.world_size} vLLM builds no all2all group "
+            "(it needs --data-parallel-size &gt; 1), so there is no backend to choose.</p>"
+        )
     if rec.get("decision"):
         parts.append(f"<p>Decision: {esc(str(rec['decision']))}.</p>")
     if rec.get("confidence_reasons"):
@@ -1098,15 +1101,14 @@ def collect(
             )
         rows = [r for r in rows if r.world_size == world_size]
         host = newest_host(conn, hc)
+        deployment = Deployment(dp=world_size, tp=1)
+        spec = _workload(workload, deployment)
         rec = None
-        if world_size >= 2:
-            deployment = Deployment(dp=world_size, tp=1)
+        if world_size >= 2:  # vLLM builds no all2all group with --data-parallel-size 1
             rec = recommend(
                 profile, conn=conn, deployment=deployment, host_class=hc, host=host, gpu_arch=arch,
-                vllm_version=vllm_version, workload=_workload(workload, deployment),
+                vllm_version=vllm_version, workload=spec,
             )
-        elif not workload.strip():
-            raise NothingToReport("--workload is empty; pass decode, prefill, mixed or token counts")
     finally:
         conn.close()
 
@@ -1224,3 +1226,16 @@ def flag_drift(view: FleetView, rows: Sequence[Any]) -> None:
             node.drift_note = f"+{worst.slowdown:.0%} vs {versus}"
         else:
             node.drift_note = f"slow at {len(nd.slow)} other point{'s' if len(nd.slow) != 1 else ''}"
+
+
+def make_report(model: str, out_dir: os.PathLike | str, *, svg: bool = False, **options) -> ReportFiles:
+    """:func:`collect` then :func:`write_report`: everything is read and checked before a file is written.
+
+    ``options`` are :func:`collect`'s keyword arguments.
+    """
+    return write_report(collect(model, **options), out_dir, svg=svg)
+
+
+def terminal_report(model: str, *, colour: bool = False, **options) -> str:
+    """:func:`collect` then :func:`terminal_chart`; ``options`` are :func:`collect`'s keyword arguments."""
+    return terminal_chart(collect(model, **options), colour=colour)

@@ -456,3 +456,24 @@ def test_readme_report_example_produces_the_pngs_and_the_page(tmp_path, monkeypa
     # The README shows the committed docs/img/latency.png, a figure of the same size.
     assert "![Latency vs tokens per rank" in section and "(docs/img/latency.png)" in section
     assert mpimg.imread(root / "docs" / "img" / "latency.png").shape == (FIG_H, FIG_W, 4)
+
+
+def test_cpu_host_measurements_need_the_gpu_arch_whose_dtype_they_stand_for(tmp_path):
+    db = h.write_db(tmp_path / "cpu.db", [(h.cpu_host(), [h.timed("allgather_reducescatter", 8, world_size=2,
+                                                                    device="cpu")])])
+    result = _run("--model", h.QWEN, "--db", str(db), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "Error: host class cpu-test-x2 has no GPU architecture (a CPU host); pass --gpu-arch sm90|sm100 "
+        "to say which arch's activation dtype its measurements stand for\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_world_size_one_is_drawn_without_a_recommendation(tmp_path):
+    db = h.write_db(tmp_path / "ws1.db", [(h.gpu_host(), [h.timed("allgather_reducescatter", t, world_size=1)
+                                                           for t in (1, 8)])])
+    data = report.collect(h.QWEN, db_path=db)
+    assert (data.world_size, data.recommended, data.buckets) == (1, None, [])
+    page = report.write_report(data, tmp_path / "out").html.read_text()
+    assert "No recommendation: at world size 1 vLLM builds no all2all group" in page

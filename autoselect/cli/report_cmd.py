@@ -49,19 +49,17 @@ def report_cmd(model, host_class, world_size, gpu_arch, workload, out_dir, svg, 
     """
     from autoselect import report
 
-    data = report.collect(
-        model, db_path=db_path, host_class=host_class, world_size=world_size, workload=workload, gpu_arch=gpu_arch,
+    options = dict(
+        db_path=db_path, host_class=host_class, world_size=world_size, workload=workload, gpu_arch=gpu_arch,
         fleet_backend=fleet_backend, fleet_tokens=fleet_tokens,
     )
     if terminal:
-        click.echo(report.terminal_chart(data, colour=sys.stdout.isatty()))
+        click.echo(report.terminal_report(model, colour=sys.stdout.isatty(), **options))
         return
-    files = report.write_report(data, out_dir, svg=svg)
+    files = report.make_report(model, out_dir, svg=svg, **options)
     if fmt == "json":
         click.echo(json.dumps(files.to_dict(), indent=2))
         return
-    for name, path in files.pngs.items():
-        click.echo(f"{name:<10} {path}")
-    for name, path in files.svgs.items():
-        click.echo(f"{name:<10} {path}")
-    click.echo(f"{'page':<10} {files.html}")
+    for name, path in {**files.pngs, **{f"{k} (svg)": v for k, v in files.svgs.items()}}.items():
+        click.echo(f"{name:<16} {path}")
+    click.echo(f"{'page':<16} {files.html}")
