@@ -908,6 +908,11 @@ def recommend(
     for r in decisive_rows:
         for k in _stale_keys(r, target_versions):
             stale.setdefault(k, set()).add(r.versions[k])
+    if any(getattr(r, "device", "cuda") == "cpu" for r in decisive_rows):
+        warnings.append(
+            "these measurements were taken on CPU (gloo): they exercise the flow, not NVLink speed; "
+            "benchmark on the GPU host before serving"
+        )
     if stale:
         applies.add("stale")
         for k, versions in sorted(stale.items()):
@@ -1030,7 +1035,7 @@ def _data_used(host_class, host, gpu_arch, used_rows, target_versions, stale, co
     gpu_names = sorted({getattr(r, "gpu_name", None) for r in rows} - {None})
     return {
         "host_class": host_class,
-        "gpu_name": gpu_names[0] if gpu_names else getattr(host, "gpu_name", None),
+        "gpu_name": gpu_names[0] if gpu_names else (getattr(host, "gpu_name", None) or getattr(host, "cpu_model", None)),
         "gpu_arch": gpu_arch,
         "machines": sorted({getattr(r, "hostname", None) for r in rows} - {None}),
         "results": len(rows),
@@ -1120,7 +1125,7 @@ def recommend_for(
             if host_class not in known:
                 raise UnknownHostClass(
                     f"host class {host_class!r} is not in {path}; known: {', '.join(known) or 'none'} "
-                    "(`autoselect hosts` lists them)"
+                    "(`autoselect db info` lists them)"
                 )
             host = newest_host(conn, host_class)
         else:
@@ -1207,6 +1212,15 @@ def render_text(rec: Recommendation, *, explain: bool = False) -> str:
         f"top-{rec.profile['top_k']}, {rec.dispatch_dtype} dispatch on {rec.gpu_arch}"
     )
     lines.append(f"deployment  dp {dep.dp} x tp {dep.tp} = EP {dep.world_size}, vLLM {rec.vllm_version}")
+    if rec.knobs:
+        settings = [f"{k}={v}" for k, v in (rec.knobs.get("env") or {}).items()] + list(rec.knobs.get("flags") or [])
+        gain = rec.knobs.get("gain")
+        lines.append(
+            f"tuned knobs {' '.join(settings) or '-'}"
+            + (f"  (autoselect tune: {gain:.1%} faster" if gain is not None else "")
+            + (f" +- {rec.knobs['gain_halfwidth']:.1%}" if gain is not None and rec.knobs.get("gain_halfwidth") is not None else "")
+            + (")" if gain is not None else "")
+        )
     lines.append(
         f"workload    {rec.workload.kind}: "
         + ", ".join(f"{t} tok/rank {w:.0%}" for t, w in rec.workload.buckets)

@@ -296,7 +296,7 @@ def test_one_sided_workspace_lowers_max_num_batched_tokens_to_the_allowance(fixt
     [
         (["--host-class", "nope"],
          "Error: host class 'nope' is not in {db}; known: b200x8-9a4f2b61, h200x8-5d1c7e0a "
-         "(`autoselect hosts` lists them)\n"),
+         "(`autoselect db info` lists them)\n"),
         (["--host-class", H200, "--tokens", "1,abc"],
          "Error: --tokens item 'abc' is not TOKENS or TOKENS:WEIGHT; e.g. 1:0.5,64:0.3,8192:0.2\n"),
         (["--host-class", H200, "--tokens", "0"],
@@ -347,7 +347,7 @@ def test_host_class_needs_a_database(tmp_path):
     assert result.exit_code == 2
     assert result.stderr == (
         f"Error: host class 'h200x8-5d1c7e0a' is not in {tmp_path / 'absent.db'}; known: none "
-        "(`autoselect hosts` lists them)\n"
+        "(`autoselect db info` lists them)\n"
     )
     assert not (tmp_path / "absent.db").exists()
 

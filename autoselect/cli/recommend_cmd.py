@@ -25,7 +25,7 @@ def recommend_options(f):
         click.option("--world-size", type=int, default=None, metavar="N", show_default="dp x tp",
                      help="EP size = dp x tp; give it instead of --dp."),
         click.option("--host-class", default=None, metavar="CLASS",
-                     help="Answer for another host class in the database (`autoselect hosts`); default: this machine."),
+                     help="Answer for another host class in the database (`autoselect db info`); default: this machine."),
         click.option("--gpu-arch", default=None, metavar="ARCH",
                      help="GPU arch for the activation dtype: sm90, sm100, ... (default: the host's)."),
         click.option("--vllm-version", default=None, metavar="X.Y.Z",
