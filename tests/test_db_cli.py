@@ -204,3 +204,21 @@ def test_read_only_db_commands_import_neither_sqlite_utils_nor_numpy_nor_torch(d
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_readme_documents_every_column_of_the_schema_and_every_db_command():
+    import re
+
+    from db.schema import migrations
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme[readme.index("## The results database"):]
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(migrations()[0].sql)
+    for table in ("hosts", "runs", "results", "samples"):
+        assert f"**{table}**" in section
+        for (_, column, *_rest) in conn.execute(f"PRAGMA table_info({table})"):
+            assert re.search(rf"\b{column}\b", section), f"{table}.{column} missing from the README"
+    for command in ("info", "check", "export", "import", "merge", "upgrade"):
+        assert f"autoselect db {command}" in section
+    assert '"format": "autoselect.result", "schema_version": 1' in section
