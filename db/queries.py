@@ -75,25 +75,15 @@ def connect_readonly(path: str | os.PathLike | None = None) -> sqlite3.Connectio
     return conn
 
 
-_RESULT_SELECT = (
-    "SELECT "
-    + ", ".join(f"r.{c}" for c in RESULT_COLUMNS)
-    + ", r.id, r.run_id, r.host_class, r.machine_id, h.hostname, h.gpu_name, h.gpu_arch, u.started_at"
-    + " FROM results r JOIN runs u ON u.id = r.run_id JOIN hosts h ON h.machine_id = r.machine_id"
-)
-
-
-_STORED_NAMES = RESULT_COLUMNS + _STORED_EXTRA
-
-
 class _Decoder:
-    """Builds StoredResults from rows of _RESULT_SELECT without dataclass ``__init__`` overhead.
+    """Builds StoredResults from result rows without dataclass ``__init__`` overhead.
 
     knobs / versions JSON repeats across the rows of one query (a run shares its versions):
     each distinct text is parsed once and every result gets its own shallow copy.
     """
 
-    def __init__(self):
+    def __init__(self, names: tuple[str, ...], fixed: dict[str, Any], runs: dict[int, dict]):
+        self.names, self.fixed, self.runs = names, fixed, runs
         self.parsed: dict[str, dict] = {"{}": {}}
 
     def json(self, text: str) -> dict:
@@ -105,7 +95,9 @@ class _Decoder:
     def __call__(self, row: tuple) -> StoredResult:
         obj = StoredResult.__new__(StoredResult)
         d = obj.__dict__
-        d.update(zip(_STORED_NAMES, row))
+        d.update(self.fixed)
+        d.update(zip(self.names, row))
+        d.update(self.runs[d["run_id"]])
         d["knobs"] = self.json(d["knobs"])
         d["versions"] = self.json(d["versions"])
         d["illegal"] = bool(d["illegal"])
@@ -113,6 +105,40 @@ class _Decoder:
             d["noise_target_met"] = bool(d["noise_target_met"])
         d["raw_samples_us"] = []
         return obj
+
+
+def _select_results(conn: sqlite3.Connection, equal: dict[str, Any], statuses) -> list[StoredResult]:
+    """Results whose columns equal ``equal`` (None values ignored) and status is in ``statuses``.
+
+    The lookup is dominated by building Python objects, so columns pinned by the filter are
+    not fetched (their value is known) and the run / host columns, shared by many rows, are
+    fetched once per run in a second small query instead of once per row.
+    """
+    fixed = {k: v for k, v in equal.items() if v is not None}
+    names = tuple(c for c in RESULT_COLUMNS if c not in fixed) + tuple(
+        c for c in ("id", "run_id", "host_class", "machine_id") if c not in fixed)
+    sql = f"SELECT {', '.join(names)} FROM results"
+    where = [f"{k} = ?" for k in fixed]
+    args = list(fixed.values())
+    if statuses:
+        where.append(f"status IN ({', '.join('?' * len(statuses))})")
+        args.extend(statuses)
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    cur = conn.cursor()
+    cur.row_factory = None
+    rows = cur.execute(sql + " ORDER BY id", args).fetchall()
+    run_ids = sorted({row[names.index("run_id")] for row in rows})
+    runs: dict[int, dict] = {}
+    for i in range(0, len(run_ids), 500):
+        chunk = run_ids[i : i + 500]
+        for rid, started, hostname, gpu_name, gpu_arch in cur.execute(
+            "SELECT u.id, u.started_at, h.hostname, h.gpu_name, h.gpu_arch FROM runs u"
+            f" JOIN hosts h ON h.machine_id = u.machine_id WHERE u.id IN ({', '.join('?' * len(chunk))})",
+            chunk,
+        ):
+            runs[rid] = {"run_started_at": started, "hostname": hostname, "gpu_name": gpu_name, "gpu_arch": gpu_arch}
+    return list(map(_Decoder(names, fixed, runs), rows))
 
 
 def results_for(
@@ -135,20 +161,9 @@ def results_for(
     :param machine_id: only results measured on this machine.
     :param statuses: only these result statuses (default: all).
     """
-    where = ["r.hidden = ?", "r.top_k = ?", "r.experts = ?", "r.dispatch_dtype = ?", "r.kind = ?"]
-    args: list[Any] = [hidden, top_k, experts, dispatch_dtype, kind]
-    for column, value in (("host_class", host_class), ("machine_id", machine_id),
-                          ("world_size", world_size), ("backend", backend)):
-        if value is not None:
-            where.append(f"r.{column} = ?")
-            args.append(value)
-    if statuses:
-        where.append(f"r.status IN ({', '.join('?' * len(statuses))})")
-        args.extend(statuses)
-    sql = f"{_RESULT_SELECT} WHERE {' AND '.join(where)} ORDER BY r.id"
-    cur = conn.cursor()
-    cur.row_factory = None
-    return list(map(_Decoder(), cur.execute(sql, args)))
+    equal = dict(hidden=hidden, top_k=top_k, experts=experts, dispatch_dtype=dispatch_dtype, kind=kind,
+                 host_class=host_class, machine_id=machine_id, world_size=world_size, backend=backend)
+    return _select_results(conn, equal, statuses)
 
 
 def all_results(
@@ -166,19 +181,7 @@ def all_results(
     :param host_class: only results measured on this class of machine.
     :param machine_id: only results measured on this machine.
     """
-    where: list[str] = []
-    args: list[Any] = []
-    for column, value in (("kind", kind), ("host_class", host_class), ("machine_id", machine_id)):
-        if value is not None:
-            where.append(f"r.{column} = ?")
-            args.append(value)
-    if statuses:
-        where.append(f"r.status IN ({', '.join('?' * len(statuses))})")
-        args.extend(statuses)
-    sql = f"{_RESULT_SELECT}{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY r.id"
-    cur = conn.cursor()
-    cur.row_factory = None
-    return list(map(_Decoder(), cur.execute(sql, args)))
+    return _select_results(conn, {"kind": kind, "host_class": host_class, "machine_id": machine_id}, statuses)
 
 
 def runs(conn: sqlite3.Connection, *, machine_id: str | None = None) -> list[dict]:

@@ -1,0 +1,194 @@
+"""Selector-style lookup latency on a results database of 1,000,000 results.
+
+Fills a fresh database (the real schema, created by db.store.Store) with results from
+several host classes, machines, backends, shapes, world sizes and token counts, then times
+``db.queries.results_for`` -- every result for one shape on one host class, the selector's
+query -- next to a plain ``SELECT 1`` on the same connection, and prints the ratio.
+
+    python3 perf/db_lookup.py                 # 1,000,000 results in a temporary file
+    python3 perf/db_lookup.py --results 200000 --keep /tmp/big.db
+
+Target (issue 3): the lookup stays under 20 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from db import queries  # noqa: E402
+from db.rows import RESULT_COLUMNS, dumps  # noqa: E402
+from db.store import Store  # noqa: E402
+
+#: host class -> (gpu name, gpus per machine, machines, world sizes measured, backends measured)
+HOST_CLASSES = {
+    "h200x8-hgx": ("NVIDIA H200", 8, 5, (2, 4, 8), 6),
+    "b200x8-hgx": ("NVIDIA B200", 8, 5, (2, 4, 8), 6),
+    "gb200x4-tray": ("NVIDIA GB200", 4, 4, (2, 4), 6),
+    "h200x1-pcie": ("NVIDIA H200", 1, 2, (1,), 2),
+}
+BACKENDS = ("allgather_reducescatter", "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided",
+            "deepep_high_throughput", "deepep_low_latency", "reference_all_to_all")
+TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+HIDDEN = (2048, 2880, 4096, 5120, 7168)
+EXPERTS_TOPK = ((8, 2), (128, 4), (128, 8), (160, 8), (256, 8), (384, 8))
+DTYPES = ("bf16", "fp8_block128", "nvfp4")
+
+
+def shapes(n: int) -> list[tuple[int, int, int, str]]:
+    """``n`` distinct (hidden, experts, top_k, dispatch dtype) shapes, real models first."""
+    real = [(7168, 256, 8), (7168, 384, 8), (4096, 128, 8), (2048, 128, 8), (4096, 8, 2), (2880, 128, 4), (5120, 160, 8)]
+    rest = [(h, e, k) for h in HIDDEN for e, k in EXPERTS_TOPK if (h, e, k) not in real]
+    out = [(h, e, k, d) for (h, e, k) in real + rest for d in DTYPES]
+    return out[:n]
+
+
+def fill(path: Path, target: int, n_shapes: int, seed: int = 0) -> tuple[int, float]:
+    """Fill ``path`` with about ``target`` results; returns (rows written, seconds)."""
+    rng = random.Random(seed)
+    Store(path).close()  # the real schema, indexes included
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = OFF")
+    conn.execute("PRAGMA cache_size = -200000")
+    t0 = time.perf_counter()
+    machines = [(hc, m) for hc, spec in HOST_CLASSES.items() for m in range(spec[2])]
+    per_repeat = sum(len(shapes(n_shapes)) * len(HOST_CLASSES[hc][3]) * HOST_CLASSES[hc][4] * len(TOKENS)
+                     for hc, _ in machines)
+    repeats = max(1, round(target / per_repeat))
+    versions = dumps({"torch": "2.11.0", "nccl": "2.28.9", "flashinfer": "0.7.2.post1", "vllm": "0.33.0"})
+    cols = ("result_key", "run_id", "machine_id", "host_class") + RESULT_COLUMNS + (
+        "vllm_version", "flashinfer_version", "torch_version", "nccl_version", "driver_version", "cuda_version")
+    sql = f"INSERT INTO results ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+    conn.execute("BEGIN")
+    for hc, (gpu, gpus, n, _, _) in HOST_CLASSES.items():
+        for m in range(n):
+            mid = f"{hc}-{m}"
+            conn.execute(
+                "INSERT INTO hosts (machine_id, hostname, host_class, device, gpu_name, gpu_count, gpu_arch,"
+                " all_nvlinks_up, gpus, nvlink_matrix, versions, first_seen, last_seen)"
+                " VALUES (?, ?, ?, 'cuda', ?, ?, ?, 1, '[]', '[]', '{}', ?, ?)",
+                (mid, f"node-{mid}", hc, gpu, gpus, "sm100" if "B200" in gpu else "sm90",
+                 "2026-11-01T00:00:00+00:00", "2026-11-30T00:00:00+00:00"))
+    written = 0
+    run_id = 0
+    for rep in range(repeats):
+        for hc, m in machines:
+            _, _, _, world_sizes, n_backends = HOST_CLASSES[hc]
+            run_id += 1
+            day = f"2026-11-{1 + rep % 28:02d}T{m:02d}:00:00+00:00"
+            conn.execute(
+                "INSERT INTO runs (id, uid, machine_id, host_class, started_at, updated_at, finished_at, status,"
+                " \"trigger\", hostname, pid, autoselect_version, meta)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'complete', 'fleet', ?, 1, '0.1.0', '{}')",
+                (run_id, f"run-{run_id}", f"{hc}-{m}", hc, day, day, day, f"node-{hc}-{m}"))
+            rows = []
+            for (hidden, experts, top_k, dtype), ws, backend, tokens in itertools.product(
+                    shapes(n_shapes), world_sizes, BACKENDS[:n_backends], TOKENS):
+                p50 = 20.0 + tokens * hidden * 1e-4 * (1 + rng.random() * 0.05)
+                ident = f"{run_id}|{hidden}|{experts}|{top_k}|{dtype}|{ws}|{backend}|{tokens}"
+                result = dict(
+                    backend=backend, world_size=ws, tokens_per_rank=tokens, hidden=hidden, top_k=top_k,
+                    experts=experts, dispatch_dtype=dtype, combine_dtype="bf16", routing="uniform", status="ok",
+                    error=None, kind="micro", device="cuda", illegal=0, knobs="{}", samples=50,
+                    latency_us_p50=p50, latency_us_mean=p50 * 1.01, latency_us_min=p50 * 0.97,
+                    latency_us_p10=p50 * 0.98, latency_us_p90=p50 * 1.03, latency_us_p99=p50 * 1.08,
+                    latency_stdrel=0.02, noise_stdrel=0.004, dispatch_us_p50=p50 * 0.45, combine_us_p50=p50 * 0.55,
+                    bytes_per_rank=tokens * hidden * 3, algbw_gbps=tokens * hidden * 3 / p50 / 1e3,
+                    busbw_gbps=tokens * hidden * 3 / p50 / 1e3 * (ws - 1) / ws, noise_target_met=1,
+                    versions=versions, created_at=day)
+                rows.append(
+                    (hashlib.sha256(ident.encode()).hexdigest(), run_id, f"{hc}-{m}", hc)
+                    + tuple(result[c] for c in RESULT_COLUMNS)
+                    + ("0.33.0", "0.7.2.post1", "2.11.0", "2.28.9", "580.95.05", "13.0"))
+            conn.executemany(sql, rows)
+            written += len(rows)
+    conn.execute("COMMIT")
+    conn.execute("ANALYZE")
+    conn.close()
+    return written, time.perf_counter() - t0
+
+
+def _time(fn, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1e3)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=int, default=1_000_000, help="approximate number of results to fill")
+    ap.add_argument("--shapes", type=int, default=60, help="distinct (hidden, experts, top_k, dtype) shapes")
+    ap.add_argument("--lookups", type=int, default=40, help="timed lookups (each a different shape / host class)")
+    ap.add_argument("--keep", type=Path, default=None, help="keep the filled database at this path")
+    args = ap.parse_args()
+
+    tmp = tempfile.TemporaryDirectory()
+    path = args.keep or Path(tmp.name) / "perf.db"
+    if path.exists():
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+    written, fill_s = fill(path, args.results, args.shapes)
+    size_mb = os.path.getsize(path) / 1e6
+    print(f"filled {written:,} results in {fill_s:.1f} s ({written / fill_s:,.0f} rows/s), {size_mb:.0f} MB, "
+          f"{sum(s[2] for s in HOST_CLASSES.values())} machines in {len(HOST_CLASSES)} host classes, "
+          f"{len(BACKENDS)} backends, {args.shapes} shapes, {len(TOKENS)} token counts")
+
+    conn = queries.connect_readonly(path)
+    plan = conn.execute(
+        "EXPLAIN QUERY PLAN SELECT * FROM results r WHERE r.hidden = 7168 AND r.top_k = 8 AND r.experts = 256"
+        " AND r.dispatch_dtype = 'nvfp4' AND r.kind = 'micro' AND r.host_class = 'h200x8-hgx'").fetchall()
+    print("query plan:", "; ".join(row[-1] for row in plan))
+    rng = random.Random(1)
+    targets = []
+    for _ in range(args.lookups):
+        hc = rng.choice(list(HOST_CLASSES))
+        targets.append((rng.choice(shapes(args.shapes)), hc, rng.choice(HOST_CLASSES[hc][3])))
+
+    def selector_lookup(target):
+        (h, e, k, d), hc, ws = target  # the call autoselect.selector.recommend makes
+        return queries.results_for(conn, hidden=h, top_k=k, experts=e, dispatch_dtype=d, world_size=ws, host_class=hc)
+
+    def class_lookup(target):
+        (h, e, k, d), hc, _ = target  # every world size: all results for the shape on the host class
+        return queries.results_for(conn, hidden=h, top_k=k, experts=e, dispatch_dtype=d, host_class=hc)
+
+    ok = True
+    select1 = _time(lambda: conn.execute("SELECT 1").fetchone(), 2000)
+    med_select1 = statistics.median(select1)
+    print(f"SELECT 1                      median {med_select1 * 1e3:7.1f} us")
+    for label, fn in (("selector lookup (shape, host class, world size)", selector_lookup),
+                      ("shape lookup (shape, host class, all world sizes)", class_lookup)):
+        t = time.perf_counter()
+        sizes = [len(fn(target)) for target in targets]  # first pass: these pages not yet cached
+        cold_ms = (time.perf_counter() - t) * 1e3 / len(targets)
+        times = []
+        for target in targets:
+            times += _time(lambda: fn(target), 5)
+        med, p90 = statistics.median(times), statistics.quantiles(times, n=10)[-1]
+        passed = p90 < 20.0
+        ok &= passed
+        print(f"{label}: rows median {statistics.median(sizes):.0f} (max {max(sizes)})")
+        print(f"  latency median {med:6.2f} ms  p90 {p90:6.2f} ms  max {max(times):6.2f} ms  first pass {cold_ms:6.2f} ms"
+              f"  -> {med / med_select1:,.0f}x SELECT 1  [target p90 < 20 ms: {'PASS' if passed else 'FAIL'}]")
+    conn.close()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
