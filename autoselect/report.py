@@ -856,15 +856,17 @@ def _candidate_table(data: ReportData) -> list[str]:
         out.append(f'<tr class="weights"><td>bucket weight</td><td></td>{weights}<td></td><td></td></tr>')
         for c in cands:
             name = c.get("backend", "?")
-            per = _bucket_latencies(c)
-            cells = "".join(f"<td>{_fmt(per.get(t))}</td>" for t in buckets)
+            per = _bucket_cells(c)
+            cells = "".join(f"<td>{per.get(t, '—')}</td>" for t in buckets)
             cls = ' class="chosen"' if name == data.recommended else ""
-            notes = "; ".join(str(n) for n in (c.get("notes") or c.get("warnings") or ()))
+            notes = "; ".join(str(n) for n in c.get("warnings") or ())
             out.append(
                 f"<tr{cls}><td>{esc(name)}</td><td>{esc(str(c.get('status', '')))}</td>{cells}"
-                f"<td>{_fmt(_weighted(c))}</td><td>{esc(notes)}</td></tr>"
+                f"<td>{_fmt(c.get('weighted_us'))}</td><td>{esc(notes)}</td></tr>"
             )
         out.append("</table>")
+        out.append('<p class="weights">~ estimated by the selector between or beyond measured token counts '
+                   "(latency = a + bytes / bandwidth, fitted on the nearest measured points); — no estimate.</p>")
     else:
         out.append("<p>No candidate has measurements for this shape.</p>")
     rejected = rec.get("rejected") or []
@@ -901,25 +903,15 @@ def _fmt(v: float | None) -> str:
     return f"{v:.1f}" if v < 1000 else f"{v:,.0f}"
 
 
-def _bucket_latencies(candidate: dict) -> dict[int, float]:
-    """Per-bucket latency estimates of one candidate dict from ``Recommendation.to_dict()``."""
-    raw = candidate.get("per_bucket_us") or candidate.get("buckets") or {}
-    if isinstance(raw, dict):
-        return {int(k): v for k, v in raw.items() if v is not None}
-    out = {}
-    for b in raw:
-        t = b.get("tokens_per_rank")
-        v = b.get("latency_us", b.get("latency_us_p50"))
-        if t is not None and v is not None:
-            out[int(t)] = v
-    return out
-
-
-def _weighted(candidate: dict) -> float | None:
-    for key in ("weighted_us", "cost_us", "weighted_latency_us"):
-        if candidate.get(key) is not None:
-            return candidate[key]
-    return None
+def _bucket_cells(candidate: dict) -> dict[int, str]:
+    """Per-bucket cells of one candidate of ``Recommendation.to_dict()``: the expected latency,
+    ``~`` in front when the selector estimated it rather than measured it, ``—`` when missing."""
+    cells = {}
+    for b in candidate.get("buckets") or ():
+        v = b.get("latency_us")
+        cells[int(b["tokens_per_rank"])] = "—" if v is None else (
+            ("~" if b.get("source") in ("interpolated", "extrapolated") else "") + _fmt(v))
+    return cells
 
 
 # --------------------------------------------------------------------------------------------
