@@ -51,6 +51,20 @@ def test_four_processes_writing_at_once_lose_nothing(tmp_path):
 
 
 @pytest.mark.slow
+def test_four_processes_creating_the_same_new_database_at_once_all_succeed(tmp_path):
+    db = tmp_path / "fresh.db"  # does not exist yet: every writer races to create and migrate it
+    procs = [_writer(db, f"node-{i}", 5, 10) for i in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    conn = sqlite3.connect(db)
+    from db.schema import latest_version
+
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == latest_version()
+    assert conn.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 20
+
+
+@pytest.mark.slow
 def test_a_writer_killed_mid_run_leaves_whole_rows_and_an_interrupted_run(tmp_path):
     db = tmp_path / "results.db"
     p = _writer(db, "node-k", 0, 5000)  # writes until killed; 5000 samples per result
