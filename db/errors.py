@@ -47,3 +47,7 @@ class ImportFileNotFound(UserError):
 
 class OutputNotWritable(UserError):
     "An export destination that cannot be written."
+
+
+class DatabaseNotWritable(UserError):
+    "The database file or its directory cannot be created or written."

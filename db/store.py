@@ -23,7 +23,7 @@ import sqlite_utils
 
 from autoselect import __version__
 from db import default_path
-from db.errors import DatabaseLocked, DatabaseNotFound, NotADatabase, UnknownRun
+from db.errors import DatabaseLocked, DatabaseNotFound, DatabaseNotWritable, NotADatabase, UnknownRun
 from db.queries import stale_runs
 from db.records import KINDS, RUN_STATUSES, STATUSES, Result
 from db.rows import dumps, host_to_row, now_iso, result_key, result_to_row
@@ -66,8 +66,16 @@ class Store:
                 f"no results database at {self.path}; run `autoselect bench` to measure, or pass --db PATH"
             )
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise DatabaseNotWritable(
+                    f"cannot create {self.path.parent} ({e.strerror}); pass --db with a writable path"
+                ) from None
+        try:
+            conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.OperationalError as e:
+            raise DatabaseNotWritable(f"cannot open {self.path} ({e}); pass --db with a writable path") from None
         try:
             check_connection(conn, self.path)
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")

@@ -222,3 +222,14 @@ def test_readme_documents_every_column_of_the_schema_and_every_db_command():
     for command in ("info", "check", "export", "import", "merge", "upgrade"):
         assert f"autoselect db {command}" in section
     assert '"format": "autoselect.result", "schema_version": 1' in section
+
+
+def test_a_database_path_under_a_file_is_one_error_line(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    target = tmp_path / "afile" / "results.db"
+    f = tmp_path / "a.jsonl"
+    f.write_text(_export_text(_filled(tmp_path / "a.db")))
+    r = run("db", "import", str(f), "--db", str(target))
+    assert r.exit_code == 2
+    assert r.stderr.startswith(f"Error: cannot create {tmp_path / 'afile'} (") and r.stderr.endswith(
+        "); pass --db with a writable path\n")
