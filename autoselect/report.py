@@ -1056,7 +1056,7 @@ def collect(
     db_path: os.PathLike | str | None = None,
     host_class: str | None = None,
     world_size: int | None = None,
-    workload: str = "decode",
+    workload: str = "mixed",
     gpu_arch: str | None = None,
     vllm_version: str | None = None,
     fleet_backend: str | None = None,

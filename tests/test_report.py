@@ -324,10 +324,10 @@ def test_fleet_figure_defaults_to_the_recommended_backend(tmp_path):
 
 def test_fleet_tokens_nobody_measured_is_a_clear_error(tmp_path):
     result = _run("--model", h.QWEN, "--db", str(_fleet_db(tmp_path)), "--fleet-tokens", "3",
-                  "--out", str(tmp_path / "out"))
+                  "--fleet-backend", "deepep_high_throughput", "--out", str(tmp_path / "out"))
     assert result.exit_code == 2
     assert result.stderr == (
-        "Error: --fleet-tokens 3: no node measured flashinfer_nvlink_two_sided at that token count; "
+        "Error: --fleet-tokens 3: no node measured deepep_high_throughput at that token count; "
         "measured: 1, 64, 512\n"
     )
 

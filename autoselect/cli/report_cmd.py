@@ -19,8 +19,9 @@ from autoselect.cli import db_option, format_option
               help="EP size (dp x tp) to draw (default: the largest measured for this shape).")
 @click.option("--gpu-arch", default=None, metavar="ARCH",
               help="GPU arch whose activation dtype applies (sm90, sm100); needed for CPU-host measurements.")
-@click.option("--workload", default="decode", show_default=True, metavar="KIND|TOKENS",
-              help="Workload the recommendation is weighted for: decode, prefill, mixed, or token counts per rank (e.g. 1,8,64).")
+@click.option("--workload", default="mixed", show_default=True, metavar="KIND|TOKENS",
+              help="Workload the recommendation is weighted for (as `autoselect recommend`): decode, prefill, "
+                   "mixed, or token counts per rank with optional weights (1,8,64 or 1:0.5,64:0.5).")
 @click.option("--out", "out_dir", type=click.Path(), default="autoselect-report", show_default=True,
               help="Directory for the PNGs and report.html (created when missing).")
 @click.option("--svg", is_flag=True, help="Also write each figure as SVG.")
