@@ -233,3 +233,23 @@ def test_a_database_path_under_a_file_is_one_error_line(tmp_path):
     assert r.exit_code == 2
     assert r.stderr.startswith(f"Error: cannot create {tmp_path / 'afile'} (") and r.stderr.endswith(
         "); pass --db with a writable path\n")
+
+
+def test_an_older_schema_is_refused_by_readers_and_upgraded_by_db_upgrade(db_path):
+    from db.schema import migrations
+
+    if latest_version() < 2:
+        pytest.skip("only one migration so far")
+    conn = sqlite3.connect(db_path)
+    conn.executescript(migrations()[0].sql)
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+    before = file_state(db_path)
+    r = run("db", "info", "--db", str(db_path))
+    assert (r.exit_code, r.stderr) == (2, f"Error: {db_path} has schema 1, this autoselect reads {latest_version()}; "
+                                          "run `autoselect db upgrade` once (it keeps every row)\n")
+    assert file_state(db_path) == before
+    r = run("db", "upgrade", "--db", str(db_path))
+    assert (r.exit_code, r.stdout) == (0, f"schema 1 -> {latest_version()}\n")
+    assert run("db", "info", "--db", str(db_path)).exit_code == 0
+    assert run("db", "upgrade", "--db", str(db_path)).stdout == f"schema {latest_version()}: up to date\n"
