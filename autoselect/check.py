@@ -235,6 +235,10 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
     backend = args.all2all_backend or rules.DEFAULT_BACKEND
     findings = _flag_findings(args, version, os.environ if environ is None else environ)
     findings += _deployment_findings(args, backend)
+    # vLLM's own parser, when vLLM is installed (a subprocess; see autoselect/vllm_bridge.py).
+    from autoselect.vllm_bridge import serve_command_findings
+
+    findings += [Finding(sev, code, msg) for sev, code, msg in serve_command_findings(argv)]
     if version_source == "newest known":
         findings.append(Finding("info", "assumed-version",
                                 f"no vLLM installed and no --vllm-version: assuming vLLM {version}"))

@@ -348,6 +348,14 @@ def _hub_files(repo_id: str) -> tuple[Path, Path | None, list[str]]:
     return Path(config), quant, notes
 
 
+def config_dir(model: str) -> Path:
+    """The local directory holding ``model``'s config.json (the Hub cache snapshot for a hub id).
+
+    :raises ModelConfigNotFound: as :func:`load_profile` does.
+    """
+    return _locate(model)[0].parent
+
+
 def _locate(model: str) -> tuple[Path, Path | None, list[str]]:
     """(config.json, hf_quant_config.json or None, notes) for a local path or a hub id."""
     path = Path(model).expanduser()

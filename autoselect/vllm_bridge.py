@@ -398,3 +398,66 @@ def cross_check(profile, vllm_class: QuantClassification) -> list[str]:
 def _detail(c: QuantClassification) -> str:
     algo = c.detail.get("quant_algo")
     return f", quant_algo {algo}" if algo else ""
+
+
+# --------------------------------------------------------------------------------------
+# Hooks for `check`
+# --------------------------------------------------------------------------------------
+
+
+def serve_command_findings(argv: list[str], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[tuple[str, str, str]]:
+    """What vLLM's own parser says about one `vllm serve` line: ``(severity, code, message)`` tuples.
+
+    Empty when vLLM is not installed (``check`` then relies on autoselect's own rules).
+    A rejection is an ``error`` quoting vLLM; what vLLM logs (a removed backend rewritten)
+    is a ``warning``; a vLLM that crashes or times out is a ``warning``, not a failure of check.
+    """
+    if os.environ.get(VLLM_PYTHON_ENV, "").strip() == "" and importlib.util.find_spec("vllm") is None:
+        return []
+    try:
+        validation = validate_serve_flags([argv], timeout_s=timeout_s)
+    except (VllmPythonInvalid, VllmTimedOut, VllmFailed) as e:
+        return [("warning", "vllm-unchecked", f"could not ask vLLM's own parser: {e}")]
+    verdict, label = validation.verdicts[0], validation.vllm.label()
+    if not verdict.ok:
+        return [("error", "vllm-rejected", f"{label} rejects this command line: {verdict.error}")]
+    findings = [("warning", "vllm-warning", f"{label}: {w}") for w in verdict.warnings]
+    findings += [("info", "vllm-note", f"{label}: {n}") for n in verdict.notes]
+    findings.append(("info", "vllm-parsed", f"{label}'s own `vllm serve` parser accepts the command line"))
+    return findings
+
+
+# --------------------------------------------------------------------------------------
+# Hook for `inspect --cross-check`
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """vLLM's reading of one model next to autoselect's, and where they differ."""
+
+    vllm: VllmInfo
+    classification: QuantClassification
+    disagreements: tuple[str, ...]
+
+    @property
+    def agrees(self) -> bool:
+        """True when vLLM reads the same weight format as autoselect."""
+        return not self.disagreements
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: vllm, classification, agrees, disagreements."""
+        return {"vllm": self.vllm.to_dict(), "classification": self.classification.to_dict(),
+                "agrees": self.agrees, "disagreements": list(self.disagreements)}
+
+
+def cross_check_model(model: str, profile, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> CrossCheck:
+    """Classify ``model``'s config files with vLLM's quantization classes and compare with ``profile``.
+
+    :raises VllmNotInstalled: without vLLM (the user asked for the cross-check).
+    """
+    from autoselect.model import config_dir
+
+    info, [classification] = classify_quantization([config_dir(model)], python=require_vllm(),
+                                                   timeout_s=timeout_s)
+    return CrossCheck(info, classification, tuple(cross_check(profile, classification)))

@@ -18,7 +18,7 @@ from autoselect import vllm_bridge as bridge
 from autoselect.model import load_profile
 
 MODELS = Path(__file__).parent / "fixtures" / "models"
-DISAGREE = Path(__file__).parent / "fixtures" / "vllm_disagree"
+CROSSCHECK = Path(__file__).parent / "fixtures" / "vllm_crosscheck"
 HAS_VLLM_HERE = importlib.util.find_spec("vllm") is not None
 
 
@@ -108,13 +108,12 @@ def test_unquantized_checkpoints_compare_by_their_config_dtype():
 
 
 def test_cross_check_names_both_readings_when_they_differ():
-    profile = load_profile(str(DISAGREE / "kimi-k2.5-nvfp4-weights-only"))
-    vllm = _vllm_says("w4a16_nvfp4", "ModelOptNvFp4Config", method="modelopt_fp4",
-                      detail={"quant_algo": "W4A16_NVFP4"})
+    profile = load_profile(str(CROSSCHECK / "qwen3-30b-a3b-mxfp4-ct"))
+    vllm = _vllm_says("mxfp4", "CompressedTensorsConfig", method="compressed-tensors")
     assert bridge.cross_check(profile, vllm) == [
-        "vLLM reads the weights as w4a16_nvfp4 (ModelOptNvFp4Config, quant_algo W4A16_NVFP4) but "
-        "autoselect read nvfp4 from config.json quantization_config: the activation dtype on the "
-        "all2all may differ from what autoselect assumes"
+        "vLLM reads the weights as mxfp4 (CompressedTensorsConfig) but autoselect read w4a16_nvfp4 "
+        "from config.json quantization_config: the activation dtype on the all2all may differ from "
+        "what autoselect assumes"
     ]
 
 

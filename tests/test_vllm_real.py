@@ -23,7 +23,7 @@ from autoselect.model import load_profile
 HERE = Path(__file__).parent
 MODELS = HERE / "fixtures" / "models"
 RESULTS = HERE / "fixtures" / "results"
-DISAGREE = HERE / "fixtures" / "vllm_disagree"
+CROSSCHECK = HERE / "fixtures" / "vllm_crosscheck"
 H200 = "h200x8-5d1c7e0a"
 B200 = "b200x8-9a4f2b61"
 
@@ -41,6 +41,7 @@ MOE_MODELS = sorted(
     d.name for d in MODELS.iterdir()
     if d.is_dir() and d.name not in ("llama-3.1-8b", "malformed", "no-moe-fields")
 )
+CROSSCHECK_MODELS = ("kimi-k2.5-nvfp4-weights-only", "qwen3-30b-a3b-mxfp4-ct")
 WRONG_SPELLING = ["vllm", "serve", "m", "-dp", "8", "--enable-expert-paralel",
                   "--all2all-backend", "deepep_low_latency"]
 UNKNOWN_BACKEND = ["vllm", "serve", "m", "-dp", "8", "-ep", "--all2all-backend", "flashinfer_one_sided"]
@@ -88,7 +89,7 @@ def asked(tmp_path_factory):
     recommended = recommended_argvs(db_path)
     emitted = emitted_argvs()
     mistakes = [WRONG_SPELLING, UNKNOWN_BACKEND, REMOVED_BACKEND, TP_ONLY]
-    dirs = [MODELS / m for m in MOE_MODELS] + [DISAGREE / "kimi-k2.5-nvfp4-weights-only"]
+    dirs = [MODELS / m for m in MOE_MODELS] + [CROSSCHECK / d for d in CROSSCHECK_MODELS]
     validation, classes = bridge.ask_vllm(argvs=recommended + emitted + mistakes, model_dirs=dirs,
                                           python=VLLM_PYTHON)
     verdicts = list(validation.verdicts)
@@ -183,17 +184,55 @@ def test_vllm_tells_modelopt_nvfp4_from_w4a16_and_compressed_tensors_w4a4_from_w
     assert classes["gpt-oss-120b"].scheme == "mxfp4"
 
 
-def test_a_modelopt_nvfp4_checkpoint_without_input_scales_is_w4a16_to_vllm_but_not_to_autoselect(asked):
-    # quant_algo NVFP4 but every config group has input_activations: null. vLLM's
-    # ModelOptNvFp4Config routes it through W4A16 (bf16 activations); autoselect's profile
-    # still says nvfp4 (nvfp4 dispatch on Blackwell): the cross-check must say so.
+def test_a_modelopt_nvfp4_checkpoint_without_input_scales_is_w4a16_to_both(asked):
+    # quant_algo NVFP4 but input_activations: null: vLLM's ModelOptNvFp4Config routes it
+    # through W4A16 (bf16 activations), and so does autoselect.
     vllm = asked["classes"]["kimi-k2.5-nvfp4-weights-only"]
-    profile = load_profile(str(DISAGREE / "kimi-k2.5-nvfp4-weights-only"))
+    profile = load_profile(str(CROSSCHECK / "kimi-k2.5-nvfp4-weights-only"))
     assert (vllm.config_class, vllm.weight_quant, vllm.detail) == (
         "ModelOptNvFp4Config", "w4a16_nvfp4", {"quant_algo": "W4A16_NVFP4"})
-    assert profile.weight_quant == "nvfp4"
+    assert bridge.cross_check(profile, vllm) == []
+
+
+def test_a_compressed_tensors_mxfp4_checkpoint_is_where_vllm_and_autoselect_disagree(asked):
+    # 4-bit float weights in groups of 32 (MXFP4), no input activations: vLLM's
+    # CompressedTensorsConfig._is_mxfp4 says MXFP4; autoselect's reader says W4A16 NVFP4.
+    vllm = asked["classes"]["qwen3-30b-a3b-mxfp4-ct"]
+    profile = load_profile(str(CROSSCHECK / "qwen3-30b-a3b-mxfp4-ct"))
+    assert (vllm.config_class, vllm.scheme, vllm.weight_quant) == ("CompressedTensorsConfig", "mxfp4", "mxfp4")
+    assert profile.weight_quant == "w4a16_nvfp4"
     assert bridge.cross_check(profile, vllm) == [
-        "vLLM reads the weights as w4a16_nvfp4 (ModelOptNvFp4Config, quant_algo W4A16_NVFP4) but "
-        "autoselect read nvfp4 from config.json quantization_config: the activation dtype on the "
-        "all2all may differ from what autoselect assumes"
+        "vLLM reads the weights as mxfp4 (CompressedTensorsConfig) but autoselect read w4a16_nvfp4 "
+        "from config.json quantization_config: the activation dtype on the all2all may differ from "
+        "what autoselect assumes"
     ]
+
+
+def test_check_reports_vllms_rejection_as_an_error(monkeypatch):
+    from click.testing import CliRunner
+
+    from autoselect.cli import main
+
+    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, VLLM_PYTHON)
+    result = CliRunner().invoke(main, ["check", "--gpu-arch", "sm100", "--format", "json", "--", *WRONG_SPELLING[:2],
+                                       str(MODELS / "deepseek-r1-nvfp4"), *WRONG_SPELLING[3:]])
+    assert result.exit_code == 1
+    findings = {f["code"]: f for f in __import__("json").loads(result.stdout)["findings"]}
+    assert findings["vllm-rejected"]["severity"] == "error"
+    assert findings["vllm-rejected"]["message"].endswith(
+        "rejects this command line: vllm serve: error: unrecognized arguments: --enable-expert-paralel")
+
+
+def test_inspect_cross_check_warns_on_stderr_when_vllm_disagrees(monkeypatch):
+    from click.testing import CliRunner
+
+    from autoselect.cli import main
+
+    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, VLLM_PYTHON)
+    result = CliRunner().invoke(main, ["inspect", "--model", str(CROSSCHECK / "qwen3-30b-a3b-mxfp4-ct"),
+                                       "--cross-check", "--format", "json"])
+    assert result.exit_code == 0
+    doc = __import__("json").loads(result.stdout)
+    assert doc["vllm_cross_check"]["agrees"] is False
+    assert doc["vllm_cross_check"]["classification"]["config_class"] == "CompressedTensorsConfig"
+    assert result.stderr.startswith("warning: vLLM reads the weights as mxfp4 (CompressedTensorsConfig)")

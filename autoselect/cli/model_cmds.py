@@ -23,8 +23,11 @@ def _bytes_line(profile, archs):
               help="Checkpoint directory (with config.json) or Hugging Face model id; config files only.")
 @click.option("--gpu-arch", default=None, metavar="ARCH",
               help="sm90 (Hopper) or sm100 (Blackwell); default: report both.")
+@click.option("--cross-check", is_flag=True,
+              help="Also read the quantization with vLLM's own config classes (needs vllm; runs it in a "
+                   "subprocess) and warn where vLLM and autoselect disagree.")
 @format_option("text", "json")
-def inspect_cmd(model, gpu_arch, fmt):
+def inspect_cmd(model, gpu_arch, fmt, cross_check=False):
     """Show what a MoE model puts on the all2all: shape, quantization, activation dtype per GPU arch.
 
     Reads config.json (and hf_quant_config.json when present) from a local directory or the
@@ -37,12 +40,18 @@ def inspect_cmd(model, gpu_arch, fmt):
     Examples:
       autoselect inspect --model tests/fixtures/models/deepseek-r1-nvfp4
       autoselect inspect --model deepseek-ai/DeepSeek-V3 --gpu-arch sm90 --format json
+      autoselect inspect --model ./DeepSeek-R1-FP4 --cross-check
     """
     from autoselect import rules
     from autoselect.model import GPU_ARCHS, load_profile, normalize_arch
 
     archs = [normalize_arch(gpu_arch)] if gpu_arch else list(GPU_ARCHS)
     profile = load_profile(model)
+    checked = None
+    if cross_check:
+        from autoselect.vllm_bridge import cross_check_model
+
+        checked = cross_check_model(model, profile)
     one_sided = {a: profile.activation_dtype(a) == "nvfp4" for a in archs}
     if fmt == "json":
         d = profile.to_dict()
@@ -50,7 +59,11 @@ def inspect_cmd(model, gpu_arch, fmt):
                                  else {a: profile.activation_dtype(a) for a in archs})
         d["one_sided_legal"] = one_sided[archs[0]] if gpu_arch else one_sided
         d["gpu_arch"] = archs[0] if gpu_arch else None
+        if checked is not None:
+            d["vllm_cross_check"] = checked.to_dict()
         click.echo(json.dumps(d, indent=2))
+        for disagreement in checked.disagreements if checked is not None else ():
+            click.echo(f"warning: {disagreement}", err=True)
         return
     layers = f"{profile.moe_layers}" + (f" of {profile.num_layers}" if profile.num_layers else "")
     rows = [
@@ -72,6 +85,12 @@ def inspect_cmd(model, gpu_arch, fmt):
         click.echo(f"note: {note}")
     if not any(one_sided.values()):
         click.echo(f"note: {rules.ONE_SIDED_POLICY}")
+    if checked is not None:
+        c = checked.classification
+        read = f"{c.config_class} -> {c.weight_quant or c.scheme}" if c.ok else f"refuses it: {c.error}"
+        click.echo(f"vLLM check  {checked.vllm.label()}: {read}" + (" (agrees)" if checked.agrees else ""))
+        for disagreement in checked.disagreements:
+            click.echo(f"warning: {disagreement}", err=True)
 
 
 @click.command("check", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
