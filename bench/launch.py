@@ -37,6 +37,8 @@ from pathlib import Path
 MEASURE_GRACE_S = 10.0
 #: How often the parent polls the workers' event files.
 POLL_S = 0.02
+#: Exit status of a worker that reported its own exception (an ``error`` event) first.
+ERROR_EXIT = 3
 
 
 def under_torchrun() -> bool:
@@ -173,7 +175,7 @@ def _worker_main(argv: list[str]) -> int:
         emit({"event": "error", "rank": rank, "message": f"{type(e).__name__}: {e}".strip()})
         traceback.print_exc()
         events.close()
-        os._exit(3)
+        os._exit(ERROR_EXIT)
     events.close()
     return 0
 
@@ -214,6 +216,17 @@ def _stderr_tail(path: Path, lines: int = 3) -> str:
     except FileNotFoundError:
         return ""
     return " | ".join(text[-lines:])
+
+
+def _died(procs, directory: Path) -> str | None:
+    """"rank N died (...)" for the first worker that exited abnormally (not via its own error report)."""
+    for rank, p in enumerate(procs):
+        code = p.poll()
+        if code is not None and code not in (0, ERROR_EXIT):
+            tail = _stderr_tail(directory / f"rank{rank}.stderr")
+            why = f"signal {-code}" if code < 0 else f"exit status {code}"
+            return f"rank {rank} died ({why})" + (f": {tail}" if tail else "")
+    return None
 
 
 def _kill_group(procs) -> None:
@@ -314,7 +327,9 @@ def _watch(job, directory: Path, procs, on_event) -> list:
             elif kind == "result":
                 on_event(ev)
                 remaining = [t for t in remaining if t != ev["tokens"]]
-                current = remaining[0] if remaining else None
+                if not remaining:  # every point reported: no need to wait for a tidy exit
+                    return []
+                current = remaining[0]
                 deadline = time.monotonic() + setup_limit
             elif kind == "unavailable":
                 for t in remaining:
@@ -323,7 +338,10 @@ def _watch(job, directory: Path, procs, on_event) -> list:
             elif kind == "error":
                 if current is None:
                     return []
-                return fail("error", f"rank {ev.get('rank')}: {ev.get('message')}")
+                # a peer's death shows up as a communication error elsewhere: name the dead rank
+                time.sleep(0.2)
+                dead = _died(procs, directory)
+                return fail("error", dead or f"rank {ev.get('rank')}: {ev.get('message')}")
             elif kind == "done":
                 finished = True
         if finished and all(p.poll() is not None for p in procs):
@@ -341,9 +359,7 @@ def _watch(job, directory: Path, procs, on_event) -> list:
                         remaining = [t for t in remaining if t != ev["tokens"]]
                 if current is None or current not in remaining:
                     return remaining
-                tail = _stderr_tail(directory / f"rank{rank}.stderr")
-                why = f"signal {-code}" if code < 0 else f"exit status {code}"
-                return fail("error", f"rank {rank} died ({why})" + (f": {tail}" if tail else ""))
+                return fail("error", _died(procs, directory) or f"rank {rank} exited with status {code}")
         if time.monotonic() > deadline:
             if current is None:  # every point reported; the workers hang on the way out
                 return remaining

@@ -65,12 +65,19 @@ class ReferenceAllToAll(Backend):
 
     def combine(self, expert_out):
         """Send the outputs back along the reverse splits and sum them per source token."""
+        return self.sum_rows(self.return_rows(expert_out))
+
+    def return_rows(self, expert_out):
+        """The all_to_all_single that brings each received row's output back to its source rank."""
         back = torch.empty((sum(self.send_splits), expert_out.shape[1]), dtype=expert_out.dtype,
                            device=expert_out.device)
         dist.all_to_all_single(back, expert_out.contiguous(), output_split_sizes=self.send_splits,
                                input_split_sizes=self.recv_splits, group=self.ctx.group)
-        out = torch.zeros((self.w.tokens_per_rank, expert_out.shape[1]), dtype=torch.float32,
-                          device=expert_out.device)
+        return back
+
+    def sum_rows(self, back):
+        """Sum the returned rows per source token (fp32 accumulation), bf16 ``[T, H]``."""
+        out = torch.zeros((self.w.tokens_per_rank, back.shape[1]), dtype=torch.float32, device=back.device)
         out.index_add_(0, self.send_token, back.to(torch.float32))
         return out.to(torch.bfloat16)
 

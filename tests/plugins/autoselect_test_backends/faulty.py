@@ -1,0 +1,82 @@
+"""Adapters that each break one promise; the correctness gate or the launcher must notice."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from bench.backends.reference_all_to_all import ReferenceAllToAll
+
+
+class WrongByte(ReferenceAllToAll):
+    """Flips one activation byte of the first received row on rank 1."""
+
+    name = "test_wrong_byte"
+
+    def dispatch(self, batch):
+        received = super().dispatch(batch)
+        if self.ctx.rank == 1 and received.x.shape[0]:
+            received.x[0, 5] ^= 0x01
+        return received
+
+
+class DropsToken(ReferenceAllToAll):
+    """Rank 0 never receives the last row sent to it (marked invalid, as padding would be)."""
+
+    name = "test_drops_token"
+
+    def dispatch(self, batch):
+        import torch
+
+        received = super().dispatch(batch)
+        if self.ctx.rank == 0 and received.x.shape[0]:
+            valid = torch.ones(received.x.shape[0], dtype=torch.bool)
+            valid[-1] = False
+            received.valid = valid
+        return received
+
+
+class DoubleCounts(ReferenceAllToAll):
+    """Rank 0's combine adds the first returned row (one ``w_k · expert_k`` term) twice."""
+
+    name = "test_double_counts"
+
+    def combine(self, expert_out):
+        back = self.return_rows(expert_out)
+        out = self.sum_rows(back)
+        if self.ctx.rank == 0 and back.shape[0]:
+            t = int(self.send_token[0])
+            out[t] = (out[t].float() + back[0].float()).to(out.dtype)
+        return out
+
+
+class RankCrashes(ReferenceAllToAll):
+    """Rank 1 dies (exit status 13) in its first dispatch."""
+
+    name = "test_rank_crashes"
+
+    def dispatch(self, batch):
+        if self.ctx.rank == 1:
+            os._exit(13)
+        return super().dispatch(batch)
+
+
+class RankHangs(ReferenceAllToAll):
+    """Rank 1 sleeps forever in its first dispatch (rank 0 then blocks in the collective)."""
+
+    name = "test_rank_hangs"
+
+    def dispatch(self, batch):
+        if self.ctx.rank == 1:
+            while True:
+                time.sleep(1)
+        return super().dispatch(batch)
+
+
+class SetupRaises(ReferenceAllToAll):
+    """Raises in setup on every rank (an adapter bug or an unsupported shape)."""
+
+    name = "test_setup_raises"
+
+    def setup(self, ctx, workload):
+        raise ValueError("this shape is not supported by the test adapter")

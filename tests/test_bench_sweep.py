@@ -1,0 +1,219 @@
+"""End-to-end sweeps on CPU: gloo worker processes, the gate, isolation, the store and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autoselect.cli import main
+from bench.sweep import SweepSpec, run_sweep
+
+PLUGINS = Path(__file__).parent / "plugins"
+FAST = dict(min_time_s=0.05, min_samples=10, timeout_s=2.0)
+SHAPE = dict(hidden=256, top_k=4, experts=16, dtype="bf16", device="cpu")
+
+
+@pytest.fixture
+def plugins(monkeypatch):
+    """The faulty test adapters, visible to this process and to the workers."""
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]))
+
+
+def _spec(backends, tokens=(4,), world_size=2, **kw):
+    args = dict(SHAPE, **FAST)
+    args.update(kw)
+    return SweepSpec(backends=list(backends), tokens=list(tokens), world_size=world_size, **args)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_both_cpu_backends_give_ok_rows_with_sane_numbers(world_size):
+    results = run_sweep(_spec(["allgather_reducescatter", "reference_all_to_all"], tokens=(1, 32),
+                              world_size=world_size, timeout_s=1.0))
+    assert [(r.backend, r.tokens_per_rank, r.status) for r in results] == [
+        ("allgather_reducescatter", 1, "ok"), ("allgather_reducescatter", 32, "ok"),
+        ("reference_all_to_all", 1, "ok"), ("reference_all_to_all", 32, "ok")]
+    for r in results:
+        assert r.samples >= 10 and len(r.raw_samples_us) == r.samples
+        assert 0 < r.latency_us_min <= r.latency_us_p50 <= r.latency_us_p99
+        assert 0 < r.dispatch_us_p50 < r.latency_us_p90 and 0 < r.combine_us_p50 < r.latency_us_p90
+        assert r.bytes_per_rank > 0 and r.algbw_gbps > 0
+        assert r.busbw_gbps == pytest.approx(r.algbw_gbps * (world_size - 1) / world_size)
+        assert r.device == "cpu" and r.world_size == world_size and r.error is None
+    assert results[1].bytes_per_rank > results[0].bytes_per_rank
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend, phase, text", [
+    ("test_wrong_byte", "dispatch", "rank 1: token"),
+    ("test_drops_token", "dispatch", "never arrived"),
+    ("test_double_counts", "combine", "rank 0: combine of token"),
+])
+def test_the_gate_marks_faulty_adapters_incorrect_and_never_times_them(plugins, backend, phase, text):
+    (r,) = run_sweep(_spec([backend]))
+    assert r.status == "incorrect"
+    assert r.error.startswith(f"{phase}: ") and text in r.error
+    assert r.samples == 0 and r.latency_us_p50 is None
+
+
+@pytest.mark.slow
+def test_a_crashing_rank_is_an_error_and_the_sweep_goes_on(plugins):
+    results = run_sweep(_spec(["test_rank_crashes", "reference_all_to_all"], tokens=(2, 4)))
+    assert [(r.backend, r.tokens_per_rank, r.status) for r in results] == [
+        ("test_rank_crashes", 2, "error"), ("test_rank_crashes", 4, "error"),
+        ("reference_all_to_all", 2, "ok"), ("reference_all_to_all", 4, "ok")]
+    assert results[0].error.startswith("rank 1 died (exit status 13)")
+
+
+@pytest.mark.slow
+def test_a_hanging_rank_is_a_timeout_and_the_sweep_goes_on(plugins, monkeypatch):
+    monkeypatch.setattr("bench.launch.MEASURE_GRACE_S", 1.0)
+    start = time.monotonic()
+    results = run_sweep(_spec(["test_rank_hangs", "allgather_reducescatter"], timeout_s=1.0))
+    assert [(r.backend, r.status) for r in results] == [("test_rank_hangs", "timeout"),
+                                                        ("allgather_reducescatter", "ok")]
+    assert "wall-clock limit" in results[0].error
+    assert time.monotonic() - start < 60
+
+
+@pytest.mark.slow
+def test_an_adapter_failing_before_its_first_point_fails_every_point_once(plugins):
+    results = run_sweep(_spec(["test_setup_raises"], tokens=(1, 2, 4)))
+    assert [r.status for r in results] == ["error", "error", "error"]
+    assert results[0].error[len("rank 0"):] == ": ValueError: this shape is not supported by the test adapter"
+
+
+@pytest.mark.slow
+def test_results_reach_the_store_one_row_per_point(db_path):
+    from db.store import Store
+
+    with Store(db_path) as store:
+        results = run_sweep(_spec(["reference_all_to_all"], tokens=(1, 8)), store=store)
+    conn = sqlite3.connect(db_path)
+    rows = conn.execute("select backend, tokens_per_rank, status from results order by tokens_per_rank").fetchall()
+    assert rows == [("reference_all_to_all", 1, "ok"), ("reference_all_to_all", 8, "ok")]
+    assert conn.execute("select status from runs").fetchall() == [("complete",)]
+    assert len(results) == 2
+
+
+@pytest.mark.slow
+def test_env_knobs_reach_the_workers_and_are_recorded(plugins):
+    (r,) = run_sweep(_spec(["reference_all_to_all"], env={"AUTOSELECT_TEST_KNOB": "7"}))
+    assert r.status == "ok" and r.knobs == {"env": {"AUTOSELECT_TEST_KNOB": "7"}}
+
+
+def _bench(*args, db=None):
+    argv = ["bench", "--device", "cpu", "--world-size", "2", "--hidden", "256", "--top-k", "4",
+            "--experts", "16", "--dtype", "bf16", "--min-time", "0.05", "--timeout", "2", *args]
+    if db is not None:
+        argv += ["--db", str(db)]
+    return CliRunner().invoke(main, argv)
+
+
+@pytest.mark.slow
+def test_bench_cli_prints_fixed_columns_with_units_and_a_footer(db_path):
+    res = _bench("--backends", "allgather_reducescatter,reference_all_to_all", "--tokens", "1,16", db=db_path)
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[2].split() == ["#", "backend", "tokens", "bytes", "time_p50", "dispatch", "combine",
+                                "algbw", "busbw", "noise", "samples", "status"]
+    assert lines[3].split() == ["#", "(/rank)", "(B/rank)", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "(%)"]
+    rows = [l.split() for l in lines[4:8]]
+    assert [(r[0], r[1], r[-1].rstrip("*")) for r in rows] == [
+        ("allgather_reducescatter", "1", "ok"), ("allgather_reducescatter", "16", "ok"),
+        ("reference_all_to_all", "1", "ok"), ("reference_all_to_all", "16", "ok")]
+    assert "# ok 4 · incorrect 0 · unavailable 0 · error 0 · timeout 0 · skipped (illegal) 0" in lines
+    assert lines[-1] == f"# stored as run 1 in {db_path}"
+
+
+@pytest.mark.slow
+def test_bench_cli_json_carries_schema_version_and_every_row(db_path):
+    res = _bench("--backends", "reference_all_to_all", "--tokens", "2", "--format", "json", db=db_path)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema_version"] == 1 and doc["run_id"] == 1
+    assert [(r["backend"], r["status"]) for r in doc["results"]] == [("reference_all_to_all", "ok")]
+    assert "raw_samples_us" not in doc["results"][0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backends", "nope"], "Error: unknown backend 'nope'; known: "),
+    (["--tokens", "1,x"], "Error: --tokens: 'x' is not an integer; use a comma list like 1,16,256\n"),
+    (["--tokens", "0"], "Error: --tokens: 0 must be at least 1\n"),
+    (["--routing", "skewed"], "Error: unknown routing 'skewed'; use uniform, zipf, zipf:S, or a .json/.npy/.pt file of expert ids\n"),
+    (["--max-noise", "5"], "Error: --max-noise must be a fraction in (0, 1), got 5.0\n"),
+])
+def test_bench_cli_bad_input_is_one_line_exit_2_and_writes_nothing(db_path, args, message):
+    res = _bench(*args, db=db_path)
+    assert res.exit_code == 2
+    assert res.stderr.startswith(message) and res.stderr.count("\n") == 1
+    assert not db_path.exists()
+
+
+def test_bench_cli_needs_a_shape(db_path):
+    res = CliRunner().invoke(main, ["bench", "--device", "cpu", "--hidden", "256", "--db", str(db_path)])
+    assert res.exit_code == 2
+    assert res.stderr == ("Error: missing --top-k, --experts, --dtype: pass --model, or all of "
+                          "--hidden/--top-k/--experts/--dtype\n")
+    assert not db_path.exists()
+
+
+def test_bench_cli_refuses_cuda_without_gpus(db_path):
+    res = CliRunner().invoke(main, ["bench", "--device", "cuda", "--hidden", "256", "--top-k", "4",
+                                    "--experts", "16", "--dtype", "bf16", "--db", str(db_path)])
+    assert res.exit_code == 2
+    assert res.stderr == "Error: --device cuda but this host has no CUDA GPU; use --device cpu\n"
+    assert not db_path.exists()
+
+
+def test_bench_help_has_an_example_and_defaults():
+    res = CliRunner().invoke(main, ["bench", "--help"])
+    assert res.exit_code == 0
+    assert "autoselect bench --device cpu --world-size 2" in res.output and "[default: 15.0]" in res.output
+
+
+def _workers_under(path: Path) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "bench.launch" in cmd and str(path) in cmd:
+                pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_no_worker_outlives_an_interrupted_sweep(tmp_path, sig):
+    env = dict(os.environ, TMPDIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]))
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from bench.sweep import SweepSpec, run_sweep\n"
+            "run_sweep(SweepSpec(backends=['test_rank_hangs'], tokens=[4], hidden=256, top_k=4, experts=16,"
+            " dtype='bf16', world_size=2, device='cpu', timeout_s=300))\n") % str(PLUGINS)
+    parent = subprocess.Popen([sys.executable, "-c", code], env=env)
+    deadline = time.monotonic() + 60
+    while len(_workers_under(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(_workers_under(tmp_path)) == 2
+    time.sleep(1.0)
+    parent.send_signal(sig)
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while _workers_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _workers_under(tmp_path) == []
