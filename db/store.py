@@ -91,8 +91,12 @@ class Store:
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
         self.interrupted: list[dict] = []
-        self._migrate()
-        self.interrupted = self.mark_interrupted()
+        try:
+            self._migrate()
+            self.interrupted = self.mark_interrupted()
+        except BaseException:
+            conn.close()
+            raise
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -106,7 +110,8 @@ class Store:
         try:
             yield
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            if self.conn.in_transaction:  # some errors (disk full, ...) already rolled it back
+                self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
 
