@@ -541,3 +541,62 @@ def e2e_evidence(rec, db_path) -> E2eEvidence | None:
             )
     latencies = {t: dict(sorted(v.items())) for t, v in sorted(latencies.items())}
     return E2eEvidence(latencies=latencies, warnings=warnings)
+
+
+@dataclass
+class RecommendExtras:
+    """What issue 9 adds to a recommendation: e2e evidence and vLLM's verdict on its flags."""
+
+    e2e: E2eEvidence | None = None
+    validation: Any = None  # autoselect.vllm_bridge.FlagValidation when --validate was given
+
+    def to_dict(self) -> dict[str, Any]:
+        """The keys added to ``recommend --format json``: ``e2e`` when e2e results exist,
+        ``vllm_validation`` with ``--validate`` (absent otherwise)."""
+        d = {}
+        if self.e2e:
+            d["e2e"] = self.e2e.to_dict()
+        if self.validation:
+            d["vllm_validation"] = self.validation.to_dict()
+        return d
+
+    def text_lines(self, rec) -> list[str]:
+        """Lines for the text answer: e2e medians per bucket, and who validated the flags."""
+        lines = []
+        if self.e2e:
+            backends = sorted({b for v in self.e2e.latencies.values() for b in v})
+            rows = [["e2e (vllm bench forward)"] + [f"{t} tok" for t in self.e2e.latencies]]
+            for b in backends:
+                rows.append([b + (" *" if b == rec.backend else "")] + [
+                    "-" if b not in v else f"{v[b]:.1f}" for v in self.e2e.latencies.values()])
+            widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+            lines.append("")
+            lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                      for r in rows]
+            lines.append("(us per forward pass; * the recommended backend)")
+        if self.validation:
+            lines.append("")
+            lines.append(f"validated: {self.validation.vllm.label()}'s own `vllm serve` parser accepts the flags")
+        return lines
+
+
+def recommend_extras(rec, *, db_path=None, validate: bool = False) -> RecommendExtras:
+    """Annotate ``rec`` in place: e2e disagreements join ``rec.warnings``; with ``validate``
+    the flags go through vLLM's own parser.
+
+    :raises FlagsRejectedByVllm: vLLM's parser rejects the recommended flags (its message quoted).
+    :raises VllmNotInstalled: ``validate`` without vLLM.
+    """
+    evidence = e2e_evidence(rec, db_path)
+    if evidence:
+        rec.warnings.extend(evidence.warnings)
+    validation = None
+    if validate:
+        from autoselect import vllm_bridge
+
+        validation = vllm_bridge.validate_serve_flags([["vllm", "serve", rec.model, *rec.vllm_args]],
+                                                      python=vllm_bridge.require_vllm())
+        vllm_bridge.ensure_accepted(validation, what="the recommended command line")
+        verdict = validation.verdicts[0]
+        rec.warnings.extend(f"{validation.vllm.label()}: {w}" for w in verdict.warnings)
+    return RecommendExtras(e2e=evidence, validation=validation)

@@ -279,3 +279,72 @@ def test_dry_run_prints_the_commands_without_gpus_or_vllm(db_path):
     assert doc["runs"] == [] and doc["run_id"] is None
     assert "--all2all-backend deepep_low_latency" in doc["plan"]["commands"]["deepep_low_latency"]
     assert not db_path.exists()
+
+
+# --- recommend shows the e2e results ------------------------------------------------------
+
+
+@pytest.fixture
+def db_with_e2e(tmp_path):
+    """The results fixtures plus e2e rows for DeepSeek-R1 NVFP4 on the B200 class, EP8."""
+    from db.queries import connect_readonly, newest_host
+    from db.records import Result
+    from db.store import Store, import_file
+
+    path = tmp_path / "with-e2e.db"
+    import_file(path, RESULTS / "h200.jsonl")
+    import_file(path, RESULTS / "b200.jsonl")
+    conn = connect_readonly(path)
+    host = newest_host(conn, B200)
+    conn.close()
+    with Store(path) as store:
+        run = store.begin_run(host, trigger="confirm")
+        for backend, us in (("flashinfer_nvlink_two_sided", 9100.0), ("allgather_reducescatter", 8200.0)):
+            for tokens in (16, 32):
+                store.add_result(run, Result(backend=backend, world_size=8, tokens_per_rank=tokens, hidden=7168,
+                                             top_k=8, experts=256, dispatch_dtype="nvfp4", routing="balanced",
+                                             kind="e2e", samples=12, latency_us_p50=us + tokens))
+        store.finish_run(run)
+    return path
+
+
+def test_recommend_warns_when_the_e2e_winner_differs_from_the_microbenchmarks(db_with_e2e):
+    result = CliRunner().invoke(main, ["recommend", "--model", R1, "--host-class", B200, "--workload", "decode",
+                                       "--db", str(db_with_e2e)])
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "flashinfer_nvlink_two_sided  (faster than the default beyond the noise)" in out
+    assert ("  - end to end (vllm bench forward) at 16 tokens/rank allgather_reducescatter takes 8216.0 us and "
+            "the recommended flashinfer_nvlink_two_sided 9116.0 us: the microbenchmark and the model's forward "
+            "pass disagree on the winner") in out
+    assert out.rstrip().endswith(
+        "e2e (vllm bench forward)       16 tok  32 tok\n"
+        "allgather_reducescatter        8216.0  8232.0\n"
+        "flashinfer_nvlink_two_sided *  9116.0  9132.0\n"
+        "(us per forward pass; * the recommended backend)"
+    )
+
+
+def test_recommend_json_carries_the_e2e_medians_only_when_there_are_some(db_with_e2e, tmp_path):
+    args = ["recommend", "--model", R1, "--host-class", B200, "--workload", "decode", "--format", "json"]
+    doc = json.loads(CliRunner().invoke(main, [*args, "--db", str(db_with_e2e)]).stdout)
+    assert doc["e2e"]["latencies"] == {
+        "16": {"allgather_reducescatter": 8216.0, "flashinfer_nvlink_two_sided": 9116.0},
+        "32": {"allgather_reducescatter": 8232.0, "flashinfer_nvlink_two_sided": 9132.0},
+    }
+    assert len(doc["e2e"]["warnings"]) == 2
+    from db.store import import_file
+
+    plain = tmp_path / "plain.db"
+    import_file(plain, RESULTS / "b200.jsonl")
+    assert "e2e" not in json.loads(CliRunner().invoke(main, [*args, "--db", str(plain)]).stdout)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is importable in this interpreter")
+def test_recommend_validate_without_vllm_is_an_error(db_with_e2e, monkeypatch):
+    monkeypatch.delenv("AUTOSELECT_VLLM_PYTHON", raising=False)
+    result = CliRunner().invoke(main, ["recommend", "--model", R1, "--host-class", B200, "--workload", "decode",
+                                       "--validate", "--db", str(db_with_e2e)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Error: vllm is not installed in this environment (")
+    assert result.stdout == ""

@@ -236,3 +236,19 @@ def test_inspect_cross_check_warns_on_stderr_when_vllm_disagrees(monkeypatch):
     assert doc["vllm_cross_check"]["agrees"] is False
     assert doc["vllm_cross_check"]["classification"]["config_class"] == "CompressedTensorsConfig"
     assert result.stderr.startswith("warning: vLLM reads the weights as mxfp4 (CompressedTensorsConfig)")
+
+
+def test_recommend_validate_runs_the_flags_through_vllms_parser(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from autoselect.cli import main
+    from db.store import import_file
+
+    db_path = tmp_path / "b200.db"
+    import_file(db_path, RESULTS / "b200.jsonl")
+    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, VLLM_PYTHON)
+    result = CliRunner().invoke(main, ["recommend", "--model", str(MODELS / "deepseek-r1-nvfp4"), "--host-class",
+                                       B200, "--workload", "decode", "--validate", "--db", str(db_path)])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.rstrip().splitlines()[-1].startswith("validated: vLLM ")
+    assert result.stdout.rstrip().endswith("'s own `vllm serve` parser accepts the flags")

@@ -70,8 +70,11 @@ def _recommend(kw: dict):
 @click.command("recommend")
 @recommend_options
 @click.option("--explain", is_flag=True, help="Also show the evidence per token bucket (text format).")
+@click.option("--validate", is_flag=True,
+              help="Also parse the flags with vLLM's own `vllm serve` parser (needs vllm; runs it in a "
+                   "subprocess); a flag vLLM rejects is an error.")
 @format_option("text", "json", "args", "env")
-def recommend_cmd(explain, fmt, **kw):
+def recommend_cmd(explain, validate, fmt, **kw):
     """Print the vllm serve flags of the fastest legal all2all backend for a model.
 
     Candidates are the backends the rules allow for the model's activation dtype
@@ -85,18 +88,22 @@ def recommend_cmd(explain, fmt, **kw):
       autoselect recommend --model ./Qwen3-30B-A3B --tokens 1:0.5,64:0.3,8192:0.2 --format json
       vllm serve ./Qwen3-30B-A3B $(autoselect recommend --model ./Qwen3-30B-A3B --format args)
       eval "$(autoselect recommend --model ./Qwen3-30B-A3B --format env)"
+      autoselect recommend --model ./Qwen3-30B-A3B --validate
     """
     from autoselect import selector
+    from autoselect.confirm import recommend_extras
 
     rec = _recommend(kw)
+    # e2e results (autoselect confirm) and, with --validate, vLLM's own parser (issue 9).
+    extras = recommend_extras(rec, db_path=kw["db_path"], validate=validate)
     if fmt == "json":
-        click.echo(json.dumps(rec.to_dict(), indent=2))
+        click.echo(json.dumps({**rec.to_dict(), **extras.to_dict()}, indent=2))
     elif fmt == "args":
         click.echo(selector.render_args(rec))
     elif fmt == "env":
         click.echo(selector.render_env(rec))
     else:
-        click.echo(selector.render_text(rec, explain=explain))
+        click.echo("\n".join([selector.render_text(rec, explain=explain), *extras.text_lines(rec)]))
 
 
 @click.command("explain")
