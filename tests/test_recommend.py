@@ -379,3 +379,26 @@ def test_recommend_and_explain_have_help_with_an_example():
         result = run_cli(name, "--help")
         assert result.exit_code == 0
         assert "Example" in result.stdout
+
+
+def test_leave_one_out_regret_on_the_fixtures_beats_both_static_policies(fixture_db):
+    """perf/regret.py's study: each held-out point is recommended from the other points."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("regret", HERE.parent / "perf" / "regret.py")
+    regret = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(regret)
+    from db.queries import connect_readonly
+
+    conn = connect_readonly(fixture_db)
+    try:
+        regrets, skipped = regret.study(conn, None)
+    finally:
+        conn.close()
+    ours = regret.summary(regrets["autoselect"])
+    default = regret.summary(regrets["always-default"])
+    priority = regret.summary(regrets["fixed-priority"])
+    assert ours["n"] == default["n"] == priority["n"] == 75
+    assert ours["max"] < 1.01  # within 1 % of the best legal backend at every held-out point
+    assert ours["mean"] < priority["mean"] < default["mean"]
+    assert dict(skipped) == {}

@@ -36,7 +36,7 @@ def recommend_options(f):
                      help="Explicit tokens per rank with optional weights, e.g. 1:0.5,64:0.3,8192:0.2."),
         click.option("--concurrency", type=int, default=256, show_default=True, metavar="N",
                      help="Running requests over the deployment; decode buckets = N / dp."),
-        click.option("--max-num-batched-tokens", type=int, default=None, metavar="N", show_default="vLLM's, 8192",
+        click.option("--max-num-batched-tokens", type=int, default=None, metavar="N", show_default="vLLM's: 8192, 16384 on >= 160 GiB GPUs",
                      help="vLLM's per-engine token budget: the prefill bucket; emitted when given."),
         click.option("--max-workspace-gib", type=float, default=2.0, show_default=True, metavar="GIB",
                      help="One-sided workspace allowed per GPU; --max-num-batched-tokens is lowered to fit."),
