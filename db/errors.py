@@ -51,3 +51,7 @@ class OutputNotWritable(UserError):
 
 class DatabaseNotWritable(UserError):
     "The database file or its directory cannot be created or written."
+
+
+class DatabaseDamaged(UserError):
+    "The database file is corrupt: SQLite could not read part of it."

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from db import default_path
-from db.errors import DatabaseNeedsUpgrade, DatabaseNotFound
+from db.errors import DatabaseDamaged, DatabaseNeedsUpgrade, DatabaseNotFound
 from db.records import Result
 from db.rows import RESULT_COLUMNS, row_to_host_dict, row_to_result_dict
 from db.schema import BUSY_TIMEOUT_MS, check_connection, check_header, latest_version
@@ -366,25 +366,37 @@ def info(conn: sqlite3.Connection, path: str | os.PathLike) -> dict:
 
 
 def check(conn: sqlite3.Connection, path: str | os.PathLike) -> dict:
-    """What ``autoselect db check`` verifies: integrity, foreign keys, whole rows, schema version."""
-    integrity = [r[0] for r in conn.execute("PRAGMA integrity_check")]
-    fk = [tuple(r) for r in conn.execute("PRAGMA foreign_key_check")]
-    partial = conn.execute(
+    """What ``autoselect db check`` verifies: integrity, foreign keys, whole rows, schema version.
+
+    A database so damaged that a check cannot run is reported (``ok`` False, the SQLite error
+    in ``integrity_check``), not raised; checks that could not run are None.
+    """
+    def attempt(fn):
+        try:
+            return fn(), None
+        except sqlite3.DatabaseError as e:
+            return None, str(e)
+
+    integrity, err = attempt(lambda: [r[0] for r in conn.execute("PRAGMA integrity_check")])
+    if err:
+        integrity = [f"cannot run: {err}"]
+    fk, fk_err = attempt(lambda: len(conn.execute("PRAGMA foreign_key_check").fetchall()))
+    partial, partial_err = attempt(lambda: conn.execute(
         "SELECT COUNT(*) FROM (SELECT r.samples AS n, COUNT(s.idx) AS stored FROM results r"
         " LEFT JOIN samples s ON s.result_id = r.id GROUP BY r.id) WHERE stored > 0 AND stored != n"
-    ).fetchone()[0]
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    ok = integrity == ["ok"] and not fk and partial == 0
+    ).fetchone()[0])
+    stale, _ = attempt(lambda: stale_runs(conn))
+    ok = integrity == ["ok"] and fk == 0 and partial == 0
     return {
         "path": str(path),
         "ok": ok,
         "integrity_check": integrity,
-        "foreign_key_violations": len(fk),
+        "foreign_key_violations": fk,
         "results_with_missing_samples": partial,
-        "schema_version": version,
+        "schema_version": conn.execute("PRAGMA user_version").fetchone()[0],
         "latest_schema_version": latest_version(),
         "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
-        "stale_running_runs": stale_runs(conn),
+        "stale_running_runs": stale or [],
     }
 
 
@@ -394,6 +406,8 @@ def info_at(path: str | os.PathLike | None = None) -> dict:
     conn = connect_readonly(path)
     try:
         return info(conn, path)
+    except sqlite3.DatabaseError as e:
+        raise DatabaseDamaged(f"{path} is damaged ({e}); run `autoselect db check --db {path}` for details") from None
     finally:
         conn.close()
 

@@ -253,3 +253,26 @@ def test_an_older_schema_is_refused_by_readers_and_upgraded_by_db_upgrade(db_pat
     assert (r.exit_code, r.stdout) == (0, f"schema 1 -> {latest_version()}\n")
     assert run("db", "info", "--db", str(db_path)).exit_code == 0
     assert run("db", "upgrade", "--db", str(db_path)).stdout == f"schema {latest_version()}: up to date\n"
+
+
+def _damage(path: Path) -> None:
+    """Overwrite the header of every page in the second half of the file (data pages, not the schema)."""
+    data = bytearray(path.read_bytes())
+    for off in range(len(data) // 8192 * 4096, len(data), 4096):
+        data[off:off + 64] = bytes(range(64))
+    path.write_bytes(bytes(data))
+
+
+def test_db_check_reports_a_damaged_file_and_exits_1_and_info_says_it_is_damaged(db_path):
+    with Store(db_path) as s:
+        run_id = s.begin_run(hgx_host())
+        for t in range(100):
+            s.add_result(run_id, make_result(tokens=t + 1))
+    _damage(db_path)
+    r = run("db", "check", "--db", str(db_path))
+    assert r.exit_code == 1
+    assert r.stdout.splitlines()[-1] == "verdict           FAILED"
+    r = run("db", "info", "--db", str(db_path))
+    assert r.exit_code == 2
+    assert r.stderr.startswith(f"Error: {db_path} is damaged (") and r.stderr.endswith(
+        f"); run `autoselect db check --db {db_path}` for details\n")

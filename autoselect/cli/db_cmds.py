@@ -105,20 +105,24 @@ def check_cmd(db_path, fmt):
     if fmt == "json":
         click.echo(json.dumps(data, indent=2))
     else:
-        mark = lambda ok: "ok" if ok else "FAILED"  # noqa: E731
-        integrity = "; ".join(data["integrity_check"])
+        def mark(count, what):
+            if count is None:
+                return "FAILED (could not run)"
+            return f"{'ok' if count == 0 else 'FAILED'} ({count} {what})"
+
+        integrity = "; ".join(data["integrity_check"][:5]) + (
+            f"; ... {len(data['integrity_check']) - 5} more" if len(data["integrity_check"]) > 5 else "")
         lines = [
             f"database          {data['path']}",
             f"schema version    {data['schema_version']} (this autoselect writes {data['latest_schema_version']})",
             f"journal mode      {data['journal_mode']}",
             f"integrity_check   {integrity}",
-            f"foreign keys      {mark(data['foreign_key_violations'] == 0)} ({data['foreign_key_violations']} violations)",
-            f"whole rows        {mark(data['results_with_missing_samples'] == 0)}"
-            f" ({data['results_with_missing_samples']} results with missing samples)",
+            f"foreign keys      {mark(data['foreign_key_violations'], 'violations')}",
+            f"whole rows        {mark(data['results_with_missing_samples'], 'results with missing samples')}",
         ]
         for s in data["stale_running_runs"]:
             lines.append(f"stale run #{s['id']}   {s['reason']}; the next write marks it interrupted")
-        lines.append(f"verdict           {mark(data['ok'])}")
+        lines.append(f"verdict           {'ok' if data['ok'] else 'FAILED'}")
         click.echo("\n".join(lines))
     if not data["ok"]:
         sys.exit(1)
