@@ -80,3 +80,33 @@ class SetupRaises(ReferenceAllToAll):
 
     def setup(self, ctx, workload):
         raise ValueError("this shape is not supported by the test adapter")
+
+
+class OneSidedNvfp4Workspace:
+    """FlashInfer one-sided with the workspace sized by the old nvfp4 formula (the seed's bug).
+
+    ``H/2 + H/16 + 8·top_k`` dispatch bytes per token, whatever the payload: with a bf16
+    payload the dispatch overruns its region. Defined lazily so that importing this module
+    never needs FlashInfer.
+    """
+
+    name = "test_one_sided_nvfp4_workspace"
+
+    def __new__(cls):
+        from bench.backends.flashinfer_nvlink_one_sided import FlashinferNvlinkOneSided
+
+        class _Undersized(FlashinferNvlinkOneSided):
+            name = "test_one_sided_nvfp4_workspace"
+
+            def dispatch_row_bytes(self, workload):
+                h = workload.hidden
+                return h // 2 + h // 16 + 8 * workload.top_k
+
+            def setup(self, ctx, workload):
+                import bench.backends._flashinfer as fi
+
+                if ctx.world_size > 1 and fi.has_moe_ep():
+                    raise ValueError("the undersized-workspace check runs on the legacy API (world size 1)")
+                super().setup(ctx, workload)
+
+        return _Undersized()
