@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from bench.backends import Backend, Received
@@ -69,9 +71,11 @@ class FlashinferNvlinkOneSided(Backend):
             from flashinfer.comm.trtllm_moe_alltoall import moe_a2a_get_workspace_size_per_rank
 
             size = moe_a2a_get_workspace_size_per_rank(ctx.world_size, t, self.dispatch_row_bytes(workload), 2 * h)
-            self.a2a = MoeAlltoAll(fi.mapping(ctx), max_num_tokens=t, top_k=workload.top_k,
-                                   num_experts=workload.experts, workspace_size_per_rank=size,
-                                   mnnvl_config=fi.mnnvl_config(ctx))
+            with warnings.catch_warnings():  # 0.7.x deprecates the class it still builds on
+                warnings.filterwarnings("ignore", "MoeAlltoAll is deprecated", DeprecationWarning)
+                self.a2a = MoeAlltoAll(fi.mapping(ctx), max_num_tokens=t, top_k=workload.top_k,
+                                       num_experts=workload.experts, workspace_size_per_rank=size,
+                                       mnnvl_config=fi.mnnvl_config(ctx))
 
     def dispatch(self, batch):
         """One one-sided dispatch of values, scales, ids, weights and token index."""
