@@ -422,6 +422,24 @@ def _bundle_node(ray, pg, bundle: int, wait_s: float) -> str | None:
         time.sleep(0.5)
 
 
+def check_reachable(address: str | None, timeout_s: float = 5.0) -> None:
+    """Fail fast on a ``host:port`` (or ``ray://host:port``) nobody listens on: ``ray.init`` itself
+    waits minutes for a GCS that will never answer. ``auto``/None (a local cluster) is not checked."""
+    import socket
+
+    if not address or address == "auto":
+        return
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise RayUnavailable(f"--address {address!r} is not HOST:PORT (e.g. 10.0.0.1:6379) or 'auto'")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise RayUnavailable(f"cannot reach the Ray cluster at {address}: {e.strerror or e}; "
+                             "start one with `ray start --head` or pass --address") from None
+
+
 def _retry_host(p: dict, failed: dict, seen_machines: set) -> dict:
     """The host a retry records: the same node keeps its (possibly scoped) host; a spare node
     Ray moved the bundle to gets a node-scoped id when its machine already takes part."""
@@ -454,6 +472,7 @@ def run_fleet(spec: FleetSpec, db_path=None, *, progress: Callable[[dict], None]
     t0 = time.monotonic()
     we_started = not ray.is_initialized()
     if we_started:
+        check_reachable(spec.address)
         try:
             ray.init(address=spec.address or "auto", logging_level="WARNING", log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as e:

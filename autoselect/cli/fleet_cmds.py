@@ -76,7 +76,7 @@ def fleet_run_options(f):
 
 
 def _spec(kw: dict, trigger: str):
-    from autoselect.fleet import BadFleetOption, FleetSpec, NoShape, command_line, parse_duration
+    from autoselect.fleet import BadFleetOption, FleetSpec, NoShape, command_line, parse_duration, validate
 
     shape = [kw["hidden"], kw["top_k"], kw["experts"], kw["dtype"]]
     shapes = []
@@ -87,7 +87,7 @@ def _spec(kw: dict, trigger: str):
     budget = parse_duration(kw["budget"], what="--budget") if kw["budget"] is not None else None
     if budget == 0:
         raise BadFleetOption("--budget must be a positive duration, e.g. 20m")
-    return FleetSpec(
+    spec = FleetSpec(
         address=kw["address"], nodes=kw["nodes"], gpus_per_node=kw["gpus_per_node"],
         cpus_per_node=kw["cpus_per_node"], world_size=kw["world_size"], device=kw["device"],
         models=list(kw["models"]), shapes=shapes, tokens=_int_list(kw["tokens"], "--tokens"),
@@ -98,6 +98,8 @@ def _spec(kw: dict, trigger: str):
         reschedule_wait_s=kw["reschedule_wait"], trigger=trigger,
         command=command_line(["autoselect", *sys.argv[1:]]) if sys.argv else "autoselect fleet run",
     )
+    validate(spec)  # before any progress bar, Ray connection or database
+    return spec
 
 
 def _run_with_progress(spec, db_path):
@@ -109,7 +111,7 @@ def _run_with_progress(spec, db_path):
 
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]fleet[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
+                  TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task("placing", total=None)
 
         def on_event(ev):
@@ -198,9 +200,6 @@ def fleet_schedule_cmd(every, jitter, count, fmt, db_path, **kw):
     every_s = parse_duration(every, what="--every")
     jitter_s = parse_duration(jitter, what="--jitter")
     spec = _spec(kw, "schedule")
-    from autoselect.fleet import validate
-
-    validate(spec)
 
     def once():
         report = _run_with_progress(spec, db_path)
