@@ -41,8 +41,8 @@ def render_text(report) -> str:
     lines = [f"# autoselect bench: hidden {s.hidden}, top_k {s.top_k}, experts {s.experts}, "
              f"dtype {s.dtype}, world size {s.world_size}, device {s.device}, routing {s.routing}"]
     lines.append("#")
-    lines.append("# " + " ".join(_cell(h, w) for h, _, w, _f in COLUMNS))
-    lines.append("# " + " ".join(_cell(u, w) for _, u, w, _f in COLUMNS))
+    lines.append(("# " + " ".join(_cell(h, w) for h, _, w, _f in COLUMNS)).rstrip())
+    lines.append(("# " + " ".join(_cell(u, w) for _, u, w, _f in COLUMNS)).rstrip())
     for r in report.results:
         lines.append("  " + " ".join(_cell(f(r), w) for _, _, w, f in COLUMNS).rstrip())
     counts = {k: 0 for k in ("ok", "incorrect", "unavailable", "error", "timeout")}
