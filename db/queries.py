@@ -83,40 +83,42 @@ class _Decoder:
     """
 
     def __init__(self, names: tuple[str, ...], fixed: dict[str, Any], runs: dict[int, dict]):
-        self.names, self.fixed, self.runs = names, fixed, runs
+        self.names, self.runs = names, runs
+        self.base = {**fixed, "raw_samples_us": None}
         self.parsed: dict[str, dict] = {"{}": {}}
+        self.run_index = names.index("run_id")
 
     def json(self, text: str) -> dict:
         d = self.parsed.get(text)
         if d is None:
             d = self.parsed[text] = json.loads(text) if text else {}
-        return dict(d)
+        return d.copy()
 
     def __call__(self, row: tuple) -> StoredResult:
-        obj = StoredResult.__new__(StoredResult)
-        d = obj.__dict__
-        d.update(self.fixed)
+        d = self.base.copy()
         d.update(zip(self.names, row))
-        d.update(self.runs[d["run_id"]])
+        d.update(self.runs[row[self.run_index]])
         d["knobs"] = self.json(d["knobs"])
         d["versions"] = self.json(d["versions"])
-        d["illegal"] = bool(d["illegal"])
+        d["illegal"] = d["illegal"] == 1
         if d["noise_target_met"] is not None:
-            d["noise_target_met"] = bool(d["noise_target_met"])
+            d["noise_target_met"] = d["noise_target_met"] == 1
         d["raw_samples_us"] = []
+        obj = StoredResult.__new__(StoredResult)
+        obj.__dict__ = d
         return obj
 
 
 def _select_results(conn: sqlite3.Connection, equal: dict[str, Any], statuses) -> list[StoredResult]:
     """Results whose columns equal ``equal`` (None values ignored) and status is in ``statuses``.
 
-    The lookup is dominated by building Python objects, so columns pinned by the filter are
-    not fetched (their value is known) and the run / host columns, shared by many rows, are
-    fetched once per run in a second small query instead of once per row.
+    The lookup's cost is building Python objects (the index finds the rows in well under a
+    millisecond), so columns pinned by the filter are not fetched (their value is known), and
+    the run / host columns (machine, host class, hostname, GPU, run start), shared by all
+    rows of a run, are fetched once per run in a second small query.
     """
     fixed = {k: v for k, v in equal.items() if v is not None}
-    names = tuple(c for c in RESULT_COLUMNS if c not in fixed) + tuple(
-        c for c in ("id", "run_id", "host_class", "machine_id") if c not in fixed)
+    names = tuple(c for c in RESULT_COLUMNS if c not in fixed) + ("id", "run_id")
     sql = f"SELECT {', '.join(names)} FROM results"
     where = [f"{k} = ?" for k in fixed]
     args = list(fixed.values())
@@ -128,16 +130,18 @@ def _select_results(conn: sqlite3.Connection, equal: dict[str, Any], statuses) -
     cur = conn.cursor()
     cur.row_factory = None
     rows = cur.execute(sql + " ORDER BY id", args).fetchall()
-    run_ids = sorted({row[names.index("run_id")] for row in rows})
+    run_index = names.index("run_id")
+    run_ids = sorted({row[run_index] for row in rows})
     runs: dict[int, dict] = {}
     for i in range(0, len(run_ids), 500):
         chunk = run_ids[i : i + 500]
-        for rid, started, hostname, gpu_name, gpu_arch in cur.execute(
-            "SELECT u.id, u.started_at, h.hostname, h.gpu_name, h.gpu_arch FROM runs u"
+        for rid, machine_id, host_class, started, hostname, gpu_name, gpu_arch in cur.execute(
+            "SELECT u.id, u.machine_id, u.host_class, u.started_at, h.hostname, h.gpu_name, h.gpu_arch FROM runs u"
             f" JOIN hosts h ON h.machine_id = u.machine_id WHERE u.id IN ({', '.join('?' * len(chunk))})",
             chunk,
         ):
-            runs[rid] = {"run_started_at": started, "hostname": hostname, "gpu_name": gpu_name, "gpu_arch": gpu_arch}
+            runs[rid] = {"machine_id": machine_id, "host_class": host_class, "run_started_at": started,
+                         "hostname": hostname, "gpu_name": gpu_name, "gpu_arch": gpu_arch}
     return list(map(_Decoder(names, fixed, runs), rows))
 
 
