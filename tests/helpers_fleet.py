@@ -40,8 +40,8 @@ VERSIONS_OLD = {"torch": "2.11.0+cu130", "nccl": "2.28.9", "flashinfer": "0.7.2.
 VERSIONS_NEW = dict(VERSIONS_OLD, flashinfer="0.7.3")
 
 
-def h200_host(hostname: str, host_class: str = HOST_CLASS) -> HostFingerprint:
-    """An 8 x H200 NVSwitch node fingerprint (all 18 NVLinks per GPU up)."""
+def h200_host(hostname: str, host_class: str = HOST_CLASS, versions: dict = VERSIONS_OLD) -> HostFingerprint:
+    """An 8 x H200 NVSwitch node fingerprint (all 18 NVLinks per GPU up) with these software versions."""
     gpus = [GpuInfo(index=i, name="NVIDIA H200", uuid=f"GPU-{hostname}-{i}", memory_total_mib=143771,
                     sm_arch="sm90", compute_capability="9.0", nvlinks_up=18, nvlinks_total=18)
             for i in range(8)]
@@ -50,7 +50,7 @@ def h200_host(hostname: str, host_class: str = HOST_CLASS) -> HostFingerprint:
         host_class=host_class, device="cuda", gpu_name="NVIDIA H200", gpu_count=8, gpu_arch="sm90",
         gpus=gpus, nvlink_matrix=[[0 if i == j else 18 for j in range(8)] for i in range(8)],
         all_nvlinks_up=True, nvlink_peak_gbps=450.0, driver_version="580.95.05", cuda_version="13.0",
-        versions={k: v for k, v in VERSIONS_OLD.items() if k not in ("driver", "cuda")},
+        versions={k: v for k, v in versions.items() if k not in ("driver", "cuda")},
     )
 
 
@@ -73,7 +73,7 @@ def build_fleet_db(path: Path, *, fleet_runs=("f1", "f2", "f3"), slow_node: str 
         for f in fleet_runs:
             versions = VERSIONS_NEW if f == "f3" else VERSIONS_OLD
             for node in NODES:
-                run = store.begin_run(h200_host(node), trigger="schedule", command="autoselect fleet run",
+                run = store.begin_run(h200_host(node, versions=versions), trigger="schedule", command="autoselect fleet run",
                                       meta={"fleet_run": f, "models": [DEEPSEEK_V3]})
                 rng = random.Random(f"{f}/{node}")
                 for backend in MODEL:
