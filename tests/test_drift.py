@@ -121,3 +121,46 @@ def test_fleet_drift_on_a_missing_database_is_one_error_line(tmp_path):
     assert result.exit_code == 2
     assert result.stderr.startswith("Error: no results database at")
     assert not (tmp_path / "none.db").exists()
+
+
+def test_fleet_status_lists_nodes_with_last_run_health_and_flags(tmp_path):
+    from db.store import Store
+    from helpers_fleet import h200_host
+
+    db = build_fleet_db(tmp_path / "fleet.db")
+    with Store(db) as store:
+        run = store.begin_run(h200_host("gpu-d"), trigger="systemd", meta={"fleet_run": "f4"})
+        store.finish_run(run, "failed", meta={"error": "node 1a2b3c4d died (raylet exited)"})
+    result = CliRunner().invoke(main, ["fleet", "status", "--db", str(db), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    nodes = {n["hostname"]: n for n in json.loads(result.stdout)["nodes"]}
+    assert sorted(nodes) == list(NODES)
+    assert [(h, n["health"], n["flagged"]) for h, n in sorted(nodes.items())] == [
+        ("gpu-a", "ok", False), ("gpu-b", "ok", False), ("gpu-c", "ok", True), ("gpu-d", "failed", False)]
+    assert nodes["gpu-d"]["error"] == "node 1a2b3c4d died (raylet exited)"
+    assert (nodes["gpu-d"]["last_trigger"], nodes["gpu-d"]["fleet_run"]) == ("systemd", "f4")
+    assert nodes["gpu-c"]["fleet_run"] == "f3" and 0.25 < nodes["gpu-c"]["worst_slowdown"] < 0.40
+    text = CliRunner().invoke(main, ["fleet", "status", "--db", str(db)]).stdout
+    assert "failed: node 1a2b3c4d died (raylet exited)" in text and "SLOW +" in text
+
+
+def test_fleet_drift_status_and_help_import_no_heavy_packages(fleet_db):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from autoselect.cli import main\n"
+        f"for args in (['fleet', '--help'], ['serve', '--help'], ['fleet', 'drift', '--db', {str(fleet_db)!r}],"
+        f" ['fleet', 'status', '--db', {str(fleet_db)!r}]):\n"
+        "    try:\n"
+        "        main(args)\n"
+        "    except SystemExit as e:\n"
+        "        assert e.code in (0, None), (args, e.code)\n"
+        "heavy = sorted(m for m in ('torch', 'ray', 'fastapi', 'uvicorn', 'numpy', 'sqlite_utils', 'optuna',"
+        " 'flashinfer', 'vllm') if m in sys.modules)\n"
+        "print('HEAVY', heavy)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "HEAVY []"
