@@ -276,3 +276,29 @@ def test_db_check_reports_a_damaged_file_and_exits_1_and_info_says_it_is_damaged
     assert r.exit_code == 2
     assert r.stderr.startswith(f"Error: {db_path} is damaged (") and r.stderr.endswith(
         f"); run `autoselect db check --db {db_path}` for details\n")
+
+
+def test_hosts_on_an_hgx_h200_shows_gpus_links_matrix_and_driver(monkeypatch):
+    from helpers_nvml import ReplayNvml, load
+
+    monkeypatch.setitem(sys.modules, "pynvml", ReplayNvml(load("hgx_h200_8gpu")))  # NVML answers of an HGX H200
+    lines = run("hosts").stdout.splitlines()
+    assert lines[3:7] == [
+        "GPUs          8x NVIDIA H200 (sm90, 143771 MiB)",
+        "NVLink        18/18 links up, peak 450 GB/s per GPU per direction",
+        "link matrix     X  18  18  18  18  18  18  18",
+        "               18   X  18  18  18  18  18  18",
+    ]
+    assert "fabric        none reported" in lines
+    assert "driver        570.133.20, CUDA 12.8" in lines
+
+
+def test_hosts_on_a_single_h200_without_nvlink_says_not_supported(monkeypatch):
+    from helpers_nvml import ReplayNvml, load
+
+    monkeypatch.setitem(sys.modules, "pynvml", ReplayNvml(load("h200_1gpu_no_nvlink")))
+    r = run("hosts", "--format", "json")
+    d = json.loads(r.stdout)
+    assert (d["gpu_count"], d["all_nvlinks_up"], d["nvlink_peak_gbps"], d["nvlink_matrix"]) == (1, False, None, [[0]])
+    assert ("NVLink        not supported (NVML reports no NVLink): the FlashInfer NVLink backends cannot run"
+            in run("hosts").stdout.splitlines())

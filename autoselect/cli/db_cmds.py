@@ -278,9 +278,12 @@ def _host_text(fp) -> str:
         mem = fp.gpus[0].memory_total_mib if fp.gpus else 0
         lines.append(f"GPUs          {fp.gpu_count}x {fp.gpu_name} ({fp.gpu_arch}, {mem} MiB)")
         ups = sorted({(g.nvlinks_up, g.nvlinks_total) for g in fp.gpus})
-        links = ", ".join(f"{u}/{t}" for u, t in ups) if any(t for _, t in ups) else "not supported"
-        peak = f", peak {fp.nvlink_peak_gbps:g} GB/s per GPU per direction" if fp.nvlink_peak_gbps else ""
-        lines.append(f"NVLink        {links} links up{peak}{'' if fp.all_nvlinks_up else ' (NOT all up)'}")
+        if any(t for _, t in ups):
+            links = ", ".join(f"{u}/{t}" for u, t in ups)
+            peak = f", peak {fp.nvlink_peak_gbps:g} GB/s per GPU per direction" if fp.nvlink_peak_gbps else ""
+            lines.append(f"NVLink        {links} links up{peak}{'' if fp.all_nvlinks_up else ' (NOT all up)'}")
+        else:
+            lines.append("NVLink        not supported (NVML reports no NVLink): the FlashInfer NVLink backends cannot run")
         if fp.gpu_count > 1:
             lines.append("link matrix   " + "\n              ".join(
                 " ".join(f"{'X' if i == j else v:>3}" for j, v in enumerate(row)) for i, row in enumerate(fp.nvlink_matrix)
