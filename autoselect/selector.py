@@ -16,7 +16,8 @@ The decision rules (``../shared/DESIGN.md``, "Decision rules") in code:
    nearest in log-tokens; estimates are marked, extrapolation beyond the measured range is
    flagged, and beyond :data:`EXTRAPOLATION_LIMIT` times the range it is refused.
 4. **Comparison** (:func:`compare`): every expected latency carries a half-width (the noise
-   band, :func:`point_rel_halfwidth`); the workload-weighted latency of a candidate is
+   band, :func:`point_rel_halfwidth`, widened to the run-to-run spread when several runs
+   measured the point); the workload-weighted latency of a candidate is
    ``L = sum(w_i * latency_i)`` with band ``H = sum(w_i * halfwidth_i)``. A candidate beats
    the default only when ``L_c + H_c < L_d - H_d`` (the bands do not overlap); otherwise it
    is a tie and vLLM's default stays.
@@ -651,6 +652,22 @@ def _choose_rows(rows: list[Any], target_versions: dict[str, str | None]) -> dic
     return {t: row for t, (_, row) in best.items()}
 
 
+def _run_to_run_spread(rows: list[Any], chosen: dict[int, Any], target_versions: dict[str, str | None]) -> dict[int, float]:
+    """Per token count measured by several runs (as fresh as the chosen row): the relative
+    half-range of their medians, ``(max - min) / 2 / chosen``. It widens the chosen point's
+    band when repeated runs disagree more than one run's own noise says."""
+    by_tokens: dict[int, list[float]] = {}
+    for row in rows:
+        best = chosen.get(row.tokens_per_rank)
+        if best is not None and bool(_stale_keys(row, target_versions)) == bool(_stale_keys(best, target_versions)):
+            by_tokens.setdefault(row.tokens_per_rank, []).append(row.latency_us_p50)
+    return {
+        t: (max(v) - min(v)) / 2 / chosen[t].latency_us_p50
+        for t, v in by_tokens.items()
+        if len(v) > 1 and chosen[t].latency_us_p50
+    }
+
+
 def _weighted(estimates: list[Estimate], workload: WorkloadSpec) -> tuple[float | None, float | None]:
     if any(e.latency_us is None for e in estimates):
         return None, None
@@ -800,8 +817,11 @@ def recommend(
         if timeouts:
             cand_warnings.append(f"timed out at {', '.join(map(str, timeouts))} tokens/rank")
         chosen = _choose_rows(ok_rows, target_versions)
+        spread = _run_to_run_spread(ok_rows, chosen, target_versions)
         points = [
-            MeasuredPoint(t, r.latency_us_p50, point_rel_halfwidth(r), getattr(r, "id", None))
+            MeasuredPoint(
+                t, r.latency_us_p50, max(point_rel_halfwidth(r), spread.get(t, 0.0)), getattr(r, "id", None)
+            )
             for t, r in sorted(chosen.items())
         ]
         estimates = [estimate_latency(points, t, bytes_per_token) for t in workload.tokens]

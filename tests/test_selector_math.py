@@ -171,3 +171,37 @@ def test_extrapolation_is_marked_then_refused_beyond_the_limit():
     refused = estimate_latency(pts, int(256 * EXTRAPOLATION_LIMIT) + 1, 1)
     assert refused.source == "missing" and refused.latency_us is None
     assert refused.note == "refused: 1025 tokens/rank is more than 4x outside the measured range 1..256"
+
+
+# --- repeated runs ------------------------------------------------------------------
+
+
+def _row(backend, p50, created_at, rid):
+    from db.records import Result
+
+    r = Result(backend=backend, world_size=8, tokens_per_rank=64, hidden=2048, top_k=8, experts=128,
+               dispatch_dtype="bf16", samples=200, latency_us_p50=p50, noise_stdrel=0.002,
+               versions={"vllm": "0.33.0"}, created_at=created_at)
+    r.id = rid
+    return r
+
+
+def test_runs_that_disagree_widen_the_band_until_a_small_gain_is_a_tie():
+    from autoselect.model import MoeProfile
+    from autoselect.selector import recommend, WorkloadSpec
+
+    profile = MoeProfile.from_shape(2048, 128, 8, "bf16")
+    two_sided = _row("flashinfer_nvlink_two_sided", 104.5, "2026-11-20T00:00:00+00:00", 3)
+    agrs = [_row("allgather_reducescatter", 100.0, "2026-11-19T00:00:00+00:00", 1),
+            _row("allgather_reducescatter", 110.0, "2026-11-20T00:00:00+00:00", 2)]
+    ask = dict(conn=None, deployment=Deployment(dp=8), gpu_arch="sm90", vllm_version="0.33.0",
+               workload=WorkloadSpec("explicit", ((64, 1.0),)))
+
+    alone = recommend(profile, rows=[agrs[1], two_sided], **ask)
+    assert alone.backend == "flashinfer_nvlink_two_sided"  # 104.5 +- 1 % clears 110 +- 1 %
+
+    repeated = recommend(profile, rows=agrs + [two_sided], **ask)
+    default = next(c for c in repeated.candidates if c.backend == "allgather_reducescatter")
+    assert default.halfwidth_us == pytest.approx(5.0)  # (110 - 100) / 2: the runs' half-range
+    assert repeated.backend == "allgather_reducescatter"
+    assert repeated.decision.startswith("tie within the noise with flashinfer_nvlink_two_sided")
