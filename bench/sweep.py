@@ -242,7 +242,15 @@ def _serve_in_process(job: dict, on_event) -> None:
         raise BadSweep(f"torchrun started {world} ranks but --world-size is {job['world_size']}; make them equal")
     for key, value in job.get("env", {}).items():
         os.environ[key] = value
-    launch.serve_job(job, int(os.environ["RANK"]), world, on_event)
+
+    def translate(event):
+        if event.get("event") == "unavailable":
+            for tokens in job["points"]:
+                on_event({"event": "result", "tokens": tokens, "status": "unavailable", "error": event["reason"]})
+        else:
+            on_event(event)
+
+    launch.serve_job(job, int(os.environ["RANK"]), world, translate)
 
 
 class ShapeOptions(UserError):

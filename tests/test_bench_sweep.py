@@ -217,3 +217,43 @@ def test_no_worker_outlives_an_interrupted_sweep(tmp_path, sig):
     while _workers_under(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _workers_under(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_bench_with_a_model_skips_backends_the_rules_reject(db_path, models_dir):
+    res = CliRunner().invoke(main, [
+        "bench", "--model", str(models_dir / "qwen3-30b-a3b"), "--gpu-arch", "sm90", "--device", "cpu",
+        "--backends", "allgather_reducescatter,flashinfer_nvlink_one_sided", "--tokens", "2",
+        "--min-time", "0.05", "--timeout", "2", "--db", str(db_path)])
+    assert res.exit_code == 0, res.output
+    assert "hidden 2048, top_k 8, experts 128, dtype bf16" in res.stdout
+    assert "# skipped flashinfer_nvlink_one_sided: illegal here (flashinfer_nvlink_one_sided needs nvfp4 activations" in res.stdout
+    rows = sqlite3.connect(db_path).execute("select backend, status, illegal from results").fetchall()
+    assert rows == [("allgather_reducescatter", "ok", 0)]
+
+
+@pytest.mark.slow
+def test_include_illegal_measures_and_marks_the_rows(db_path, models_dir):
+    res = CliRunner().invoke(main, [
+        "bench", "--model", str(models_dir / "qwen3-30b-a3b"), "--gpu-arch", "sm90", "--device", "cpu",
+        "--backends", "flashinfer_nvlink_one_sided", "--tokens", "2", "--include-illegal",
+        "--format", "json", "--db", str(db_path)])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.stdout)["results"]
+    assert (row["backend"], row["status"], row["illegal"]) == ("flashinfer_nvlink_one_sided", "unavailable", True)
+    assert row["error"] == "needs CUDA GPUs (FlashInfer NVLink kernels); this run is on CPU"
+
+
+@pytest.mark.slow
+def test_under_torchrun_the_ranks_are_torchruns_and_rank_0_writes(tmp_path):
+    db = tmp_path / "torchrun.db"
+    env = dict(os.environ, AUTOSELECT_DB=str(db))
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "autoselect", "bench",
+         "--device", "cpu", "--world-size", "2", "--hidden", "256", "--top-k", "4", "--experts", "16",
+         "--dtype", "bf16", "--tokens", "4", "--backends", "reference_all_to_all", "--min-time", "0.05",
+         "--timeout", "2"], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("# autoselect bench:") == 1  # only rank 0 prints
+    rows = sqlite3.connect(db).execute("select backend, tokens_per_rank, status from results").fetchall()
+    assert rows == [("reference_all_to_all", 4, "ok")]
