@@ -150,18 +150,13 @@ def _bus_id(pci: Any) -> str:
     return bus
 
 
-def _nvml_error(nvml: Any, name: str) -> tuple:
-    cls = getattr(nvml, name, None)
-    return (cls,) if isinstance(cls, type) else ()
-
-
 def _links(nvml: Any, handle: Any) -> list[dict]:
     """Every NVLink NVML knows for one GPU: state, remote bus id and remote device type.
 
     A GPU without NVLink raises NotSupported on link 0; link indices past the GPU's last link
-    raise InvalidArgument (or NotSupported): both end the scan.
+    raise InvalidArgument (or NotSupported): any NVML error ends the scan.
     """
-    stop = _nvml_error(nvml, "NVMLError_NotSupported") + _nvml_error(nvml, "NVMLError_InvalidArgument")
+    stop = nvml.NVMLError
     links = []
     for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
         try:

@@ -31,7 +31,7 @@ def load(name: str) -> dict:
 
 def _answer(value):
     if isinstance(value, dict) and "error" in value:
-        raise pynvml.NVMLError(_ERROR_CODES[value["error"]])
+        raise pynvml.NVMLError(_ERROR_CODES.get(value["error"], pynvml.NVML_ERROR_UNKNOWN))
     return value
 
 
