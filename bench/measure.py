@@ -396,6 +396,14 @@ def _time_cuda(adapter, ctx, batch, expert_out, rule) -> dict:
         except Exception:  # capture is an optimisation; eager timing is still valid
             replay = None
             torch.cuda.synchronize()
+        # every rank must run the same collectives: replay only if every rank captured
+        if ctx.world_size > 1:
+            import torch.distributed as dist
+
+            ok = torch.tensor([0 if replay is None else 1], dtype=torch.int32)
+            dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=ctx.cpu_group)
+            if not int(ok.item()):
+                replay = None
 
     def run_batch():
         if replay is not None:
