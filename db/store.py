@@ -250,10 +250,10 @@ class Store:
         )
         rid = self.db["results"].insert(row).last_pk
         samples = d.get("raw_samples_us") or []
-        if samples:
-            self.db["samples"].insert_all(
-                ({"result_id": rid, "idx": i, "latency_us": float(v)} for i, v in enumerate(samples)),
-                batch_size=1000,
+        if samples:  # thousands of 3-column rows: executemany, not sqlite-utils' per-row dicts
+            self.conn.executemany(
+                "INSERT INTO samples (result_id, idx, latency_us) VALUES (?, ?, ?)",
+                [(rid, i, float(v)) for i, v in enumerate(samples)],
             )
         return rid
 

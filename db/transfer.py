@@ -19,7 +19,7 @@ import csv
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from typing import IO, Any
 
 from db.errors import BadImportRecord, ImportFormatTooNew
@@ -104,6 +104,12 @@ def write_csv(conn: sqlite3.Connection, out: IO[str]) -> int:
 
 
 _RESULT_FIELDS = {f.name for f in fields(Result)}
+#: field -> a function returning its default (fresh lists / dicts for default_factory fields)
+_RESULT_DEFAULTS = {
+    f.name: (f.default_factory if f.default_factory is not MISSING else (lambda v=f.default: v))
+    for f in fields(Result)
+    if f.default is not MISSING or f.default_factory is not MISSING
+}
 _INT_FIELDS = ("world_size", "tokens_per_rank", "hidden", "top_k", "experts", "samples")
 _STR_FIELDS = ("backend", "dispatch_dtype", "combine_dtype", "routing", "device", "created_at")
 _FLOAT_FIELDS = tuple(
@@ -175,7 +181,8 @@ def parse_record(obj: Any, where: str) -> dict:
         raise bad("result.raw_samples_us is not a list of numbers")
     if raw and len(raw) != result["samples"]:
         raise bad(f"result.samples is {result['samples']} but raw_samples_us has {len(raw)}")
-    full = Result(**result).to_dict()
+    full = {name: default() for name, default in _RESULT_DEFAULTS.items()}
+    full.update(result)
     key = result_key(host["machine_id"], run["uid"], full)
     if obj.get("result_key") not in (None, key):
         raise bad("result_key does not match the record's content (edited or corrupted)")
@@ -185,9 +192,8 @@ def parse_record(obj: Any, where: str) -> dict:
     return {"host": host, "run": run, "result": full}
 
 
-def read_jsonl(lines: Iterable[str], name: str) -> list[dict]:
-    """Parse and validate a whole JSONL export before anything is written; raises on the first bad line."""
-    out = []
+def iter_jsonl(lines: Iterable[str], name: str) -> Iterator[dict]:
+    """Parse and validate JSONL records one at a time; raises on the first bad line."""
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -197,10 +203,30 @@ def read_jsonl(lines: Iterable[str], name: str) -> list[dict]:
             raise BadImportRecord(
                 f"{name} line {n}: not JSON ({e.msg}); import files must be written by `autoselect db export`"
             ) from None
-        out.append(parse_record(obj, f"{name} line {n}"))
-    return out
+        yield parse_record(obj, f"{name} line {n}")
 
 
+def read_jsonl(lines: Iterable[str], name: str) -> list[dict]:
+    """Parse and validate a whole JSONL export before anything is written; raises on the first bad line."""
+    return list(iter_jsonl(lines, name))
+
+
+class ImportFile:
+    """A JSONL export file that has been validated completely; iterating parses it again.
+
+    Two passes keep memory flat for exports of any size: the first (in :func:`read_file`)
+    only validates, the import pass re-reads the file record by record.
+    """
+
+    def __init__(self, path, count: int):
+        self.path, self.count = path, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[dict]:
+        with open(self.path, encoding="utf-8") as f:
+            yield from iter_jsonl(f, str(self.path))
 
 
 #: export format -> writer
@@ -236,8 +262,8 @@ def export_to(db_path, fmt: str, out: IO[str] | None = None, output=None) -> int
         conn.close()
 
 
-def read_file(path) -> list[dict]:
-    """Read and validate a whole JSONL export file (nothing is written)."""
+def read_file(path) -> ImportFile:
+    """Validate a whole JSONL export file (nothing is written); returns it, ready to import."""
     from pathlib import Path
 
     from db.errors import ImportFileNotFound
@@ -247,7 +273,8 @@ def read_file(path) -> list[dict]:
         raise ImportFileNotFound(f"no file {path}; pass a file written by `autoselect db export`")
     try:
         with open(path, encoding="utf-8") as f:
-            return read_jsonl(f, str(path))
+            count = sum(1 for _ in iter_jsonl(f, str(path)))
+        return ImportFile(path, count)
     except UnicodeDecodeError:
         raise BadImportRecord(
             f"{path} is not UTF-8 text; import files must be written by `autoselect db export`"
