@@ -169,25 +169,31 @@ def check_dispatch(workload, rank: int, received) -> str | None:
     if bool(bad.any()):
         i = int(bad.nonzero()[0])
         return f"rank {rank}: received row {i} names token {int(idx[i])}, outside [0, {n_total})"
-    srt = idx.sort().values
-    dup = srt[1:] == srt[:-1]
-    if bool(dup.any()):
-        g = int(srt[int(dup.nonzero()[0]) + 1])
-        return f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) arrived twice"
-    need = w.destinations(dev)[:, rank]
-    present = torch.zeros(n_total, dtype=torch.bool, device=dev)
-    present[idx] = True
-    missing = need & ~present
-    if bool(missing.any()):
-        g = int(missing.nonzero()[0])
-        ids, _ = w.global_routing(dev)
-        first, last = w.expert_range(rank)
-        mine = [e for e in ids[g].tolist() if first <= e < last]
-        return (f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) never arrived, "
-                f"though rank {rank} owns its expert{'s' if len(mine) > 1 else ''} {', '.join(map(str, mine))}")
 
     def rows(t):
-        return t if valid is None else t[valid.to(dev)]
+        return t if (t is None or valid is None) else t[valid.to(dev)]
+
+    if received.expert is not None:
+        problem = _check_slots(w, rank, idx, rows(received.expert).to(torch.int64).reshape(-1))
+        if problem:
+            return problem
+    else:
+        srt = idx.sort().values
+        dup = srt[1:] == srt[:-1]
+        if bool(dup.any()):
+            g = int(srt[int(dup.nonzero()[0]) + 1])
+            return f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) arrived twice"
+        need = w.destinations(dev)[:, rank]
+        present = torch.zeros(n_total, dtype=torch.bool, device=dev)
+        present[idx] = True
+        missing = need & ~present
+        if bool(missing.any()):
+            g = int(missing.nonzero()[0])
+            ids, _ = w.global_routing(dev)
+            first, last = w.expert_range(rank)
+            mine = [e for e in ids[g].tolist() if first <= e < last]
+            return (f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) never arrived, "
+                    f"though rank {rank} owns its expert{'s' if len(mine) > 1 else ''} {', '.join(map(str, mine))}")
 
     exp_x, exp_sf = w.payload_rows(idx)
     ids, a = w.global_routing(dev)
@@ -196,14 +202,18 @@ def check_dispatch(workload, rank: int, received) -> str | None:
         checks.append(("scale byte", rows(received.x_sf), exp_sf))
     # Picks owned by other ranks may come back as an invalid id (outside [0, experts)) with
     # any weight (FlashInfer and DeepEP mark them so); this rank's own picks must be exact.
+    # Per-slot layouts may return no routing at all (combine gets it from the caller).
     exp_ids = ids[idx]
     local = w.expert_owner(exp_ids) == rank
-    got_ids = rows(received.topk_ids)
-    got_ids = None if got_ids is None else got_ids.to(torch.int64)
-    checks.append(("expert id", got_ids, exp_ids.to(torch.int64)))
-    got_w = rows(received.topk_weights)
-    checks.append(("routing weight", None if got_w is None else got_w.to(torch.float32),
-                   a[idx].to(torch.float32) / 16.0))
+    slots = received.expert is not None
+    if not (slots and received.topk_ids is None):
+        got_ids = rows(received.topk_ids)
+        got_ids = None if got_ids is None else got_ids.to(torch.int64)
+        checks.append(("expert id", got_ids, exp_ids.to(torch.int64)))
+    if not (slots and received.topk_weights is None):
+        got_w = rows(received.topk_weights)
+        checks.append(("routing weight", None if got_w is None else got_w.to(torch.float32),
+                       a[idx].to(torch.float32) / 16.0))
     for what, got, expected in checks:
         if got is None or tuple(got.shape) != tuple(expected.shape):
             shape = None if got is None else list(got.shape)
@@ -222,6 +232,35 @@ def check_dispatch(workload, rank: int, received) -> str | None:
                 gv, ev = f"0x{int(gv):02x}", f"0x{int(ev):02x}"
             return (f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) {what} {c}: "
                     f"got {gv}, expected {ev}")
+    return None
+
+
+def _check_slots(w, rank: int, idx, expert) -> str | None:
+    """Per-slot layouts: every (token, local expert) pair routed here exactly once, nothing else."""
+    import torch
+
+    ids, _ = w.global_routing(idx.device)
+    first, last = w.expert_range(rank)
+    e_count = w.experts
+    got = idx * e_count + expert
+    srt = got.sort().values
+    dup = srt[1:] == srt[:-1]
+    if bool(dup.any()):
+        k = int(srt[int(dup.nonzero()[0]) + 1])
+        return f"rank {rank}: token {k // e_count} arrived twice for expert {k % e_count}"
+    tokens = torch.arange(ids.shape[0], device=idx.device)[:, None].expand_as(ids).to(torch.int64)
+    mine = (ids >= first) & (ids < last)
+    need = (tokens[mine] * e_count + ids[mine].to(torch.int64)).sort().values
+    extra = ~torch.isin(srt, need)
+    if bool(extra.any()):
+        k = int(srt[int(extra.nonzero()[0])])
+        return f"rank {rank}: token {k // e_count} arrived for expert {k % e_count}, which it is not routed to here"
+    missing = ~torch.isin(need, srt)
+    if bool(missing.any()):
+        k = int(need[int(missing.nonzero()[0])])
+        g = k // e_count
+        return (f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) never arrived "
+                f"for expert {k % e_count}")
     return None
 
 
@@ -280,7 +319,7 @@ def run_point(adapter, ctx, workload, *, max_noise=None, min_samples=None, min_t
     if problem:
         return PointOutcome("incorrect", "dispatch: " + problem)
     expert_out = workload.expert_output(ctx.rank, received.x, received.topk_ids,
-                                        received.topk_weights, received.valid)
+                                        received.topk_weights, received.valid, received.expert)
     out = adapter.combine(expert_out)
     problem = _agree(ctx, check_combine(workload, ctx.rank, out))
     if problem:

@@ -411,21 +411,27 @@ class Workload:
                              topk_weights=weights.contiguous(), token_index=token_index)
 
     # -- synthetic experts --------------------------------------------------------------
-    def expert_output(self, rank: int, x_bytes, topk_ids, topk_weights, valid=None):
+    def expert_output(self, rank: int, x_bytes, topk_ids, topk_weights, valid=None, expert=None):
         """What this rank's experts return for received rows: ``bf16 [R, H]``.
 
         Row ``i`` is ``x_i · sum_{k: owner(e_k)=rank} w_k · c_{e_k}`` (weights applied,
-        reduced over the rank's local experts, as vLLM's experts do before combine).
-        Invalid rows (``valid`` False) and ids outside ``[0, experts)`` contribute zero.
+        reduced over the rank's local experts, as vLLM's experts do before combine); with
+        ``expert`` (per-slot layouts) it is the unweighted ``c_{expert_i} · x_i``.
+        Invalid rows (``valid`` False) and ids outside this rank's experts contribute zero.
         """
         import torch
 
         first, last = self.expert_range(rank)
-        ids = topk_ids.to(torch.int64)
-        local = (ids >= first) & (ids < last)
-        b = self.expert_scale_numerators(ids.device)
-        scale = torch.where(local, b[ids.clamp(0, self.experts - 1)].to(torch.float32), 0.0)
-        s = (topk_weights.to(torch.float32) * scale / 4.0).sum(dim=1)
+        b = self.expert_scale_numerators(x_bytes.device)
+        if expert is not None:
+            e = expert.to(torch.int64)
+            local = (e >= first) & (e < last)
+            s = torch.where(local, b[e.clamp(0, self.experts - 1)].to(torch.float32) / 4.0, 0.0)
+        else:
+            ids = topk_ids.to(torch.int64)
+            local = (ids >= first) & (ids < last)
+            scale = torch.where(local, b[ids.clamp(0, self.experts - 1)].to(torch.float32), 0.0)
+            s = (topk_weights.to(torch.float32) * scale / 4.0).sum(dim=1)
         if valid is not None:
             s = torch.where(valid, s, 0.0)
         x_in = decode_expert_input(x_bytes, self.hidden).to(torch.float32)

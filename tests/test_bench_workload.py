@@ -210,3 +210,40 @@ def test_summary_statistics_of_known_samples():
     assert s["samples"] == 100 and s["latency_us_min"] == 1.0
     assert s["latency_us_p50"] == pytest.approx(50.5) and s["latency_us_mean"] == pytest.approx(50.5)
     assert s["latency_us_p99"] == pytest.approx(99.01)
+
+
+def _ideal_slots(w, rank):
+    """A perfect per-expert layout (DeepEP low-latency style): one row per (token, local expert)."""
+    ids, _ = w.global_routing()
+    first, last = w.expert_range(rank)
+    mine = (ids >= first) & (ids < last)
+    tokens = torch.arange(ids.shape[0])[:, None].expand_as(ids)[mine].to(torch.int32)
+    x, sf = w.payload_rows(tokens)
+    return Received(x=x, x_sf=sf, topk_ids=None, topk_weights=None, token_index=tokens,
+                    expert=ids[mine].to(torch.int64))
+
+
+def test_a_perfect_per_expert_layout_passes_and_combines_exactly():
+    w = _w(top_k=4, experts=16, world_size=2)
+    out = torch.zeros((w.tokens_per_rank, w.hidden), dtype=torch.float32)
+    ids, a = w.global_routing()
+    for r in range(2):
+        rec = _ideal_slots(w, r)
+        assert check_dispatch(w, r, rec) is None
+        part = w.expert_output(r, rec.x, None, None, expert=rec.expert).float()
+        # combine applies the weights: w_k for the slot's (token, expert) pick
+        g = rec.token_index.long()
+        k = (ids[g] == rec.expert[:, None]).float().argmax(dim=1)
+        weight = a[g, k].float() / 16
+        mine = g < w.tokens_per_rank
+        out.index_add_(0, g[mine], part[mine] * weight[mine, None])
+    assert check_combine(w, 0, out.to(torch.bfloat16)) is None
+
+
+def test_a_missing_expert_slot_is_named():
+    w = _w()
+    rec = _ideal_slots(w, 1)
+    g, e = int(rec.token_index[-1]), int(rec.expert[-1])
+    rec.valid = torch.ones(rec.x.shape[0], dtype=torch.bool)
+    rec.valid[-1] = False
+    assert check_dispatch(w, 1, rec) == f"rank 1: token {g} (from rank {g // 16}) never arrived for expert {e}"

@@ -67,20 +67,26 @@ class BenchContext:
 
 @dataclass
 class Received:
-    """What dispatch delivered to one rank: one row per received token.
+    """What dispatch delivered to one rank: one row per received token (or per expert slot).
 
     ``x``/``x_sf`` the token's payload bytes, ``topk_ids``/``topk_weights`` its full routing
     (global expert ids), ``token_index`` its global id (``int [R]``). ``valid`` (``bool [R]``)
     marks rows that carry a token; None means every row does. The harness computes one
-    expert-output row per received row, in the same order, for :meth:`Backend.combine`.
+    expert-output row per received row, in the same order, for :meth:`Backend.combine`:
+    the row's sum over this rank's experts of ``w_k · expert_k(x)``.
+
+    Per-expert layouts (DeepEP low-latency) set ``expert`` (``int [R]``, the global expert
+    of each slot): each row is one (token, local expert) pair, its output is the unweighted
+    ``expert(x)`` and combine applies the weights; ``topk_ids``/``topk_weights`` may be None.
     """
 
     x: object
     x_sf: object | None
-    topk_ids: object
-    topk_weights: object
+    topk_ids: object | None
+    topk_weights: object | None
     token_index: object
     valid: object | None = None
+    expert: object | None = None
 
 
 class Backend:
