@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,12 @@ class Store:
             uid, machine_id, host_class, status = self._run(run_id)
             if status != "running":
                 raise ValueError(f"run {run_id} is {status}; results can only be added to a running run")
+            # the same point measured twice in one run with the same timestamp (a caller's
+            # coarse clock) is still two measurements: move the second one a microsecond on
+            while self.conn.execute(
+                "SELECT 1 FROM results WHERE result_key = ?", (result_key(machine_id, uid, d),)
+            ).fetchone():
+                d["created_at"] = _next_microsecond(d["created_at"])
             rid = self._insert_result(run_id, uid, machine_id, host_class, d)
             self.conn.execute("UPDATE runs SET updated_at = ? WHERE id = ?", (now_iso(), run_id))
         return rid
@@ -333,6 +340,14 @@ _RUN_FIELDS = (
     "uid", "host_class", "started_at", "updated_at", "finished_at", "status", "trigger",
     "command", "hostname", "pid", "autoselect_version",
 )
+
+
+def _next_microsecond(iso: str) -> str:
+    """An ISO-8601 timestamp one microsecond later (UTC if it had no zone)."""
+    t = datetime.fromisoformat(iso)
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return (t + timedelta(microseconds=1)).isoformat(timespec="microseconds")
 
 
 def _validate_result(d: dict) -> None:

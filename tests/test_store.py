@@ -320,3 +320,16 @@ def test_all_results_and_runs_list_everything_oldest_first(db_path):
     assert [(r["id"], r["hostname"], r["status"], r["trigger"], r["results"]) for r in rs] == [
         (1, "node-a", "complete", "bench", 3), (2, "h200-vm", "failed", "fleet", 2), (3, "node-b", "complete", "bench", 1)]
     assert rs[0]["meta"] == {"sweep": 1} and rs[0]["command"] == "autoselect bench"
+
+
+def test_the_same_point_stored_twice_with_one_timestamp_stays_two_results_through_a_round_trip(tmp_path):
+    a = tmp_path / "a.db"
+    with Store(a) as s:
+        run = s.begin_run(hgx_host())
+        first = s.add_result(run, make_result(created_at="2026-11-30T01:00:00+00:00"))
+        second = s.add_result(run, make_result(created_at="2026-11-30T01:00:00+00:00"))
+    conn = sqlite3.connect(a)
+    assert conn.execute("SELECT id, created_at FROM results ORDER BY id").fetchall() == [
+        (first, "2026-11-30T01:00:00+00:00"), (second, "2026-11-30T01:00:00.000001+00:00")]
+    (tmp_path / "a.jsonl").write_text(_export(a))
+    assert import_file(tmp_path / "b.db", tmp_path / "a.jsonl").results_added == 2
