@@ -36,11 +36,18 @@ SKIP_REASON = os.environ.get("AUTOSELECT_TEST_VLLM_SKIP_REASON") or (
 )
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(VLLM_PYTHON is None, reason=SKIP_REASON)]
 
-#: Model fixtures autoselect can profile (dense, malformed and field-less ones are refused earlier).
-MOE_MODELS = sorted(
-    d.name for d in MODELS.iterdir()
-    if d.is_dir() and d.name not in ("llama-3.1-8b", "malformed", "no-moe-fields")
-)
+def _profilable(directory: Path) -> bool:
+    from autoselect.errors import UserError
+
+    try:
+        load_profile(str(directory))
+    except UserError:  # dense, malformed, field-less fixtures are refused before vLLM matters
+        return False
+    return True
+
+
+#: Model fixtures autoselect can profile.
+MOE_MODELS = sorted(d.name for d in MODELS.iterdir() if d.is_dir() and _profilable(d))
 CROSSCHECK_MODELS = ("kimi-k2.5-nvfp4-weights-only", "qwen3-30b-a3b-mxfp4-ct")
 WRONG_SPELLING = ["vllm", "serve", "m", "-dp", "8", "--enable-expert-paralel",
                   "--all2all-backend", "deepep_low_latency"]
