@@ -360,6 +360,7 @@ def recommendation_changes(conn: Any, results: list[Any], run_rows: list[dict], 
     """
     from autoselect.model import load_profile
     from autoselect.selector import Deployment, parse_tokens, recommend
+    from db.queries import newest_host
 
     fleet_of = {r["id"]: fleet_run_of(r) for r in run_rows}
     started = {}
@@ -404,10 +405,12 @@ def recommendation_changes(conn: Any, results: list[Any], run_rows: list[dict], 
             # compared on the token counts the newest fleet run measured, equally weighted
             measured = sorted({r.tokens_per_rank for r in shape_rows if fleet_of[r.run_id] == now_f})
             workload = parse_tokens(",".join(str(t) for t in measured))
+            newest = newest_host(conn, host_class)
             picks = []
             for use in (before_rows, shape_rows):
                 rec = recommend(profile, conn=conn, deployment=dep, host_class=host_class, gpu_arch=arch,
-                                workload=workload, rows=[r for r in use if r.world_size == ws])
+                                host=_host_as_of(newest, use), workload=workload,
+                                rows=[r for r in use if r.world_size == ws])
                 picks.append(rec.backend)
             prev_obs = observations(r for r in shape_rows if fleet_of[r.run_id] == prev_f and r.world_size == ws)
             now_obs = observations(r for r in shape_rows if fleet_of[r.run_id] == now_f and r.world_size == ws)
@@ -417,6 +420,22 @@ def recommendation_changes(conn: Any, results: list[Any], run_rows: list[dict], 
                 moved=moved_points(prev_obs, now_obs, min_change=min_slowdown, noise_k=noise_k),
             ))
     return out
+
+
+def _host_as_of(host: Any, rows: list[Any]) -> Any:
+    """The class's newest host with the software versions of the newest of ``rows``: what
+    ``recommend`` targeted when those rows were the newest data (it prefers rows measured
+    with the target's flashinfer / driver)."""
+    if host is None or not rows:
+        return host
+    import dataclasses
+
+    newest = max(rows, key=lambda r: (r.run_started_at, r.id))
+    versions = dict(newest.versions or {})
+    return dataclasses.replace(host, versions={**host.versions, **{k: v for k, v in versions.items()
+                                                                   if k not in ("driver", "cuda")}},
+                               driver_version=versions.get("driver", host.driver_version),
+                               cuda_version=versions.get("cuda", host.cuda_version))
 
 
 def _common_world_size(rows: list[Any]) -> int:

@@ -12,11 +12,13 @@ Endpoints (GET only; every other method is 405):
 
 Bad parameters get 400 with ``{"error": "..."}`` (the same sentence the CLI prints); an
 unknown model or host class gets 404. The database is opened read-only per request; answers
-are cached per (endpoint, parameters) until the database file or its WAL changes.
+are cached as JSON bytes per (endpoint, parameters) until the database file or its WAL
+changes; a miss is computed in the thread pool, a hit is served from the event loop.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -67,22 +69,32 @@ class AnswerCache:
                 out.append(None)
         return tuple(out)
 
-    def get(self, key: tuple, compute: Callable[[], Any]) -> Any:
-        """The cached answer for ``key``, computing (outside the lock) when absent or stale."""
+    def lookup(self, key: tuple) -> tuple[Any, tuple]:
+        """(the cached answer or None, the database state it must belong to)."""
         state = self.state()
         with self._lock:
             if state != self._state:
                 self._answers.clear()
                 self._state = state
-            if key in self._answers:
+            value = self._answers.get(key)
+            if value is not None:
                 self._answers.move_to_end(key)
-                return self._answers[key]
-        value = compute()
+            return value, state
+
+    def store(self, key: tuple, state: tuple, value: Any) -> None:
+        """Keep ``value`` for ``key`` unless the database changed while it was computed."""
         with self._lock:
             if state == self._state:
                 self._answers[key] = value
                 while len(self._answers) > self.size:
                     self._answers.popitem(last=False)
+
+    def get(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """The cached answer for ``key``, computing (outside the lock) when absent or stale."""
+        value, state = self.lookup(key)
+        if value is None:
+            value = compute()
+            self.store(key, state, value)
         return value
 
 
@@ -90,8 +102,9 @@ def create_app(db_path: str | os.PathLike | None = None):
     """The FastAPI application serving the database at ``db_path`` (checked readable now)."""
     try:
         from fastapi import FastAPI, Request
+        from fastapi.concurrency import run_in_threadpool
         from fastapi.exceptions import RequestValidationError
-        from fastapi.responses import JSONResponse
+        from fastapi.responses import JSONResponse, Response
     except ImportError:
         raise ServeUnavailable("fastapi is not installed; pip install 'autoselect[serve]'") from None
 
@@ -106,6 +119,15 @@ def create_app(db_path: str | os.PathLike | None = None):
 
     app = FastAPI(title="autoselect", version=_version(), docs_url=None, redoc_url=None,
                   description="Read-only recommendations of vLLM's --all2all-backend from measured data.")
+
+    async def answer(key: tuple, compute: Callable[[], Any]) -> Response:
+        """Serve the cached JSON bytes for ``key``; compute misses in the thread pool (blocking
+        SQLite and the selector never run on the event loop)."""
+        body, state = cache.lookup(key)
+        if body is None:
+            body = await run_in_threadpool(lambda: json.dumps(compute()).encode())
+            cache.store(key, state, body)
+        return Response(content=body, media_type="application/json")
 
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError):
@@ -130,11 +152,11 @@ def create_app(db_path: str | os.PathLike | None = None):
         return {"status": "ok", "db": str(path), "schema_version": version}
 
     @app.get("/v1/recommend")
-    def recommend(model: str, host_class: str | None = None, workload: str | None = None,
+    async def recommend(model: str, host_class: str | None = None, workload: str | None = None,
                   tokens: str | None = None, dp: int | None = None, tp: int | None = None,
                   world_size: int | None = None, gpu_arch: str | None = None, vllm_version: str | None = None,
                   concurrency: int | None = None, max_num_batched_tokens: int | None = None,
-                  max_workspace_gib: float | None = None) -> dict:
+                  max_workspace_gib: float | None = None):
         """The same JSON as ``autoselect recommend --format json``."""
         from autoselect.selector import recommend_for
 
@@ -143,10 +165,10 @@ def create_app(db_path: str | os.PathLike | None = None):
               "concurrency": concurrency, "max_num_batched_tokens": max_num_batched_tokens,
               "max_workspace_gib": max_workspace_gib}
         key = ("recommend", model, tuple(sorted(kw.items())))
-        return cache.get(key, lambda: recommend_for(model, db_path=path, **kw).to_dict())
+        return await answer(key, lambda: recommend_for(model, db_path=path, **kw).to_dict())
 
     @app.get("/v1/hosts")
-    def hosts() -> dict:
+    async def hosts():
         """The host classes in the database (``autoselect hosts --format json``'s rows)."""
         from db.queries import host_classes
 
@@ -157,16 +179,16 @@ def create_app(db_path: str | os.PathLike | None = None):
             finally:
                 c.close()
 
-        return cache.get(("hosts",), compute)
+        return await answer(("hosts",), compute)
 
     @app.get("/v1/drift")
-    def drift(host_class: str | None = None, min_slowdown: float = 0.05, noise_k: float = 3.0) -> dict:
+    async def drift(host_class: str | None = None, min_slowdown: float = 0.05, noise_k: float = 3.0):
         """``autoselect fleet drift --format json``."""
         from autoselect.drift import analyze_at
 
         key = ("drift", host_class, min_slowdown, noise_k)
-        return cache.get(key, lambda: analyze_at(path, host_class=host_class, min_slowdown=min_slowdown,
-                                                 noise_k=noise_k).to_dict())
+        return await answer(key, lambda: analyze_at(path, host_class=host_class, min_slowdown=min_slowdown,
+                                                     noise_k=noise_k).to_dict())
 
     return app
 

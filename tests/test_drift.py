@@ -49,7 +49,7 @@ def test_slow_node_is_slow_against_the_class_at_every_point_by_about_thirty_perc
 
 def test_slow_node_against_its_own_history_only_where_it_did_not_also_improve(fleet_db):
     hist = [s for s in _nodes(fleet_db)[SLOW_NODE].slow if s.versus == "history"]
-    # two-sided got 35 % faster with the flashinfer upgrade, which hides the 30 % loss (0.65 x 1.3 < 1)
+    # two-sided got twice as fast with the flashinfer upgrade, which hides the 30 % loss (0.5 x 1.3 < 1)
     assert {s.backend for s in hist} == {"allgather_reducescatter"}
     assert len(hist) == len(TOKENS)
 
@@ -90,7 +90,7 @@ def test_recommendation_change_since_the_previous_run_names_the_measurements_tha
         DEEPSEEK_V3, "allgather_reducescatter", "flashinfer_nvlink_two_sided", "f2", "f3")
     moved = {(m.backend, m.tokens_per_rank) for m in ch.moved}
     assert moved == {("flashinfer_nvlink_two_sided", t) for t in TOKENS}
-    assert all(-0.40 < m.change < -0.30 for m in ch.moved)
+    assert all(-0.55 < m.change < -0.45 for m in ch.moved)
 
 
 def test_fleet_drift_json_lists_the_flagged_node(fleet_db):
