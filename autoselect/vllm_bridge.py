@@ -21,6 +21,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -243,11 +245,31 @@ class FlagValidation:
                 "elapsed_s": round(self.elapsed_s, 3)}
 
 
+_ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_PYTHON = re.compile(r"^(.*/)?python[0-9.]*$")
+
+
 def serve_flags(argv: list[str] | tuple[str, ...]) -> list[str]:
-    """The arguments after ``vllm serve`` (accepts a full ``vllm serve MODEL ...`` line or just the rest)."""
+    """The words vLLM's ``vllm serve`` parser takes: the command line minus its launcher.
+
+    Accepts what ``check`` accepts: ``vllm serve MODEL ...``, ``MODEL ...``, leading
+    ``VAR=value`` words (and ``env``), ``python -m vllm.entrypoints.<module> [serve] ...``, or
+    the whole command as one string.
+    """
     argv = list(argv)
+    if len(argv) == 1 and " " in argv[0].strip():
+        try:
+            argv = shlex.split(argv[0])
+        except ValueError:  # unbalanced quotes: let vLLM's parser see the words as given
+            pass
+    if argv and argv[0] == "env":
+        argv = argv[1:]
+    while argv and _ENV_WORD.match(argv[0]):
+        argv = argv[1:]
     if argv and Path(argv[0]).name == "vllm":
         argv = argv[1:]
+    elif len(argv) >= 3 and _PYTHON.match(argv[0]) and argv[1] == "-m" and argv[2].startswith("vllm."):
+        argv = argv[3:]
     if argv and argv[0] == "serve":
         argv = argv[1:]
     return argv

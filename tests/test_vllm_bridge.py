@@ -87,6 +87,11 @@ def test_serve_flags_drops_the_program_and_subcommand():
     assert bridge.serve_flags(["vllm", "serve", "m", "-dp", "2"]) == ["m", "-dp", "2"]
     assert bridge.serve_flags(["/opt/venv/bin/vllm", "serve", "m"]) == ["m"]
     assert bridge.serve_flags(["m", "-ep"]) == ["m", "-ep"]
+    assert bridge.serve_flags(["VLLM_USE_V1=1", "vllm", "serve", "m", "-ep"]) == ["m", "-ep"]
+    assert bridge.serve_flags(["env", "A=1", "vllm", "serve", "m"]) == ["m"]
+    assert bridge.serve_flags(["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]) == [
+        "--model", "m"]
+    assert bridge.serve_flags(["vllm serve m -dp 2 -ep"]) == ["m", "-dp", "2", "-ep"]
 
 
 def _vllm_says(scheme, config_class, **kw):
