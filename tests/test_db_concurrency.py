@@ -98,3 +98,26 @@ def test_a_writer_killed_mid_run_leaves_whole_rows_and_an_interrupted_run(tmp_pa
     assert conn.execute("SELECT COUNT(*) FROM results").fetchone()[0] == n
     info = runner.invoke(main, ["db", "info", "--db", str(db)])
     assert "interrupted runs  #1" in info.stdout
+
+
+@pytest.mark.slow
+def test_writers_killed_at_arbitrary_moments_never_leave_half_a_row(tmp_path):
+    import time
+
+    db = tmp_path / "results.db"
+    for round_, delay in enumerate((0.05, 0.13, 0.29), start=1):
+        p = _writer(db, f"node-{round_}", 0, 3000)
+        assert p.stdout.readline() == "ready\n"
+        time.sleep(delay)  # wherever the writer happens to be: inside add_result most of the time
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+        conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute(
+            "SELECT COUNT(*) FROM results r WHERE r.samples != (SELECT COUNT(*) FROM samples s WHERE s.result_id = r.id)"
+        ).fetchone()[0] == 0
+        conn.close()
+        with Store(db) as s:
+            assert [r["id"] for r in s.interrupted] == [round_]
+    statuses = sqlite3.connect(db).execute("SELECT status FROM runs ORDER BY id").fetchall()
+    assert statuses == [("interrupted",)] * 3
