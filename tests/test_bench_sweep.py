@@ -257,3 +257,20 @@ def test_under_torchrun_the_ranks_are_torchruns_and_rank_0_writes(tmp_path):
     assert proc.stdout.count("# autoselect bench:") == 1  # only rank 0 prints
     rows = sqlite3.connect(db).execute("select backend, tokens_per_rank, status from results").fetchall()
     assert rows == [("reference_all_to_all", 4, "ok")]
+
+
+@pytest.mark.slow
+def test_a_routing_file_reaches_the_workers_and_names_the_rows(tmp_path):
+    path = tmp_path / "hot.json"
+    path.write_text(json.dumps([[0, 1, 2, 3], [8, 9, 10, 11], [0, 5, 9, 15]]))
+    (r,) = run_sweep(_spec(["reference_all_to_all"], routing=str(path)))
+    assert (r.status, r.routing) == ("ok", "file:hot.json")
+
+
+def test_a_bad_routing_file_fails_before_any_worker_starts(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([[0, 1, 2]]))
+    from bench.workload import BadRouting
+
+    with pytest.raises(BadRouting, match=r"has shape \[1, 3\]; expected \[tokens, 4\]"):
+        run_sweep(_spec(["reference_all_to_all"], routing=str(path)))
