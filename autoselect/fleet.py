@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import shlex
 import time
 import uuid
@@ -394,7 +395,10 @@ def _gpus_per_node(ray, spec: FleetSpec) -> int:
 
 def _failure_reason(ray, exc: BaseException, ray_node_id: str | None) -> tuple[str, bool]:
     """(reason, node_alive) for a failed node task."""
-    text = str(exc).strip().splitlines()
+    cause = getattr(exc, "cause", None)  # RayTaskError: the exception raised on the node
+    if isinstance(cause, BaseException):
+        exc = cause
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()
     reason = f"{type(exc).__name__}: {text[0] if text else ''}".strip()
     alive = True
     if ray_node_id:

@@ -77,6 +77,23 @@ def test_fleet_schedule_records_its_runs_with_trigger_schedule(cluster, db_path)
 
 
 @pytest.mark.slow
+def test_a_failing_node_task_is_retried_on_its_live_node_then_recorded_failed(cluster, db_path):
+    # --device cuda on nodes whose fake GPUs have no driver: the harness refuses on the node
+    spec = fleet.FleetSpec(address=cluster.address, nodes=1, device="cuda", shapes=[(128, 2, 4, "bf16")],
+                           tokens=[1], backends=["allgather_reducescatter"], retries=1, world_size=2,
+                           reschedule_wait_s=2.0)
+    events = []
+    report = fleet.run_fleet(spec, db_path, progress=events.append)
+    (node,) = report.nodes
+    assert (node.status, node.attempts, node.results) == ("failed", 2, 0)
+    assert "NotEnoughGpus" in node.error and "no CUDA GPU" in node.error
+    assert [e["retry"] for e in events if e["event"] == "node_failed"] == [True, False]
+    node_runs = _node_runs(db_path)
+    assert [(r["status"], r["meta"]["attempt"]) for r in node_runs] == [("failed", 1), ("failed", 2)]
+    assert node_runs[0]["meta"]["error"] == node.error
+
+
+@pytest.mark.slow
 def test_a_node_killed_mid_run_is_recorded_and_the_others_finish(cluster, db_path):
     """Runs last in this module: it removes one worker node from the shared cluster."""
     victims = {w.node_id: w for w in cluster.workers}
@@ -198,3 +215,19 @@ def test_schedule_rejects_a_jitter_as_long_as_the_interval(db_path):
     assert result.exit_code == 2
     assert result.stderr == "Error: --jitter must be between 0 and --every (3600s), got 7200s\n"
     assert not db_path.exists()
+
+
+@pytest.mark.slow
+def test_bench_node_streams_each_result_and_stops_starting_backends_after_the_budget():
+    """The node-side generator, run in this process (no Ray needed): gloo harness, world size 2."""
+    from autoselect.hardware import fingerprint
+
+    spec = fleet.FleetSpec(device="cpu", shapes=[(128, 2, 4, "bf16")], tokens=[1, 4],
+                           backends=["allgather_reducescatter", "reference_all_to_all"], budget_s=0.001,
+                           min_samples=3, min_time_s=0.05, timeout_s=5)
+    workloads = fleet.validate(spec)
+    events = list(fleet.bench_node(fleet._node_spec(spec, 2), workloads, fingerprint().to_dict()))
+    results = [e["result"] for e in events if e["event"] == "result"]
+    assert [(r["backend"], r["tokens_per_rank"], r["status"]) for r in results] == [
+        ("allgather_reducescatter", 1, "ok"), ("allgather_reducescatter", 4, "ok")]
+    assert events[-1]["event"] == "done" and events[-1]["budget_exhausted"] is True
