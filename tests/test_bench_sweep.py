@@ -274,3 +274,20 @@ def test_a_bad_routing_file_fails_before_any_worker_starts(tmp_path):
 
     with pytest.raises(BadRouting, match=r"has shape \[1, 3\]; expected \[tokens, 4\]"):
         run_sweep(_spec(["reference_all_to_all"], routing=str(path)))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "tests/fixtures/models/qwen3-30b-a3b", "--hidden", "256"],
+     "Error: pass either --model or --hidden/--top-k/--experts/--dtype, not both\n"),
+    (["--model", "tests/fixtures/models/qwen3-30b-a3b"],
+     "Error: --model tests/fixtures/models/qwen3-30b-a3b on a host without a GPU: pass --gpu-arch sm90|sm100 "
+     "to choose the activation dtype\n"),
+    (["--hidden", "256", "--top-k", "4", "--experts", "16", "--dtype", "bf16", "--gpu-arch", "sm7"],
+     "Error: unknown GPU architecture 'sm7'"),
+])
+def test_bench_cli_shape_mistakes_are_one_line_and_write_nothing(db_path, args, message, monkeypatch):
+    monkeypatch.chdir(Path(__file__).parent.parent)
+    res = CliRunner().invoke(main, ["bench", "--device", "cpu", *args, "--db", str(db_path)])
+    assert res.exit_code == 2
+    assert res.stderr.startswith(message) and res.stderr.count("\n") == 1
+    assert not db_path.exists()
