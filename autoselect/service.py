@@ -142,14 +142,21 @@ def create_app(db_path: str | os.PathLike | None = None):
         return JSONResponse({"error": "; ".join(parts)}, status_code=400)
 
     @app.get("/healthz")
-    def healthz() -> dict:
-        """Liveness: the database can be opened and read."""
-        c = connect_readonly(path)
+    async def healthz():
+        """Liveness: the database can be opened and read (re-checked whenever its files change);
+        503 with the reason when it cannot."""
+        def compute():
+            c = connect_readonly(path)
+            try:
+                version = c.execute("PRAGMA user_version").fetchone()[0]
+            finally:
+                c.close()
+            return {"status": "ok", "db": str(path), "schema_version": version}
+
         try:
-            version = c.execute("PRAGMA user_version").fetchone()[0]
-        finally:
-            c.close()
-        return {"status": "ok", "db": str(path), "schema_version": version}
+            return await answer(("healthz",), compute)
+        except UserError as e:
+            return JSONResponse({"status": "error", "db": str(path), "error": str(e)}, status_code=503)
 
     @app.get("/v1/recommend")
     async def recommend(model: str, host_class: str | None = None, workload: str | None = None,

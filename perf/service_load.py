@@ -92,6 +92,12 @@ def start_server(db: Path, port: int) -> subprocess.Popen:
     raise SystemExit("server did not start within 60 s")
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
@@ -183,11 +189,17 @@ def main() -> None:
         base = f"http://127.0.0.1:{port}"
         try:
             first = asyncio.run(first_answers(base, mix))
+            cpu0 = process_cpu_s(server.pid)
             latencies, errors, wall = asyncio.run(load(port, mix, args.clients, args.requests, args.seconds))
+            server_cpu = process_cpu_s(server.pid) - cpu0
         finally:
             server.terminate()
             server.wait(timeout=30)
 
+    done = len(latencies) + len(errors)
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other processes compete "
+          f"for the same cores); server CPU {server_cpu / max(done, 1) * 1e3:.2f} ms per request, "
+          f"{server_cpu / wall:.0%} of one core while loaded")
     print(f"service load: {len(mix)} distinct requests, {args.clients} concurrent clients, "
           f"{len(latencies) + len(errors)} requests in {wall:.2f} s ({(len(latencies) + len(errors)) / wall:.0f} req/s)")
     print(f"  first answer (computed), one at a time: p50 {statistics.median(first):7.2f} ms   "

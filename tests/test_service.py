@@ -117,3 +117,19 @@ def test_serve_rejects_a_port_out_of_range(fleet_db):
     result = CliRunner().invoke(main, ["serve", "--db", str(fleet_db), "--port", "70000"])
     assert result.exit_code == 2
     assert result.stderr == "Error: --port 70000 is not a TCP port; use 1-65535\n"
+
+
+def test_healthz_is_503_with_the_reason_when_the_database_goes_away(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from autoselect.service import create_app
+
+    db = build_fleet_db(tmp_path / "fleet.db")
+    client = TestClient(create_app(db))
+    assert client.get("/healthz").status_code == 200
+    db.unlink()
+    for extra in ("-wal", "-shm"):
+        (tmp_path / f"fleet.db{extra}").unlink(missing_ok=True)
+    r = client.get("/healthz")
+    assert r.status_code == 503
+    assert r.json()["error"].startswith(f"no results database at {db}")
