@@ -44,18 +44,24 @@ from typing import Any, Callable, Iterable
 
 from autoselect import knobs as knobs_mod
 from autoselect.errors import UserError
-from autoselect.selector import REL_FLOOR, WorkloadSpec, compare, point_rel_halfwidth
+from autoselect.selector import REL_FLOOR, Z, WorkloadSpec, compare, point_rel_halfwidth
 
-#: Stopping rule of the screen stage (every backend, every bucket).
-SCREEN = {"min_samples": 10, "min_time_s": 0.05, "max_noise": 0.02, "timeout_s": 5.0}
-#: Stopping rule of the refine stage and of the final knob check (the harness defaults).
-REFINE = {"min_samples": 10, "min_time_s": 0.5, "max_noise": 0.005, "timeout_s": 15.0}
-#: Pruning widens both bands by this factor: a backend is dropped only when clearly dominated.
-PRUNE_SAFETY = 1.5
+#: Stopping rule of the screen stage (every backend, every bucket): a short look. The wall-clock
+#: cap ends it even when a loaded machine keeps the noise above target; the band then comes
+#: from the noise it did reach, so a noisy screen prunes less, never more.
+SCREEN = {"min_samples": 10, "min_time_s": 0.05, "max_noise": 0.05, "timeout_s": 0.15}
+#: Stopping rule of the refine stage and of the final knob check: short runs, repeated. The
+#: noise target is the selector's reproducibility floor (1 %): chasing 0.5 % inside one run
+#: buys nothing when two runs of the same point differ by more; precision comes from pooling
+#: repeated, interleaved runs, which also averages out the machine's changing load.
+REFINE = {"min_samples": 10, "min_time_s": 0.1, "max_noise": 0.01, "timeout_s": 0.3}
+#: Pruning widens both bands by this factor (1 = the selector's own rule: Z = 2 bands, summed
+#: linearly over buckets, must not overlap).
+PRUNE_SAFETY = 1.0
 #: How many buckets one refine round re-measures.
-REFINE_BUCKETS_PER_ROUND = 2
-#: Stop refining after this many rounds even with budget left (each round halves little more).
-MAX_REFINE_ROUNDS = 8
+REFINE_BUCKETS_PER_ROUND = 1
+#: Stop refining after this many rounds even with budget left: the rest is within the machine's noise.
+MAX_REFINE_ROUNDS = 5
 #: Parameter names every trial of a study carries (besides the knobs).
 STAGES = ("screen", "refine", "knob", "knob-final")
 
@@ -167,8 +173,13 @@ class PointEstimate:
         return self.rel_halfwidth <= REL_FLOOR * 1.0001
 
 
-def pool(measurements: Iterable[Measurement]) -> PointEstimate | None:
-    """Inverse-variance pooling of the ok measurements of one point; band never below the floor."""
+def pool(measurements: Iterable[Measurement], spread: float | None = None) -> PointEstimate | None:
+    """Inverse-variance pooling of the ok measurements of one point.
+
+    The band is the largest of: the pooled in-run band; ``Z x spread / sqrt(runs)`` (the
+    machine's run-to-run spread, which averages down over independent runs); the selector's
+    reproducibility floor ``REL_FLOOR``.
+    """
     ok = [m for m in measurements if m.status == "ok" and m.latency_us]
     if not ok:
         return None
@@ -176,7 +187,23 @@ def pool(measurements: Iterable[Measurement]) -> PointEstimate | None:
     total = sum(weights)
     lat = sum(w * m.latency_us for w, m in zip(weights, ok)) / total
     h = max(1.0 / math.sqrt(total), REL_FLOOR)
+    if spread:
+        h = max(h, Z * spread / math.sqrt(len(ok)))
     return PointEstimate(lat, h, len(ok))
+
+
+def run_to_run_spread(groups: Iterable[list[float]]) -> float | None:
+    """Median relative standard deviation of repeated runs of the same point (None without repeats)."""
+    spreads = []
+    for values in groups:
+        if len(values) >= 2:
+            mean = sum(values) / len(values)
+            var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+            spreads.append(math.sqrt(var) / mean)
+    if not spreads:
+        return None
+    spreads.sort()
+    return spreads[len(spreads) // 2]
 
 
 @dataclass
@@ -201,13 +228,22 @@ class Race:
         """Record one measurement."""
         self.measurements.append(m)
 
+    def spread(self) -> float | None:
+        """The machine's run-to-run spread: median relative std of repeated runs of a point."""
+        groups: dict[tuple, list[float]] = {}
+        for m in self.measurements:
+            if m.status == "ok" and m.latency_us:
+                groups.setdefault((m.backend, m.tokens, _setting_key(m.setting)), []).append(m.latency_us)
+        return run_to_run_spread(groups.values())
+
     def points(self, backend: str, setting: dict[str, str] | None = None) -> dict[int, PointEstimate]:
         """Pooled estimates per bucket for ``backend`` with ``setting`` (untuned by default)."""
         key = _setting_key(setting or {})
+        spread = self.spread()
         out = {}
         for t in self.workload.tokens:
-            est = pool(m for m in self.measurements
-                       if m.backend == backend and m.tokens == t and _setting_key(m.setting) == key)
+            est = pool((m for m in self.measurements
+                        if m.backend == backend and m.tokens == t and _setting_key(m.setting) == key), spread)
             if est:
                 out[t] = est
         return out
@@ -217,6 +253,12 @@ class Race:
         key = _setting_key(setting or {})
         return any(m.backend == backend and m.tokens == tokens and m.stage == stage
                    and _setting_key(m.setting) == key for m in self.measurements)
+
+    def count(self, backend: str, tokens: int, stage: str, setting: dict[str, str] | None = None) -> int:
+        """How many measurements of this stage the point has."""
+        key = _setting_key(setting or {})
+        return sum(1 for m in self.measurements if m.backend == backend and m.tokens == tokens
+                   and m.stage == stage and _setting_key(m.setting) == key)
 
     def failure(self, backend: str, setting: dict[str, str] | None = None) -> str | None:
         """The first non-ok measurement of a backend (setting), as a reason, or None."""
@@ -250,7 +292,7 @@ class Race:
         scored = [(s.latency_us, b) for b in self.alive if (s := self.score(b))]
         return min(scored)[1] if scored else None
 
-    def prune(self, safety: float = PRUNE_SAFETY) -> list[tuple[str, str]]:
+    def prune(self, safety: float = PRUNE_SAFETY, failures_only: bool = False) -> list[tuple[str, str]]:
         """Drop failed and clearly dominated backends; returns the newly pruned ``(backend, why)``."""
         newly = []
         for b in self.alive:
@@ -258,7 +300,7 @@ class Race:
             if why:
                 self.pruned[b] = why
                 newly.append((b, why))
-        lead = self.leader()
+        lead = None if failures_only else self.leader()
         if lead is None:
             return newly
         ls = self.score(lead)
@@ -275,6 +317,20 @@ class Race:
                 self.pruned[b] = why
                 newly.append((b, why))
         return newly
+
+    def futile(self, rounds_left: int) -> bool:
+        """Whether even ``rounds_left`` more runs of every point could not separate the leader
+        from its closest challenger (bands shrink as 1/sqrt(runs) at best; means assumed fixed).
+        """
+        alive = [b for b in self.alive if self.score(b)]
+        if len(alive) < 2:
+            return False
+        lead = self.leader()
+        challenger = min((self.score(b).latency_us, b) for b in alive if b != lead)[1]
+        sl, sc = self.score(lead), self.score(challenger)
+        runs = min(p.count for b in (lead, challenger) for p in self.points(b).values())
+        shrink = math.sqrt(runs / (runs + rounds_left))
+        return (sl.halfwidth_us + sc.halfwidth_us) * shrink >= abs(sc.latency_us - sl.latency_us)
 
     def refine_targets(self, k: int = REFINE_BUCKETS_PER_ROUND) -> list[int]:
         """The buckets where the leader and its closest challenger are closest, relative to noise.
@@ -530,38 +586,52 @@ class Tuner:
 
     # ---- phases ----
     def screen(self) -> None:
-        """Measure every alive backend at every bucket not screened yet (one sweep call each)."""
-        for b in self.race.alive:
-            todo = [t for t in self.spec.workload.tokens if not self.race.measured(b, t, "screen")]
-            if not todo:
-                continue
+        """Measure every alive backend at every bucket not screened yet (one sweep call).
+
+        Only failures are pruned here: dominance waits for the first refine round, whose
+        repeated runs measure the machine's run-to-run spread.
+        """
+        todo = {b: [t for t in self.spec.workload.tokens if not self.race.measured(b, t, "screen")]
+                for b in self.race.alive}
+        by_tokens: dict[tuple, list[str]] = {}
+        for b, ts in todo.items():
+            if ts:
+                by_tokens.setdefault(tuple(ts), []).append(b)
+        for tokens, backends in by_tokens.items():
             if self.remaining() <= 0:
                 return
-            self._sweep([b], todo, "screen", self.spec.screen)
-            if self.race.failure(b):
-                self._prune()
-        self._prune()
+            self._sweep(backends, list(tokens), "screen", self.spec.screen)
+        self._prune(failures_only=self.race.spread() is None)
 
-    def _prune(self) -> None:
-        for b, why in self.race.prune():
+    def _prune(self, failures_only: bool = False) -> None:
+        for b, why in self.race.prune(failures_only=failures_only):
             self.progress({"event": "prune", "backend": b, "reason": why})
         self.study.set("pruned", self.race.pruned)
 
     def refine(self) -> str:
-        """Refine rounds until settled, tied or out of budget; returns the stop reason."""
-        for _ in range(MAX_REFINE_ROUNDS):
+        """Refine rounds until settled, tied or out of budget; returns the stop reason.
+
+        A round re-measures every alive backend at the buckets where the leader and its
+        closest challenger are closest (one sweep call, backends in alternating order so a
+        steady drift of the machine's load hits them alike), then prunes.
+        """
+        for n in range(MAX_REFINE_ROUNDS):
             if len(self.race.alive) <= 1:
                 return "settled"
             targets = self.race.refine_targets()
             if not targets:
                 return "tie"
+            if self.race.futile(MAX_REFINE_ROUNDS - n):
+                return "unresolved"
             alive = [b for b in self.race.alive if self.race.score(b)]
+            if n % 2:
+                alive.reverse()
             cost = self._estimate(len(alive) * len(targets), self.spec.refine)
             if cost > self.remaining():
                 return "budget"
             self._sweep(alive, targets, "refine", self.spec.refine)
             self._prune()
-        return "settled" if len(self.race.alive) <= 1 else "tie"
+        return "settled" if len(self.race.alive) <= 1 else "unresolved"
 
     def knob_search(self, backend: str) -> dict[str, Any]:
         """Screen every legal knob value of ``backend``, combine the winners, confirm with REFINE."""
@@ -652,7 +722,7 @@ class TuneOutcome:
     """What a tune found, and why it stopped."""
 
     study: str
-    stop: str  # "settled" | "tie" | "budget"
+    stop: str  # "settled" | "tie" | "unresolved" | "budget"
     stop_reason: str
     winner: str | None
     recommendable: str | None
@@ -677,6 +747,9 @@ class TuneOutcome:
             "settled": f"settled: {winner} beats every other candidate beyond the noise",
             "tie": (f"settled as a tie: {', '.join(race.alive)} stay within each other's noise "
                     "and every contested point is at the reproducibility floor"),
+            "unresolved": (f"unresolved after {MAX_REFINE_ROUNDS} refine rounds: {', '.join(race.alive)} "
+                           f"stay within this machine's run-to-run noise (spread "
+                           f"{(race.spread() or 0):.1%}); best so far: {winner}"),
             "budget": f"budget ran out ({tuner.spec.budget_s:g} s) before the decision was settled; "
                       f"best so far: {winner}; rerun the same command to continue",
         }

@@ -93,24 +93,18 @@ def test_a_killed_tune_resumes_and_reuses_its_completed_trials(db_path, slow_ada
             "--backends", "allgather_reducescatter,reference_all_to_all,reference_slow_all_to_all",
             "--db", str(db_path)]
     env = dict(os.environ)
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    log = open(tmp_path / "first.log", "w")
+    proc = subprocess.Popen(args, env=env, stdout=log, stderr=log, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if optuna_path(db_path).exists():
-                try:
-                    done = [t for t in _trials(db_path) if t["state"] == "COMPLETE"]
-                except Exception:  # the study tables may not exist yet
-                    done = []
-                if len(done) >= 3:
-                    break
+        while time.monotonic() < deadline and _completed(db_path) < 3:
             time.sleep(0.2)
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
+        log.close()
     before = _trials(db_path)
-    assert len(before) >= 3 and proc.returncode == -signal.SIGKILL
+    assert len(before) >= 3 and proc.returncode == -signal.SIGKILL, (tmp_path / "first.log").read_text()[-3000:]
     rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     out = json.loads(rerun.stdout)
@@ -122,6 +116,18 @@ def test_a_killed_tune_resumes_and_reuses_its_completed_trials(db_path, slow_ada
     assert out["winner"] != "reference_slow_all_to_all"
     runs = sqlite3.connect(db_path).execute("SELECT status FROM runs ORDER BY id").fetchall()
     assert [r[0] for r in runs] == ["interrupted", "complete"]
+
+
+def _completed(db_path: Path) -> int:
+    """Completed trials so far, read without touching the schema (optuna would create it)."""
+    try:
+        conn = sqlite3.connect(f"file:{optuna_path(db_path)}?mode=ro", uri=True, timeout=1)
+        try:
+            return conn.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error:  # no file or no tables yet
+        return 0
 
 
 def _invoke(args):

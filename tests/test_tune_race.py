@@ -53,7 +53,7 @@ def test_repeated_measurements_pool_by_inverse_variance_but_not_below_the_floor(
 def test_a_clearly_slower_backend_is_pruned_with_its_numbers():
     r = race_with(m("a", 8, 100), m("a", 64, 200), m("b", 8, 300), m("b", 64, 600))
     assert r.prune() == [("b", "slower than a: 450.0 ± 9.0 µs vs 150.0 ± 3.0 µs "
-                               "(workload-weighted, bands x1.5 do not overlap)")]
+                               "(workload-weighted, bands x1 do not overlap)")]
     assert r.alive == ["a"]
 
 
@@ -77,6 +77,20 @@ def test_refine_goes_to_the_heavily_weighted_bucket_where_the_two_are_closest():
         r.add(x)
     assert r.refine_targets(k=1) == [512]
     assert r.refine_targets(k=3) == [512, 8, 64]
+
+
+def test_the_run_to_run_spread_of_repeated_points_widens_the_bands():
+    r = race_with(m("a", 8, 100), m("a", 8, 140), m("a", 64, 200), m("a", 64, 200),
+                  m("b", 8, 150), m("b", 64, 300))
+    assert r.spread() == pytest.approx(20 * 2**0.5 / 120)  # upper median of [0, 0.236]
+    assert r.points("b")[8].rel_halfwidth == pytest.approx(2 * r.spread())
+    assert r.points("a")[8].rel_halfwidth == pytest.approx(2 * r.spread() / 2**0.5)
+
+
+def test_refining_is_futile_when_more_runs_could_not_separate_the_two():
+    close = race_with(m("a", 8, 100, h=0.2), m("a", 64, 100, h=0.2), m("b", 8, 101, h=0.2), m("b", 64, 101, h=0.2))
+    apart = race_with(m("a", 8, 100, h=0.2), m("a", 64, 100, h=0.2), m("b", 8, 130, h=0.2), m("b", 64, 130, h=0.2))
+    assert close.futile(rounds_left=5) and not apart.futile(rounds_left=5)
 
 
 def test_nothing_is_left_to_refine_once_contested_points_are_at_the_floor():
