@@ -36,6 +36,12 @@ export PYTHONPATH="$PWD:/tmp/site:$PWD/tests/plugins${PYTHONPATH:+:$PYTHONPATH}"
 export AUTOSELECT_DB="$OUT/gpu_check.db"
 rm -f "$AUTOSELECT_DB"*
 python3 -c "import flashinfer, flashinfer.comm; print('flashinfer', flashinfer.__version__)" || echo "flashinfer not importable"
+python3 - <<'PY'
+import importlib.util
+need = ["click", "rich", "sqlite_utils", "platformdirs", "pynvml", "numpy", "pytest"]
+missing = [m for m in need if importlib.util.find_spec(m) is None]
+print("python deps:", "all present" if not missing else "MISSING " + ", ".join(missing) + " (carry their wheels in .whl/)")
+PY
 python3 -c "from bench.backends import available; print('adapters:', ', '.join(available()))"
 
 section "bench: world size 1, bf16, tokens 1,256 (JIT builds happen here)"
