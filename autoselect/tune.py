@@ -3,25 +3,29 @@
 An exhaustive sweep measures every backend at every token bucket to 0.5 % noise. Most of that
 time goes to backends that are clearly losing. ``tune`` runs a race instead:
 
-1. **Screen**: every candidate backend at every bucket of the workload, with a quick stopping
-   rule (:data:`SCREEN`: 10 samples, 0.05 s, 2 % noise).
-2. **Prune**: a backend whose workload-weighted latency band lies entirely above the
-   leader's (the selector's band rule, :func:`autoselect.selector.compare`, with the bands
-   widened by :data:`PRUNE_SAFETY`) is dropped, with the numbers as the reason. A backend that
-   fails the correctness gate, is unavailable or errors at any bucket is dropped too.
-3. **Refine**: the survivors are re-measured with the full stopping rule (:data:`REFINE`) at
-   the buckets where the leader and its closest challenger are closest relative to their noise
-   (weighted by the bucket's share of the workload). Repeated measurements of a point are
-   pooled (inverse-variance), never below the selector's reproducibility floor.
-4. **Stop** when one backend is left ("settled"), when every remaining point is at the
-   reproducibility floor and the bands still overlap ("tie"), or when ``--budget`` runs out
-   ("budget"); the result says which.
-5. **Knobs**: for the winner, each legal value of each legal knob (``autoselect/knobs.py``)
-   is screened at every bucket, one knob at a time; the values that beat the untuned backend
-   are combined (only if the combination is legal), and the best setting and the untuned
-   backend are re-measured together with the full stopping rule. Illegal settings are never
-   measured: :func:`plan_knob_settings` only produces settings :func:`knobs.check_setting`
-   accepts.
+1. **Screen**: every candidate backend at every bucket of the workload, with a short
+   stopping rule (:data:`SCREEN`). A backend that fails the correctness gate, is unavailable
+   or errors at any bucket is dropped on the spot, with the harness's reason.
+2. **Refine rounds**: every alive backend is re-measured (short runs, :data:`REFINE`) at the
+   bucket where the leader and its closest challenger are closest relative to their bands,
+   weighted by the bucket's share of the workload, in alternating backend order. Repeated
+   runs of a point are pooled (inverse-variance); the median relative spread between repeated
+   runs (the machine's run-to-run noise, e.g. load from other processes, which no single run
+   shows) widens every band to at least ``Z x spread / sqrt(runs)``, never below the
+   selector's reproducibility floor.
+3. **Prune** after each round: a backend whose workload-weighted latency band lies entirely
+   above the leader's (the selector's own rule, :func:`autoselect.selector.compare`: Z = 2
+   bands summed over buckets, widened by :data:`PRUNE_SAFETY`) is dropped, with the numbers.
+4. **Stop** and say which: ``settled`` (one backend left), ``tie`` (every contested point is
+   at the reproducibility floor and the bands still overlap), ``unresolved`` (even the
+   remaining rounds could not separate the two at the current means: futility), or
+   ``budget`` (``--budget`` ran out; rerun to continue).
+5. **Knobs**: for the fastest backend vLLM has, each legal value of each legal knob
+   (``autoselect/knobs.py``) is screened at every bucket, one knob at a time; the values that
+   beat the untuned backend are combined (only if the combination is legal), and the best
+   setting and the untuned backend are re-measured one after the other. Illegal settings are
+   never measured: :func:`plan_knob_settings` only produces settings
+   :func:`knobs.check_setting` accepts.
 
 Every measurement is one Optuna trial (params: backend, tokens, stage, and every knob of the
 table), added to a study in an SQLite RDB storage next to the results database
