@@ -51,8 +51,11 @@ timeout 480 python3 -m autoselect bench --device cuda --world-size 1 --gpu-arch 
   --min-time 0.2 --timeout 5 --setup-timeout 400 || FAILED=1
 python3 - <<'PY' || FAILED=1
 import os, sqlite3, sys
-conn = sqlite3.connect(os.environ["AUTOSELECT_DB"])
-rows = conn.execute("select backend, tokens_per_rank, status, coalesce(error, '') from results").fetchall()
+try:
+    conn = sqlite3.connect(os.environ["AUTOSELECT_DB"])
+    rows = conn.execute("select backend, tokens_per_rank, status, coalesce(error, '') from results").fetchall()
+except sqlite3.Error as e:
+    print("CHECK bench ok rows: FAIL (no results:", e, ")"); sys.exit(1)
 need = {"allgather_reducescatter", "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided"}
 ok = {b for b, t, s, e in rows if s == "ok"}
 print("ok backends:", sorted(ok)); missing = need - ok
@@ -66,8 +69,11 @@ timeout 300 python3 -m autoselect bench --device cuda --world-size 1 --gpu-arch 
   --backends test_one_sided_nvfp4_workspace --min-time 0.2 --timeout 5 --setup-timeout 400 || FAILED=1
 python3 - <<'PY' || FAILED=1
 import os, sqlite3, sys
-conn = sqlite3.connect(os.environ["AUTOSELECT_DB"])
-rows = conn.execute("select status, coalesce(error, '') from results where backend = 'test_one_sided_nvfp4_workspace'").fetchall()
+try:
+    conn = sqlite3.connect(os.environ["AUTOSELECT_DB"])
+    rows = conn.execute("select status, coalesce(error, '') from results where backend = 'test_one_sided_nvfp4_workspace'").fetchall()
+except sqlite3.Error as e:
+    print("CHECK undersized workspace not ok: FAIL (no results:", e, ")"); sys.exit(1)
 print(rows)
 good = rows and all(s in ("incorrect", "error") for s, _ in rows)
 print("CHECK undersized workspace not ok:", "PASS" if good else "FAIL", "(status incorrect = the gate caught it; error = the kernel raised)")

@@ -140,7 +140,10 @@ class _Progress:
 
     def __enter__(self):
         if self.enabled:
-            from rich.console import Console
+            try:
+                from rich.console import Console
+            except ImportError:  # the bar is a nicety; the sweep does not need it
+                return self
 
             console = Console(stderr=True)
             if console.is_terminal:
