@@ -52,6 +52,10 @@ class KnobContext:
     max_tokens_per_rank: int = 256  # the workload's largest batch per rank
     enable_dbo: bool = False  # vllm serve --enable-dbo
     cpus: int = 0  # CPU cores of the host (CPU runs)
+    #: Whether the benchmark applies ``vllm serve`` flag knobs. bench's adapters size their
+    #: workspaces to the measured batch (FlashInfer one-sided: max_num_tokens = tokens per
+    #: rank), so a --max-num-batched-tokens value would not change what is measured: False.
+    bench_applies_flags: bool = False
 
     @classmethod
     def from_host(cls, host: Any, *, world_size: int, max_tokens_per_rank: int,
@@ -103,6 +107,9 @@ CONDITIONS: dict[str, tuple[Callable[[KnobContext], bool], str]] = {
     "hopper_or_newer": (_is_hopper_or_newer, "needs an SM90 or SM100 GPU"),
     "multi_node": (lambda c: c.nodes > 1, "only used with one GPU per node (multi-node EP)"),
     "enable_dbo": (lambda c: c.enable_dbo, "only read when vllm serve runs with --enable-dbo"),
+    "bench_applies_flags": (lambda c: c.bench_applies_flags,
+                            "the benchmark adapters size their workspace to the measured batch, so this "
+                            "serve flag cannot be measured by autoselect's harness yet"),
 }
 
 #: Per-value legality: name -> (predicate(value, ctx), why it is illegal).
@@ -160,7 +167,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("--max-num-batched-tokens", "flag", ("flashinfer_nvlink_one_sided", "deepep_low_latency"),
          ("256", "1024", "2048", "4096", "8192", "16384"),
          "8192 (>=70 GiB GPUs), 16384 (>=160 GiB); 256 with deepep_low_latency",
-         ("cuda",),
+         ("cuda", "bench_applies_flags"),
          "vllm-project/vllm 0.33.0 vllm/model_executor/layers/fused_moe/all2all_utils.py "
          "(FlashInferNVLinkOneSidedPrepareAndFinalize(max_num_tokens=scheduler_config."
          "max_num_batched_tokens)); vllm/engine/arg_utils.py _set_default_max_num_seqs_and_batched_tokens_args",

@@ -69,8 +69,18 @@ def test_min_channels_above_max_channels_is_illegal_and_never_enumerated():
             assert int(lo) <= int(hi)
 
 
-def test_a_token_capacity_below_the_workload_is_illegal():
+def test_the_token_capacity_flag_is_not_searched_while_the_harness_cannot_apply_it():
     ctx = KnobContext(device="cuda", gpu_arch="sm100", all_nvlinks_up=True, max_tokens_per_rank=2048)
+    assert not any("--max-num-batched-tokens" in s for s in plan_knob_settings("flashinfer_nvlink_one_sided", ctx))
+    _, excluded = knob_space("deepep_low_latency", ctx)
+    assert [(k.name, why) for k, why in excluded] == [(
+        "--max-num-batched-tokens", "the benchmark adapters size their workspace to the measured batch, "
+        "so this serve flag cannot be measured by autoselect's harness yet")]
+
+
+def test_a_token_capacity_below_the_workload_is_illegal():
+    ctx = KnobContext(device="cuda", gpu_arch="sm100", all_nvlinks_up=True, max_tokens_per_rank=2048,
+                      bench_applies_flags=True)
     planned = plan_knob_settings("flashinfer_nvlink_one_sided", ctx)
     capacities = [s["--max-num-batched-tokens"] for s in planned if "--max-num-batched-tokens" in s]
     assert capacities == ["2048", "4096", "8192", "16384"]
