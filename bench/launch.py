@@ -230,12 +230,13 @@ def _died(procs, directory: Path) -> str | None:
 
 
 def _kill_group(procs) -> None:
-    """SIGKILL the workers' process group and reap them."""
+    """SIGKILL the workers' process group(s) and reap them."""
     if not procs:
         return
-    pgid = procs[0].pid
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+    groups = {procs[0].pid} if sys.version_info >= (3, 11) else {p.pid for p in procs}
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
     for p in procs:
         with contextlib.suppress(ProcessLookupError):
             p.kill()
@@ -250,10 +251,12 @@ def _spawn(job: dict, directory: Path, env: dict) -> list[subprocess.Popen]:
     try:
         for rank in range(job["world_size"]):
             stderr = open(directory / f"rank{rank}.stderr", "w")
+            # one process group for all ranks (Python >= 3.11); on 3.10 one session per rank
+            group = ({"process_group": procs[0].pid if procs else 0} if sys.version_info >= (3, 11)
+                     else {"start_new_session": True})
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "bench.launch", str(job_path), str(rank)],
-                env=env, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
-                process_group=procs[0].pid if procs else 0,
+                env=env, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr, **group,
             ))
             stderr.close()
     except BaseException:
