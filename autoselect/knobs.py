@@ -71,6 +71,7 @@ class KnobContext:
             all_nvlinks_up=bool(getattr(host, "all_nvlinks_up", False)),
             max_tokens_per_rank=max_tokens_per_rank,
             enable_dbo=enable_dbo,
+            cpus=os.cpu_count() or 1,
         )
 
 

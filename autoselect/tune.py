@@ -76,6 +76,10 @@ class MissingModel(UserError):
     "tune was called without --model."
 
 
+class BadWorldSize(UserError):
+    "A --world-size below 1."
+
+
 class BadBudget(UserError):
     "A --budget that is not a positive duration."
 
@@ -878,8 +882,8 @@ def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens
     from autoselect.selector import Deployment, parse_tokens, workload_from_kind
 
     budget_s = parse_budget(budget)
-    if world_size < 2:
-        raise NoCandidates(f"--world-size {world_size}: an all2all needs at least 2 ranks; pass 2 or more")
+    if world_size < 1:
+        raise BadWorldSize(f"--world-size {world_size} must be at least 1 (2 or more for a real exchange)")
     profile = load_model(model)
     host = host or fingerprint()
     device = device or host.device

@@ -139,8 +139,8 @@ def _invoke(args):
     (["--budget", "90s"], "Error: --model is required; pass a checkpoint, a hub id or shape:HxEXPERTSxTOPK:DTYPE\n"),
     (["--model", "shape:12x3", "--device", "cpu"],
      "Error: --model 'shape:12x3' is not shape:HIDDENxEXPERTSxTOPK:DTYPE; e.g. shape:2048x32x4:bf16\n"),
-    (["--model", SHAPE, "--device", "cpu", "--world-size", "1"],
-     "Error: --world-size 1: an all2all needs at least 2 ranks; pass 2 or more\n"),
+    (["--model", SHAPE, "--device", "cpu", "--world-size", "0"],
+     "Error: --world-size 0 must be at least 1 (2 or more for a real exchange)\n"),
 ])
 def test_bad_input_is_one_error_line_exit_2_and_no_database(db_path, args, message):
     result = _invoke([*args, "--db", str(db_path)])
