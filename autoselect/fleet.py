@@ -79,7 +79,7 @@ class FleetSpec:
     ``models`` are resolved on the driver (config files only); each node picks the activation
     dtype for its own GPU arch (a CPU node uses the ``cpu_arch`` dtype). ``shapes`` are explicit
     ``(hidden, top_k, experts, dtype)`` tuples. ``budget_s`` bounds each node's measuring time:
-    no new backend is started after it. ``world_size`` defaults to ``gpus_per_node``.
+    no new backend is started after it (the first one always runs). ``world_size`` defaults to ``gpus_per_node``.
     """
 
     address: str | None = None
@@ -291,11 +291,14 @@ def bench_node(spec: dict, workloads: list[dict], host: dict):
 
     def work():
         try:
+            first = True
             for w in workloads:
                 for backend in backends:
-                    if spec["budget_s"] is not None and time.monotonic() - started > spec["budget_s"]:
+                    # the budget is checked between sweeps: the first one always runs
+                    if not first and spec["budget_s"] is not None and time.monotonic() - started > spec["budget_s"]:
                         state["budget_exhausted"] = True
                         return
+                    first = False
                     sweep = SweepSpec(
                         backends=[backend], tokens=list(spec["tokens"]), hidden=w["hidden"], top_k=w["top_k"],
                         experts=w["experts"], dtype=w["dtypes"][arch], world_size=world, device=spec["device"],
