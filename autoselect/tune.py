@@ -752,7 +752,9 @@ class TuneOutcome:
         scores = {b: {"latency_us": s.latency_us, "halfwidth_us": s.halfwidth_us}
                   for b in race.backends if (s := race.score(b))}
         reasons = {
-            "settled": f"settled: {winner} beats every other candidate beyond the noise",
+            "settled": (f"settled: {winner} beats every other candidate beyond the noise"
+                        if len(race.backends) > 1 else
+                        f"settled: {winner} is the only candidate that can be measured here"),
             "tie": (f"settled as a tie: {', '.join(race.alive)} stay within each other's noise "
                     "and every contested point is at the reproducibility floor"),
             "unresolved": (f"unresolved after {MAX_REFINE_ROUNDS} refine rounds: {', '.join(race.alive)} "
@@ -862,8 +864,8 @@ def _unavailable(names: list[str], device: str, world_size: int, host: Any) -> d
     for name in names:
         try:
             why = load(name).unavailable_reason(ctx)
-        except Exception as e:  # an adapter that cannot even answer is unavailable, not a crash
-            why = f"{type(e).__name__}: {e}"
+        except Exception:  # cannot tell outside the workers: let the harness judge it there
+            why = None
         if why:
             out[name] = f"unavailable: {why}"
     return out
