@@ -571,8 +571,14 @@ def run_fleet(spec: FleetSpec, db_path=None, *, progress: Callable[[dict], None]
                         if node is None:
                             o.status = "failed" if alive else "lost"
                             continue
-                        p = ray.get(probe.options(scheduling_strategy=on(b), **task_opts).remote(node_spec),
-                                    timeout=spec.start_timeout_s)
+                        ref = probe.options(scheduling_strategy=on(b), **task_opts).remote(node_spec)
+                        try:  # a node the cluster has not noticed is gone yet never answers
+                            p = ray.get(ref, timeout=max(spec.reschedule_wait_s, 30.0))
+                        except Exception as probe_error:
+                            ray.cancel(ref, force=True)
+                            o.status = "lost"
+                            o.error = f"{reason}; the retry's probe failed: {_failure_reason(ray, probe_error, None)[0]}"
+                            continue
                         start(b, p, _retry_host(p, info, seen_machines))
                         continue
                     live[gen] = info
