@@ -513,10 +513,23 @@ def run_fleet(spec: FleetSpec, db_path=None, *, progress: Callable[[dict], None]
         def on(b):
             return PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=b)
 
-        probes = ray.get([probe.options(scheduling_strategy=on(b), **task_opts).remote(node_spec) for b in range(n)],
-                         timeout=spec.start_timeout_s)
-        hosts = node_scoped_hosts(probes)
-        seen_machines = {p["host"]["machine_id"] for p in probes}
+        probe_refs = [probe.options(scheduling_strategy=on(b), **task_opts).remote(node_spec) for b in range(n)]
+        answered, _ = ray.wait(probe_refs, num_returns=n, timeout=spec.start_timeout_s)
+        probes: list[dict | None] = []
+        probe_errors: dict[int, str] = {}
+        for b, ref in enumerate(probe_refs):
+            try:
+                if ref not in answered:
+                    raise TimeoutError(f"no answer within {spec.start_timeout_s:g}s")
+                probes.append(ray.get(ref))
+            except Exception as e:  # e.g. autoselect or torch not installed on that node
+                ray.cancel(ref, force=True)
+                probes.append(None)
+                probe_errors[b] = f"probe failed: {_failure_reason(ray, e, None)[0]}"
+        hosts = node_scoped_hosts([p for p in probes if p is not None])
+        hosts_by_bundle = iter(hosts)
+        hosts = [next(hosts_by_bundle) if p is not None else None for p in probes]
+        seen_machines = {p["host"]["machine_id"] for p in probes if p is not None}
 
         from db.records import Result
         from db.store import Store
@@ -543,6 +556,11 @@ def run_fleet(spec: FleetSpec, db_path=None, *, progress: Callable[[dict], None]
 
         try:
             for b, (p, host) in enumerate(zip(probes, hosts)):
+                if p is None:
+                    outcomes[b].status, outcomes[b].error = "failed", probe_errors[b]
+                    emit({"event": "node_failed", "bundle": b, "hostname": None, "error": probe_errors[b],
+                          "retry": False})
+                    continue
                 if spec.only_idle and p["busy"]:
                     outcomes[b].status, outcomes[b].error = "skipped", "; ".join(p["busy"])
                     outcomes[b].hostname, outcomes[b].machine_id = host["hostname"], host["machine_id"]

@@ -123,7 +123,7 @@ def _run_with_progress(spec, db_path):
             elif kind == "node_started" and ev["attempt"] > 1:
                 console.print(f"retrying {ev['hostname']} (attempt {ev['attempt']})")
             elif kind == "node_failed":
-                console.print(f"[red]{ev['hostname']}: {ev['error']}[/red]")
+                console.print(f"[red]{ev['hostname'] or 'bundle %d' % ev['bundle']}: {ev['error']}[/red]")
             elif kind == "skipped":
                 console.print(f"skipped busy {ev['hostname']}: {'; '.join(ev['reasons'])}")
 
