@@ -105,6 +105,7 @@ def create_app(db_path: str | os.PathLike | None = None):
         from fastapi.concurrency import run_in_threadpool
         from fastapi.exceptions import RequestValidationError
         from fastapi.responses import JSONResponse, Response
+        from starlette.exceptions import HTTPException as StarletteHTTPException
     except ImportError:
         raise ServeUnavailable("fastapi is not installed; pip install 'autoselect[serve]'") from None
 
@@ -132,6 +133,10 @@ def create_app(db_path: str | os.PathLike | None = None):
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError):
         return JSONResponse({"error": str(exc)}, status_code=404 if isinstance(exc, not_found) else 400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def bad_params(request: Request, exc: RequestValidationError):

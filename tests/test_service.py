@@ -101,7 +101,8 @@ def test_bad_parameters_are_400_with_a_clear_message(base_url, params, message):
 def test_there_are_no_write_endpoints(base_url, method, fleet_db):
     before = fleet_db.read_bytes()
     for path in ("/v1/recommend", "/v1/hosts", "/v1/drift", "/healthz"):
-        assert httpx.request(method, f"{base_url}{path}").status_code == 405
+        r = httpx.request(method, f"{base_url}{path}")
+        assert (r.status_code, r.json()) == (405, {"error": "Method Not Allowed"})
     assert fleet_db.read_bytes() == before
 
 
@@ -133,3 +134,8 @@ def test_healthz_is_503_with_the_reason_when_the_database_goes_away(tmp_path):
     r = client.get("/healthz")
     assert r.status_code == 503
     assert r.json()["error"].startswith(f"no results database at {db}")
+
+
+def test_unknown_paths_are_404_in_the_same_error_shape(base_url):
+    r = httpx.get(f"{base_url}/v1/nothing")
+    assert (r.status_code, r.json()) == (404, {"error": "Not Found"})
