@@ -757,9 +757,9 @@ class TuneOutcome:
                         f"settled: {winner} is the only candidate that can be measured here"),
             "tie": (f"settled as a tie: {', '.join(race.alive)} stay within each other's noise "
                     "and every contested point is at the reproducibility floor"),
-            "unresolved": (f"unresolved after {MAX_REFINE_ROUNDS} refine rounds: {', '.join(race.alive)} "
-                           f"stay within this machine's run-to-run noise (spread "
-                           f"{(race.spread() or 0):.1%}); best so far: {winner}"),
+            "unresolved": (f"unresolved: {', '.join(race.alive)} stay within this machine's run-to-run "
+                           f"noise (spread {(race.spread() or 0):.1%}) and at most {MAX_REFINE_ROUNDS} refine "
+                           f"rounds could not separate them; best so far: {winner}"),
             "budget": f"budget ran out ({tuner.spec.budget_s:g} s) before the decision was settled; "
                       f"best so far: {winner}; rerun the same command to continue",
         }
