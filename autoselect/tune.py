@@ -629,7 +629,7 @@ class Tuner:
             targets = self.race.refine_targets()
             if not targets:
                 return "tie"
-            if self.race.futile(MAX_REFINE_ROUNDS - n):
+            if n >= 1 and self.race.futile(MAX_REFINE_ROUNDS - n):  # after one round: spread known
                 return "unresolved"
             alive = [b for b in self.race.alive if self.race.score(b)]
             if n % 2:
@@ -751,6 +751,7 @@ class TuneOutcome:
         race = tuner.race
         scores = {b: {"latency_us": s.latency_us, "halfwidth_us": s.halfwidth_us}
                   for b in race.backends if (s := race.score(b))}
+        spread = f"{race.spread():.1%}" if race.spread() is not None else "unknown"
         reasons = {
             "settled": (f"settled: {winner} beats every other candidate beyond the noise"
                         if len(race.backends) > 1 else
@@ -758,7 +759,7 @@ class TuneOutcome:
             "tie": (f"settled as a tie: {', '.join(race.alive)} stay within each other's noise "
                     "and every contested point is at the reproducibility floor"),
             "unresolved": (f"unresolved: {', '.join(race.alive)} stay within this machine's run-to-run "
-                           f"noise (spread {(race.spread() or 0):.1%}) and at most {MAX_REFINE_ROUNDS} refine "
+                           f"noise (spread {spread}) and at most {MAX_REFINE_ROUNDS} refine "
                            f"rounds could not separate them; best so far: {winner}"),
             "budget": f"budget ran out ({tuner.spec.budget_s:g} s) before the decision was settled; "
                       f"best so far: {winner}; rerun the same command to continue",
