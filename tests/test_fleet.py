@@ -65,15 +65,22 @@ def test_fleet_run_fills_the_db_with_results_from_three_distinct_nodes(cluster, 
 
 
 @pytest.mark.slow
-def test_fleet_schedule_records_its_runs_with_trigger_schedule(cluster, db_path):
+def test_fleet_schedule_measures_a_model_and_records_trigger_schedule(cluster, db_path, models_dir):
+    model = str(models_dir / "mixtral-8x7b")  # hidden 4096, 8 experts, top-2, bf16 activations
     result = CliRunner().invoke(main, ["fleet", "schedule", "--every", "1s", "--count", "1",
-                                       "--address", cluster.address, *TINY, "--tokens", "1",
-                                       "--backends", "allgather_reducescatter", "--db", str(db_path)])
+                                       "--address", cluster.address, "--device", "cpu", "--model", model,
+                                       "--tokens", "1", "--backends", "allgather_reducescatter",
+                                       "--min-samples", "3", "--min-time", "0.05", "--timeout", "5",
+                                       "--db", str(db_path)])
     assert result.exit_code == 0, result.output
     assert "complete" in result.stdout
     node_runs = _node_runs(db_path)
     assert len(node_runs) == 3
     assert {r["trigger"] for r in node_runs} == {"schedule"}
+    assert all(r["meta"]["models"] == [model] for r in node_runs)
+    conn = sqlite3.connect(db_path)
+    shapes = conn.execute("SELECT DISTINCT hidden, experts, top_k, dispatch_dtype, status FROM results").fetchall()
+    assert shapes == [(4096, 8, 2, "bf16", "ok")]
 
 
 @pytest.mark.slow
