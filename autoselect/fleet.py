@@ -482,7 +482,7 @@ def run_fleet(spec: FleetSpec, db_path=None, *, progress: Callable[[dict], None]
         check_reachable(spec.address)
         try:
             ray.init(address=spec.address or "auto", logging_level="WARNING", log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as e:
+        except Exception as e:  # ConnectionError, RpcError, version mismatch ...: all mean "not usable"
             raise RayUnavailable(f"cannot reach the Ray cluster at {spec.address or 'auto'}: "
                                  f"{str(e).splitlines()[0]}; start one with `ray start --head` or pass --address") from None
     pg = None
@@ -497,7 +497,7 @@ def run_fleet(spec: FleetSpec, db_path=None, *, progress: Callable[[dict], None]
         n = spec.nodes or len(eligible)
         if n == 0 or n > len(eligible):
             raise NotEnoughNodes(f"{len(eligible)} alive Ray node(s) have {gpus} GPU(s) and "
-                                 f"{spec.cpus_per_node:g} CPU(s) free; asked for {n}. Lower --nodes or --gpus-per-node")
+                                 f"{spec.cpus_per_node:g} CPU(s); asked for {n}. Lower --nodes or --gpus-per-node")
         bundle = {"CPU": spec.cpus_per_node, **({"GPU": gpus} if gpus else {})}
         pg = placement_group([dict(bundle)] * n, strategy="STRICT_SPREAD")
         ready, _ = ray.wait([pg.ready()], timeout=spec.start_timeout_s)
