@@ -84,6 +84,16 @@ def test_fleet_schedule_measures_a_model_and_records_trigger_schedule(cluster, d
 
 
 @pytest.mark.slow
+def test_asking_for_more_nodes_than_the_cluster_has_is_one_error_line_and_writes_nothing(cluster, db_path):
+    result = CliRunner().invoke(main, ["fleet", "run", "--address", cluster.address, *TINY, "--nodes", "5",
+                                       "--db", str(db_path)])
+    assert result.exit_code == 2
+    assert result.stderr == ("Error: 3 alive Ray node(s) have 2 GPU(s) and 1 CPU(s); asked for 5. "
+                             "Lower --nodes or --gpus-per-node\n")
+    assert not db_path.exists()
+
+
+@pytest.mark.slow
 def test_a_failing_node_task_is_retried_on_its_live_node_then_recorded_failed(cluster, db_path):
     # --device cuda on nodes whose fake GPUs have no driver: the harness refuses on the node
     spec = fleet.FleetSpec(address=cluster.address, nodes=1, device="cuda", shapes=[(128, 2, 4, "bf16")],
