@@ -39,6 +39,8 @@ MEASURE_GRACE_S = 10.0
 POLL_S = 0.02
 #: Exit status of a worker that reported its own exception (an ``error`` event) first.
 ERROR_EXIT = 3
+#: How long an ``error`` event waits for a peer's abnormal exit, which is then named instead.
+DEATH_WAIT_S = 2.0
 
 
 def under_torchrun() -> bool:
@@ -311,6 +313,16 @@ def _watch(job, directory: Path, procs, on_event) -> list:
 
     started = False  # a point began in these workers (before that, a failure hits every point)
 
+    def blame(ev):
+        """A peer's death shows up as a communication error elsewhere: name the dead rank if any."""
+        dead, until = None, time.monotonic() + DEATH_WAIT_S
+        while dead is None and time.monotonic() < until:
+            dead = _died(procs, directory)
+            if dead is None and all(p.poll() is not None for p in procs):
+                break
+            time.sleep(POLL_S)
+        return dead or f"rank {ev.get('rank')}: {ev.get('message')}"
+
     def fail(status, message):
         hit = [current] if started else list(remaining)
         for tokens in hit:
@@ -341,10 +353,7 @@ def _watch(job, directory: Path, procs, on_event) -> list:
             elif kind == "error":
                 if current is None:
                     return []
-                # a peer's death shows up as a communication error elsewhere: name the dead rank
-                time.sleep(0.2)
-                dead = _died(procs, directory)
-                return fail("error", dead or f"rank {ev.get('rank')}: {ev.get('message')}")
+                return fail("error", blame(ev))
             elif kind == "done":
                 finished = True
         if finished and all(p.poll() is not None for p in procs):
@@ -355,11 +364,16 @@ def _watch(job, directory: Path, procs, on_event) -> list:
                 # give the worker's own error event a moment to land
                 time.sleep(0.1)
                 for ev in reader.read():
-                    if ev.get("event") == "error":
-                        return fail("error", f"rank {ev.get('rank')}: {ev.get('message')}")
-                    if ev.get("event") == "result":
+                    kind = ev.get("event")
+                    if kind == "error":
+                        return fail("error", blame(ev))
+                    if kind == "phase":
+                        current, started = ev["tokens"], True
+                        on_event(ev)
+                    elif kind == "result":
                         on_event(ev)
                         remaining = [t for t in remaining if t != ev["tokens"]]
+                        current = remaining[0] if remaining else None
                 if current is None or current not in remaining:
                     return remaining
                 return fail("error", _died(procs, directory) or f"rank {rank} exited with status {code}")
