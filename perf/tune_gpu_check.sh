@@ -13,8 +13,8 @@ OUT="${OUT:-$(mktemp -d)}"
 DIR="$(mktemp -d)"
 DB="$DIR/results.db"
 
-timeout 540 python3 -m autoselect tune --model shape:2048x32x8:bf16 --device cuda --world-size "$WS" \
-  --tokens 64,256 --budget 7m --format json --db "$DB" > "$OUT/tune.json"
+timeout "${TUNE_TIMEOUT:-540}" python3 -m autoselect tune --model shape:2048x32x8:bf16 --device cuda --world-size "$WS" \
+  --tokens 64,256 --budget "${BUDGET:-7m}" --format json --db "$DB" > "$OUT/tune.json"
 
 python3 - "$DB" "$OUT/tune.json" "$WS" <<'EOF'
 import json, sqlite3, sys
