@@ -27,6 +27,11 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 which nvcc || echo "nvcc not on PATH (FlashInfer JIT looks at CUDA_HOME and /usr/local/cuda too)"
 
 section "install FlashInfer wheels from .whl/"
+# perf/pack_device_wheels.sh ships FlashInfer as an unpacked tree in an xz tarball (19 MB
+# instead of a 62 MB wheel); the other packages are wheels.
+if [ -f .whl/flashinfer-site.tar.xz ]; then
+  mkdir -p /tmp/site && tar -xJf .whl/flashinfer-site.tar.xz -C /tmp/site || echo "tarball unpack failed"
+fi
 if compgen -G ".whl/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || echo "wheel install failed"
 else
