@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import importlib.util
 import re
 import shlex
 from pathlib import Path
@@ -68,16 +70,140 @@ def test_readme_console_examples_reproduce_exactly(command, argv, expected, monk
     assert result.stdout == expected
 
 
-def test_quick_start_commands_run():
-    block = re.search(r"## Quick start\n\n```bash\n(.*?)```", README, flags=re.S).group(1)
-    commands = [shlex.split(line)[1:] for line in block.splitlines() if line.startswith("autoselect ")]
-    assert commands, "the Quick start has no autoselect command"
+def _quick_start_commands():
+    """argv of every `autoselect` command of the Quick start, in order (also inside `$(...)`)."""
+    block = re.search(r"## Quick start\n.*?```bash\n(.*?)```", README, flags=re.S).group(1)
+    out = []
+    for line in block.replace("\\\n", " ").splitlines():
+        for tokens in _autoselect_invocations(line):
+            out.append(tokens[1:])
+    return out
+
+
+def test_quick_start_commands_parse():
+    commands = _quick_start_commands()
+    assert [argv[0] for argv in commands][:3] == ["inspect", "bench", "recommend"], commands
     for argv in commands:
+        cmd = _command(argv[0])
+        cmd.make_context(f"autoselect {argv[0]}", list(argv[1:]))  # raises on an unknown flag or a bad value
+
+
+def test_quick_start_deterministic_commands_run():
+    for argv in _quick_start_commands():
         if argv[0] not in REPRODUCED:
             continue
         result = CliRunner().invoke(main, argv, catch_exceptions=False)
         assert result.exit_code == 0, (argv, result.stderr)
 
 
+@pytest.mark.slow
+def test_quick_start_runs_end_to_end_on_cpu(tmp_path, monkeypatch):
+    """inspect -> bench on CPU (real gloo workers) -> recommend, as the README shows it."""
+    monkeypatch.chdir(ROOT)
+    outputs = []
+    for argv in _quick_start_commands():
+        argv = [str(tmp_path / a) if a.endswith(".db") else a for a in argv]
+        result = CliRunner().invoke(main, argv, catch_exceptions=False)
+        assert result.exit_code == 0, (argv, result.output)
+        outputs.append(result.stdout)
+    assert outputs[-1].startswith("--data-parallel-size 2 --enable-expert-parallel --all2all-backend "), outputs[-1]
+
+
 def test_readme_documents_reproduced_examples():
     assert {argv[0] for _, argv, _ in _console_blocks()} == set(REPRODUCED)
+
+
+# --- every flag the README gives an autoselect command exists -------------------------------
+
+_FLAG = re.compile(r"^--[a-z][a-z0-9-]*$")
+
+
+def _autoselect_invocations(text: str):
+    """Token lists starting with "autoselect" for every `autoselect CMD ...` written in text."""
+    for m in re.finditer(r"(?<![\w/.-])autoselect (?=[a-z])", text):
+        rest = re.split(r"\)|\||>|;|&&|`|\s#", text[m.start():])[0]
+        try:
+            tokens = shlex.split(rest)
+        except ValueError:
+            tokens = rest.split()
+        if len(tokens) > 1 and tokens[1] in COMMANDS:
+            yield tokens
+
+
+def _readme_invocations():
+    """(where, tokens) for every autoselect command line in a README code block or code span."""
+    for block in re.findall(r"```(?:bash|console)\n(.*?)```", README, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if block.lstrip().startswith("$") and not line.startswith("$ "):
+                continue  # console output, not a command
+            for tokens in _autoselect_invocations(line):
+                yield line, tokens
+    for span in re.findall(r"`([^`\n]+)`", README):
+        for tokens in _autoselect_invocations(span):
+            yield span, tokens
+
+
+def _options(cmd: click.Command) -> set[str]:
+    return {opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts)} | {"--help"}
+
+
+def test_every_flag_the_readme_uses_exists():
+    unknown = []
+    for where, tokens in _readme_invocations():
+        cmd, path, rest = _command(tokens[1]), tokens[1], tokens[2:]
+        if isinstance(cmd, click.Group) and rest and rest[0] in cmd.commands:
+            cmd, path, rest = cmd.commands[rest[0]], f"{path} {rest[0]}", rest[1:]
+        flags = []
+        for tok in rest:
+            if tok == "--":
+                break  # what follows is the vllm serve command line `check` reads
+            flags.append(tok.split("=", 1)[0])
+        unknown += [f"autoselect {path} {f}   (in: {where})" for f in flags if _FLAG.match(f) and f not in _options(cmd)]
+    assert not unknown, "README uses flags the commands do not have:\n" + "\n".join(unknown)
+
+
+# --- docs/cli-reference.md is generated from --help ----------------------------------------
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_cli_reference", ROOT / "scripts" / "gen_cli_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_reference_is_up_to_date():
+    gen = _generator()
+    path = ROOT / "docs" / "cli-reference.md"
+    current = path.read_text() if path.exists() else ""
+    expected = gen.render()
+    if current != expected:
+        diff = "".join(list(difflib.unified_diff(
+            current.splitlines(True), expected.splitlines(True), "docs/cli-reference.md", "--help now"))[:40])
+        pytest.fail(f"docs/cli-reference.md is out of date with the commands' --help; regenerate it with "
+                    f"`{gen.REGENERATE}` and commit it.\n{diff}", pytrace=False)
+
+
+def test_cli_reference_lists_every_command():
+    text = (ROOT / "docs" / "cli-reference.md").read_text()
+    for path, _ in _all_commands():
+        assert f"\n## autoselect {path}\n" in text, f"docs/cli-reference.md has no section for `autoselect {path}`"
+
+
+def test_readme_links_the_cli_reference():
+    assert "(docs/cli-reference.md)" in README
+
+
+def _github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_readme_links_resolve():
+    prose = re.sub(r"```.*?```", "", README, flags=re.S)
+    anchors = {_github_anchor(h) for h in re.findall(r"^#{1,4} (.+)$", prose, flags=re.M)}
+    links = re.findall(r"\]\(([^)\s]+)\)", README)
+    assert links
+    broken = [link for link in links if link.startswith("#") and link[1:] not in anchors]
+    broken += [link for link in links if not link.startswith(("#", "http")) and not (ROOT / link).exists()]
+    assert not broken, f"README links to missing headings or files: {broken}"
