@@ -432,25 +432,20 @@ def run_confirm(plan: ConfirmPlan, *, store, host, vllm_version: str | None = No
     versions = dict(getattr(host, "versions", {}) or {})
     if vllm_version:
         versions["vllm"] = vllm_version
-    run_id = store.begin_run(host, trigger="confirm", command=command,
-                             meta={"kind": "e2e", "tool": "vllm bench forward", "plan": plan.to_dict()})
     runs: list[BackendRun] = []
-    status = "failed"
-    try:
+    with store.run(host, trigger="confirm", command=command,
+                   meta={"kind": "e2e", "tool": "vllm bench forward", "plan": plan.to_dict()}) as stored:
         for i, backend in enumerate(plan.backends):
             if progress:
                 progress({"event": "start", "backend": backend, "index": i, "total": len(plan.backends)})
             run = run_backend(plan, backend, versions=versions, runner=runner)
             for result in run.results:
-                store.add_result(run_id, result)
+                store.add_result(stored.id, result)
             runs.append(run)
             if progress:
                 progress({"event": "done", "backend": backend, "index": i, "total": len(plan.backends),
                           "status": run.status})
-        status = "complete"
-    finally:
-        store.finish_run(run_id, status)
-    return ConfirmReport(plan=plan, vllm_version=vllm_version, runs=runs, run_id=run_id)
+    return ConfirmReport(plan=plan, vllm_version=vllm_version, runs=runs, run_id=stored.id)
 
 
 def confirm(model: str, *, db_path=None, backends: list[str] | None = None, tokens: str | None = None,

@@ -922,17 +922,13 @@ def run_tune(spec: TuneSpec, *, progress: ProgressFn | None = None, command: str
 
     store = Store(spec.db_path)
     try:
-        run_id = store.begin_run(spec.host, trigger="tune", command=command,
-                                 meta={"model": spec.model, "workload": spec.workload.to_dict()})
-        study = Study(optuna_path(spec.db_path), study_name(spec.host.host_class, spec.shape, spec.workload),
-                      spec.backends, spec.workload.tokens)
-        tuner = Tuner(spec, store=store, run_id=run_id, study=study, progress=progress)
-        status = "failed"
-        try:
+        with store.run(spec.host, trigger="tune", command=command,
+                       meta={"model": spec.model, "workload": spec.workload.to_dict()}) as run:
+            run_id = run.id
+            study = Study(optuna_path(spec.db_path), study_name(spec.host.host_class, spec.shape, spec.workload),
+                          spec.backends, spec.workload.tokens)
+            tuner = Tuner(spec, store=store, run_id=run_id, study=study, progress=progress)
             outcome = tuner.run()
-            status = "complete"
-        finally:
-            store.finish_run(run_id, status)
         if outcome.recommendable:
             k = outcome.knobs or {"status": "not_searched", "setting": {}}
             setting = k.get("setting") or {}

@@ -10,6 +10,7 @@ into exactly one :class:`db.records.Result`: ``ok``, ``incorrect``, ``unavailabl
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from autoselect.errors import UserError
@@ -153,16 +154,17 @@ def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=N
 
     rank = launch.torchrun_rank()
     own_run = store is not None and run_id is None and rank == 0
-    if own_run:
-        run_id = store.begin_run(host, trigger="manual", command="bench",
-                                 meta={"spec": _spec_meta(spec)})
+    # a run begun here is finished here: complete, or interrupted / failed by what is raised
+    run_cm = (store.run(host, trigger="manual", command="bench", meta={"spec": _spec_meta(spec)})
+              if own_run else nullcontext())
     results: list[Result] = []
-    versions = _versions(host)
-    knobs = dict(spec.knobs)
-    if spec.env and "env" not in knobs:
-        knobs["env"] = dict(spec.env)
-    status = "complete"
-    try:
+    with run_cm as run:
+        if own_run:
+            run_id = run.id
+        versions = _versions(host)
+        knobs = dict(spec.knobs)
+        if spec.env and "env" not in knobs:
+            knobs["env"] = dict(spec.env)
         with launch.signals_raise():
             for name, illegal in plan:
                 def on_event(ev, name=name, illegal=illegal):
@@ -191,15 +193,6 @@ def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=N
                     _serve_in_process(job, on_event)
                 else:
                     launch.run_backend(job, on_event)
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    except BaseException:
-        status = "failed"
-        raise
-    finally:
-        if own_run:
-            store.finish_run(run_id, status)
     emit({"event": "done"})
     return results
 
@@ -367,21 +360,8 @@ def bench_command(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts
         return BenchReport(spec, results, skipped, None, None, host)
     from db.store import Store
 
-    store = Store(db_path)
-    try:
-        run_id = store.begin_run(host, trigger="manual", command="autoselect bench",
-                                 meta={"spec": _spec_meta(spec)})
-        status = "complete"
-        try:
-            results = run_sweep(spec, store=store, run_id=run_id, host=host, progress=on_progress)
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        except BaseException:
-            status = "failed"
-            raise
-        finally:
-            store.finish_run(run_id, status)
-        return BenchReport(spec, results, skipped, run_id, str(store.path), host)
-    finally:
-        store.close()
+    with Store(db_path) as store:
+        with store.run(host, trigger="manual", command="autoselect bench",
+                       meta={"spec": _spec_meta(spec)}) as run:
+            results = run_sweep(spec, store=store, run_id=run.id, host=host, progress=on_progress)
+        return BenchReport(spec, results, skipped, run.id, str(store.path), host)

@@ -15,7 +15,7 @@ import sqlite3
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,15 @@ class ImportSummary:
     def to_dict(self) -> dict[str, int]:
         """A JSON-ready dict."""
         return dict(self.__dict__)
+
+
+@dataclass
+class RunHandle:
+    """The run :meth:`Store.run` began: its id, and the status and meta it will be finished with."""
+
+    id: int
+    status: str = "complete"  # what a block that returns normally ends the run with
+    meta: dict = field(default_factory=dict)  # merged into the run's meta at the end
 
 
 class Store:
@@ -194,6 +203,37 @@ class Store:
                     "meta": dumps(meta or {}),
                 }
             ).last_pk
+
+    @contextmanager
+    def run(self, host, *, trigger: str = "manual", command: str | None = None,
+            meta: dict | None = None) -> Iterator["RunHandle"]:
+        """Begin a run, yield a :class:`RunHandle`, and always finish the run on the way out.
+
+        The final status is ``interrupted`` when the block raises ``KeyboardInterrupt``
+        (``launch.signals_raise`` turns SIGTERM/SIGHUP into one), ``failed`` when it raises
+        anything else (the exception propagates either way), and otherwise ``handle.status``
+        (``complete`` unless the block set ``failed`` or ``interrupted``). Keys the block puts
+        in ``handle.meta`` are merged into the run's meta when it is finished::
+
+            with store.run(host, trigger="bench", command="autoselect bench") as run:
+                store.add_result(run.id, result)
+                run.meta["seconds"] = 12.5
+
+        :param host: the :class:`autoselect.hardware.HostFingerprint` the run measures.
+        :param trigger, command, meta: as for :meth:`begin_run`.
+        """
+        handle = RunHandle(self.begin_run(host, trigger=trigger, command=command, meta=meta))
+        status = None
+        try:
+            yield handle
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except BaseException:
+            status = "failed"
+            raise
+        finally:
+            self.finish_run(handle.id, status or handle.status, meta=handle.meta or None)
 
     def finish_run(self, run_id: int, status: str = "complete", *, meta: dict | None = None) -> None:
         """Close a run with a final status (``complete``, ``failed`` or ``interrupted``).

@@ -227,6 +227,36 @@ def test_add_result_refuses_a_status_the_schema_does_not_know(db_path):
         assert s.conn.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 0
 
 
+def _run_rows(path: Path) -> list[tuple]:
+    conn = queries.connect_readonly(path)
+    rows = [(r["status"], r["trigger"], r["command"], r["meta"], r["results"], r["finished_at"] is not None)
+            for r in queries.runs(conn)]
+    conn.close()
+    return rows
+
+
+def test_store_run_finishes_complete_failed_or_interrupted_and_merges_the_handles_meta(db_path):
+    with Store(db_path) as s:
+        with s.run(hgx_host(), trigger="bench", command="autoselect bench", meta={"spec": 1}) as run:
+            s.add_result(run.id, make_result())
+            run.meta["seconds"] = 2.5
+        with pytest.raises(RuntimeError, match="worker crashed"):
+            with s.run(hgx_host(), trigger="tune") as run:
+                run.meta["stage"] = "screen"
+                raise RuntimeError("worker crashed")
+        with pytest.raises(KeyboardInterrupt):
+            with s.run(hgx_host(), trigger="confirm"):
+                raise KeyboardInterrupt("signal 15")
+        with s.run(hgx_host(), trigger="fleet") as run:
+            run.status = "failed"  # the body decided, without raising
+    assert _run_rows(db_path) == [
+        ("complete", "bench", "autoselect bench", {"spec": 1, "seconds": 2.5}, 1, True),
+        ("failed", "tune", None, {"stage": "screen"}, 0, True),
+        ("interrupted", "confirm", None, {}, 0, True),
+        ("failed", "fleet", None, {}, 0, True),
+    ]
+
+
 def _export(path: Path) -> str:
     out = io.StringIO()
     conn = queries.connect_readonly(path)
