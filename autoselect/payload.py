@@ -17,8 +17,18 @@ ACTIVATION_DTYPES = ("bf16", "fp16", "fp8", "fp8_block128", "nvfp4", "mxfp8", "m
 COMBINE_DTYPE = "bf16"
 
 
-def _quant_bytes(dtype: str, hidden: int) -> tuple[int, int]:
-    """(value bytes, scale bytes) per token for one activation row of ``hidden`` elements."""
+def quant_bytes(dtype: str, hidden: int) -> tuple[int, int]:
+    """(value bytes, scale bytes) per token for one activation row of ``hidden`` elements.
+
+    ``bf16``/``fp16``: ``(2H, 0)``; ``fp8``: ``(H, 0)``; ``fp8_block128``: ``(H, 4*ceil(H/128))``
+    (one fp32 scale per 128 values); ``mxfp8``: ``(H, ceil(H/32))``; ``nvfp4``:
+    ``(ceil(H/2), ceil(H/16))``; ``mxfp4``: ``(ceil(H/2), ceil(H/32))`` (one byte scale per
+    16 or 32 values). The benchmark workload sizes its ``x`` / ``x_sf`` rows with it.
+
+    :param dtype: an activation dtype of :data:`ACTIVATION_DTYPES`.
+    :param hidden: elements in the row (the model's hidden size).
+    :raises ValueError: for a dtype not in :data:`ACTIVATION_DTYPES`.
+    """
     table = {
         "bf16": (2 * hidden, 0),
         "fp16": (2 * hidden, 0),
@@ -38,7 +48,7 @@ def _quant_bytes(dtype: str, hidden: int) -> tuple[int, int]:
 
 def activation_bytes(dtype: str, hidden: int) -> int:
     """Bytes of one token's quantized activation row (values + scales), no routing metadata."""
-    values, scales = _quant_bytes(dtype, hidden)
+    values, scales = quant_bytes(dtype, hidden)
     return values + scales
 
 

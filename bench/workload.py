@@ -43,9 +43,9 @@ from pathlib import Path
 from autoselect.errors import UserError
 from autoselect.payload import (
     ACTIVATION_DTYPES,
-    _quant_bytes,
     combine_bytes_per_token,
     dispatch_bytes_per_token,
+    quant_bytes,
 )
 
 #: Default Zipf exponent for ``routing="zipf"``.
@@ -285,12 +285,12 @@ class Workload:
     @property
     def value_bytes(self) -> int:
         """Activation value bytes per token (``x``)."""
-        return _quant_bytes(self.dtype, self.hidden)[0]
+        return quant_bytes(self.dtype, self.hidden)[0]
 
     @property
     def scale_bytes(self) -> int:
         """Activation scale bytes per token (``x_sf``); 0 for bf16/fp16/fp8."""
-        return _quant_bytes(self.dtype, self.hidden)[1]
+        return quant_bytes(self.dtype, self.hidden)[1]
 
     @property
     def dispatch_bytes_per_token(self) -> int:
