@@ -12,6 +12,10 @@ code. Quantization schemes are recognised from the blocks that real checkpoints 
 (ModelOpt ``hf_quant_config.json`` and ``quantization_config``, compressed-tensors config
 groups, block/per-tensor FP8, MXFP4); anything else is refused with a clear message rather
 than guessed, because a wrong dtype here could put a model on a backend that corrupts it.
+compressed-tensors groups are matched against the patterns in the same table
+(:class:`CtScheme`, vLLM's ``CompressedTensorsConfig._is_*`` predicates). Configs vLLM
+refuses to load (block FP8 with static activations) or runs with a different dtype in
+different layers (MIXED_PRECISION experts in several formats) are refused here too.
 """
 
 from __future__ import annotations
@@ -95,6 +99,24 @@ def normalize_arch(s: str) -> str:
 # --------------------------------------------------------------------------------------
 
 
+#: compressed-tensors ``QuantizationArgs`` defaults (a field absent from a config group means this).
+CT_ARG_DEFAULTS = {"num_bits": 8, "type": "int", "symmetric": True, "dynamic": False,
+                   "group_size": None, "block_structure": None}
+
+
+@dataclass(frozen=True)
+class CtScheme:
+    """compressed-tensors quantization args that vLLM runs as one format (its ``_is_*`` predicates).
+
+    Each field of ``weights`` / ``inputs`` must equal the value given (a tuple: any of these).
+    ``inputs=None``: the group has no ``input_activations`` (weight-only). Patterns of different
+    formats never overlap, so the table order does not matter.
+    """
+
+    weights: dict
+    inputs: dict | None = None
+
+
 @dataclass(frozen=True)
 class QuantFormat:
     """One weight format: the activation dtype it dispatches on each arch, and why."""
@@ -102,6 +124,28 @@ class QuantFormat:
     weight_quant: str
     activation: dict  # {"sm90": dtype, "sm100": dtype}
     why: str
+    #: the compressed-tensors config groups that are this format (vLLM 0.32
+    #: CompressedTensorsConfig._is_nvfp4_format, _is_mxfp4, _is_fp8_w8a8, _is_fp8_w8a16,
+    #: _is_wNa16_group_channel, as CompressedTensorsMoEMethod.get_moe_method applies them)
+    compressed_tensors: tuple = ()
+
+
+#: vLLM's ``_is_nvfp4_format``: 4-bit float, one scale per 16 values plus a global scale.
+_CT_NVFP4 = {"type": "float", "num_bits": 4, "strategy": "tensor_group", "group_size": 16, "symmetric": True}
+#: vLLM's ``_is_mxfp4``: 4-bit float, one e8m0 scale per 32 values (the OCP MX layout).
+_CT_MXFP4 = {"type": "float", "num_bits": 4, "strategy": "group", "group_size": 32, "symmetric": True}
+#: vLLM's ``_is_fp8_w8a8`` / ``_is_fp8_w8a16`` weights: static symmetric e4m3.
+_CT_FP8_TENSOR = {"type": "float", "num_bits": 8, "strategy": ("tensor", "channel"), "symmetric": True,
+                  "dynamic": False}
+_CT_FP8_BLOCK128 = {"type": "float", "num_bits": 8, "strategy": "block", "block_structure": [128, 128],
+                    "symmetric": True, "dynamic": False}
+#: ``_is_fp8_w8a8`` inputs: any dynamic e4m3, or static symmetric per-tensor.
+_CT_FP8_INPUTS = (
+    {"type": "float", "num_bits": 8, "dynamic": True},
+    {"type": "float", "num_bits": 8, "dynamic": False, "symmetric": True, "strategy": "tensor"},
+)
+#: ``_is_wNa16_group_channel``: static per-channel or per-group integer weights, no input quant.
+_CT_INT = {"type": "int", "strategy": ("channel", "group"), "dynamic": False}
 
 
 #: weight_quant -> QuantFormat. The only place that decides an activation dtype.
@@ -110,27 +154,39 @@ QUANT_FORMATS: dict[str, QuantFormat] = {
     for q in (
         QuantFormat("bf16", {"sm90": "bf16", "sm100": "bf16"}, "unquantized: vLLM dispatches bf16"),
         QuantFormat("fp16", {"sm90": "fp16", "sm100": "fp16"}, "unquantized fp16 checkpoint"),
-        QuantFormat("fp8", {"sm90": "fp8", "sm100": "fp8"}, "FP8 per-tensor/per-token: e4m3 activations"),
+        QuantFormat(
+            "fp8",
+            {"sm90": "fp8", "sm100": "fp8"},
+            "FP8 per-tensor/per-token: e4m3 activations",
+            tuple(CtScheme(_CT_FP8_TENSOR, inputs) for inputs in _CT_FP8_INPUTS),
+        ),
         QuantFormat(
             "fp8_block128",
             {"sm90": "fp8_block128", "sm100": "fp8_block128"},
             "FP8 block [128,128]: e4m3 + one fp32 scale per 128 values",
+            tuple(CtScheme(_CT_FP8_BLOCK128, inputs) for inputs in _CT_FP8_INPUTS),
         ),
         QuantFormat(
             "nvfp4",
             {"sm90": "bf16", "sm100": "nvfp4"},
             "NVFP4 W4A4: nvfp4 activations on Blackwell; Hopper has no FP4 kernel and runs "
             "the weights weight-only with bf16 activations",
+            (CtScheme(_CT_NVFP4, _CT_NVFP4),),
         ),
         QuantFormat(
             "w4a16_nvfp4",
             {"sm90": "bf16", "sm100": "bf16"},
             "NVFP4 weights only (W4A16): activations stay bf16",
+            (CtScheme(_CT_NVFP4, None),),
         ),
         QuantFormat(
             "mxfp4",
             {"sm90": "bf16", "sm100": "bf16"},
-            "MXFP4 weights (gpt-oss): bf16 activations on vLLM's default expert kernels",
+            "MXFP4 weights (gpt-oss; compressed-tensors 4-bit float in groups of 32): bf16 "
+            "activations on vLLM's default expert kernels, which quantize inside the expert",
+            # vLLM's CompressedTensorsW4A4Mxfp4MoEMethod takes MXFP4 weights whatever the input
+            # args say, except dynamic fp8 inputs (_is_mxfp4_w4a8_fp8: no format here, refused)
+            (CtScheme(_CT_MXFP4, None), CtScheme(_CT_MXFP4, {"type": "float", "num_bits": 4})),
         ),
         QuantFormat(
             "mxfp8",
@@ -141,16 +197,19 @@ QUANT_FORMATS: dict[str, QuantFormat] = {
             "fp8_weight_only",
             {"sm90": "bf16", "sm100": "bf16"},
             "FP8 weights only: activations stay bf16",
+            (CtScheme({**_CT_FP8_TENSOR, "strategy": ("tensor", "channel", "block")}, None),),
         ),
         QuantFormat(
             "int4_weight_only",
             {"sm90": "bf16", "sm100": "bf16"},
             "4-bit integer weights only (AWQ/GPTQ/W4A16): activations stay bf16",
+            (CtScheme({**_CT_INT, "num_bits": 4}, None),),
         ),
         QuantFormat(
             "int8_weight_only",
             {"sm90": "bf16", "sm100": "bf16"},
-            "8-bit integer weights only: activations stay bf16",
+            "8-bit (or 2/3/5-7-bit) integer weights only: activations stay bf16",
+            (CtScheme({**_CT_INT, "num_bits": (2, 3, 5, 6, 7, 8)}, None),),
         ),
     )
 }
@@ -448,6 +507,16 @@ def _modelopt_weight_quant(algo: str | None, quantized_layers: dict | None, wher
                 f"{where}: ModelOpt MIXED_PRECISION without per-layer entries for the routed "
                 f"experts; autoselect cannot tell their format (use an explicit shape instead)"
             )
+        formats = {MODELOPT_ALGOS.get(a, a) for a in expert_algos}
+        if len(formats) > 1:
+            # vLLM quantizes each layer's experts as that layer says, so the dtype on the
+            # all2all changes from layer to layer: no one activation dtype is right.
+            counts = ", ".join(f"{a}: {n} layer(s)" for a, n in sorted(expert_algos.items()))
+            raise UnsupportedQuantization(
+                f"{where}: ModelOpt MIXED_PRECISION whose routed experts use different formats "
+                f"({counts}): vLLM dispatches a different dtype in different layers and a profile "
+                f"has one; use an explicit shape for each dtype instead"
+            )
         algo = expert_algos.most_common(1)[0][0]
     if algo in MODELOPT_ALGOS:
         return MODELOPT_ALGOS[algo]
@@ -471,6 +540,38 @@ def _ct_group_for_experts(groups: dict) -> dict | None:
     return chosen
 
 
+def _ct_args(args: dict | None) -> dict | None:
+    """A config group's weights / input_activations as compressed-tensors reads them.
+
+    Absent fields take ``QuantizationArgs``' defaults and the strategy is inferred as it infers
+    it (no group size: ``tensor``; a positive one: ``group``; -1: ``channel``); ``dynamic``
+    (``true`` or ``"local"``) becomes a bool.
+    """
+    if not args:
+        return None
+    out = {**CT_ARG_DEFAULTS, **{k: v for k, v in args.items() if v is not None}}
+    if out.get("strategy") is None:
+        group = out["group_size"]
+        out["strategy"] = "tensor" if group is None else "channel" if group == -1 else "group"
+    out["dynamic"] = bool(out["dynamic"])
+    if isinstance(out["block_structure"], (list, tuple)):
+        out["block_structure"] = list(out["block_structure"])
+    return out
+
+
+def _ct_matches(args: dict | None, pattern: dict | None) -> bool:
+    if pattern is None or args is None:
+        return pattern is None and args is None
+    for name, want in pattern.items():
+        value = args.get(name)
+        if isinstance(want, tuple):
+            if value not in want:
+                return False
+        elif value != want:
+            return False
+    return True
+
+
 def _compressed_tensors_weight_quant(q: dict, where: str) -> str:
     group = _ct_group_for_experts(q.get("config_groups") or {})
     if group is None:
@@ -478,27 +579,59 @@ def _compressed_tensors_weight_quant(q: dict, where: str) -> str:
             f"{where}: compressed-tensors config without a group covering the experts; "
             f"use an explicit shape instead"
         )
-    w = group.get("weights") or {}
-    a = group.get("input_activations")
-    bits, wtype = w.get("num_bits"), w.get("type")
-    if wtype == "float" and bits == 4:
-        if a and a.get("num_bits") == 4 and a.get("type") == "float":
-            return "nvfp4"
-        if not a:
-            return "w4a16_nvfp4"
-    if wtype == "float" and bits == 8:
-        if not a:
-            return "fp8_weight_only"
-        if a.get("num_bits") == 8 and a.get("type") == "float":
-            block = w.get("block_structure")
-            return "fp8_block128" if w.get("strategy") == "block" and list(block or []) == [128, 128] else "fp8"
-    if wtype == "int" and not a:
-        return "int4_weight_only" if bits == 4 else "int8_weight_only"
+    w, a = _ct_args(group.get("weights")), _ct_args(group.get("input_activations"))
+    for fmt in QUANT_FORMATS.values():
+        if any(_ct_matches(w, p.weights) and _ct_matches(a, p.inputs) for p in fmt.compressed_tensors):
+            return fmt.weight_quant
+    weights = _ct_describe(w) if w else "missing"
+    inputs = _ct_describe(a) if a else "none (weight-only)"
     raise UnsupportedQuantization(
-        f"{where}: compressed-tensors weights {bits}-bit {wtype} with input activations "
-        f"{a.get('num_bits') if a else None}-bit {a.get('type') if a else ''} are not supported; "
+        f"{where}: compressed-tensors weights {weights} with input activations {inputs} match no "
+        f"scheme vLLM runs for MoE layers that autoselect knows (NVFP4: 4-bit float tensor_group "
+        f"16; MXFP4: 4-bit float group 32; FP8 tensor/channel/block [128, 128]; integer weight-only); "
         f"use an explicit shape instead"
     )
+
+
+def _ct_describe(args: dict) -> str:
+    """``4-bit float (group, group_size 16)`` for messages."""
+    layout = args["strategy"]
+    if args.get("group_size") not in (None, -1):
+        layout += f", group_size {args['group_size']}"
+    if args.get("block_structure"):
+        layout += f", block {args['block_structure']}"
+    if not args.get("symmetric"):
+        layout += ", asymmetric"
+    return f"{args['num_bits']}-bit {args['type']} ({layout})"
+
+
+#: ``activation_scheme`` values vLLM's Fp8Config accepts (its ACTIVATION_SCHEMES).
+FP8_ACTIVATION_SCHEMES = ("static", "dynamic")
+
+
+def _fp8_weight_quant(q: dict, where: str) -> str:
+    """``quant_method: fp8`` as vLLM's ``Fp8Config`` reads it, refusing what it refuses to load."""
+    scheme = q.get("activation_scheme")
+    if scheme not in FP8_ACTIVATION_SCHEMES:
+        said = "no activation_scheme" if scheme is None else f"activation_scheme {scheme!r}"
+        raise UnsupportedQuantization(
+            f"{where}: FP8 with {said}: vLLM refuses to load it (Fp8Config needs 'static' or "
+            f"'dynamic'); fix the config or use an explicit shape"
+        )
+    block = q.get("weight_block_size")
+    if block is None:
+        return "fp8"
+    if list(block) != [128, 128]:
+        raise UnsupportedQuantization(
+            f"{where}: FP8 block size {list(block)} is not [128, 128]; use an explicit shape"
+        )
+    if scheme != "dynamic":
+        raise UnsupportedQuantization(
+            f"{where}: FP8 block {list(block)} weights with activation_scheme 'static': vLLM refuses "
+            f"to load it (its Fp8Config runs block-wise FP8 with dynamic activations only); use an "
+            f"explicit shape instead"
+        )
+    return "fp8_block128"
 
 
 def _weight_quant(config: dict, text: dict, hf_quant: dict | None) -> tuple[str, str]:
@@ -508,14 +641,7 @@ def _weight_quant(config: dict, text: dict, hf_quant: dict | None) -> tuple[str,
         where = "config.json quantization_config"
         method = str(q.get("quant_method", "")).lower()
         if method == "fp8":
-            block = q.get("weight_block_size")
-            if block is not None:
-                if list(block) != [128, 128]:
-                    raise UnsupportedQuantization(
-                        f"{where}: FP8 block size {list(block)} is not [128, 128]; use an explicit shape"
-                    )
-                return "fp8_block128", where
-            return "fp8", where
+            return _fp8_weight_quant(q, where), where
         if method.startswith("modelopt"):
             algo = q.get("quant_algo") or (q.get("quantization") or {}).get("quant_algo")
             groups = q.get("config_groups")

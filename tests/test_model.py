@@ -222,3 +222,98 @@ def test_experts_that_no_layer_uses_is_a_dense_model(tmp_path):
     )
     with pytest.raises(DenseModel, match="but no layer uses them"):
         load_profile(str(tmp_path))
+
+
+CROSSCHECK = Path(__file__).parent / "fixtures" / "vllm_crosscheck"
+
+
+def _ct_config(tmp_path, weights, inputs=None):
+    """A Qwen3-MoE config.json whose one compressed-tensors group has these weights / inputs."""
+    import json
+
+    group = {"targets": ["Linear"], "weights": weights, "input_activations": inputs}
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"hidden_size": 2048, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 2,
+         "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"group_0": group}}}))
+    return str(tmp_path)
+
+
+def test_compressed_tensors_fp4_in_groups_of_32_is_mxfp4_with_bf16_activations():
+    # vLLM's _is_mxfp4: 4-bit float, strategy group, group_size 32 (NVFP4 is tensor_group 16)
+    profile = load_profile(str(CROSSCHECK / "qwen3-30b-a3b-mxfp4-ct"))
+    assert (profile.weight_quant, profile.activation_dtypes) == ("mxfp4", {"sm90": "bf16", "sm100": "bf16"})
+
+
+@pytest.mark.parametrize(
+    "weights, inputs, weight_quant",
+    [({"num_bits": 4, "type": "float", "group_size": 32}, None, "mxfp4"),  # strategy inferred: group
+     ({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]},
+      {"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128, "dynamic": True}, "fp8_block128"),
+     ({"num_bits": 8, "type": "float", "strategy": "channel"},
+      {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}, "fp8"),
+     ({"num_bits": 4, "type": "int", "group_size": 128}, None, "int4_weight_only")],
+)
+def test_compressed_tensors_groups_are_read_by_the_table_patterns(tmp_path, weights, inputs, weight_quant):
+    assert load_profile(_ct_config(tmp_path, weights, inputs)).weight_quant == weight_quant
+
+
+@pytest.mark.parametrize(
+    "weights, inputs, message",
+    [({"num_bits": 4, "type": "float", "strategy": "group", "group_size": 16}, None,
+      r"weights 4-bit float \(group, group_size 16\) with input activations none \(weight-only\) match no scheme"),
+     ({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+      {"num_bits": 8, "type": "float", "dynamic": True}, r"with input activations 8-bit float \(tensor\) match no"),
+     ({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [64, 64]},
+      {"num_bits": 8, "type": "float", "dynamic": True}, r"8-bit float \(block, block \[64, 64\]\)")],
+)
+def test_compressed_tensors_groups_vllm_would_not_run_as_a_known_format_are_refused(tmp_path, weights, inputs, message):
+    with pytest.raises(UnsupportedQuantization, match=message):
+        load_profile(_ct_config(tmp_path, weights, inputs))
+
+
+def _fp8_config(tmp_path, quant):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"hidden_size": 7168, "n_routed_experts": 256, "num_experts_per_tok": 8, "num_hidden_layers": 2,
+         "quantization_config": {"quant_method": "fp8", **quant}}))
+    return str(tmp_path)
+
+
+def test_block_fp8_with_static_activations_is_refused_as_vllm_refuses_it(tmp_path):
+    with pytest.raises(UnsupportedQuantization) as e:
+        load_profile(_fp8_config(tmp_path, {"activation_scheme": "static", "weight_block_size": [128, 128]}))
+    assert str(e.value) == (
+        "config.json quantization_config: FP8 block [128, 128] weights with activation_scheme 'static': vLLM "
+        "refuses to load it (its Fp8Config runs block-wise FP8 with dynamic activations only); use an explicit "
+        "shape instead"
+    )
+
+
+def test_fp8_without_an_activation_scheme_is_refused_as_vllm_refuses_it(tmp_path):
+    with pytest.raises(UnsupportedQuantization, match=r"FP8 with no activation_scheme: vLLM refuses to load it"):
+        load_profile(_fp8_config(tmp_path, {"weight_block_size": [128, 128]}))
+
+
+def test_per_tensor_fp8_with_static_activations_is_fp8(tmp_path):
+    assert load_profile(_fp8_config(tmp_path, {"activation_scheme": "static"})).weight_quant == "fp8"
+
+
+def test_modelopt_mixed_precision_experts_in_two_formats_are_refused(tmp_path):
+    import json
+
+    layers = {"model.layers.0.mlp.experts": {"quant_algo": "NVFP4"},
+              "model.layers.1.mlp.experts": {"quant_algo": "NVFP4"},
+              "model.layers.2.mlp.experts": {"quant_algo": "FP8"},
+              "model.layers.0.mlp.shared_expert.up_proj": {"quant_algo": "FP8"}}
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"hidden_size": 2048, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 3,
+         "quantization_config": {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
+                                 "quantized_layers": layers}}))
+    with pytest.raises(UnsupportedQuantization) as e:
+        load_profile(str(tmp_path))
+    assert str(e.value) == (
+        "config.json quantization_config: ModelOpt MIXED_PRECISION whose routed experts use different formats "
+        "(FP8: 1 layer(s), NVFP4: 2 layer(s)): vLLM dispatches a different dtype in different layers and a "
+        "profile has one; use an explicit shape for each dtype instead"
+    )
