@@ -314,7 +314,10 @@ MIXED_EXPERT_ALGOS = {
     "W4A16_NVFP4": "w4a16_nvfp4",
     "FP8": "fp8",
     "FP8_PER_CHANNEL_PER_TOKEN": "fp8",
-    "FP8_PB_WO": "fp8_weight_only",
+    # vLLM's modelopt.resolve: 128x128 block weights, dynamic per-128 activations (W8A8);
+    # FP8_BLOCK_SCALES is its older spelling of the same layout.
+    "FP8_PB_WO": "fp8_block128",
+    "FP8_BLOCK_SCALES": "fp8_block128",
     "MXFP8": "mxfp8",
 }
 
@@ -390,8 +393,8 @@ def _scheme(config):
         algo = str(getattr(config, "quant_method", "NVFP4"))
         return ("w4a16_nvfp4" if "W4A16" in algo else "nvfp4"), {"quant_algo": algo}
     if name == "ModelOptFp8Config":
-        algo = str(getattr(config, "quant_method", "FP8"))
-        return ("fp8_weight_only" if algo.endswith("_WO") else "fp8"), {"quant_algo": algo}
+        algo = str(getattr(config, "quant_method", "FP8")).upper()
+        return MIXED_EXPERT_ALGOS.get(algo, "fp8"), {"quant_algo": algo}
     if name == "ModelOptMxFp8Config":
         return "mxfp8", {}
     if name == "ModelOptMixedPrecisionConfig":
@@ -417,7 +420,9 @@ def _compressed_tensors_scheme(config):
     entry = schemes[target]
     weights, inputs = entry.get("weights"), entry.get("input_activations")
     detail = {"target": target, "weights": _args_dict(weights), "input_activations": _args_dict(inputs)}
-    # The predicates vLLM's CompressedTensorsMoEMethod.get_moe_method uses.
+    # The predicates vLLM's CompressedTensorsMoEMethod.get_moe_method uses, in its order.
+    if hasattr(config, "_is_mxfp4_w4a8_fp8") and config._is_mxfp4_w4a8_fp8(weights, inputs):
+        return "other:mxfp4 weights with dynamic fp8 input activations (W4A8)", detail
     if hasattr(config, "_is_mxfp4") and config._is_mxfp4(weights):
         return "mxfp4", detail
     if hasattr(config, "_is_mxfp8") and config._is_mxfp8(weights):

@@ -48,7 +48,8 @@ def _profilable(directory: Path) -> bool:
 
 #: Model fixtures autoselect can profile.
 MOE_MODELS = sorted(d.name for d in MODELS.iterdir() if d.is_dir() and _profilable(d))
-CROSSCHECK_MODELS = ("kimi-k2.5-nvfp4-weights-only", "qwen3-30b-a3b-mxfp4-ct")
+CROSSCHECK_MODELS = ("kimi-k2.5-nvfp4-weights-only", "qwen3-30b-a3b-mxfp4-ct", "deepseek-v3-fp8-block-static",
+                     "qwen3-30b-a3b-modelopt-fp8-pb-wo", "qwen3.6-35b-a3b-mixed-expert-formats")
 WRONG_SPELLING = ["vllm", "serve", "m", "-dp", "8", "--enable-expert-paralel",
                   "--all2all-backend", "deepep_low_latency"]
 UNKNOWN_BACKEND = ["vllm", "serve", "m", "-dp", "8", "-ep", "--all2all-backend", "flashinfer_one_sided"]
@@ -201,21 +202,46 @@ def test_a_modelopt_nvfp4_checkpoint_without_input_scales_is_w4a16_to_both(asked
     assert bridge.cross_check(profile, vllm) == []
 
 
-def test_a_compressed_tensors_mxfp4_checkpoint_is_where_vllm_and_autoselect_disagree(asked):
-    # 4-bit float weights in groups of 32 (MXFP4), no input activations: vLLM's
-    # CompressedTensorsConfig._is_mxfp4 says MXFP4; autoselect's reader says W4A16 NVFP4.
+def test_a_compressed_tensors_mxfp4_checkpoint_is_mxfp4_to_both(asked):
+    # 4-bit float weights in groups of 32, no input activations: vLLM's
+    # CompressedTensorsConfig._is_mxfp4 says MXFP4, and so do autoselect's table patterns.
     vllm = asked["classes"]["qwen3-30b-a3b-mxfp4-ct"]
     profile = load_profile(str(CROSSCHECK / "qwen3-30b-a3b-mxfp4-ct"))
     assert (vllm.config_class, vllm.scheme, vllm.weight_quant) == ("CompressedTensorsConfig", "mxfp4", "mxfp4")
-    assert profile.weight_quant == "w4a16_nvfp4"
-    assert bridge.cross_check(profile, vllm) == [
-        "vLLM reads the weights as mxfp4 (CompressedTensorsConfig) but autoselect read w4a16_nvfp4 "
-        "from config.json quantization_config: the activation dtype on the all2all may differ from "
-        "what autoselect assumes"
-    ]
+    assert (profile.weight_quant, profile.activation_dtypes) == ("mxfp4", {"sm90": "bf16", "sm100": "bf16"})
+    assert bridge.cross_check(profile, vllm) == []
 
 
-def test_check_reports_vllms_rejection_as_an_error(monkeypatch):
+def test_block_fp8_with_static_activations_is_refused_by_both(asked):
+    from autoselect.model import UnsupportedQuantization
+
+    vllm = asked["classes"]["deepseek-v3-fp8-block-static"]
+    assert not vllm.ok
+    assert vllm.error == ("ValueError: The block-wise quantization only supports dynamic activation scheme "
+                          "for now, but got static activation scheme.")
+    with pytest.raises(UnsupportedQuantization, match="activation_scheme 'static': vLLM refuses to load it"):
+        load_profile(str(CROSSCHECK / "deepseek-v3-fp8-block-static"))
+
+
+def test_modelopt_fp8_pb_wo_is_block_fp8_to_both(asked):
+    vllm = asked["classes"]["qwen3-30b-a3b-modelopt-fp8-pb-wo"]
+    profile = load_profile(str(CROSSCHECK / "qwen3-30b-a3b-modelopt-fp8-pb-wo"))
+    assert (vllm.config_class, vllm.weight_quant, vllm.detail) == (
+        "ModelOptFp8Config", "fp8_block128", {"quant_algo": "FP8_PB_WO"})
+    assert bridge.cross_check(profile, vllm) == []
+
+
+def test_mixed_precision_experts_in_two_formats_are_per_layer_to_vllm_and_refused_by_autoselect(asked):
+    from autoselect.model import UnsupportedQuantization
+
+    vllm = asked["classes"]["qwen3.6-35b-a3b-mixed-expert-formats"]
+    assert (vllm.config_class, vllm.scheme, vllm.weight_quant) == (
+        "ModelOptMixedPrecisionConfig", "other:modelopt_mixed experts FP8/W4A16_NVFP4", None)
+    with pytest.raises(UnsupportedQuantization, match="routed experts use different formats"):
+        load_profile(str(CROSSCHECK / "qwen3.6-35b-a3b-mixed-expert-formats"))
+
+
+def test_check_reports_vllms_rejection_as_an_error(monkeypatch, asked):
     from click.testing import CliRunner
 
     from autoselect.cli import main
@@ -228,13 +254,26 @@ def test_check_reports_vllms_rejection_as_an_error(monkeypatch):
     assert findings["vllm-rejected"]["severity"] == "error"
     assert findings["vllm-rejected"]["message"].endswith(
         "rejects this command line: vllm serve: error: unrecognized arguments: --enable-expert-paralel")
+    doc = __import__("json").loads(result.stdout)
+    # the rules judged the line by the version that vLLM reported, not an assumed one
+    assert (doc["vllm_version"], doc["vllm_version_source"]) == (asked["vllm"].version,
+                                                                 "vllm at AUTOSELECT_VLLM_PYTHON")
+    assert "assumed-version" not in findings
 
 
 def test_inspect_cross_check_warns_on_stderr_when_vllm_disagrees(monkeypatch):
+    # No real disagreement is left among the fixtures (tests/fixtures/vllm_crosscheck/README.md):
+    # vLLM's answer is real, autoselect's side is made deliberately wrong (w4a16_nvfp4) at the
+    # comparison boundary.
+    import dataclasses
+
     from click.testing import CliRunner
 
     from autoselect.cli import main
 
+    real_cross_check = bridge.cross_check
+    monkeypatch.setattr(bridge, "cross_check", lambda profile, classification: real_cross_check(
+        dataclasses.replace(profile, weight_quant="w4a16_nvfp4"), classification))
     monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, VLLM_PYTHON)
     result = CliRunner().invoke(main, ["inspect", "--model", str(CROSSCHECK / "qwen3-30b-a3b-mxfp4-ct"),
                                        "--cross-check", "--format", "json"])
@@ -242,7 +281,10 @@ def test_inspect_cross_check_warns_on_stderr_when_vllm_disagrees(monkeypatch):
     doc = __import__("json").loads(result.stdout)
     assert doc["vllm_cross_check"]["agrees"] is False
     assert doc["vllm_cross_check"]["classification"]["config_class"] == "CompressedTensorsConfig"
-    assert result.stderr.startswith("warning: vLLM reads the weights as mxfp4 (CompressedTensorsConfig)")
+    assert result.stderr == (
+        "warning: vLLM reads the weights as mxfp4 (CompressedTensorsConfig) but autoselect read w4a16_nvfp4 "
+        "from config.json quantization_config: the activation dtype on the all2all may differ from what "
+        "autoselect assumes\n")
 
 
 def test_recommend_validate_runs_the_flags_through_vllms_parser(monkeypatch, tmp_path):
