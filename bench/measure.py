@@ -61,6 +61,7 @@ class StoppingRule:
         self.timeout_s = d["timeout_s"] if timeout_s is None else timeout_s
         self.clock = clock
         self.samples: list[float] = []
+        self._array = None  # (values, scratch, count): float64 buffers for done(), see _as_arrays
         self.accumulated_s = 0.0
         self.started: float | None = None
         self.noise_history: list[float] = []
@@ -78,7 +79,11 @@ class StoppingRule:
     def done(self) -> bool:
         """Whether to stop now (updates ``noise`` and ``noise_target_met``)."""
         n = len(self.samples)
-        self.noise = relative_standard_error(self.samples) if n >= 2 else None
+        if n >= 2:
+            values, scratch = self._as_arrays()
+            self.noise = relative_standard_error(values, scratch=scratch)
+        else:
+            self.noise = None
         if self.noise is not None:
             self.noise_history.append(self.noise)
         self.noise_target_met = self.noise is not None and self.noise <= self.max_noise
@@ -90,6 +95,30 @@ class StoppingRule:
         if n < self.min_samples or self.accumulated_s < self.min_time_s:
             return False
         return self.noise_target_met or self.noise_is_stable()
+
+    def _as_arrays(self):
+        """``samples`` as a float64 array plus a scratch array of the same length, kept between calls.
+
+        ``done()`` runs once per batch: converting the whole list and copying it for two
+        medians each time cost more than the medians. The values array holds the samples in
+        some order (the medians partition it in place, which a median does not notice); only
+        samples added since the last call are copied in. Both buffers double when full.
+        """
+        import numpy as np
+
+        n = len(self.samples)
+        if self._array is None:
+            self._array = (np.empty(max(64, n), np.float64), np.empty(max(64, n), np.float64), 0)
+        values, scratch, have = self._array
+        if n > len(values):
+            size = max(n, 2 * len(values))
+            grown = np.empty(size, np.float64)
+            grown[:have] = values[:have]
+            values, scratch = grown, np.empty(size, np.float64)
+        if n > have:
+            values[have:n] = self.samples[have:n]
+        self._array = (values, scratch, n)
+        return values[:n], scratch[:n]
 
     def noise_is_stable(self) -> bool:
         """The last ``stable_window`` noise estimates vary by less than ``stable_rel_std``."""
@@ -103,19 +132,31 @@ class StoppingRule:
         return math.sqrt(var) / mean < DEFAULTS["stable_rel_std"]
 
 
-def relative_standard_error(samples) -> float:
+def relative_standard_error(samples, *, scratch=None) -> float:
     """Relative standard error of the median: ``1.2533 · 1.4826 · MAD / sqrt(n) / median``.
 
     The MAD-based spread ignores outliers (an OS hiccup on a shared CPU); 1.2533 is the
     asymptotic ratio of the median's standard error to the mean's for normal samples.
+
+    :param scratch: a float64 array of ``len(samples)`` values to work in; when given,
+        ``samples`` must be a float64 array too and is reordered in place (the medians
+        need no copies; the result does not depend on the order).
     """
     import numpy as np
 
-    a = np.asarray(samples, dtype=np.float64)
-    med = float(np.median(a))
+    if scratch is None:
+        a = np.asarray(samples, dtype=np.float64)
+        med = float(np.median(a))
+        if med <= 0:
+            return math.inf
+        mad = float(np.median(np.abs(a - med)))
+        return 1.2533 * 1.4826 * mad / math.sqrt(len(a)) / med
+    a = samples
+    med = float(np.median(a, overwrite_input=True))
     if med <= 0:
         return math.inf
-    mad = float(np.median(np.abs(a - med)))
+    dev = np.abs(np.subtract(a, med, out=scratch), out=scratch)
+    mad = float(np.median(dev, overwrite_input=True))
     return 1.2533 * 1.4826 * mad / math.sqrt(len(a)) / med
 
 

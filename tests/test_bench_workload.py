@@ -205,6 +205,24 @@ def test_stopping_rule_stops_once_the_noise_is_stable():
     assert stopped is not None and not rule.noise_target_met and rule.noise_is_stable()
 
 
+def test_stopping_rule_noise_from_its_reused_buffers_equals_the_noise_of_the_sample_list():
+    import random
+
+    from bench.measure import relative_standard_error
+
+    rng = random.Random(7)
+    rule = StoppingRule(min_samples=10**9, min_time_s=1e9, timeout_s=1e9)
+    added, checked = [], 0
+    for i in range(3000):  # past several buffer doublings, done() at irregular intervals
+        added.append(round(100.0 + 30 * rng.random(), rng.choice([0, 2])))
+        rule.add(added[-1])
+        if i >= 1 and i % rng.choice([1, 5, 64]) == 0:
+            rule.done()
+            assert rule.noise == relative_standard_error(added)
+            checked += 1
+    assert rule.samples == added and checked > 100  # the raw samples keep their order
+
+
 def test_summary_statistics_of_known_samples():
     s = summarize([float(v) for v in range(1, 101)])
     assert s["samples"] == 100 and s["latency_us_min"] == 1.0
