@@ -1,23 +1,34 @@
 """Harness overhead on CPU gloo: the harness's timed loop vs a bare loop of the same collectives.
 
 Two gloo ranks, 256 tokens per rank (hidden 2048, top-8 of 64 experts, bf16). In the same
-processes, alternating, each repetition runs
+processes, strictly interleaved in pairs (ABAB..., the order flipped every other pair so
+neither side always runs second), each pair runs one block of ``--iters`` iterations of
 
 - bare: pack the batch into byte rows, ``all_gather_single``, ``reduce_scatter_single`` of
-  the expert outputs, with ``perf_counter_ns`` around each iteration; then
+  the expert outputs, with ``perf_counter_ns`` around each iteration; and
 - harness: ``bench.measure._time_cpu`` on the allgather_reducescatter adapter (adapter
-  method calls, per-iteration dispatch/combine timestamps, batching, all_reduce MAX per
-  batch, stopping-rule bookkeeping).
+  method calls, per-iteration dispatch/combine timestamps, batching, all_reduce MAX and the
+  stopping rule's broadcast per batch, stopping-rule bookkeeping).
 
-Both report the median of the per-iteration MAX over ranks. Prints both medians and the
-ratio harness/bare (goal <= 1.05).
+Both take the median of the per-iteration MAX over ranks. On a shared 2-core machine one
+5 ms round trip varies by a factor 2-3 from one iteration to the next and the load drifts
+over seconds, so a handful of long repetitions compared one median against another (the
+old design) could not tell a 7 % overhead from noise. Here the two blocks of a pair run
+back to back, so their ratio cancels the drift, and many short pairs average out the
+per-iteration spread. The script prints the median of the per-pair ratios harness/bare with
+a distribution-free 95 % confidence interval (order statistics of the binomial), the ratio
+of the pooled medians with a bootstrap interval over pairs, and the goal verdict (<= 1.05)
+from the interval, not from one number. It also prints how the first round trip after each
+per-batch sync compares with the others (the per-batch collectives could leave the ranks
+out of step; ``--batch-target-s`` changes how often they run).
 
-    python3 perf/harness_overhead.py [--tokens 256] [--reps 5]
+    python3 perf/harness_overhead.py [--tokens 256] [--pairs 150] [--iters 40] [--batch-target-s S]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -33,12 +44,14 @@ def worker(rank, world, store_path, args, queue):
     import torch
     import torch.distributed as dist
 
+    import bench.measure as measure
     from bench.backends import BenchContext
     from bench.backends._collectives import all_gather_single, pack_rows, reduce_scatter_single
     from bench.backends.allgather_reducescatter import AllgatherReducescatter
-    from bench.measure import StoppingRule, _time_cpu
     from bench.workload import Workload
 
+    if args.batch_target_s is not None:
+        measure.BATCH_TARGET_S = args.batch_target_s
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world)
     g = dist.group.WORLD
@@ -59,6 +72,10 @@ def worker(rank, world, store_path, args, queue):
 
     def bare(n):
         times = []
+        for _ in range(measure.WARMUP_ITERATIONS):  # as _time_cpu warms up
+            pack_rows(send, (batch.topk_ids, batch.topk_weights, batch.x, batch.x_sf))
+            all_gather_single(gathered, send, group=g)
+            reduce_scatter_single(out, expert_out, group=g)
         for _ in range(n):
             t0 = time.perf_counter_ns()
             pack_rows(send, (batch.topk_ids, batch.topk_weights, batch.x, batch.x_sf))
@@ -69,22 +86,81 @@ def worker(rank, world, store_path, args, queue):
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return t.tolist()
 
-    results = {"bare": [], "harness": []}
-    for _ in range(args.reps):
-        results["bare"].append(statistics.median(bare(args.iters)))
-        rule = StoppingRule(min_samples=args.iters, min_time_s=0.0, max_noise=1e-12, timeout_s=1e9)
+    batch_sizes: list[int] = []  # rows per all_reduce of the harness: where each batch starts
+    max_over_ranks = measure._max_over_ranks
+
+    def recording_max(ctx_, rows):
+        batch_sizes.append(len(rows))
+        return max_over_ranks(ctx_, rows)
+
+    measure._max_over_ranks = recording_max
+
+    def harness(n):
+        rule = measure.StoppingRule(min_samples=n, min_time_s=0.0, max_noise=1e-12, timeout_s=1e9)
         rule_done = rule.done
 
-        def done():  # exactly args.iters samples, like the bare loop
+        def done():  # exactly n samples, like the bare loop (the rule's own work still runs)
             rule_done()
-            return len(rule.samples) >= args.iters
+            return len(rule.samples) >= n
 
         rule.done = done
-        _time_cpu(adapter, ctx, batch, expert_out, rule)
-        results["harness"].append(statistics.median(rule.samples))
+        batch_sizes.clear()
+        measure._time_cpu(adapter, ctx, batch, expert_out, rule)
+        samples = rule.samples[:n]  # the last batch may overshoot n
+        first, rest, i = [], [], 0
+        for size in batch_sizes:
+            first.extend(samples[i : i + 1])
+            rest.extend(samples[i + 1 : i + size])
+            i += size
+        return samples, first, rest
+
+    pairs = []
+    for p in range(args.pairs):
+        if p % 2 == 0:
+            b = bare(args.iters)
+            h, first, rest = harness(args.iters)
+        else:
+            h, first, rest = harness(args.iters)
+            b = bare(args.iters)
+        pairs.append({"bare_samples": b, "harness_samples": h,
+                      "bare": statistics.median(b), "harness": statistics.median(h),
+                      "first": statistics.median(first), "rest": statistics.median(rest) if rest else None,
+                      "batches": len(first)})
     if rank == 0:
-        queue.put(results)
+        queue.put(pairs)
     dist.destroy_process_group()
+
+
+def median_ci(values, confidence=0.95):
+    """Distribution-free confidence interval of the median: order statistics of Binomial(n, 1/2)."""
+    v = sorted(values)
+    n = len(v)
+    cdf, k = 0.0, 0
+    # largest k with P(X < k) <= (1 - confidence) / 2; the interval is [v[k], v[n - 1 - k]]
+    while k < n // 2:
+        p = math.comb(n, k) / 2**n
+        if cdf + p > (1 - confidence) / 2:
+            break
+        cdf += p
+        k += 1
+    if k == 0:
+        return v[0], v[-1]
+    return v[k - 1], v[n - k]
+
+
+def pooled_ratio_ci(pairs, boots=1000, confidence=0.95, seed=0):
+    """Ratio of the medians of all harness and all bare samples, and a bootstrap interval
+    that resamples whole pairs (so drift shared by a pair's two blocks stays paired)."""
+    import random
+
+    def ratio(chosen):
+        return (statistics.median(x for p in chosen for x in p["harness_samples"])
+                / statistics.median(x for p in chosen for x in p["bare_samples"]))
+
+    rng = random.Random(seed)
+    rs = sorted(ratio([pairs[rng.randrange(len(pairs))] for _ in pairs]) for _ in range(boots))
+    tail = int(boots * (1 - confidence) / 2)
+    return ratio(pairs), rs[tail], rs[boots - 1 - tail]
 
 
 def main():
@@ -92,8 +168,10 @@ def main():
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--pairs", type=int, default=150, help="interleaved bare/harness block pairs")
+    ap.add_argument("--iters", type=int, default=40, help="timed iterations per block")
+    ap.add_argument("--batch-target-s", type=float, default=None,
+                    help="override bench.measure.BATCH_TARGET_S (wall time per harness batch)")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     ctx = mp.get_context("spawn")
@@ -103,16 +181,34 @@ def main():
         procs = [ctx.Process(target=worker, args=(r, 2, store, args, queue)) for r in range(2)]
         for p in procs:
             p.start()
-        res = queue.get(timeout=600)
+        pairs = queue.get(timeout=1800)
         for p in procs:
             p.join(timeout=60)
-    bare, harness = statistics.median(res["bare"]), statistics.median(res["harness"])
+    ratios = [p["harness"] / p["bare"] for p in pairs]
+    ratio = statistics.median(ratios)
+    lo, hi = median_ci(ratios)
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    bare = [p["bare"] for p in pairs]
+    harness = [p["harness"] for p in pairs]
     print(f"world size 2 (gloo, CPU), {args.tokens} tokens/rank, hidden 2048, top-8/64, bf16; "
-          f"{args.reps} alternating repetitions x {args.iters} iterations")
-    print(f"bare loop (pack + all_gather + reduce_scatter): median {bare:10.1f} us  per-rep {[round(v, 1) for v in res['bare']]}")
-    print(f"harness   (adapter + timing + stopping rule):   median {harness:10.1f} us  per-rep {[round(v, 1) for v in res['harness']]}")
-    ratio = harness / bare
-    print(f"ratio harness/bare: {ratio:.3f}  (goal <= 1.05: {'met' if ratio <= 1.05 else 'NOT met'})")
+          f"{args.pairs} interleaved pairs x {args.iters} iterations per block")
+    print(f"bare loop (pack + all_gather + reduce_scatter): median {statistics.median(bare):8.1f} us  "
+          f"(block medians {min(bare):.1f} .. {max(bare):.1f})")
+    print(f"harness   (adapter + timing + stopping rule):   median {statistics.median(harness):8.1f} us  "
+          f"(block medians {min(harness):.1f} .. {max(harness):.1f})")
+    print(f"per-pair ratio harness/bare: median {ratio:.3f}, 95% CI [{lo:.3f}, {hi:.3f}], "
+          f"IQR [{q1:.3f}, {q3:.3f}]")
+    pooled, plo, phi = pooled_ratio_ci(pairs)
+    print(f"pooled ratio (median of all harness samples / of all bare samples): {pooled:.3f}, "
+          f"95% CI [{plo:.3f}, {phi:.3f}] (pairs bootstrapped)")
+    with_rest = [p for p in pairs if p["rest"]]
+    if with_rest:
+        after_sync = statistics.median(p["first"] / p["rest"] for p in with_rest)
+        per_batch = statistics.median(args.iters / p["batches"] for p in pairs)
+        print(f"harness: first round trip after each per-batch sync / the others: median {after_sync:.3f} "
+              f"({per_batch:.1f} round trips per batch)")
+    verdict = "met" if hi <= 1.05 else ("NOT met" if lo > 1.05 else "undecided (interval straddles 1.05)")
+    print(f"goal ratio <= 1.05: {verdict}")
 
 
 if __name__ == "__main__":
