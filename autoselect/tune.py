@@ -7,19 +7,28 @@ time goes to backends that are clearly losing. ``tune`` runs a race instead:
    stopping rule (:data:`SCREEN`). A backend that fails the correctness gate, is unavailable
    or errors at any bucket is dropped on the spot, with the harness's reason.
 2. **Refine rounds**: every alive backend is re-measured (short runs, :data:`REFINE`) at the
-   bucket where the leader and its closest challenger are closest relative to their bands,
-   weighted by the bucket's share of the workload, in alternating backend order. Repeated
-   runs of a point are pooled (inverse-variance); the median relative spread between repeated
-   runs (the machine's run-to-run noise, e.g. load from other processes, which no single run
-   shows) widens every band to at least ``Z x spread / sqrt(runs)``, never below the
-   selector's reproducibility floor.
-3. **Prune** after each round: a backend whose workload-weighted latency band lies entirely
-   above the leader's (the selector's own rule, :func:`autoselect.selector.compare`: Z = 2
-   bands summed over buckets, widened by :data:`PRUNE_SAFETY`) is dropped, with the numbers.
+   (up to :data:`REFINE_BUCKETS_PER_ROUND`) buckets where the leader and its closest
+   challenger are closest relative to their bands, weighted by the bucket's share of the
+   workload, in alternating backend order; one sweep call per round, so each backend's
+   workers start once per round whatever the number of buckets. Repeated runs of a point are
+   pooled (inverse-variance). Each backend's **run-to-run noise** (e.g. load from other
+   processes, which no single run shows) is the pooled standard deviation of ``ln(latency)``
+   between repeated runs of the same point, each point centred on its own mean (never mixed
+   across backends or buckets: one backend's bad run does not widen another's bands); it
+   widens that backend's bands to at least ``t x noise / sqrt(runs)``, ``t`` the Student-t
+   95 % quantile of the noise's degrees of freedom (4.3 with 2, 2.8 with 4, never below
+   Z = 2), and never below the selector's reproducibility floor.
+3. **Prune** after each round, bucket by bucket and relative: per bucket, the log ratio
+   challenger / leader of the pooled points with the half-width ``sqrt(h_c^2 + h_l^2)`` of
+   the two points' relative bands (x :data:`PRUNE_SAFETY`); a backend is dropped, with the
+   numbers, when its workload-weighted latency ratio to the leader stays above 1 even with
+   every bucket at its band's most favourable end (bands combine linearly over buckets, as
+   in the selector; :meth:`Race.compare`). No backend is pruned for dominance before every
+   alive one has repeated runs (its own noise).
 4. **Stop** and say which: ``settled`` (one backend left), ``tie`` (every contested point is
    at the reproducibility floor and the bands still overlap), ``unresolved`` (even the
-   remaining rounds could not separate the two at the current means: futility), or
-   ``budget`` (``--budget`` ran out; rerun to continue).
+   remaining rounds could not separate the two at the current means: futility, judged with
+   the bands those runs would give), or ``budget`` (``--budget`` ran out; rerun to continue).
 5. **Knobs**: for the fastest backend vLLM has, each legal value of each legal knob
    (``autoselect/knobs.py``) is screened at every bucket, one knob at a time; the values that
    beat the untuned backend are combined (only if the combination is legal), and the best
@@ -59,11 +68,14 @@ SCREEN = {"min_samples": 10, "min_time_s": 0.05, "max_noise": 0.05, "timeout_s":
 #: buys nothing when two runs of the same point differ by more; precision comes from pooling
 #: repeated, interleaved runs, which also averages out the machine's changing load.
 REFINE = {"min_samples": 10, "min_time_s": 0.1, "max_noise": 0.01, "timeout_s": 0.3}
-#: Pruning widens both bands by this factor (1 = the selector's own rule: Z = 2 bands, summed
-#: linearly over buckets, must not overlap).
+#: Pruning widens every bucket's ratio band by this factor (1 = 95 % bands, combined linearly
+#: over buckets as the selector does).
 PRUNE_SAFETY = 1.0
-#: How many buckets one refine round re-measures.
-REFINE_BUCKETS_PER_ROUND = 1
+#: How many buckets one refine round re-measures (the built-in workloads have 3 or 4, so all
+#: contested ones). They share the round's one worker start-up per backend, which costs more
+#: than a refine point (on the 2-core CPU machine ~3 s against 0.1-0.3 s), and each adds a
+#: degree of freedom to the noise estimate.
+REFINE_BUCKETS_PER_ROUND = 4
 #: Stop refining after this many rounds even with budget left: the rest is within the machine's noise.
 MAX_REFINE_ROUNDS = 5
 #: Parameter names every trial of a study carries (besides the knobs).
@@ -181,12 +193,57 @@ class PointEstimate:
         return self.rel_halfwidth <= REL_FLOOR * 1.0001
 
 
-def pool(measurements: Iterable[Measurement], spread: float | None = None) -> PointEstimate | None:
+#: Student-t 97.5 % quantiles for 1..10 degrees of freedom (then 1.96 + 2.5 / dof, within 0.5 %).
+_T975 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23)
+
+
+def t_quantile(dof: int) -> float:
+    """The two-sided 95 % Student-t quantile for ``dof`` degrees of freedom, never below ``Z``.
+
+    A noise estimated from few repeated runs is itself uncertain: with 2 degrees of freedom a
+    band needs 4.3 standard deviations, not 2. ``dof`` 0 (no estimate) gives ``Z``.
+    """
+    if dof <= 0:
+        return Z
+    if dof <= len(_T975):
+        return max(Z, _T975[dof - 1])
+    return max(Z, 1.96 + 2.5 / dof)
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Run-to-run noise of one backend (setting): std of ln(latency) between repeated runs."""
+
+    stdrel: float  # ~ relative standard deviation of one run's median
+    dof: int  # degrees of freedom behind it: sum over buckets of (runs - 1)
+
+
+def run_to_run_noise(groups: Iterable[list[float]]) -> Noise | None:
+    """Pooled standard deviation of ``ln(latency)`` over repeated runs (None without repeats).
+
+    ``groups`` holds the latencies of the repeated runs of each point of ONE backend (setting);
+    each point is centred on its own mean, so buckets of different scale never mix, and the
+    squared deviations are pooled with their degrees of freedom (not a median of one-run
+    spreads, which a single slow run decides).
+    """
+    ss, dof = 0.0, 0
+    for values in groups:
+        logs = [math.log(v) for v in values if v and v > 0]
+        if len(logs) >= 2:
+            mu = sum(logs) / len(logs)
+            ss += sum((x - mu) ** 2 for x in logs)
+            dof += len(logs) - 1
+    return Noise(math.sqrt(ss / dof), dof) if dof else None
+
+
+def pool(measurements: Iterable[Measurement], noise: Noise | None = None,
+         extra_runs: int = 0, extra_dof: int = 0) -> PointEstimate | None:
     """Inverse-variance pooling of the ok measurements of one point.
 
-    The band is the largest of: the pooled in-run band; ``Z x spread / sqrt(runs)`` (the
-    machine's run-to-run spread, which averages down over independent runs); the selector's
-    reproducibility floor ``REL_FLOOR``.
+    The band is the largest of: the pooled in-run band; ``t x noise / sqrt(runs)`` (the
+    backend's run-to-run noise, which averages down over independent runs, with the Student-t
+    quantile of its degrees of freedom); the selector's reproducibility floor ``REL_FLOOR``.
+    ``extra_runs`` / ``extra_dof`` project the band after that many more runs (futility).
     """
     ok = [m for m in measurements if m.status == "ok" and m.latency_us]
     if not ok:
@@ -194,24 +251,11 @@ def pool(measurements: Iterable[Measurement], spread: float | None = None) -> Po
     weights = [1.0 / max(m.rel_halfwidth or 0.1, 1e-6) ** 2 for m in ok]
     total = sum(weights)
     lat = sum(w * m.latency_us for w, m in zip(weights, ok)) / total
-    h = max(1.0 / math.sqrt(total), REL_FLOOR)
-    if spread:
-        h = max(h, Z * spread / math.sqrt(len(ok)))
+    runs = len(ok) + extra_runs
+    h = max(math.sqrt(len(ok) / runs) / math.sqrt(total), REL_FLOOR)
+    if noise:
+        h = max(h, t_quantile(noise.dof + extra_dof) * noise.stdrel / math.sqrt(runs))
     return PointEstimate(lat, h, len(ok))
-
-
-def run_to_run_spread(groups: Iterable[list[float]]) -> float | None:
-    """Median relative standard deviation of repeated runs of the same point (None without repeats)."""
-    spreads = []
-    for values in groups:
-        if len(values) >= 2:
-            mean = sum(values) / len(values)
-            var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-            spreads.append(math.sqrt(var) / mean)
-    if not spreads:
-        return None
-    spreads.sort()
-    return spreads[len(spreads) // 2]
 
 
 @dataclass
@@ -220,6 +264,29 @@ class Score:
 
     latency_us: float
     halfwidth_us: float
+
+
+@dataclass
+class Comparison:
+    """A challenger against the leader, bucket by bucket, relative.
+
+    Per bucket: ``ln(challenger / leader)`` of the pooled points and its half-width
+    ``sqrt(h_c^2 + h_l^2)`` (each point's band from its own backend's noise). The workload-
+    weighted latency ratio and its bounds put every bucket at its band's end at once
+    (``low``: every bucket as favourable to the challenger as its band allows).
+    """
+
+    challenger: str
+    leader: str
+    ratio: float  # sum(w * challenger) / sum(w * leader)
+    low: float
+    high: float
+    buckets: dict[int, tuple[float, float]]  # tokens -> (log ratio, half-width)
+
+    @property
+    def verdict(self) -> str:
+        """``slower`` / ``faster`` (the challenger, beyond the bands) or ``tie``."""
+        return "slower" if self.low > 1.0 else "faster" if self.high < 1.0 else "tie"
 
 
 class Race:
@@ -236,22 +303,50 @@ class Race:
         """Record one measurement."""
         self.measurements.append(m)
 
-    def spread(self) -> float | None:
-        """The machine's run-to-run spread: median relative std of repeated runs of a point."""
-        groups: dict[tuple, list[float]] = {}
+    def noise(self, backend: str, setting: dict[str, str] | None = None) -> Noise | None:
+        """This backend's (setting's) own run-to-run noise, from its repeated points (None without)."""
+        key = _setting_key(setting or {})
+        groups: dict[int, list[float]] = {}
         for m in self.measurements:
-            if m.status == "ok" and m.latency_us:
-                groups.setdefault((m.backend, m.tokens, _setting_key(m.setting)), []).append(m.latency_us)
-        return run_to_run_spread(groups.values())
+            if m.backend == backend and _setting_key(m.setting) == key and m.status == "ok" and m.latency_us:
+                groups.setdefault(m.tokens, []).append(m.latency_us)
+        return run_to_run_noise(groups.values())
 
-    def points(self, backend: str, setting: dict[str, str] | None = None) -> dict[int, PointEstimate]:
+    def noise_for(self, backend: str, setting: dict[str, str] | None = None) -> Noise | None:
+        """The noise a point's band uses: its own; else the untuned backend's; else the noisiest
+        backend measured here (a point without repeats is never trusted more than the others)."""
+        own = self.noise(backend, setting)
+        if own:
+            return own
+        if setting:
+            untuned = self.noise(backend)
+            if untuned:
+                return untuned
+        known = [n for b in self.backends if (n := self.noise(b))]
+        return max(known, key=lambda n: n.stdrel) if known else None
+
+    def noise_known(self, backends: Iterable[str]) -> bool:
+        """Whether every one of ``backends`` has repeated runs (its own run-to-run noise)."""
+        return all(self.noise(b) is not None for b in backends)
+
+    def describe_noise(self) -> str:
+        """``a 3.1 % (4 dof), b 45 % (4 dof)``: each alive backend's run-to-run noise."""
+        parts = []
+        for b in self.alive:
+            n = self.noise(b)
+            parts.append(f"{b} {n.stdrel:.1%} ({n.dof} dof)" if n else f"{b} unknown")
+        return ", ".join(parts)
+
+    def points(self, backend: str, setting: dict[str, str] | None = None,
+               extra_runs: int = 0, extra_dof: int = 0) -> dict[int, PointEstimate]:
         """Pooled estimates per bucket for ``backend`` with ``setting`` (untuned by default)."""
         key = _setting_key(setting or {})
-        spread = self.spread()
+        noise = self.noise_for(backend, setting)
         out = {}
         for t in self.workload.tokens:
             est = pool((m for m in self.measurements
-                        if m.backend == backend and m.tokens == t and _setting_key(m.setting) == key), spread)
+                        if m.backend == backend and m.tokens == t and _setting_key(m.setting) == key),
+                       noise, extra_runs, extra_dof)
             if est:
                 out[t] = est
         return out
@@ -289,6 +384,26 @@ class Race:
         band = sum(w * pts[t].latency_us * pts[t].rel_halfwidth for t, w in self.workload.buckets)
         return Score(lat, band)
 
+    def compare(self, challenger: str, leader: str, safety: float = PRUNE_SAFETY,
+                extra_runs: int = 0, extra_dof: int = 0) -> Comparison | None:
+        """The challenger against the leader, bucket by bucket (None until both are fully measured)."""
+        pc = self.points(challenger, extra_runs=extra_runs, extra_dof=extra_dof)
+        pl = self.points(leader, extra_runs=extra_runs, extra_dof=extra_dof)
+        tokens = [t for t, _ in self.workload.buckets]
+        if any(t not in pc or t not in pl for t in tokens):
+            return None
+        buckets, base, mid, low, high = {}, 0.0, 0.0, 0.0, 0.0
+        for t, w in self.workload.buckets:
+            d = math.log(pc[t].latency_us / pl[t].latency_us)
+            half = safety * math.hypot(pc[t].rel_halfwidth, pl[t].rel_halfwidth)
+            buckets[t] = (d, half)
+            scale = w * pl[t].latency_us
+            base += scale
+            mid += scale * math.exp(d)
+            low += scale * math.exp(d - half)
+            high += scale * math.exp(d + half)
+        return Comparison(challenger, leader, mid / base, low / base, high / base, buckets)
+
     # ---- decisions ----
     @property
     def alive(self) -> list[str]:
@@ -300,8 +415,18 @@ class Race:
         scored = [(s.latency_us, b) for b in self.alive if (s := self.score(b))]
         return min(scored)[1] if scored else None
 
+    def challenger(self) -> str | None:
+        """The alive, fully measured backend closest to the leader (None with fewer than two)."""
+        lead = self.leader()
+        scored = [(s.latency_us, b) for b in self.alive if b != lead and (s := self.score(b))]
+        return min(scored)[1] if scored else None
+
     def prune(self, safety: float = PRUNE_SAFETY, failures_only: bool = False) -> list[tuple[str, str]]:
-        """Drop failed and clearly dominated backends; returns the newly pruned ``(backend, why)``."""
+        """Drop failed and clearly dominated backends; returns the newly pruned ``(backend, why)``.
+
+        Dominated: the workload-weighted latency ratio to the leader stays above 1 with every
+        bucket's relative band (x ``safety``) at its most favourable end.
+        """
         newly = []
         for b in self.alive:
             why = self.failure(b)
@@ -315,50 +440,54 @@ class Race:
         for b in self.alive:
             if b == lead:
                 continue
-            s = self.score(b)
-            if s is None:
+            c = self.compare(b, lead, safety)
+            if c is None or c.verdict != "slower":
                 continue
-            if compare(s.latency_us, safety * s.halfwidth_us, ls.latency_us, safety * ls.halfwidth_us) == "slower":
-                why = (f"slower than {lead}: {s.latency_us:.1f} ± {s.halfwidth_us:.1f} µs vs "
-                       f"{ls.latency_us:.1f} ± {ls.halfwidth_us:.1f} µs (workload-weighted, bands x{safety:g} "
-                       "do not overlap)")
-                self.pruned[b] = why
-                newly.append((b, why))
+            s = self.score(b)
+            why = (f"slower than {lead}: {s.latency_us:.1f} ± {s.halfwidth_us:.1f} µs vs {ls.latency_us:.1f} "
+                   f"± {ls.halfwidth_us:.1f} µs (workload-weighted); bucket by bucket {c.ratio:.2f}x, at "
+                   f"least {c.low:.2f}x (bands x{safety:g}; run-to-run noise {b} {self._noise_text(b)}, "
+                   f"{lead} {self._noise_text(lead)})")
+            self.pruned[b] = why
+            newly.append((b, why))
         return newly
 
-    def futile(self, rounds_left: int) -> bool:
-        """Whether even ``rounds_left`` more runs of every point could not separate the leader
-        from its closest challenger (bands shrink as 1/sqrt(runs) at best; means assumed fixed).
+    def _noise_text(self, backend: str) -> str:
+        n = self.noise(backend)
+        return f"{n.stdrel:.1%}" if n else "not measured"
+
+    def futile(self, rounds_left: int, buckets_per_round: int | None = None) -> bool:
+        """Whether even ``rounds_left`` more runs could not separate the leader from its closest
+        challenger (means assumed fixed; bands shrink as 1/sqrt(runs), the t quantile with the
+        degrees of freedom those runs add).
         """
-        alive = [b for b in self.alive if self.score(b)]
-        if len(alive) < 2:
+        lead, challenger = self.leader(), self.challenger()
+        if lead is None or challenger is None:
             return False
-        lead = self.leader()
-        challenger = min((self.score(b).latency_us, b) for b in alive if b != lead)[1]
-        sl, sc = self.score(lead), self.score(challenger)
-        runs = min(p.count for b in (lead, challenger) for p in self.points(b).values())
-        shrink = math.sqrt(runs / (runs + rounds_left))
-        return (sl.halfwidth_us + sc.halfwidth_us) * shrink >= abs(sc.latency_us - sl.latency_us)
+        per_round = min(buckets_per_round or len(self.workload.buckets), len(self.workload.buckets))
+        c = self.compare(challenger, lead, extra_runs=rounds_left, extra_dof=rounds_left * per_round)
+        return c is not None and c.verdict == "tie"
 
     def refine_targets(self, k: int = REFINE_BUCKETS_PER_ROUND) -> list[int]:
         """The buckets where the leader and its closest challenger are closest, relative to noise.
 
-        Priority of a bucket = weight x band / (|difference| + band); buckets where both points
-        are already at the reproducibility floor are skipped. Empty when nothing can be refined.
+        Priority of a bucket = weight x band / (|log ratio| + band); buckets where both points
+        are already at the reproducibility floor are skipped once both backends' run-to-run noise
+        is known (before that, a quiet single run says nothing about the next one). Empty when
+        nothing can be refined.
         """
-        alive = [b for b in self.alive if self.score(b)]
-        if len(alive) < 2:
+        lead, challenger = self.leader(), self.challenger()
+        if lead is None or challenger is None:
             return []
-        lead = self.leader()
-        challenger = min((self.score(b).latency_us, b) for b in alive if b != lead)[1]
+        c = self.compare(challenger, lead)
         pl, pc = self.points(lead), self.points(challenger)
+        repeated = self.noise_known((lead, challenger))
         ranked = []
         for t, w in self.workload.buckets:
-            a, c = pl[t], pc[t]
-            if a.at_floor and c.at_floor:
+            if repeated and pl[t].at_floor and pc[t].at_floor:
                 continue
-            band = a.latency_us * a.rel_halfwidth + c.latency_us * c.rel_halfwidth
-            ranked.append((w * band / (abs(a.latency_us - c.latency_us) + band), t))
+            d, half = c.buckets[t]
+            ranked.append((w * half / (abs(d) + half), t))
         ranked.sort(reverse=True)
         return [t for _, t in ranked[:k]]
 
@@ -597,7 +726,7 @@ class Tuner:
         """Measure every alive backend at every bucket not screened yet (one sweep call).
 
         Only failures are pruned here: dominance waits for the first refine round, whose
-        repeated runs measure the machine's run-to-run spread.
+        repeated runs measure each backend's run-to-run noise.
         """
         todo = {b: [t for t in self.spec.workload.tokens if not self.race.measured(b, t, "screen")]
                 for b in self.race.alive}
@@ -609,7 +738,7 @@ class Tuner:
             if self.remaining() <= 0:
                 return
             self._sweep(backends, list(tokens), "screen", self.spec.screen)
-        self._prune(failures_only=self.race.spread() is None)
+        self._prune(failures_only=not self.race.noise_known(self.race.alive))
 
     def _prune(self, failures_only: bool = False) -> None:
         for b, why in self.race.prune(failures_only=failures_only):
@@ -619,9 +748,11 @@ class Tuner:
     def refine(self) -> str:
         """Refine rounds until settled, tied or out of budget; returns the stop reason.
 
-        A round re-measures every alive backend at the buckets where the leader and its
-        closest challenger are closest (one sweep call, backends in alternating order so a
-        steady drift of the machine's load hits them alike), then prunes.
+        A round re-measures every alive backend at the (up to :data:`REFINE_BUCKETS_PER_ROUND`)
+        buckets where the leader and its closest challenger are closest, in ONE sweep call: each
+        backend's workers start once per round and measure all its target buckets (worker
+        start-up, not measuring, is most of a short point's wall time). Backends go in
+        alternating order so a steady drift of the machine's load hits them alike; then prune.
         """
         for n in range(MAX_REFINE_ROUNDS):
             if len(self.race.alive) <= 1:
@@ -629,7 +760,7 @@ class Tuner:
             targets = self.race.refine_targets()
             if not targets:
                 return "tie"
-            if n >= 1 and self.race.futile(MAX_REFINE_ROUNDS - n):  # after one round: spread known
+            if n >= 1 and self.race.futile(MAX_REFINE_ROUNDS - n, len(targets)):  # after one round: noise known
                 return "unresolved"
             alive = [b for b in self.race.alive if self.race.score(b)]
             if n % 2:
@@ -751,7 +882,6 @@ class TuneOutcome:
         race = tuner.race
         scores = {b: {"latency_us": s.latency_us, "halfwidth_us": s.halfwidth_us}
                   for b in race.backends if (s := race.score(b))}
-        spread = f"{race.spread():.1%}" if race.spread() is not None else "unknown"
         reasons = {
             "settled": (f"settled: {winner} beats every other candidate beyond the noise"
                         if len(race.backends) > 1 else
@@ -759,7 +889,7 @@ class TuneOutcome:
             "tie": (f"settled as a tie: {', '.join(race.alive)} stay within each other's noise "
                     "and every contested point is at the reproducibility floor"),
             "unresolved": (f"unresolved: {', '.join(race.alive)} stay within this machine's run-to-run "
-                           f"noise (spread {spread}) and at most {MAX_REFINE_ROUNDS} refine "
+                           f"noise ({race.describe_noise()}) and at most {MAX_REFINE_ROUNDS} refine "
                            f"rounds could not separate them; best so far: {winner}"),
             "budget": f"budget ran out ({tuner.spec.budget_s:g} s) before the decision was settled; "
                       f"best so far: {winner}; rerun the same command to continue",

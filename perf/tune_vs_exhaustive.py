@@ -9,7 +9,9 @@ Prints whether both chose the same backend and two ratios adaptive / exhaustive:
 - measurement time: time inside the timed loops (samples x mean latency, summed over points),
   the quantity the issue's goal (<= 0.4) is about;
 - wall time of the sweep calls, which also counts worker start-up (gloo process spawn and the
-  torch import in every rank), identical per call for both methods.
+  torch import in every rank), identical per call for both methods; ``starts`` counts the
+  worker start-ups (one per backend per sweep call: exhaustive 1 per backend, adaptive 1 per
+  backend for the screen plus 1 per alive backend per refine round).
 
 Usage: python3 perf/tune_vs_exhaustive.py [--tokens 8,16,32,64] [--shape shape:1024x32x4:bf16]
        [--with-slow]   (also race tests/fixtures/slow_backend's deliberately slow adapter)
@@ -73,13 +75,19 @@ def main() -> int:
                           world_size=2, budget="30m", backends=backends, search_knobs=False)
         print(f"problem: {args.shape}, world 2 (gloo), tokens/rank {args.tokens}, backends {', '.join(backends)}")
         ex_winner, ex_scores, ex_measure, ex_wall = exhaustive(spec, Path(tmp) / "exhaustive.db")
-        outcome = run_tune(spec)
+        starts = [0]
+
+        def count_starts(event):
+            if event.get("event") == "measure":
+                starts[0] += len(event["backends"])
+
+        outcome = run_tune(spec, progress=count_starts)
 
     print("")
-    print(f"{'':<12} {'winner':<28} {'points':>6} {'measure s':>10} {'wall s':>8}")
+    print(f"{'':<12} {'winner':<28} {'points':>6} {'starts':>6} {'measure s':>10} {'wall s':>8}")
     n_ex = len(spec.backends) * len(spec.workload.tokens)
-    print(f"{'exhaustive':<12} {ex_winner:<28} {n_ex:>6} {ex_measure:>10.2f} {ex_wall:>8.1f}")
-    print(f"{'adaptive':<12} {outcome.winner:<28} {outcome.trials_new:>6} {outcome.measure_s:>10.2f} "
+    print(f"{'exhaustive':<12} {ex_winner:<28} {n_ex:>6} {len(spec.backends):>6} {ex_measure:>10.2f} {ex_wall:>8.1f}")
+    print(f"{'adaptive':<12} {outcome.winner:<28} {outcome.trials_new:>6} {starts[0]:>6} {outcome.measure_s:>10.2f} "
           f"{outcome.sweep_s:>8.1f}")
     print("")
     print("exhaustive weighted latency (us): " + ", ".join(f"{b} {v:.1f}" for b, v in sorted(ex_scores.items(), key=lambda x: x[1])))

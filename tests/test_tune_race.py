@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+import math
+
 from autoselect.selector import REL_FLOOR, WorkloadSpec
-from autoselect.tune import (BadBudget, Measurement, Race, Study, optuna_path, parse_budget, pool,
-                             study_name, Shape)
+from autoselect.tune import (BadBudget, Measurement, Noise, Race, Study, optuna_path, parse_budget, pool,
+                             study_name, Shape, t_quantile)
 
 DECODE = WorkloadSpec("explicit", ((8, 0.5), (64, 0.5)))
 
@@ -52,8 +54,9 @@ def test_repeated_measurements_pool_by_inverse_variance_but_not_below_the_floor(
 
 def test_a_clearly_slower_backend_is_pruned_with_its_numbers():
     r = race_with(m("a", 8, 100), m("a", 64, 200), m("b", 8, 300), m("b", 64, 600))
-    assert r.prune() == [("b", "slower than a: 450.0 ± 9.0 µs vs 150.0 ± 3.0 µs "
-                               "(workload-weighted, bands x1 do not overlap)")]
+    assert r.prune() == [("b", "slower than a: 450.0 ± 9.0 µs vs 150.0 ± 3.0 µs (workload-weighted); "
+                               "bucket by bucket 3.00x, at least 2.92x (bands x1; run-to-run noise "
+                               "b not measured, a not measured)")]
     assert r.alive == ["a"]
 
 
@@ -79,12 +82,42 @@ def test_refine_goes_to_the_heavily_weighted_bucket_where_the_two_are_closest():
     assert r.refine_targets(k=3) == [512, 8, 64]
 
 
-def test_the_run_to_run_spread_of_repeated_points_widens_the_bands():
+def test_each_backend_has_its_own_run_to_run_noise_pooled_over_its_buckets_in_log_space():
+    r = race_with(m("a", 8, 100), m("a", 8, 140), m("a", 64, 200), m("a", 64, 200),
+                  m("b", 8, 150), m("b", 8, 150), m("b", 64, 300), m("b", 64, 303))
+    # a: ln(1.4) apart at 8, equal at 64; each bucket centred on its own mean, 2 dof in all
+    assert r.noise("a") == Noise(pytest.approx(math.sqrt(math.log(1.4) ** 2 / 2 / 2)), 2)
+    assert r.noise("b").stdrel == pytest.approx(math.sqrt(math.log(1.01) ** 2 / 2 / 2))
+    assert t_quantile(2) == 4.30 and t_quantile(0) == 2.0 and t_quantile(1000) == 2.0
+
+
+def test_the_run_to_run_noise_widens_the_bands_with_the_t_quantile_of_its_degrees_of_freedom():
     r = race_with(m("a", 8, 100), m("a", 8, 140), m("a", 64, 200), m("a", 64, 200),
                   m("b", 8, 150), m("b", 64, 300))
-    assert r.spread() == pytest.approx(20 * 2**0.5 / 120)  # upper median of [0, 0.236]
-    assert r.points("b")[8].rel_halfwidth == pytest.approx(2 * r.spread())
-    assert r.points("a")[8].rel_halfwidth == pytest.approx(2 * r.spread() / 2**0.5)
+    noise = r.noise("a")
+    assert r.points("a")[8].rel_halfwidth == pytest.approx(4.30 * noise.stdrel / 2**0.5)
+    # b has no repeated point yet: its bands borrow the noisiest measured backend's noise
+    assert r.noise("b") is None
+    assert r.points("b")[8].rel_halfwidth == pytest.approx(4.30 * noise.stdrel)
+
+
+def test_a_quiet_winner_is_not_hidden_by_a_noisy_loser():
+    """A 2x gap: the noisy backend's spread (22 % a run) widens its own bands, not the quiet one's."""
+    quiet = [m("a", t, lat * f, h=0.02) for t, lat in ((8, 100), (64, 200)) for f in (1.0, 1.03, 0.98)]
+    noisy = [m("b", t, lat * f, h=0.05) for t, lat in ((8, 200), (64, 400)) for f in (0.8, 1.0, 1.25)]
+    r = race_with(*quiet, *noisy)
+    assert r.noise("b").stdrel > 0.2 > 0.03 > r.noise("a").stdrel
+    c = r.compare("b", "a")
+    assert c.ratio == pytest.approx(2.0, rel=0.05) and c.verdict == "slower"
+    assert [b for b, _ in r.prune()] == ["b"]
+
+
+def test_a_gap_inside_the_noise_is_not_pruned():
+    ms = [m("a", t, lat * f) for t, lat in ((8, 100), (64, 200)) for f in (0.8, 1.25)]
+    ms += [m("b", t, lat * f) for t, lat in ((8, 130), (64, 260)) for f in (1.25, 0.8)]
+    r = race_with(*ms)
+    assert r.compare("b", "a").verdict == "tie"
+    assert r.prune() == []
 
 
 def test_refining_is_futile_when_more_runs_could_not_separate_the_two():
@@ -94,10 +127,16 @@ def test_refining_is_futile_when_more_runs_could_not_separate_the_two():
 
 
 def test_nothing_is_left_to_refine_once_contested_points_are_at_the_floor():
-    r = race_with(m("a", 8, 100, h=REL_FLOOR), m("a", 64, 200, h=REL_FLOOR),
-                  m("b", 8, 100.5, h=REL_FLOOR), m("b", 64, 200.5, h=REL_FLOOR))
+    r = race_with(*[m(b, t, lat, h=REL_FLOOR) for b, t, lat in
+                    (("a", 8, 100), ("a", 64, 200), ("b", 8, 100.5), ("b", 64, 200.5))] * 2)
     assert r.prune() == []
     assert r.refine_targets() == []
+
+
+def test_a_quiet_single_run_is_not_taken_for_the_floor_before_repeats_show_the_noise():
+    r = race_with(m("a", 8, 100, h=REL_FLOOR), m("a", 64, 200, h=REL_FLOOR),
+                  m("b", 8, 100.5, h=REL_FLOOR), m("b", 64, 200.5, h=REL_FLOOR))
+    assert sorted(r.refine_targets(k=2)) == [8, 64]
 
 
 def test_knob_settings_are_scored_apart_from_the_untuned_backend():
@@ -122,3 +161,64 @@ def test_a_study_keeps_every_measurement_across_reopening(tmp_path):
     assert states == ["COMPLETE", "FAIL"]
     assert again.study.trials[0].params["backend"] == "a"
     assert again.study.trials[0].params["NCCL_PROTO"] == "default"
+
+
+class _FakeHarness:
+    """``bench.sweep.run_sweep`` for the race loop without processes: each backend's true latency
+    per bucket times a log-normal run-to-run factor (seeded), 1 % in-run noise."""
+
+    def __init__(self, true_us, sigma, seed):
+        import random
+
+        self.true_us, self.sigma, self.rng = true_us, sigma, random.Random(seed)
+        self.calls = []
+
+    def __call__(self, sweep, *, store=None, run_id=None, host=None, progress=None):
+        from types import SimpleNamespace
+
+        self.calls.append((list(sweep.backends), list(sweep.tokens)))
+        for b in sweep.backends:
+            for t in sweep.tokens:
+                lat = self.true_us[b][t] * math.exp(self.rng.gauss(0.0, self.sigma))
+                progress({"event": "result", "result": SimpleNamespace(
+                    backend=b, tokens_per_rank=t, status="ok", latency_us_p50=lat, latency_us_mean=lat,
+                    noise_stdrel=0.005, samples=100, error=None)})
+        return []
+
+
+def _tuner(tmp_path, monkeypatch, harness, backends):
+    import bench.sweep
+
+    from autoselect.knobs import KnobContext
+    from autoselect.tune import Tuner, TuneSpec
+
+    monkeypatch.setattr(bench.sweep, "run_sweep", harness)
+    workload = WorkloadSpec("explicit", ((8, 0.25), (16, 0.25), (32, 0.25), (64, 0.25)))
+    spec = TuneSpec(shape=Shape(1024, 4, 32, "bf16", 2, "cpu"), workload=workload, backends=list(backends),
+                    db_path=tmp_path / "r.db", host=None, budget_s=600, knob_ctx=KnobContext(),
+                    search_knobs=False)
+    study = Study(tmp_path / "r.optuna.db", "fake", list(backends), workload.tokens)
+    return Tuner(spec, store=None, run_id=0, study=study)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_2x_separated_pair_settles_through_heavy_run_to_run_noise(tmp_path, monkeypatch, seed):
+    """The numbers of a loaded 2-core machine: 25 % log-normal noise per run, one backend 2x slower."""
+    true_us = {"fast": {8: 800, 16: 850, 32: 900, 64: 1000}, "slow": {8: 1600, 16: 1700, 32: 1800, 64: 2000}}
+    harness = _FakeHarness(true_us, sigma=0.25, seed=seed)
+    tuner = _tuner(tmp_path, monkeypatch, harness, ["slow", "fast"])
+    tuner.screen()
+    stop = tuner.refine()
+    assert (stop, tuner.race.leader(), list(tuner.race.pruned)) == ("settled", "fast", ["slow"])
+    # one sweep call per round; each backend's buckets measured together (one worker start-up each)
+    assert all(tokens == [8, 16, 32, 64] or len(tokens) > 1 for _, tokens in harness.calls)
+    assert len(harness.calls) <= 4
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_winner_is_never_pruned_when_two_backends_are_equal(tmp_path, monkeypatch, seed):
+    true_us = {b: {8: 800, 16: 850, 32: 900, 64: 1000} for b in ("a", "b")}
+    tuner = _tuner(tmp_path, monkeypatch, _FakeHarness(true_us, sigma=0.25, seed=seed), ["a", "b"])
+    tuner.screen()
+    assert tuner.refine() in ("unresolved", "tie")
+    assert tuner.race.pruned == {}
