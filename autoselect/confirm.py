@@ -50,7 +50,7 @@ class BadConfirmTokens(UserError):
 
 
 class BadConfirmSetting(UserError):
-    "A confirm setting (kv length, iterations, samples, timeout) is out of range."
+    "A confirm setting (backends, kv length, iterations, samples, timeout) is out of range."
 
 
 class ConfirmBackendIllegal(UserError):
@@ -209,6 +209,9 @@ def plan_confirm(model: str, *, backends: list[str] | None = None, tokens: str |
     version = target_vllm_version(vllm_version)
     # On a host without GPUs (a --dry-run with --gpu-arch) the hardware rules cannot be checked.
     rules_host = host if getattr(host, "device", None) == "cuda" else None
+    if backends is not None and not backends:
+        raise BadConfirmSetting("--backends names no backend; pass e.g. allgather_reducescatter,deepep_low_latency "
+                                "or leave it out for every legal one")
     if backends:
         chosen = []
         for backend in backends:

@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from autoselect.errors import UserError
+from db.errors import (DatabaseDamaged, DatabaseNeedsUpgrade, DatabaseNotWritable, DatabaseTooNew, ForeignDatabase,
+                       NotADatabase)
 
 #: --only-idle: a GPU above either fraction is busy (serving traffic is never disturbed)
 BUSY_THRESHOLDS = {"utilization": 0.10, "memory_used": 0.10}
@@ -137,6 +139,11 @@ def validate(spec: FleetSpec) -> list[dict]:
             raise BadFleetOption(f"{name} must be a fraction between 0 and 1, got {value}")
     if not spec.tokens or any(t < 1 for t in spec.tokens):
         raise BadFleetOption(f"--tokens must be positive integers, got {spec.tokens}")
+    if not 0 < spec.max_noise < 1:
+        raise BadFleetOption(f"--max-noise must be a fraction in (0, 1), got {spec.max_noise}")
+    if spec.timeout_s <= 0 or spec.min_time_s < 0 or spec.min_samples < 1:
+        raise BadFleetOption(f"the stopping rule needs --timeout > 0 (got {spec.timeout_s}), --min-time >= 0 "
+                             f"(got {spec.min_time_s}) and --min-samples >= 1 (got {spec.min_samples})")
     if spec.backends is not None:
         from bench.backends import check_names
 
@@ -468,6 +475,9 @@ def run_fleet(spec: FleetSpec, db_path=None, *, progress: Callable[[dict], None]
     reasons).
     """
     workloads = validate(spec)
+    from db.schema import check_path
+
+    check_path(db_path)  # a garbage or newer --db fails here, not after the cluster was reached
     emit = progress or (lambda event: None)
     try:
         import ray
@@ -640,12 +650,18 @@ def schedule_delays(every_s: float, jitter_s: float, rng: random.Random):
         yield max(0.0, every_s + rng.uniform(-jitter_s, jitter_s))
 
 
+#: Errors about the --db file itself: raised by :func:`run_schedule` instead of retried.
+DATABASE_ERRORS = (NotADatabase, ForeignDatabase, DatabaseTooNew, DatabaseNeedsUpgrade, DatabaseNotWritable,
+                   DatabaseDamaged)
+
+
 def run_schedule(run_once: Callable[[], Any], *, every_s: float, jitter_s: float = 0.0, count: int | None = None,
                  sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None,
                  on_wait: Callable[[float], None] | None = None) -> list:
     """Call ``run_once`` now and then after each delay of :func:`schedule_delays`, ``count`` times
     (forever when None); returns what the calls returned. A run's :class:`UserError` (an
-    unreachable cluster, say) is kept in the list and the loop goes on."""
+    unreachable cluster, say) is kept in the list and the loop goes on, except one about the
+    database file (:data:`DATABASE_ERRORS`), which no later run can fix: it is raised."""
     if every_s <= 0:
         raise BadDuration(f"--every must be positive, got {every_s}s")
     if jitter_s < 0 or jitter_s >= every_s:
@@ -664,6 +680,8 @@ def run_schedule(run_once: Callable[[], Any], *, every_s: float, jitter_s: float
         try:
             out.append(run_once())
         except UserError as e:
+            if isinstance(e, DATABASE_ERRORS):
+                raise  # a bad --db is bad in every run: stop instead of repeating it
             out.append(e)
         i += 1
     return out

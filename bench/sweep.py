@@ -71,6 +71,10 @@ def validate(spec: SweepSpec, host=None) -> None:
         raise BadSweep(f"token counts must be positive integers, got {spec.tokens!r}")
     if spec.device not in ("cpu", "cuda"):
         raise BadSweep(f"unknown device {spec.device!r}; use cuda or cpu")
+    if spec.vllm_version is not None:  # legality() only reads it when an arch is known
+        from autoselect.rules import parse_version
+
+        parse_version(spec.vllm_version)
     validate_shape(max(spec.tokens), spec.hidden, spec.top_k, spec.experts, spec.world_size, spec.dtype)
     if not 0 < spec.max_noise < 1:
         raise BadSweep(f"--max-noise must be a fraction in (0, 1), got {spec.max_noise}")
@@ -335,7 +339,7 @@ def bench_command(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts
 
         gpu_arch = normalize_arch(gpu_arch)
     names = [b.strip() for b in backends.split(",") if b.strip()] if backends else list(available())
-    token_list = parse_int_list(tokens, "--tokens") if tokens else list(DEFAULT_TOKENS)
+    token_list = parse_int_list(tokens, "--tokens") if tokens is not None else list(DEFAULT_TOKENS)
     if world_size is None:
         world_size = (host.gpu_count or 1) if device == "cuda" else 2
     spec = SweepSpec(backends=names, tokens=token_list, hidden=hidden, top_k=top_k, experts=experts,

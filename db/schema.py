@@ -93,6 +93,23 @@ def check_header(path: Path) -> int | None:
     return version
 
 
+def check_path(path: str | Path | None) -> None:
+    """Refuse, before any work starts, a database path no writer could use; read only the header.
+
+    A directory, a file that is not SQLite or one of a newer schema raises; a missing file is
+    fine (the writer creates it). ``None`` means the default path (``$AUTOSELECT_DB`` ...).
+    """
+    if path is None:
+        from db import default_path
+
+        path = default_path()
+    path = Path(path)
+    if path.is_dir():
+        raise NotADatabase(f"{path} is a directory; pass --db with the path of a database file")
+    if path.exists():
+        check_header(path)
+
+
 def refuse_too_new(path: Path, version: int) -> None:
     """Raise :class:`DatabaseTooNew` when ``version`` is newer than this autoselect's schema."""
     latest = latest_version()
