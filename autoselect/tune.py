@@ -13,14 +13,16 @@ time goes to backends that are clearly losing. ``tune`` runs a race instead:
    workers start once per round whatever the number of buckets. Repeated runs of a point are
    pooled (inverse-variance). Each backend's **run-to-run noise** (e.g. load from other
    processes, which no single run shows) is the pooled standard deviation of ``ln(latency)``
-   between repeated runs of the same point, each point centred on its own mean (never mixed
-   across backends or buckets: one backend's bad run does not widen another's bands); it
-   widens that backend's bands to at least ``t x noise / sqrt(runs)``, ``t`` the Student-t
-   95 % quantile of the noise's degrees of freedom (4.3 with 2, 2.8 with 4, never below
-   Z = 2), and never below the selector's reproducibility floor.
+   between repeated runs of the same point, each point centred on its own mean (buckets of
+   different scale never mix, and the squared deviations are pooled with their degrees of
+   freedom instead of a median of one-run spreads); it widens the bands to at least
+   ``t x noise / sqrt(runs)``, ``t`` the Student-t 95 % quantile of the noise's degrees of
+   freedom (4.3 with 2, 2.8 with 4, never below Z = 2), and never below the selector's
+   reproducibility floor.
 3. **Prune** after each round, bucket by bucket and relative: per bucket, the log ratio
    challenger / leader of the pooled points with the half-width ``sqrt(h_c^2 + h_l^2)`` of
-   the two points' relative bands (x :data:`PRUNE_SAFETY`); a backend is dropped, with the
+   the two points' relative bands (x :data:`PRUNE_SAFETY`; both bands from the larger of the
+   two backends' noise, as the load is the machine's); a backend is dropped, with the
    numbers, when its workload-weighted latency ratio to the leader stays above 1 even with
    every bucket at its band's most favourable end (bands combine linearly over buckets, as
    in the selector; :meth:`Race.compare`). No backend is pruned for dominance before every
@@ -338,10 +340,11 @@ class Race:
         return ", ".join(parts)
 
     def points(self, backend: str, setting: dict[str, str] | None = None,
-               extra_runs: int = 0, extra_dof: int = 0) -> dict[int, PointEstimate]:
-        """Pooled estimates per bucket for ``backend`` with ``setting`` (untuned by default)."""
+               extra_runs: int = 0, extra_dof: int = 0, noise: Noise | None = None) -> dict[int, PointEstimate]:
+        """Pooled estimates per bucket for ``backend`` with ``setting`` (untuned by default);
+        ``noise``: the run-to-run noise the bands use (default :meth:`noise_for`)."""
         key = _setting_key(setting or {})
-        noise = self.noise_for(backend, setting)
+        noise = noise or self.noise_for(backend, setting)
         out = {}
         for t in self.workload.tokens:
             est = pool((m for m in self.measurements
@@ -386,9 +389,16 @@ class Race:
 
     def compare(self, challenger: str, leader: str, safety: float = PRUNE_SAFETY,
                 extra_runs: int = 0, extra_dof: int = 0) -> Comparison | None:
-        """The challenger against the leader, bucket by bucket (None until both are fully measured)."""
-        pc = self.points(challenger, extra_runs=extra_runs, extra_dof=extra_dof)
-        pl = self.points(leader, extra_runs=extra_runs, extra_dof=extra_dof)
+        """The challenger against the leader, bucket by bucket (None until both are fully measured).
+
+        Both points' bands use the larger of the two backends' run-to-run noise: the load that
+        makes one backend's runs scatter is the machine's, and a backend that looked quiet over
+        a few runs may just have been measured between bursts.
+        """
+        known = [n for n in (self.noise_for(challenger), self.noise_for(leader)) if n]
+        noise = max(known, key=lambda n: n.stdrel) if known else None
+        pc = self.points(challenger, extra_runs=extra_runs, extra_dof=extra_dof, noise=noise)
+        pl = self.points(leader, extra_runs=extra_runs, extra_dof=extra_dof, noise=noise)
         tokens = [t for t, _ in self.workload.buckets]
         if any(t not in pc or t not in pl for t in tokens):
             return None
@@ -480,7 +490,7 @@ class Race:
         if lead is None or challenger is None:
             return []
         c = self.compare(challenger, lead)
-        pl, pc = self.points(lead), self.points(challenger)
+        pl, pc = self.points(lead), self.points(challenger)  # own noise: is more running useless?
         repeated = self.noise_known((lead, challenger))
         ranked = []
         for t, w in self.workload.buckets:
