@@ -1024,9 +1024,15 @@ def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens
     from autoselect.hardware import fingerprint
     from autoselect.selector import Deployment, parse_tokens, workload_from_kind
 
+    from db.schema import check_path
+
     budget_s = parse_budget(budget)
     if world_size < 1:
         raise BadWorldSize(f"--world-size {world_size} must be at least 1 (2 or more for a real exchange)")
+    if backends is not None and not backends:
+        raise NoCandidates("--backends names no backend; pass e.g. allgather_reducescatter,deepep_low_latency "
+                           "or leave it out for every legal one")
+    check_path(db_path)  # a garbage or newer --db fails here, before the live view and any worker
     profile = load_model(model)
     host = host or fingerprint()
     device = device or host.device
@@ -1036,7 +1042,7 @@ def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens
         raise NoCandidates(f"--world-size {world_size} exceeds this host's {host.gpu_count} GPUs")
     arch = _resolve_arch(profile, host, gpu_arch)
     dtype = profile.activation_dtype(arch) if arch else next(iter(profile.activation_dtypes.values()))
-    spec_workload = (parse_tokens(tokens) if tokens else
+    spec_workload = (parse_tokens(tokens) if tokens is not None else
                      workload_from_kind(workload, Deployment(dp=world_size, tp=1)))
     chosen, excluded = _candidates(profile, host, device, world_size, arch, backends, include_reference)
     excluded.update(_unavailable(chosen, device, world_size, host))
