@@ -657,11 +657,13 @@ DATABASE_ERRORS = (NotADatabase, ForeignDatabase, DatabaseTooNew, DatabaseNeedsU
 
 def run_schedule(run_once: Callable[[], Any], *, every_s: float, jitter_s: float = 0.0, count: int | None = None,
                  sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None,
-                 on_wait: Callable[[float], None] | None = None) -> list:
+                 on_wait: Callable[[float], None] | None = None,
+                 on_error: Callable[[UserError], None] | None = None) -> list:
     """Call ``run_once`` now and then after each delay of :func:`schedule_delays`, ``count`` times
     (forever when None); returns what the calls returned. A run's :class:`UserError` (an
-    unreachable cluster, say) is kept in the list and the loop goes on, except one about the
-    database file (:data:`DATABASE_ERRORS`), which no later run can fix: it is raised."""
+    unreachable cluster, say) is handed to ``on_error`` at once, kept in the list, and the loop
+    goes on, except one about the database file (:data:`DATABASE_ERRORS`), which no later run
+    can fix: it is raised."""
     if every_s <= 0:
         raise BadDuration(f"--every must be positive, got {every_s}s")
     if jitter_s < 0 or jitter_s >= every_s:
@@ -682,6 +684,8 @@ def run_schedule(run_once: Callable[[], Any], *, every_s: float, jitter_s: float
         except UserError as e:
             if isinstance(e, DATABASE_ERRORS):
                 raise  # a bad --db is bad in every run: stop instead of repeating it
+            if on_error:
+                on_error(e)
             out.append(e)
         i += 1
     return out

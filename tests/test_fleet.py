@@ -219,9 +219,11 @@ def test_schedule_waits_every_plus_jitter_between_runs_and_keeps_going_after_an_
             raise fleet.NotEnoughNodes("cluster gone")
         return len(calls)
 
+    reported = []
     out = fleet.run_schedule(run_once, every_s=100, jitter_s=10, count=3, sleep=waits.append,
-                             rng=random.Random(7))
+                             rng=random.Random(7), on_error=lambda e: reported.append((len(calls), str(e))))
     assert out[0] == 1 and isinstance(out[1], fleet.NotEnoughNodes) and out[2] == 3
+    assert reported == [(2, "cluster gone")]  # reported when it happened, not after the loop
     assert len(waits) == 2 and all(90 <= w <= 110 for w in waits)
     assert waits == [100 + random.Random(7).uniform(-10, 10) for _ in range(1)] + [waits[1]]
 

@@ -209,9 +209,10 @@ def fleet_schedule_cmd(every, jitter, count, fmt, db_path, **kw):
     def waiting(delay):
         click.echo(f"next fleet run in {delay:.0f} s", err=True)
 
-    for outcome in run_schedule(once, every_s=every_s, jitter_s=jitter_s, count=count, on_wait=waiting):
-        if isinstance(outcome, Exception):
-            click.echo(f"Error: {outcome}", err=True)
+    def failed(error):
+        click.echo(f"Error: {error}", err=True)
+
+    run_schedule(once, every_s=every_s, jitter_s=jitter_s, count=count, on_wait=waiting, on_error=failed)
 
 
 def _print_drift(report) -> None:
