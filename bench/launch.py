@@ -302,6 +302,17 @@ def run_backend(job: dict, on_event) -> None:
                 _kill_group(procs)
 
 
+def _without_first(points: list, done: list) -> list:
+    """``points`` less the first copy of each of ``done``: a job may repeat a point (several
+    independent runs of it in one start-up), and the workers run the points in order, so
+    one result settles one copy."""
+    out = list(points)
+    for t in done:
+        if t in out:
+            out.remove(t)
+    return out
+
+
 def _watch(job, directory: Path, procs, on_event) -> list:
     """Follow one set of workers until their job ends; returns the points still to run."""
     remaining = list(job["points"])
@@ -327,7 +338,7 @@ def _watch(job, directory: Path, procs, on_event) -> list:
         hit = [current] if started else list(remaining)
         for tokens in hit:
             on_event({"event": "result", "tokens": tokens, "status": status, "error": message})
-        return [t for t in remaining if t not in hit]
+        return _without_first(remaining, hit) if started else []
 
     while True:
         for ev in reader.read():
@@ -341,7 +352,7 @@ def _watch(job, directory: Path, procs, on_event) -> list:
                 on_event(ev)
             elif kind == "result":
                 on_event(ev)
-                remaining = [t for t in remaining if t != ev["tokens"]]
+                remaining = _without_first(remaining, [ev["tokens"]])
                 if not remaining:  # every point reported: no need to wait for a tidy exit
                     return []
                 current = remaining[0]
@@ -372,7 +383,7 @@ def _watch(job, directory: Path, procs, on_event) -> list:
                         on_event(ev)
                     elif kind == "result":
                         on_event(ev)
-                        remaining = [t for t in remaining if t != ev["tokens"]]
+                        remaining = _without_first(remaining, [ev["tokens"]])
                         current = remaining[0] if remaining else None
                 if current is None or current not in remaining:
                     return remaining

@@ -76,6 +76,23 @@ def test_a_crashing_rank_is_an_error_and_the_sweep_goes_on(plugins):
 
 
 @pytest.mark.slow
+def test_a_repeated_point_is_measured_once_per_copy_in_one_worker_start(monkeypatch):
+    import bench.launch
+
+    spawn, starts = bench.launch._spawn, []
+    monkeypatch.setattr(bench.launch, "_spawn", lambda *a: starts.append(1) or spawn(*a))
+    results = run_sweep(_spec(["reference_all_to_all"], tokens=(4, 8, 4, 8)))
+    assert [(r.tokens_per_rank, r.status) for r in results] == [(4, "ok"), (8, "ok"), (4, "ok"), (8, "ok")]
+    assert len(starts) == 1
+
+
+@pytest.mark.slow
+def test_a_crash_at_a_repeated_point_fails_one_copy_and_the_rest_run_on(plugins):
+    results = run_sweep(_spec(["test_rank_crashes"], tokens=(2, 2)))
+    assert [(r.tokens_per_rank, r.status) for r in results] == [(2, "error"), (2, "error")]
+
+
+@pytest.mark.slow
 def test_a_hanging_rank_is_a_timeout_and_the_sweep_goes_on(plugins, monkeypatch):
     monkeypatch.setattr("bench.launch.MEASURE_GRACE_S", 1.0)
     start = time.monotonic()
