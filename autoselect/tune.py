@@ -59,7 +59,7 @@ from typing import Any, Callable, Iterable
 
 from autoselect import knobs as knobs_mod
 from autoselect.errors import UserError
-from autoselect.selector import REL_FLOOR, Z, WorkloadSpec, compare, point_rel_halfwidth
+from autoselect.selector import REL_FLOOR, Z, WorkloadSpec, point_rel_halfwidth
 
 #: Stopping rule of the screen stage (every backend, every bucket): a short look. The wall-clock
 #: cap ends it even when a loaded machine keeps the noise above target; the band then comes
@@ -68,8 +68,15 @@ SCREEN = {"min_samples": 10, "min_time_s": 0.05, "max_noise": 0.05, "timeout_s":
 #: Stopping rule of the refine stage and of the final knob check: short runs, repeated. The
 #: noise target is the selector's reproducibility floor (1 %): chasing 0.5 % inside one run
 #: buys nothing when two runs of the same point differ by more; precision comes from pooling
-#: repeated, interleaved runs, which also averages out the machine's changing load.
-REFINE = {"min_samples": 10, "min_time_s": 0.1, "max_noise": 0.01, "timeout_s": 0.3}
+#: repeated, interleaved runs, which also averages out the machine's changing load. 0.05 s /
+#: 0.15 s (was 0.1 s / 0.3 s): the band of a refine point is set by the run-to-run noise, not
+#: by its own samples, so longer runs only cost time (perf/tune_vs_exhaustive.py: refine
+#: measurement time halved, the same prunes). Each refine run is a separate worker start-up:
+#: copies of a point inside one sweep call (which bench/launch.py supports) are not used for
+#: the noise, because on a loaded machine one start-up can stay in one mode for all its copies
+#: (allgather_reducescatter at 64 tokens on the 2-core CI machine: 3278, 2817, 3311 µs in one
+#: call, 858, 3444, 2637 µs in the next), which would make a bimodal backend look quiet.
+REFINE = {"min_samples": 10, "min_time_s": 0.05, "max_noise": 0.01, "timeout_s": 0.15}
 #: Pruning widens every bucket's ratio band by this factor (1 = 95 % bands, combined linearly
 #: over buckets as the selector does).
 PRUNE_SAFETY = 1.0
@@ -388,17 +395,21 @@ class Race:
         return Score(lat, band)
 
     def compare(self, challenger: str, leader: str, safety: float = PRUNE_SAFETY,
-                extra_runs: int = 0, extra_dof: int = 0) -> Comparison | None:
+                extra_runs: int = 0, extra_dof: int = 0, *, challenger_setting: dict[str, str] | None = None,
+                leader_setting: dict[str, str] | None = None) -> Comparison | None:
         """The challenger against the leader, bucket by bucket (None until both are fully measured).
 
         Both points' bands use the larger of the two backends' run-to-run noise: the load that
         makes one backend's runs scatter is the machine's, and a backend that looked quiet over
-        a few runs may just have been measured between bursts.
+        a few runs may just have been measured between bursts. ``challenger_setting`` /
+        ``leader_setting``: compare knob settings (the knob search's final check: a setting of
+        a backend against the untuned backend).
         """
-        known = [n for n in (self.noise_for(challenger), self.noise_for(leader)) if n]
+        known = [n for n in (self.noise_for(challenger, challenger_setting),
+                             self.noise_for(leader, leader_setting)) if n]
         noise = max(known, key=lambda n: n.stdrel) if known else None
-        pc = self.points(challenger, extra_runs=extra_runs, extra_dof=extra_dof, noise=noise)
-        pl = self.points(leader, extra_runs=extra_runs, extra_dof=extra_dof, noise=noise)
+        pc = self.points(challenger, challenger_setting, extra_runs=extra_runs, extra_dof=extra_dof, noise=noise)
+        pl = self.points(leader, leader_setting, extra_runs=extra_runs, extra_dof=extra_dof, noise=noise)
         tokens = [t for t, _ in self.workload.buckets]
         if any(t not in pc or t not in pl for t in tokens):
             return None
@@ -823,15 +834,18 @@ class Tuner:
         self._sweep([backend], tokens, "knob-final", self.spec.refine, best)
         self._sweep([backend], tokens, "knob-final", self.spec.refine, {})
         s, b = self.race.score(backend, best), self.race.score(backend)
-        if s is None or b is None or self.race.failure(backend, best):
+        c = self.race.compare(backend, backend, challenger_setting=best)
+        if s is None or b is None or c is None or self.race.failure(backend, best):
             out.update(status="no_gain", setting={})
             return out
-        verdict = compare(s.latency_us, s.halfwidth_us, b.latency_us, b.halfwidth_us)
-        out.update(setting=best if verdict == "faster" else {},
-                   gain=(b.latency_us - s.latency_us) / b.latency_us,
-                   gain_halfwidth=(s.halfwidth_us + b.halfwidth_us) / b.latency_us,
+        # The race's comparison: bucket by bucket, relative, both bands from the larger noise.
+        # gain = 1 - tuned/untuned (workload-weighted); its band from the ratio's bounds.
+        faster = c.verdict == "faster"
+        out.update(setting=best if faster else {},
+                   gain=1.0 - c.ratio,
+                   gain_halfwidth=max(c.ratio - c.low, c.high - c.ratio),
                    tuned_latency_us=s.latency_us, untuned_latency_us=b.latency_us,
-                   status="gain" if verdict == "faster" else "no_gain")
+                   status="gain" if faster else "no_gain")
         return out
 
     def run(self) -> "TuneOutcome":

@@ -224,3 +224,20 @@ def test_the_winner_is_never_pruned_when_two_backends_are_equal(tmp_path, monkey
     tuner.screen()
     assert tuner.refine() in ("unresolved", "tie")
     assert tuner.race.pruned == {}
+
+
+def test_the_knob_final_check_compares_a_setting_to_the_untuned_backend_bucket_by_bucket():
+    fast = {"OMP_NUM_THREADS": "2"}
+    # untuned runs scatter by ~20 % run to run: a 10 % faster setting is within that noise
+    r = race_with(m("a", 8, 100, stage="refine"), m("a", 8, 125, stage="refine"),
+                  m("a", 64, 200, stage="refine"), m("a", 64, 250, stage="refine"),
+                  m("a", 8, 90, stage="knob-final", setting=fast), m("a", 64, 180, stage="knob-final", setting=fast))
+    c = r.compare("a", "a", challenger_setting=fast)
+    assert c.ratio == pytest.approx((0.5 * 90 + 0.5 * 180) / (0.5 * r.points("a")[8].latency_us
+                                                              + 0.5 * r.points("a")[64].latency_us))
+    assert c.verdict == "tie"  # the setting's single run gets the untuned backend's noise, not 2 %
+    # quiet repeated runs on both sides: the same 10 % is beyond the bands
+    q = race_with(*[m("a", t, lat, stage="refine") for t, lat in ((8, 100), (8, 100.5), (64, 200), (64, 201))],
+                  *[m("a", t, lat, stage="knob-final", setting=fast)
+                    for t, lat in ((8, 90), (8, 90.4), (64, 180), (64, 180.9))])
+    assert q.compare("a", "a", challenger_setting=fast).verdict == "faster"
