@@ -7,7 +7,10 @@ The decision rules (``../shared/DESIGN.md``, "Decision rules") in code:
    nvfp4-only rule lives in ``rules``; this module never re-implements it and asserts, belt
    and braces, that whatever it picks is legal.
 2. **Evidence** is every ``micro`` result of this host class (all machines of the class) for
-   the model's shape (hidden, top_k, experts, dispatch dtype) at the deployment's world size.
+   the model's shape (hidden, top_k, experts, dispatch dtype) at the deployment's world size,
+   read summarized (``results_for(summarize=STALENESS_KEYS)``: the newest row per point,
+   status and versions, with its group's count and median range), so a history of repeated
+   sweeps costs SQL work, not one Python object per stored row; the answer is the same.
    An ``incorrect`` or ``error`` row disqualifies its backend for that shape. Rows measured
    under other vllm / flashinfer / driver versions than the target still count, with a
    staleness warning. For each (backend, tokens per rank) the newest up-to-date row wins.
@@ -656,16 +659,32 @@ def _run_to_run_spread(rows: list[Any], chosen: dict[int, Any], target_versions:
     """Per token count measured by several runs (as fresh as the chosen row): the relative
     half-range of their medians, ``(max - min) / 2 / chosen``. It widens the chosen point's
     band when repeated runs disagree more than one run's own noise says."""
-    by_tokens: dict[int, list[float]] = {}
+    by_tokens: dict[int, list] = {}  # tokens -> [rows, lowest median, highest median]
     for row in rows:
         best = chosen.get(row.tokens_per_rank)
         if best is not None and bool(_stale_keys(row, target_versions)) == bool(_stale_keys(best, target_versions)):
-            by_tokens.setdefault(row.tokens_per_rank, []).append(row.latency_us_p50)
+            # a summarized row (db.queries.results_for(summarize=...)) stands for its whole group
+            lo = getattr(row, "group_p50_min", None)
+            hi = getattr(row, "group_p50_max", None)
+            if lo is None or hi is None:
+                lo = hi = row.latency_us_p50
+            acc = by_tokens.get(row.tokens_per_rank)
+            if acc is None:
+                by_tokens[row.tokens_per_rank] = [_count(row), lo, hi]
+            else:
+                acc[0] += _count(row)
+                acc[1] = min(acc[1], lo)
+                acc[2] = max(acc[2], hi)
     return {
-        t: (max(v) - min(v)) / 2 / chosen[t].latency_us_p50
-        for t, v in by_tokens.items()
-        if len(v) > 1 and chosen[t].latency_us_p50
+        t: (hi - lo) / 2 / chosen[t].latency_us_p50
+        for t, (n, lo, hi) in by_tokens.items()
+        if n > 1 and chosen[t].latency_us_p50
     }
+
+
+def _count(row: Any) -> int:
+    """How many stored results ``row`` stands for (a summarized row: its group; else 1)."""
+    return getattr(row, "group_count", None) or 1
 
 
 def _weighted(estimates: list[Estimate], workload: WorkloadSpec) -> tuple[float | None, float | None]:
@@ -771,6 +790,7 @@ def recommend(
                 world_size=world_size,
                 host_class=host_class,
                 kind="micro",
+                summarize=STALENESS_KEYS,  # one row per point, status and versions: see results_for
             )
 
     warnings: list[str] = []
@@ -793,7 +813,7 @@ def recommend(
                 and not getattr(r, "knobs", None)]
         bad = sorted((r for r in mine if r.status in DISQUALIFYING), key=_when)
         if bad:
-            r = bad[-1]
+            r, n_bad = bad[-1], sum(map(_count, bad))
             rejected.append(
                 Rejection(
                     backend,
@@ -802,7 +822,7 @@ def recommend(
                         f"{r.status} result at {r.tokens_per_rank} tokens/rank "
                         f"(result {getattr(r, 'id', '?')}, run {getattr(r, 'run_id', '?')}, "
                         f"{_when(r) or 'undated'}): {r.error or 'no detail recorded'}"
-                        + (f"; {len(bad) - 1} more such result(s)" if len(bad) > 1 else "")
+                        + (f"; {n_bad - 1} more such result(s)" if n_bad > 1 else "")
                     ],
                 )
             )
@@ -1024,7 +1044,7 @@ def recommend(
         candidates=candidates,
         rejected=rejected,
         warnings=warnings,
-        data_used=_data_used(host_class, host, gpu_arch, used_rows, target_versions, stale, len(rows)),
+        data_used=_data_used(host_class, host, gpu_arch, used_rows, target_versions, stale, sum(map(_count, rows))),
         bench_command=settle,
     )
 

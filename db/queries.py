@@ -109,27 +109,63 @@ class _Decoder:
         return obj
 
 
-def _select_results(conn: sqlite3.Connection, equal: dict[str, Any], statuses) -> list[StoredResult]:
+#: Columns that tell two results of one shape apart as evidence (``summarize``): the same
+#: point (backend, world size, tokens per rank), status, knobs and legality, whether a median
+#: was recorded. The version keys given to ``summarize`` are added to these.
+_SUMMARY_PARTITION = ("hidden", "top_k", "experts", "dispatch_dtype", "kind", "backend", "world_size",
+                      "tokens_per_rank", "status", "illegal", "knobs", "latency_us_p50 IS NULL")
+#: Extra attributes of a summarized row (see :func:`results_for`).
+SUMMARY_ATTRS = ("group_count", "group_p50_min", "group_p50_max")
+
+
+def _select_results(conn: sqlite3.Connection, equal: dict[str, Any], statuses,
+                    summarize: tuple[str, ...] | None = None) -> list[StoredResult]:
     """Results whose columns equal ``equal`` (None values ignored) and status is in ``statuses``.
 
     The lookup's cost is building Python objects (the index finds the rows in well under a
     millisecond), so columns pinned by the filter are not fetched (their value is known), and
     the run / host columns (machine, host class, hostname, GPU, run start), shared by all
-    rows of a run, are fetched once per run in a second small query.
+    rows of a run, are fetched once per run in a second small query. With ``summarize``
+    (version keys), SQL keeps one row per group (see :func:`results_for`), so history that
+    only repeats a point costs one GROUP BY pass over the index's rows, not Python objects.
     """
     fixed = {k: v for k, v in equal.items() if v is not None}
     names = tuple(c for c in RESULT_COLUMNS if c not in fixed) + ("id", "run_id")
-    sql = f"SELECT {', '.join(names)} FROM results"
     where = [f"{k} = ?" for k in fixed]
     args = list(fixed.values())
     if statuses:
         where.append(f"status IN ({', '.join('?' * len(statuses))})")
         args.extend(statuses)
-    if where:
-        sql += " WHERE " + " AND ".join(where)
+    if summarize is None:
+        sql = f"SELECT {', '.join(names)} FROM results"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+    else:
+        for key in summarize:
+            if not key.isidentifier():
+                raise ValueError(f"summarize: version key {key!r} is not an identifier")
+        partition = [f"r.{c}" for c in _SUMMARY_PARTITION if c not in fixed]
+        partition += [f"json_extract(r.versions, '$.{key}')" for key in summarize]
+        # The newest row of a group in the selector's order: created_at (its run's start when
+        # empty), then id. One GROUP BY pass keeps MAX(when || \x01 || 20-digit id) -- the
+        # same order as the (when, id) tuple, since \x01 sorts before any timestamp
+        # character -- and the id is read back from its last 20 characters.
+        when = ("CASE WHEN r.created_at <> '' THEN r.created_at"
+                " ELSE COALESCE((SELECT u.started_at FROM runs u WHERE u.id = r.run_id), '') END")
+        groups = (
+            f"SELECT MAX({when} || char(1) || printf('%020d', r.id)) AS newest, COUNT(*) AS group_count,"
+            " MIN(r.latency_us_p50) AS group_p50_min, MAX(r.latency_us_p50) AS group_p50_max FROM results r"
+            + (" WHERE " + " AND ".join("r." + w for w in where) if where else "")
+            + f" GROUP BY {', '.join(partition)}"
+        )
+        sql = (
+            f"SELECT {', '.join('r.' + n for n in names)}, {', '.join('g.' + a for a in SUMMARY_ATTRS)}"
+            f" FROM ({groups}) g JOIN results r ON r.id = CAST(substr(g.newest, -20) AS INTEGER)"
+        )
+        names = names + SUMMARY_ATTRS
     cur = conn.cursor()
     cur.row_factory = None
-    rows = cur.execute(sql + " ORDER BY id", args).fetchall()
+    rows = cur.execute(sql + (" ORDER BY id" if summarize is None else " ORDER BY r.id"), args).fetchall()
     run_index = names.index("run_id")
     run_ids = sorted({row[run_index] for row in rows})
     runs: dict[int, dict] = {}
@@ -158,16 +194,28 @@ def results_for(
     kind: str = "micro",
     statuses: tuple[str, ...] | list[str] | None = None,
     backend: str | None = None,
+    summarize: tuple[str, ...] | list[str] | None = None,
 ) -> list[StoredResult]:
     """Every stored result for one MoE shape, oldest first (raw samples not loaded).
 
     :param host_class: only results measured on this class of machine.
     :param machine_id: only results measured on this machine.
     :param statuses: only these result statuses (default: all).
+    :param summarize: version keys of the ``versions`` JSON (the selector passes
+        ``("vllm", "flashinfer", "driver")``). When given, the rows are grouped by backend,
+        world size, tokens per rank, status, illegal, knobs, whether ``latency_us_p50`` is
+        NULL and the values of those version keys (machines and runs pooled), and only the
+        newest row of each group is returned -- newest by ``created_at`` (its run's start when
+        empty), then id, the selector's order -- carrying three extra attributes over its whole
+        group: ``group_count`` (rows), ``group_p50_min`` and ``group_p50_max`` (their
+        ``latency_us_p50`` range, None when no median). Nothing the selector reads is lost:
+        the newest row per point and freshness, the run-to-run range of medians, every status
+        with its count and newest error. The returned rows' group counts add up to the number
+        of rows the plain query returns. Rows without these attributes count as a group of one.
     """
     equal = dict(hidden=hidden, top_k=top_k, experts=experts, dispatch_dtype=dispatch_dtype, kind=kind,
                  host_class=host_class, machine_id=machine_id, world_size=world_size, backend=backend)
-    return _select_results(conn, equal, statuses)
+    return _select_results(conn, equal, statuses, tuple(summarize) if summarize is not None else None)
 
 
 def all_results(

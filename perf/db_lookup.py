@@ -2,14 +2,18 @@
 
 Fills a fresh database (the real schema, created by db.store.Store) with results from
 several host classes, machines, backends, shapes, world sizes and token counts, then times
-``db.queries.results_for`` -- every result for one shape on one host class, the selector's
-query -- next to a plain ``SELECT 1`` on the same connection, and prints the ratio.
+``db.queries.results_for`` next to a plain ``SELECT 1`` on the same connection, and prints
+the ratios: the selector's real query (``summarize=STALENESS_KEYS``: one row per point,
+status and versions, with the group's count and median range, what ``recommend`` reads),
+every result for one shape on one host class and world size, and every world size.
 
     python3 perf/db_lookup.py                 # 1,000,000 results in a temporary file
     python3 perf/db_lookup.py --results 200000 --keep /tmp/big.db
 
-Target (issue 3): the selector's lookup stays under 20 ms (median). Its cost is linear in the
-rows it returns (Python objects), not in the database size: the index finds them in < 1 ms.
+Target (issue 3): the selector's lookup stays under 20 ms (median). The cost of a plain lookup
+is linear in the rows it returns (Python objects), not in the database size: the index finds
+them in < 1 ms. The summarized lookup returns one row per point however many sweeps measured
+it (``--shapes 60``: five sweeps per machine), so a growing history costs SQL work only.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from autoselect.selector import STALENESS_KEYS  # noqa: E402
 from db import queries  # noqa: E402
 from db.rows import RESULT_COLUMNS, dumps  # noqa: E402
 from db.store import Store  # noqa: E402
@@ -161,6 +166,13 @@ def main() -> int:
         "EXPLAIN QUERY PLAN SELECT * FROM results r WHERE r.hidden = 7168 AND r.top_k = 8 AND r.experts = 256"
         " AND r.dispatch_dtype = 'nvfp4' AND r.kind = 'micro' AND r.host_class = 'h200x8-hgx'").fetchall()
     print("query plan:", "; ".join(row[-1] for row in plan))
+    plan_sql = []
+    conn.set_trace_callback(plan_sql.append)
+    queries.results_for(conn, hidden=7168, top_k=8, experts=256, dispatch_dtype="nvfp4", world_size=8,
+                        host_class="h200x8-hgx", summarize=STALENESS_KEYS)
+    conn.set_trace_callback(None)
+    plan = conn.execute("EXPLAIN QUERY PLAN " + plan_sql[0]).fetchall()
+    print("summarized query plan:", "; ".join(row[-1] for row in plan))
     rng = random.Random(1)
     targets = []
     for _ in range(args.lookups):
@@ -169,6 +181,11 @@ def main() -> int:
 
     def selector_lookup(target):
         (h, e, k, d), hc, ws = target  # the call autoselect.selector.recommend makes
+        return queries.results_for(conn, hidden=h, top_k=k, experts=e, dispatch_dtype=d, world_size=ws, host_class=hc,
+                                   summarize=STALENESS_KEYS)
+
+    def every_row_lookup(target):
+        (h, e, k, d), hc, ws = target  # the same rows unsummarized: every stored result of the history
         return queries.results_for(conn, hidden=h, top_k=k, experts=e, dispatch_dtype=d, world_size=ws, host_class=hc)
 
     def class_lookup(target):
@@ -189,7 +206,8 @@ def main() -> int:
     print(f"SELECT 1                      median {med_select1 * 1e3:7.1f} us")
     print(f"index only (same rows, ids)   median {index_ms * 1e3:7.1f} us")
     ok = True
-    for label, fn, is_target in (("selector lookup (shape, host class, world size)", selector_lookup, True),
+    for label, fn, is_target in (("selector lookup, summarized (what recommend reads)", selector_lookup, True),
+                                 ("every row (shape, host class, world size)", every_row_lookup, False),
                                  ("shape lookup (shape, host class, every world size)", class_lookup, False)):
         t = time.perf_counter()
         sizes = [len(fn(target)) for target in targets]  # first pass: these pages not yet cached
@@ -203,7 +221,11 @@ def main() -> int:
                 cpu.append((time.process_time() - c) * 1e3)
         med, p90 = statistics.median(times), statistics.quantiles(times, n=10)[-1]
         per_row_us = sum(cpu) * 1e3 / (5 * sum(sizes))
-        print(f"{label}: rows median {statistics.median(sizes):.0f} (max {max(sizes)})")
+        stored = ""
+        if fn is selector_lookup:
+            counts = [sum(r.group_count for r in fn(target)) for target in targets]
+            stored = f", standing for {statistics.median(counts):.0f} stored results (median)"
+        print(f"{label}: rows median {statistics.median(sizes):.0f} (max {max(sizes)}){stored}")
         verdict = ""
         if is_target:
             ok = med < 20.0
@@ -211,8 +233,9 @@ def main() -> int:
         print(f"  latency median {med:6.2f} ms  p90 {p90:6.2f} ms  max {max(times):6.2f} ms  first pass {cold_ms:6.2f} ms"
               f"  cpu median {statistics.median(cpu):6.2f} ms ({per_row_us:.1f} us/row)"
               f"  -> {med / med_select1:,.0f}x SELECT 1{verdict}")
-    print("a lookup costs about (rows returned) x (us/row above): the index finds the rows in well under a "
-          "millisecond at any database size; building the Python objects is the rest")
+    print("a plain lookup costs about (rows returned) x (us/row above): the index finds the rows in well under a "
+          "millisecond at any database size; building the Python objects is the rest. The summarized lookup "
+          "builds one object per point, however many sweeps measured it")
     conn.close()
     return 0 if ok else 1
 
