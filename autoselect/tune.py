@@ -34,7 +34,9 @@ time goes to backends that are clearly losing. ``tune`` runs a race instead:
 5. **Knobs**: for the fastest backend vLLM has, each legal value of each legal knob
    (``autoselect/knobs.py``) is screened at every bucket, one knob at a time; the values that
    beat the untuned backend are combined (only if the combination is legal), and the best
-   setting and the untuned backend are re-measured one after the other. Illegal settings are
+   setting and the untuned backend are re-measured one after the other and compared as the
+   race compares backends (:meth:`Race.compare`: bucket by bucket, relative, both bands from
+   the larger run-to-run noise); a gain counts only beyond that. Illegal settings are
    never measured: :func:`plan_knob_settings` only produces settings
    :func:`knobs.check_setting` accepts.
 

@@ -13,8 +13,15 @@ Prints whether both chose the same backend and two ratios adaptive / exhaustive:
   worker start-ups (one per backend per sweep call: exhaustive 1 per backend, adaptive 1 per
   backend for the screen plus 1 per alive backend per refine round).
 
-Usage: python3 perf/tune_vs_exhaustive.py [--tokens 8,16,32,64] [--shape shape:1024x32x4:bf16]
-       [--with-slow]   (also race tests/fixtures/slow_backend's deliberately slow adapter)
+The default problem is representative of a real node: several backends of which some clearly
+lose in most buckets (allgather_reducescatter, reference_all_to_all and the deliberately slow
+adapter of tests/fixtures/slow_backend, registered through its dist-info entry point and put
+on the workers' PYTHONPATH as tests/test_tune.py does) over a decode+prefill-like grid of 6
+token counts. ``--small`` is the old tiny, contested problem (2 backends, 4 token counts), where
+little can be pruned.
+
+Usage: python3 perf/tune_vs_exhaustive.py [--tokens 1,4,16,64,128,256] [--shape shape:1024x32x4:bf16]
+       [--small]   (allgather_reducescatter vs reference_all_to_all over 8,16,32,64 only)
 """
 
 from __future__ import annotations
@@ -56,13 +63,16 @@ def exhaustive(spec, db_path):
 def main() -> int:
     """Run both on the same problem and print the comparison."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens", default="8,16,32,64")
+    ap.add_argument("--tokens", default=None, help="default 1,4,16,64,128,256 (--small: 8,16,32,64)")
     ap.add_argument("--shape", default="shape:1024x32x4:bf16")
-    ap.add_argument("--with-slow", action="store_true")
+    ap.add_argument("--small", action="store_true",
+                    help="the old contested problem: 2 backends (no slow adapter), tokens 8,16,32,64")
     args = ap.parse_args()
+    if args.tokens is None:
+        args.tokens = "8,16,32,64" if args.small else "1,4,16,64,128,256"
 
     backends = ["allgather_reducescatter", "reference_all_to_all"]
-    if args.with_slow:
+    if not args.small:
         slow = str(ROOT / "tests" / "fixtures" / "slow_backend")
         sys.path.insert(0, slow)
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [slow, os.environ.get("PYTHONPATH")]))
@@ -76,10 +86,13 @@ def main() -> int:
         print(f"problem: {args.shape}, world 2 (gloo), tokens/rank {args.tokens}, backends {', '.join(backends)}")
         ex_winner, ex_scores, ex_measure, ex_wall = exhaustive(spec, Path(tmp) / "exhaustive.db")
         starts = [0]
+        by_stage: dict[str, list[float]] = {}
 
         def count_starts(event):
             if event.get("event") == "measure":
                 starts[0] += len(event["backends"])
+            elif event.get("event") == "trial":
+                by_stage.setdefault(event["stage"], []).append(event["measure_s"] or 0.0)
 
         outcome = run_tune(spec, progress=count_starts)
 
@@ -90,7 +103,13 @@ def main() -> int:
     print(f"{'adaptive':<12} {outcome.winner:<28} {outcome.trials_new:>6} {starts[0]:>6} {outcome.measure_s:>10.2f} "
           f"{outcome.sweep_s:>8.1f}")
     print("")
-    print("exhaustive weighted latency (us): " + ", ".join(f"{b} {v:.1f}" for b, v in sorted(ex_scores.items(), key=lambda x: x[1])))
+    ranked = sorted(ex_scores.items(), key=lambda x: x[1])
+    print("exhaustive weighted latency (us): " + ", ".join(f"{b} {v:.1f}" for b, v in ranked))
+    if len(ranked) > 1:
+        print(f"exhaustive runner-up {ranked[1][0]} at {ranked[1][1] / ranked[0][1]:.2f}x its winner "
+              "(one run per point: run-to-run noise not measured)")
+    print("adaptive measurement time by stage: " + ", ".join(
+        f"{st} {sum(v):.2f} s ({len(v)} points)" for st, v in by_stage.items()))
     print(f"adaptive stop: {outcome.stop_reason}")
     for b, why in outcome.pruned.items():
         print(f"adaptive pruned {b}: {why}")
