@@ -26,11 +26,15 @@ time goes to backends that are clearly losing. ``tune`` runs a race instead:
    numbers, when its workload-weighted latency ratio to the leader stays above 1 even with
    every bucket at its band's most favourable end (bands combine linearly over buckets, as
    in the selector; :meth:`Race.compare`). No backend is pruned for dominance before every
-   alive one has repeated runs (its own noise).
+   alive one has repeated runs (its own noise), and never on fewer than
+   :data:`PRUNE_MIN_STARTS` (3) independent worker start-ups of both backends unless both
+   noises are known and at most :data:`PRUNE_QUIET_NOISE` (a bimodal backend can land in its
+   slow mode in two start-ups in a row; :meth:`Race.enough_evidence`).
 4. **Stop** and say which: ``settled`` (one backend left), ``tie`` (every contested point is
    at the reproducibility floor and the bands still overlap), ``unresolved`` (even the
    remaining rounds could not separate the two at the current means: futility, judged with
-   the bands those runs would give), or ``budget`` (``--budget`` ran out; rerun to continue).
+   the bands those runs would give, the runs spread over all buckets, and only on as much
+   evidence as a prune needs), or ``budget`` (``--budget`` ran out; rerun to continue).
 5. **Knobs**: for the fastest backend vLLM has, each legal value of each legal knob
    (``autoselect/knobs.py``) is screened at every bucket, one knob at a time; the values that
    beat the untuned backend are combined (only if the combination is legal), and the best
@@ -82,11 +86,19 @@ REFINE = {"min_samples": 10, "min_time_s": 0.05, "max_noise": 0.01, "timeout_s":
 #: Pruning widens every bucket's ratio band by this factor (1 = 95 % bands, combined linearly
 #: over buckets as the selector does).
 PRUNE_SAFETY = 1.0
-#: How many buckets one refine round re-measures (the built-in workloads have 3 or 4, so all
-#: contested ones). They share the round's one worker start-up per backend, which costs more
-#: than a refine point (on the 2-core CPU machine ~3 s against 0.1-0.3 s), and each adds a
-#: degree of freedom to the noise estimate.
-REFINE_BUCKETS_PER_ROUND = 4
+#: How many buckets one refine round re-measures: the (at most) 2 with the largest workload
+#: weight x closeness (:meth:`Race.refine_targets`). They share the round's one worker start-up
+#: per backend. Was 4 (every contested bucket of the built-in workloads): on the 6-bucket perf
+#: problem a round then measured ~12 points, many in light or clearly separated buckets.
+REFINE_BUCKETS_PER_ROUND = 2
+#: A dominance prune needs this many independent worker start-ups of both backends (the
+#: screen is one, each refine round one more) unless both backends' run-to-run noise is known
+#: and at most :data:`PRUNE_QUIET_NOISE`. A bimodal backend (allgather_reducescatter on gloo:
+#: 0.9 or 3.3 ms for the same point, one mode per start-up) can land in its slow mode twice in
+#: a row and look 2.2x slower at "13.7 % noise" while an exhaustive run measures it 1.01x behind.
+PRUNE_MIN_STARTS = 3
+#: Run-to-run noise (pooled log std) up to which two start-ups' worth of evidence may prune.
+PRUNE_QUIET_NOISE = 0.10
 #: Stop refining after this many rounds even with budget left: the rest is within the machine's noise.
 MAX_REFINE_ROUNDS = 5
 #: Parameter names every trial of a study carries (besides the knobs).
@@ -184,6 +196,7 @@ class Measurement:
     error: str | None = None
     elapsed_s: float = 0.0  # wall time of the sweep call, shared over its points
     measure_s: float = 0.0  # samples x mean latency: time inside the timed loop
+    call: int = 0  # which sweep call (worker start-up) measured it; 0: unknown (older studies)
 
 
 def _setting_key(setting: dict[str, str]) -> str:
@@ -340,6 +353,27 @@ class Race:
         """Whether every one of ``backends`` has repeated runs (its own run-to-run noise)."""
         return all(self.noise(b) is not None for b in backends)
 
+    def starts(self, backend: str) -> int:
+        """Independent worker start-ups behind this (untuned) backend's ok measurements: distinct
+        sweep calls, and never fewer than the most runs of one point (each run of a point is a
+        separate call)."""
+        ok = [m for m in self.measurements if m.backend == backend and not m.setting
+              and m.status == "ok" and m.latency_us]
+        runs: dict[int, int] = {}
+        for m in ok:
+            runs[m.tokens] = runs.get(m.tokens, 0) + 1
+        calls = {m.call for m in ok if m.call}
+        return max(len(calls), max(runs.values(), default=0))
+
+    def enough_evidence(self, backend: str, lead: str) -> bool:
+        """Whether a dominance prune of ``backend`` by ``lead`` may be made: both have
+        :data:`PRUNE_MIN_STARTS` start-ups, or both noises are known and at most
+        :data:`PRUNE_QUIET_NOISE`."""
+        if min(self.starts(backend), self.starts(lead)) >= PRUNE_MIN_STARTS:
+            return True
+        noises = (self.noise(backend), self.noise(lead))
+        return all(n is not None and n.stdrel <= PRUNE_QUIET_NOISE for n in noises)
+
     def describe_noise(self) -> str:
         """``a 3.1 % (4 dof), b 45 % (4 dof)``: each alive backend's run-to-run noise."""
         parts = []
@@ -448,7 +482,8 @@ class Race:
         """Drop failed and clearly dominated backends; returns the newly pruned ``(backend, why)``.
 
         Dominated: the workload-weighted latency ratio to the leader stays above 1 with every
-        bucket's relative band (x ``safety``) at its most favourable end.
+        bucket's relative band (x ``safety``) at its most favourable end, on enough evidence
+        (:meth:`enough_evidence`: 3 start-ups of each, or two with both noises known and quiet).
         """
         newly = []
         for b in self.alive:
@@ -464,7 +499,7 @@ class Race:
             if b == lead:
                 continue
             c = self.compare(b, lead, safety)
-            if c is None or c.verdict != "slower":
+            if c is None or c.verdict != "slower" or not self.enough_evidence(b, lead):
                 continue
             s = self.score(b)
             why = (f"slower than {lead}: {s.latency_us:.1f} ± {s.halfwidth_us:.1f} µs vs {ls.latency_us:.1f} "
@@ -482,13 +517,18 @@ class Race:
     def futile(self, rounds_left: int, buckets_per_round: int | None = None) -> bool:
         """Whether even ``rounds_left`` more runs could not separate the leader from its closest
         challenger (means assumed fixed; bands shrink as 1/sqrt(runs), the t quantile with the
-        degrees of freedom those runs add).
+        degrees of freedom those runs add). A round re-measures ``buckets_per_round`` of the
+        buckets, so the projection spreads the remaining runs over all of them (each bucket gets
+        ``rounds_left x per_round / buckets`` more, rounded down): under high noise the
+        projected bands stay wide and the race stops early as unresolved instead of measuring on.
         """
         lead, challenger = self.leader(), self.challenger()
-        if lead is None or challenger is None:
-            return False
-        per_round = min(buckets_per_round or len(self.workload.buckets), len(self.workload.buckets))
-        c = self.compare(challenger, lead, extra_runs=rounds_left, extra_dof=rounds_left * per_round)
+        if lead is None or challenger is None or not self.enough_evidence(challenger, lead):
+            return False  # the noise behind the projection needs as much evidence as a prune
+        n = len(self.workload.buckets)
+        per_round = min(buckets_per_round or n, n)
+        c = self.compare(challenger, lead, extra_runs=rounds_left * per_round // n,
+                         extra_dof=rounds_left * per_round)
         return c is not None and c.verdict == "tie"
 
     def refine_targets(self, k: int = REFINE_BUCKETS_PER_ROUND) -> list[int]:
@@ -646,7 +686,8 @@ class TuneSpec:
     refine: dict = field(default_factory=lambda: dict(REFINE))
 
 
-def _measurement_from_result(r: Any, stage: str, setting: dict[str, str], elapsed_s: float) -> Measurement:
+def _measurement_from_result(r: Any, stage: str, setting: dict[str, str], elapsed_s: float,
+                             call: int = 0) -> Measurement:
     ok = r.status == "ok" and r.latency_us_p50 is not None
     mean = r.latency_us_mean or r.latency_us_p50 or 0.0
     return Measurement(
@@ -662,6 +703,7 @@ def _measurement_from_result(r: Any, stage: str, setting: dict[str, str], elapse
         error=r.error,
         elapsed_s=elapsed_s,
         measure_s=(r.samples or 0) * mean / 1e6,
+        call=call,
     )
 
 
@@ -683,6 +725,7 @@ class Tuner:
             if m.backend in spec.backends:
                 self.race.add(m)
                 self.reused += 1
+        self.calls = max((m.call for m in self.race.measurements), default=0)
         self.new_trials = 0
         self.measure_s = 0.0
         self.sweep_s = 0.0
@@ -723,6 +766,8 @@ class Tuner:
         self.progress({"event": "measure", "stage": stage, "backends": list(backends),
                        "tokens": list(tokens), "setting": knobs_mod.describe(setting)})
         out: list[Measurement] = []
+        self.calls += 1
+        call = self.calls
         last = [self.clock()]
         t0 = last[0]
 
@@ -730,7 +775,7 @@ class Tuner:
             if event.get("event") != "result":
                 return
             now = self.clock()
-            m = _measurement_from_result(event["result"], stage, setting, now - last[0])
+            m = _measurement_from_result(event["result"], stage, setting, now - last[0], call)
             last[0] = now
             self.study.add(m)
             self.race.add(m)
@@ -914,9 +959,12 @@ class TuneOutcome:
                         f"settled: {winner} is the only candidate that can be measured here"),
             "tie": (f"settled as a tie: {', '.join(race.alive)} stay within each other's noise "
                     "and every contested point is at the reproducibility floor"),
-            "unresolved": (f"unresolved: {', '.join(race.alive)} stay within this machine's run-to-run "
-                           f"noise ({race.describe_noise()}) and at most {MAX_REFINE_ROUNDS} refine "
-                           f"rounds could not separate them; best so far: {winner}"),
+            "unresolved": (f"unresolved: {winner} and {race.challenger()} stay within this machine's "
+                           f"run-to-run noise ({race.describe_noise()}) and the bands projected after "
+                           f"the rest of the {MAX_REFINE_ROUNDS} refine rounds could not separate them"
+                           + (f" (not pruned yet: {', '.join(others)})"
+                              if (others := [b for b in race.alive if b not in (winner, race.challenger())])
+                              else "") + f"; best so far: {winner}"),
             "budget": f"budget ran out ({tuner.spec.budget_s:g} s) before the decision was settled; "
                       f"best so far: {winner}; rerun the same command to continue",
         }

@@ -53,11 +53,40 @@ def test_repeated_measurements_pool_by_inverse_variance_but_not_below_the_floor(
 
 
 def test_a_clearly_slower_backend_is_pruned_with_its_numbers():
-    r = race_with(m("a", 8, 100), m("a", 64, 200), m("b", 8, 300), m("b", 64, 600))
-    assert r.prune() == [("b", "slower than a: 450.0 ± 9.0 µs vs 150.0 ± 3.0 µs (workload-weighted); "
-                               "bucket by bucket 3.00x, at least 2.92x (bands x1; run-to-run noise "
-                               "b not measured, a not measured)")]
+    r = race_with(*[m(b, t, lat * f) for b, t, lat in (("a", 8, 100), ("a", 64, 200), ("b", 8, 300), ("b", 64, 600))
+                    for f in (0.99, 1.0, 1.01)])
+    assert r.prune() == [("b", "slower than a: 450.0 ± 7.2 µs vs 150.0 ± 2.4 µs (workload-weighted); "
+                               "bucket by bucket 3.00x, at least 2.93x (bands x1; run-to-run noise "
+                               "b 1.0%, a 1.0%)")]
     assert r.alive == ["a"]
+
+
+def test_one_start_up_with_unknown_noise_never_prunes_even_at_3x():
+    r = race_with(m("a", 8, 100), m("a", 64, 200), m("b", 8, 300), m("b", 64, 600))
+    assert r.compare("b", "a").verdict == "slower"
+    assert r.prune() == [] and r.alive == ["a", "b"]
+
+
+def test_two_noisy_start_ups_do_not_prune_a_third_does():
+    """A bimodal backend can land in its slow mode twice: above 10 % noise a prune needs 3 start-ups."""
+    ms = [m("a", t, lat * f) for t, lat in ((8, 1000), (64, 1100)) for f in (0.97, 1.03)]
+    ms += [m("b", t, lat * f) for t, lat in ((8, 2200), (64, 2400)) for f in (0.92, 1.09)]
+    r = race_with(*ms)
+    assert r.noise("b").stdrel > 0.10 and r.starts("a") == r.starts("b") == 2
+    assert r.compare("b", "a").verdict == "slower"
+    assert r.prune() == []
+    r.add(m("a", 8, 1000))
+    r.add(m("b", 8, 2300))
+    assert r.starts("a") == r.starts("b") == 3
+    assert [b for b, _ in r.prune()] == ["b"]
+
+
+def test_two_quiet_start_ups_are_enough_to_prune():
+    ms = [m("a", t, lat * f) for t, lat in ((8, 1000), (64, 1100)) for f in (0.97, 1.03)]
+    ms += [m("b", t, lat * f) for t, lat in ((8, 2200), (64, 2400)) for f in (0.96, 1.04)]
+    r = race_with(*ms)
+    assert r.noise("b").stdrel <= 0.10 and r.noise("a").stdrel <= 0.10
+    assert [b for b, _ in r.prune()] == ["b"]
 
 
 def test_backends_within_the_noise_are_kept():
@@ -123,9 +152,13 @@ def test_a_gap_inside_the_noise_is_not_pruned():
 
 
 def test_refining_is_futile_when_more_runs_could_not_separate_the_two():
-    close = race_with(m("a", 8, 100, h=0.2), m("a", 64, 100, h=0.2), m("b", 8, 101, h=0.2), m("b", 64, 101, h=0.2))
-    apart = race_with(m("a", 8, 100, h=0.2), m("a", 64, 100, h=0.2), m("b", 8, 130, h=0.2), m("b", 64, 130, h=0.2))
+    def race(gap, runs=3):
+        return race_with(*[m(b, t, lat, h=0.2) for b, lat in (("a", 100), ("b", 100 * gap)) for t in (8, 64)] * runs)
+
+    close, apart = race(1.01), race(1.3)
     assert close.futile(rounds_left=5) and not apart.futile(rounds_left=5)
+    # one start-up says nothing about the noise: no futility claim on it (as no prune)
+    assert not race(1.01, runs=1).futile(rounds_left=5)
 
 
 def test_nothing_is_left_to_refine_once_contested_points_are_at_the_floor():
@@ -212,9 +245,12 @@ def test_a_2x_separated_pair_settles_through_heavy_run_to_run_noise(tmp_path, mo
     tuner.screen()
     stop = tuner.refine()
     assert (stop, tuner.race.leader(), list(tuner.race.pruned)) == ("settled", "fast", ["slow"])
-    # one sweep call per round, every contested bucket in it (one worker start-up per backend)
-    assert all(sorted(tokens) == [8, 16, 32, 64] for _, tokens in harness.calls)
-    assert len(harness.calls) <= 4
+    # the screen measures every bucket; then one sweep call per round (one worker start-up per
+    # backend), each at the (at most) 2 buckets that matter most
+    assert sorted(harness.calls[0][1]) == [8, 16, 32, 64]
+    assert all(len(tokens) <= 2 for _, tokens in harness.calls[1:])
+    # no more points per backend than the old 4-bucket rounds needed (screen + at most 2 rounds)
+    assert sum(len(tokens) for _, tokens in harness.calls) <= 12
 
 
 @pytest.mark.parametrize("seed", range(5))
