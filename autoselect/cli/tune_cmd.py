@@ -139,7 +139,8 @@ def tune_cmd(model, budget, workload, tokens, device, world_size, gpu_arch, back
     Measures every candidate quickly, drops the clearly dominated ones (with the numbers),
     re-measures the close ones where the decision is made, stops when it is settled beyond
     the noise or the budget runs out, then searches the winner's real knobs (NCCL env vars,
-    FlashInfer block sizes, --max-num-batched-tokens ...). Every measurement is an Optuna
+    FlashInfer block sizes, DeepEP SMs with DBO; --list-knobs shows them with their sources
+    and what is not searched). Every measurement is an Optuna
     trial in RESULTS.optuna.db beside the results database: rerun the same command to
     resume. `recommend` then prints the knobs and their measured gain.
 
