@@ -98,21 +98,28 @@ def validate(spec: SweepSpec, host=None) -> None:
 
 
 def legality(spec: SweepSpec, host):
-    """``{backend: Verdict | None}``: None where rules cannot judge (no arch, unknown adapter)."""
-    from autoselect.model import MoeProfile
+    """``{backend: Verdict | None}``: None where rules cannot judge (an unknown adapter).
+
+    Without a target arch (a CPU host and no ``--gpu-arch``) the explicit dtype is judged on
+    every known arch (``model.GPU_ARCHS``): a backend is illegal only when it is illegal on
+    all of them (bf16 on one-sided is; a sm100-only backend is not), with the reasons of the
+    first. Hardware is judged only for ``--device cuda``.
+    """
+    from autoselect.model import GPU_ARCHS, MoeProfile
     from autoselect.rules import UnknownBackend, legal
 
     arch = spec.gpu_arch or getattr(host, "gpu_arch", None)
-    verdicts = {}
-    if not arch:
-        return dict.fromkeys(spec.backends)
+    archs = (arch,) if arch else GPU_ARCHS
     profile = MoeProfile.from_shape(spec.hidden, spec.experts, spec.top_k, spec.dtype)
+    hw = host if spec.device == "cuda" else None
+    verdicts = {}
     for name in spec.backends:
         try:
-            verdicts[name] = legal(name, profile, host if spec.device == "cuda" else None,
-                                   spec.world_size, spec.vllm_version, gpu_arch=arch)
+            judged = [legal(name, profile, hw, spec.world_size, spec.vllm_version, gpu_arch=a) for a in archs]
         except UnknownBackend:
             verdicts[name] = None  # a third-party adapter the rules table does not know
+            continue
+        verdicts[name] = next((v for v in judged if v.ok), judged[0])
     return verdicts
 
 

@@ -249,6 +249,26 @@ def test_bench_with_a_model_skips_backends_the_rules_reject(db_path, models_dir)
     assert rows == [("allgather_reducescatter", "ok", 0)]
 
 
+def test_without_an_arch_an_explicit_dtype_is_judged_on_every_arch():
+    from autoselect.hardware import cpu_fingerprint
+    from bench.sweep import legality
+
+    spec = _spec(["flashinfer_nvlink_one_sided", "allgather_reducescatter"], dtype="bf16")
+    verdicts = legality(spec, cpu_fingerprint())
+    assert not verdicts["flashinfer_nvlink_one_sided"].ok  # bf16 is illegal on one-sided on every arch
+    assert "needs nvfp4 activations" in verdicts["flashinfer_nvlink_one_sided"].reasons[0]
+    assert verdicts["allgather_reducescatter"].ok
+    assert verdicts.keys() == {"flashinfer_nvlink_one_sided", "allgather_reducescatter"}
+
+
+def test_without_an_arch_nvfp4_one_sided_is_legal_and_reaches_the_adapter():
+    from autoselect.hardware import cpu_fingerprint
+    from bench.sweep import legality
+
+    verdicts = legality(_spec(["flashinfer_nvlink_one_sided"], dtype="nvfp4"), cpu_fingerprint())
+    assert verdicts["flashinfer_nvlink_one_sided"].ok
+
+
 @pytest.mark.slow
 def test_include_illegal_measures_and_marks_the_rows(db_path, models_dir):
     res = CliRunner().invoke(main, [

@@ -59,9 +59,12 @@ def render_text(report) -> str:
                      f"{s.timeout_s:g} s timeout")
     for name, reason in report.skipped.items():
         lines.append(f"# skipped {name}: illegal here ({reason}); --include-illegal measures it anyway")
+    failures: dict[tuple, list[int]] = {}  # one line per (backend, status, error), its token counts
     for r in report.results:
         if r.status != "ok" and r.error:
-            lines.append(f"# {r.backend} @ {r.tokens_per_rank}: {r.status}: {r.error}")
+            failures.setdefault((r.backend, r.status, r.error), []).append(r.tokens_per_rank)
+    for (backend, status, error), tokens in failures.items():
+        lines.append(f"# {backend} @ {','.join(map(str, tokens))}: {status}: {error}")
     if report.run_id is not None:
         lines.append(f"# stored as run {report.run_id} in {report.db_path}")
     return "\n".join(lines)
