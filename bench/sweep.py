@@ -71,7 +71,7 @@ def validate(spec: SweepSpec, host=None) -> None:
         raise BadSweep(f"token counts must be positive integers, got {spec.tokens!r}")
     if spec.device not in ("cpu", "cuda"):
         raise BadSweep(f"unknown device {spec.device!r}; use cuda or cpu")
-    if spec.vllm_version is not None:  # legality() only reads it when an arch is known
+    if spec.vllm_version is not None:  # a bad version fails here, before legality()
         from autoselect.rules import parse_version
 
         parse_version(spec.vllm_version)
