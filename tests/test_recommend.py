@@ -206,7 +206,7 @@ def test_tp_and_old_vllm_spellings_reach_the_flags(fixture_db):
 
 JSON_KEYS = {
     "schema_version", "model", "profile", "deployment", "gpu_arch", "dispatch_dtype", "vllm_version",
-    "workload", "backend", "decision", "vllm_args", "command", "env", "knobs", "confidence",
+    "vllm_version_source", "workload", "backend", "decision", "vllm_args", "command", "env", "knobs", "confidence",
     "confidence_reasons", "candidates", "rejected", "estimated", "warnings", "data_used", "bench_command",
 }
 

@@ -29,7 +29,8 @@ def recommend_options(f):
         click.option("--gpu-arch", default=None, metavar="ARCH",
                      help="GPU arch for the activation dtype: sm90, sm100, ... (default: the host's)."),
         click.option("--vllm-version", default=None, metavar="X.Y.Z",
-                     help="vLLM to serve with (default: the installed vllm, else the newest known)."),
+                     help="vLLM to serve with (default: the vllm of $AUTOSELECT_VLLM_PYTHON, else the installed "
+                          "vllm, else the newest known; as check)."),
         click.option("--workload", type=click.Choice(["decode", "prefill", "mixed"]), default=None,
                      help="Token buckets to compare on (default: mixed)."),
         click.option("--tokens", default=None, metavar="LIST",
