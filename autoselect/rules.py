@@ -188,7 +188,9 @@ BACKENDS: dict[str, Capability] = {
             "DeepEP normal (high-throughput) kernels",
             (Spelling("deepep_high_throughput", FLAG_SINCE, None, _FLAG),),
             experts_divisible_by_ep=True,
+            top_k_max=32,  # DeepEP 2.1 intranode.cu/internode.cu: EP_DEVICE_ASSERT(num_topk <= 32)
             block_fp8_hidden_multiple=128,
+            max_world_size=160,  # DeepEP legacy.py get_dispatch_config: largest EP size is 160
             package="deep_ep",
             install_hint=_DEEPEP_HINT,
             supports_dbo=True,
@@ -198,6 +200,7 @@ BACKENDS: dict[str, Capability] = {
             "DeepEP low-latency kernels (masked layout, CUDA-graph friendly)",
             (Spelling("deepep_low_latency", FLAG_SINCE, None, _FLAG),),
             experts_divisible_by_ep=True,
+            top_k_max=11,  # DeepEP 2.1 internode_ll.cu dispatch/combine: kNumMaxTopK = 11
             hidden_sizes=(2048, 2560, 3072, 4096, 5120, 6144, 7168, 8192),
             block_fp8_hidden_multiple=128,
             package="deep_ep",

@@ -1,82 +1,115 @@
-"""DeepEP's low-latency kernels (vLLM ``deepep_low_latency``)."""
+"""DeepEP's low-latency kernels, driven the way vLLM drives them (``deepep_low_latency``)."""
 
 from __future__ import annotations
 
-import torch
+import os
 
-from bench.backends import Backend, Received
-from bench.backends._flashinfer import has_module
-
-#: Hidden sizes DeepEP's low-latency kernels are compiled for (vLLM rounds others up).
-SUPPORTED_HIDDEN = (2048, 2560, 3072, 4096, 5120, 6144, 7168, 8192)
+from bench.backends import Backend
+from bench.backends import deepep_common as common
 
 
 class DeepepLowLatency(Backend):
-    """Based on DeepEP's ``low_latency_dispatch`` / ``low_latency_combine``: a per-expert (batched) layout, weights applied in combine.
+    """Based on DeepEP's ``low_latency_dispatch`` / ``low_latency_combine``: per-expert slots, weights applied in combine.
 
-    Dispatch lands each (token, local expert) pair in slot rows ``[local experts, ranks·T]``;
-    the handle's source info and per-rank layout ranges name each slot's token. The harness's
-    experts return one unweighted row per slot and combine applies the routing weights.
-    bf16 activations only (with ``use_fp8`` DeepEP quantizes inside the kernel, so the bytes
-    it sends are not the workload's).
+    As vLLM does (``DeepEPLLAll2AllManager`` and ``prepare_finalize/deepep_ll.py``): one
+    ``Buffer(group, num_nvl_bytes=VLLM_DEEPEP_BUFFER_SIZE_MB MiB,
+    num_rdma_bytes=Buffer.get_low_latency_rdma_size_hint(max_tokens, hidden, ranks, experts),
+    low_latency_mode=True, num_qps_per_rank=local experts, allow_nvlink_for_low_latency_mode=True,
+    allow_mnnvl=False, explicitly_destroy=True)`` per process, ``max_tokens`` being vLLM's 256
+    (or the tokens per rank when larger); per call ``low_latency_dispatch(x bf16 [T, H],
+    topk_idx int64, max_tokens, experts, use_fp8=False, return_recv_hook=True)`` then the
+    receive hook, and ``low_latency_combine(expert_x, topk_idx, topk_weights, handle,
+    zero_copy=False, out=...)``. Hidden sizes are padded to the next compiled size.
+
+    Dispatch returns ``recv_x [local experts, ranks * max_tokens, H]``: each (token, local
+    expert) pair lands in one slot; the handle's layout ranges and source info name each
+    slot's token (:func:`deepep_common.ll_slot_tokens`), so no token-index payload travels.
+    The harness's experts return one unweighted row per slot and the combine kernel applies
+    the routing weights. No host synchronization: one dispatch + combine is captured in a
+    CUDA graph (vLLM captures this backend too).
     """
 
-    name = "deepep_low_latency"
+    name = common.LOW_LATENCY
+    supports_cuda_graph = True
 
     def unavailable_reason(self, ctx):
-        """No CUDA, or deep_ep not installed."""
-        if ctx.device != "cuda":
-            return "needs CUDA GPUs (DeepEP kernels); this run is on CPU"
-        if not has_module("deep_ep"):
-            return "deep_ep not installed (build it from github.com/deepseek-ai/DeepEP; not a vLLM dependency)"
-        return None
+        """No CUDA, a rank count DeepEP's buffer refuses, or deep_ep missing or broken (in that order)."""
+        if ctx.device == "cuda" and ctx.world_size >= 8 and ctx.world_size % 8:
+            return (f"DeepEP buffers take fewer than 8 ranks or a multiple of 8, not {ctx.world_size} "
+                    "(csrc/legacy/buffer.hpp asserts num_ranks < 8 or num_ranks % 8 == 0)")
+        return common.deep_ep_unavailable_reason(ctx)
 
     def setup(self, ctx, workload):
-        """Create the low-latency buffer sized by DeepEP's own hint for this shape."""
+        """Plan the shape, reuse or build the process's low-latency buffer, allocate the output."""
         import deep_ep
+        import torch
 
-        if workload.dtype != "bf16":
-            raise ValueError(f"the low-latency adapter dispatches bf16 only, not {workload.dtype}")
-        if workload.hidden not in SUPPORTED_HIDDEN:
-            raise ValueError(f"DeepEP low-latency supports hidden sizes {SUPPORTED_HIDDEN}, not {workload.hidden}")
-        if workload.experts % ctx.world_size:
-            raise ValueError("DeepEP needs experts divisible by the world size")
-        self.ctx, self.w = ctx, workload
-        t, ws, e = workload.tokens_per_rank, ctx.world_size, workload.experts
-        rdma = deep_ep.Buffer.get_low_latency_rdma_size_hint(t, workload.hidden, ws, e)
-        self.buffer = deep_ep.Buffer(ctx.group, num_nvl_bytes=0, num_rdma_bytes=rdma,
-                                     low_latency_mode=True, num_qps_per_rank=e // ws)
-        self.first_expert = workload.expert_range(ctx.rank)[0]
+        w = workload
+        qp_depth = int(os.environ.get("NVSHMEM_QP_DEPTH", common.LL_DEFAULT_QP_DEPTH))
+        self.plan = common.ll_plan(w.dtype, w.hidden, w.top_k, w.experts, ctx.world_size,
+                                   w.tokens_per_rank, qp_depth=qp_depth)
+        hidden, max_tokens = self.plan.hidden, self.plan.max_tokens
+        local = w.experts // ctx.world_size
+        rdma = deep_ep.Buffer.get_low_latency_rdma_size_hint(max_tokens, hidden, ctx.world_size, w.experts)
+        kwargs = dict(num_nvl_bytes=common.vllm_buffer_bytes(), num_rdma_bytes=rdma, low_latency_mode=True,
+                      num_qps_per_rank=local, allow_nvlink_for_low_latency_mode=True, allow_mnnvl=False,
+                      explicitly_destroy=True)
+        self.buffer = common.shared_buffer(
+            (self.name, ctx.world_size, hidden, max_tokens, w.experts, tuple(sorted(kwargs.items()))),
+            lambda: deep_ep.Buffer(ctx.cpu_group, **kwargs))
+        self.ctx, self.w, self.local = ctx, w, local
+        self.first_expert = w.expert_range(ctx.rank)[0]
+        self.index_dtype = common.topk_index_dtype(deep_ep)
+        self.out = torch.empty((w.tokens_per_rank, hidden), dtype=torch.bfloat16, device=ctx.torch_device)
+        self.cache = {}
+        self.handle = None
+        self.torch = torch
+
+    def _inputs(self, batch):
+        """``(x bf16 [T, padded H], topk_idx int64, topk_weights fp32)`` (built once per batch)."""
+        torch = self.torch
+
+        def build():
+            x = common.widen(batch.x.view(torch.bfloat16), self.plan.hidden)
+            return x, batch.topk_ids.to(self.index_dtype).contiguous(), batch.topk_weights.contiguous()
+
+        return common.per_source(self.cache, "inputs", batch, build)
 
     def dispatch(self, batch):
-        """One low-latency dispatch; slots are mapped back to global token ids from the handle."""
-        t = self.w.tokens_per_rank
-        self.topk_idx = batch.topk_ids.to(torch.int64)
-        self.topk_weights = batch.topk_weights
-        recv_x, _count, handle, _event, _hook = self.buffer.low_latency_dispatch(
-            batch.x.view(torch.bfloat16), self.topk_idx, t, self.w.experts, use_fp8=False)
+        """One low-latency dispatch and its receive hook."""
+        x, self.topk_idx, self.topk_weights = self._inputs(batch)
+        recv_x, _count, handle, _event, hook = self.buffer.low_latency_dispatch(
+            x, self.topk_idx, self.plan.max_tokens, self.w.experts, use_fp8=False,
+            async_finish=False, return_recv_hook=True)
+        hook()
         self.handle = handle
+        return common.LazyReceived(lambda: self._received(recv_x, handle))
+
+    def _received(self, recv_x, handle):
+        """The gate's view: one row per slot, its token, its global expert, whether it is filled."""
+        torch, w = self.torch, self.w
         src_info, layout_range = handle[0], handle[1]
+        token, valid = common.ll_slot_tokens(layout_range, src_info, w.tokens_per_rank)
         local, slots, _ = recv_x.shape
-        begin = (layout_range >> 32).to(torch.int64)  # [local experts, ranks]
-        count = (layout_range & 0xFFFFFFFF).to(torch.int64)
-        s = torch.arange(slots, device=recv_x.device)
-        inside = (s >= begin[:, :, None]) & (s < (begin + count)[:, :, None])  # [local, ranks, slots]
-        valid = inside.any(dim=1)
-        src_rank = inside.to(torch.int8).argmax(dim=1)
-        token_index = src_rank * t + src_info.to(torch.int64)
         expert = (self.first_expert + torch.arange(local, device=recv_x.device))[:, None].expand(local, slots)
-        return Received(x=recv_x.reshape(local * slots, -1).view(torch.uint8), x_sf=None, topk_ids=None,
-                        topk_weights=None, token_index=token_index.reshape(-1), valid=valid.reshape(-1),
-                        expert=expert.reshape(-1))
+        x = recv_x.reshape(local * slots, -1).view(torch.uint8)[:, : w.value_bytes]
+        return {"x": x, "token_index": token.reshape(-1), "valid": valid.reshape(-1),
+                "expert": expert.reshape(-1)}
 
     def combine(self, expert_out):
-        """One low-latency combine: weights applied and summed per source token by the kernel."""
-        local = self.w.experts // self.ctx.world_size
-        x = expert_out.view(local, -1, expert_out.shape[-1])
-        combined, _event, _hook = self.buffer.low_latency_combine(x, self.topk_idx, self.topk_weights, self.handle)
-        return combined
+        """One low-latency combine: the kernel weights each slot's row and sums it into its token."""
+
+        def build():
+            rows = common.widen(expert_out, self.plan.hidden)
+            return rows.view(self.local, -1, self.plan.hidden)
+
+        x = common.per_source(self.cache, "expert_out", expert_out, build)
+        combined, _event, _hook = self.buffer.low_latency_combine(
+            x, self.topk_idx, self.topk_weights, self.handle, zero_copy=False, async_finish=False,
+            return_recv_hook=False, out=self.out)
+        return combined[:, : self.w.hidden]
 
     def teardown(self):
-        """Drop the buffer."""
-        self.buffer = self.handle = None
+        """Drop this point's tensors; the buffer stays for the next point (see ``shared_buffer``)."""
+        self.cache = {}
+        self.handle = self.out = None
