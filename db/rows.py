@@ -53,6 +53,42 @@ def result_key(machine_id: str, run_uid: str, result: dict) -> str:
     return hashlib.sha256(dumps(ident).encode()).hexdigest()
 
 
+def tuned_key(run_uid: str | None, tuned: dict) -> str:
+    """The natural key of a tuned configuration: a hash of its run and every stored field.
+
+    ``tuned`` is the exported form (:data:`TUNED_FIELDS`, JSON columns decoded); a tuned row is
+    never updated, so all of it identifies it.
+    """
+    ident = {"run_uid": run_uid, "tuned": {k: tuned.get(k) for k in TUNED_FIELDS}}
+    return hashlib.sha256(dumps(ident).encode()).hexdigest()
+
+
+#: tuned_configs columns as exported (id and run_id are local: the run travels by uid)
+TUNED_FIELDS = (
+    "host_class", "machine_id", "created_at", "hidden", "top_k", "experts", "dispatch_dtype", "world_size",
+    "device", "workload", "backend", "knobs", "env", "flags", "status", "gain", "gain_halfwidth",
+    "tuned_latency_us", "untuned_latency_us", "stop", "study", "versions",
+)
+#: tuned_configs columns holding JSON text, and the empty value of each
+TUNED_JSON_FIELDS = {"workload": {}, "knobs": {}, "env": {}, "flags": [], "versions": {}}
+
+
+def row_to_tuned_dict(row: dict) -> dict:
+    """The exported form of a ``tuned_configs`` row (JSON decoded, without id and run_id)."""
+    out = {k: row[k] for k in TUNED_FIELDS}
+    for k, empty in TUNED_JSON_FIELDS.items():
+        out[k] = json.loads(out[k]) if out[k] else type(empty)()
+    return out
+
+
+def tuned_to_row(tuned: dict) -> dict:
+    """A ``tuned_configs`` row (without id and run_id) from the exported form."""
+    row = {k: tuned[k] for k in TUNED_FIELDS}
+    for k in TUNED_JSON_FIELDS:
+        row[k] = dumps(row[k])
+    return row
+
+
 def result_to_row(result: dict) -> dict:
     """A ``results`` row (without id/keys/host columns) from a Result dict."""
     row = {k: result.get(k) for k in RESULT_COLUMNS}

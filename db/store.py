@@ -27,7 +27,7 @@ from db import default_path
 from db.errors import DatabaseLocked, DatabaseNotFound, DatabaseNotWritable, NotADatabase, UnknownRun
 from db.queries import stale_runs
 from db.records import KINDS, RUN_STATUSES, STATUSES, Result
-from db.rows import dumps, host_to_row, now_iso, result_key, result_to_row
+from db.rows import dumps, host_to_row, now_iso, result_key, result_to_row, row_to_tuned_dict, tuned_key, tuned_to_row
 from db.schema import BUSY_TIMEOUT_MS, check_connection, check_header, migrations, statements
 
 #: how many imported records share one transaction
@@ -42,6 +42,8 @@ class ImportSummary:
     results_present: int = 0
     runs_added: int = 0
     hosts_added: int = 0
+    tuned_added: int = 0
+    tuned_present: int = 0
 
     def to_dict(self) -> dict[str, int]:
         """A JSON-ready dict."""
@@ -309,9 +311,11 @@ class Store:
     def import_records(self, records: Iterable[dict], *, progress=None, total: int | None = None) -> ImportSummary:
         """Add exported records (see :mod:`db.transfer`); records already present are skipped.
 
-        Records must already be validated (:func:`db.transfer.parse_record`). Idempotent:
-        runs are matched by uid, results by ``result_key``. ``progress(done, total)`` is
-        called after each batch of :data:`IMPORT_BATCH` records.
+        Records must already be validated (:func:`db.transfer.parse_record`): result records
+        and tuned-configuration records (``"tuned"`` instead of ``"result"``). Idempotent: hosts
+        are matched by machine id, runs by uid, results by ``result_key``, tuned configurations
+        by ``tuned_key``. ``progress(done, total)`` is called after each batch of
+        :data:`IMPORT_BATCH` records.
         """
         if total is None and hasattr(records, "__len__"):
             total = len(records)
@@ -336,6 +340,9 @@ class Store:
     def _import_batch(self, batch: list[dict], summary: ImportSummary) -> None:
         with self._write():
             for rec in batch:
+                if "tuned" in rec:
+                    self._import_tuned(rec, summary)
+                    continue
                 host, run, result = rec["host"], rec["run"], rec["result"]
                 seen = host.get("last_seen") or run["updated_at"]
                 if self._upsert_host(host, host.get("first_seen") or seen, seen):
@@ -347,6 +354,34 @@ class Store:
                     continue
                 self._insert_result(run_id, run["uid"], host["machine_id"], run["host_class"], result)
                 summary.results_added += 1
+
+    def _import_tuned(self, rec: dict, summary: ImportSummary) -> None:
+        """Add one tuned configuration record (inside the batch's transaction) unless present."""
+        host, run, tuned = rec.get("host"), rec.get("run"), rec["tuned"]
+        if host is not None:
+            seen = host.get("last_seen") or (run["updated_at"] if run else tuned["created_at"])
+            if self._upsert_host(host, host.get("first_seen") or seen, seen):
+                summary.hosts_added += 1
+        run_id = self._ensure_run(host["machine_id"], run, summary) if run is not None else None
+        key = tuned_key(run["uid"] if run is not None else None, tuned)
+        if key in self._tuned_keys(tuned):
+            summary.tuned_present += 1
+            return
+        self.db["tuned_configs"].insert({**tuned_to_row(tuned), "run_id": run_id})
+        summary.tuned_added += 1
+
+    def _tuned_keys(self, tuned: dict) -> set[str]:
+        """The ``tuned_key`` of every stored row that could equal ``tuned`` (same lookup and time)."""
+        cur = self.conn.execute(
+            "SELECT t.*, r.uid AS run_uid FROM tuned_configs t LEFT JOIN runs r ON r.id = t.run_id"
+            " WHERE t.host_class = ? AND t.hidden = ? AND t.top_k = ? AND t.experts = ? AND t.dispatch_dtype = ?"
+            " AND t.world_size = ? AND t.backend = ? AND t.created_at = ?",
+            tuple(tuned[k] for k in ("host_class", "hidden", "top_k", "experts", "dispatch_dtype", "world_size",
+                                     "backend", "created_at")),
+        )
+        names = [c[0] for c in cur.description]
+        rows = [dict(zip(names, r)) for r in cur.fetchall()]
+        return {tuned_key(row["run_uid"], row_to_tuned_dict(row)) for row in rows}
 
     def _ensure_run(self, machine_id: str, run: dict, summary: ImportSummary) -> int:
         row = self.conn.execute("SELECT id, status, updated_at FROM runs WHERE uid = ?", (run["uid"],)).fetchone()
@@ -365,7 +400,7 @@ class Store:
         return run_id
 
     def merge(self, other: str | os.PathLike) -> ImportSummary:
-        """Add every run and result of another results database (idempotent)."""
+        """Add every run, result and tuned configuration of another results database (idempotent)."""
         from db.queries import connect_readonly
         from db.transfer import iter_records
 
@@ -414,13 +449,14 @@ def import_file(db_path, file, progress=None) -> ImportSummary:
 
 
 def merge_into(db_path, other, progress=None) -> ImportSummary:
-    """Add every run and result of the database ``other`` to the one at ``db_path`` (idempotent)."""
+    """Add every run, result and tuned configuration of the database ``other`` to the one at
+    ``db_path`` (idempotent)."""
     from db.queries import connect_readonly
-    from db.transfer import iter_records
+    from db.transfer import count_records, iter_records
 
     src = connect_readonly(other)  # validated before the target is opened for writing
     try:
-        total = src.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+        total = sum(count_records(src).values())
         with Store(db_path) as store:
             return store.import_records(iter_records(src), progress=progress, total=total)
     finally:

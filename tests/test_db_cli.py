@@ -132,7 +132,8 @@ def test_export_import_export_through_the_cli_round_trips_and_a_second_import_ad
     assert (r.exit_code, r.stdout) == (0, "added 6 results (0 already present), 3 runs, 3 hosts\n")
     assert _export_text(tmp_path / "b.db") == text
     r = run("db", "import", str(tmp_path / "a.jsonl"), "--db", str(tmp_path / "b.db"), "--format", "json")
-    assert json.loads(r.stdout) == {"results_added": 0, "results_present": 6, "runs_added": 0, "hosts_added": 0}
+    assert json.loads(r.stdout) == {"results_added": 0, "results_present": 6, "runs_added": 0, "hosts_added": 0,
+                                      "tuned_added": 0, "tuned_present": 0}
 
 
 def test_export_csv_has_a_header_and_one_row_per_result(db_path, tmp_path):
@@ -221,7 +222,8 @@ def test_readme_documents_every_column_of_the_schema_and_every_db_command():
             assert re.search(rf"\b{column}\b", section), f"{table}.{column} missing from the README"
     for command in ("info", "check", "export", "import", "merge", "upgrade"):
         assert f"autoselect db {command}" in section
-    assert '"format": "autoselect.result", "schema_version": 1' in section
+    assert '"format": "autoselect.result", "schema_version": 2' in section
+    assert '"format": "autoselect.tuned", "schema_version": 2' in section
 
 
 def test_a_database_path_under_a_file_is_one_error_line(tmp_path):

@@ -275,18 +275,20 @@ def test_import_export_import_round_trips_exactly(tmp_path):
     exported = _export(a)
     (tmp_path / "a.jsonl").write_text(exported)
     first = import_file(tmp_path / "b.db", tmp_path / "a.jsonl")
-    assert first.to_dict() == {"results_added": 6, "results_present": 0, "runs_added": 3, "hosts_added": 3}
+    assert first.to_dict() == {"results_added": 6, "results_present": 0, "runs_added": 3, "hosts_added": 3,
+                               "tuned_added": 0, "tuned_present": 0}
     assert _export(tmp_path / "b.db") == exported
     assert _dump(tmp_path / "b.db") == _dump(a)
     again = import_file(tmp_path / "b.db", tmp_path / "a.jsonl")
-    assert again.to_dict() == {"results_added": 0, "results_present": 6, "runs_added": 0, "hosts_added": 0}
+    assert again.to_dict() == {"results_added": 0, "results_present": 6, "runs_added": 0, "hosts_added": 0,
+                               "tuned_added": 0, "tuned_present": 0}
     assert _dump(tmp_path / "b.db") == _dump(a)
 
 
 def test_each_exported_line_is_a_versioned_record_with_host_run_and_result(db_path):
     _filled(db_path)
     rec = json.loads(_export(db_path).splitlines()[0])
-    assert (rec["format"], rec["schema_version"]) == ("autoselect.result", 1)
+    assert (rec["format"], rec["schema_version"]) == ("autoselect.result", 2)
     assert sorted(rec) == ["format", "host", "result", "result_key", "run", "schema_version"]
     assert rec["host"]["gpu_count"] == 8 and rec["run"]["trigger"] == "bench" and rec["run"]["meta"] == {"sweep": 1}
     assert rec["result"]["raw_samples_us"] == make_result("allgather_reducescatter", 1).raw_samples_us
@@ -319,7 +321,7 @@ def test_merge_brings_a_run_finished_elsewhere_forward(tmp_path):
     "mutate, error, message",
     [
         (lambda r: r.update(format="other"), BadImportRecord, "format is 'other', expected 'autoselect.result'"),
-        (lambda r: r.update(schema_version=2), ImportFormatTooNew, "record format 2 is newer than this autoselect reads (1)"),
+        (lambda r: r.update(schema_version=3), ImportFormatTooNew, "record format 3 is newer than this autoselect reads (2)"),
         (lambda r: r["result"].update(hidden="7168"), BadImportRecord, "result.hidden missing or not an integer"),
         (lambda r: r["result"].update(status="fast"), BadImportRecord, "result.status 'fast' is not one of"),
         (lambda r: r["result"].update(speed=1), BadImportRecord, "unknown result field(s) speed"),

@@ -131,12 +131,13 @@ def check_cmd(db_path, fmt):
 @db_group.command("export")
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True,
-              help="jsonl: one versioned record per result, with host, run and raw samples (re-importable); "
-                   "csv: one flat row per result, without raw samples.")
+              help="jsonl: one versioned record per result (with host, run and raw samples) and per tuned "
+                   "configuration (re-importable); csv: one flat row per result, without raw samples or "
+                   "tuned configurations.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Write here instead of stdout.")
 def export_cmd(db_path, fmt, output):
-    """Write every result as JSON Lines (re-importable) or CSV.
+    """Write every result and tuned configuration as JSON Lines (re-importable), or results as CSV.
 
     \b
     Examples:
@@ -145,9 +146,10 @@ def export_cmd(db_path, fmt, output):
     """
     from db.transfer import export_to
 
-    n = export_to(db_path, fmt, out=sys.stdout, output=output)
+    counts = export_to(db_path, fmt, out=sys.stdout, output=output)
     if output is not None:
-        click.echo(f"exported {n} results to {output}", err=True)
+        tuned = f" and {counts['tuned_configs']} tuned configurations" if counts["tuned_configs"] else ""
+        click.echo(f"exported {counts['results']} results{tuned} to {output}", err=True)
 
 
 @db_group.command("import")
@@ -155,7 +157,7 @@ def export_cmd(db_path, fmt, output):
 @db_option
 @format_option("text", "json")
 def import_cmd(file, db_path, fmt):
-    """Add the results of a JSONL export; results already present are skipped.
+    """Add the results and tuned configurations of a JSONL export; those already present are skipped.
 
     The whole file is validated before the database is opened: a bad line changes nothing.
     Importing the same file twice adds nothing the second time.
@@ -176,7 +178,7 @@ def import_cmd(file, db_path, fmt):
 @db_option
 @format_option("text", "json")
 def merge_cmd(other, db_path, fmt):
-    """Add every run and result of another results database (idempotent).
+    """Add every run, result and tuned configuration of another results database (idempotent).
 
     Use it to gather fleet nodes' databases into one; merging the same file again adds nothing.
 
@@ -211,9 +213,11 @@ def _print_summary(summary, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(d, indent=2))
     else:
+        tuned = (f", {d['tuned_added']} tuned configurations ({d['tuned_present']} already present)"
+                 if d["tuned_added"] or d["tuned_present"] else "")
         click.echo(
             f"added {d['results_added']} results ({d['results_present']} already present), "
-            f"{d['runs_added']} runs, {d['hosts_added']} hosts"
+            f"{d['runs_added']} runs, {d['hosts_added']} hosts{tuned}"
         )
 
 
