@@ -1,17 +1,25 @@
-"""The FlashInfer adapters' calls, bound to the installed FlashInfer's real signatures.
+"""The FlashInfer adapters run through FlashInfer's real Python API, with only the GPU parts stood in.
 
-FlashInfer's kernels need a GPU, but its Python API imports on CPU (CI installs
-flashinfer-python 0.7.2.post1 with --no-deps). Each kernel entry point the adapters call is
-wrapped so that every call is first bound with ``inspect.signature(real).bind(...)`` (a
-wrong keyword, a missing argument or one too many fails the test) and then answered the way
-the kernel answers at ep size 1 (rows come back as sent, combine returns its input). The
-harness's gate then runs through the adapter on a one-rank gloo group, so the adapter's
-packing, token-index and validity handling are checked too. Real kernel runs: perf/gpu_check.sh.
+FlashInfer's kernels need a GPU, but its Python imports on CPU (CI installs
+flashinfer-python 0.7.2.post1 with --no-deps). ``tests/helpers_flashinfer_kernels.py``
+replaces the compiled ops and the symmetric memory with CPU code that does what the CUDA
+sources say (line numbers there); the real ``MoeAlltoAll`` / ``NVLinkOneSidedAlltoAll``
+Python runs on top, and every ``MnnvlMoe`` call is bound to its real signature. The
+harness's gate then runs through each adapter on a one-rank gloo group.
+
+The same tests run against FlashInfer 0.6.x when ``AUTOSELECT_TEST_FLASHINFER06`` names an
+unpacked 0.6.18.post1 ``flashinfer/`` tree (.ci/run provides one):
+:func:`test_the_same_tests_pass_against_flashinfer_0_6` reruns this file in a subprocess with
+that tree first on ``PYTHONPATH``. Real kernel runs: perf/gpu_check.sh.
 """
 
 from __future__ import annotations
 
-import inspect
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,8 +28,18 @@ flashinfer = pytest.importorskip("flashinfer", reason="flashinfer-python not ins
 
 from bench import backends  # noqa: E402
 from bench.backends import BenchContext  # noqa: E402
+from bench.backends import _flashinfer as fi  # noqa: E402
 from bench.measure import run_point  # noqa: E402
 from bench.workload import Workload  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers_flashinfer_kernels import Bound, TwoSidedKernels, install_one_sided  # noqa: E402
+
+#: Set in the subprocess of the 0.6 rerun: the version this process must have imported.
+EXPECTED_VERSION = os.environ.get("AUTOSELECT_TEST_EXPECT_FLASHINFER")
+FLASHINFER06 = os.environ.get("AUTOSELECT_TEST_FLASHINFER06")
+FAST = dict(min_samples=3, min_time_s=0.0, timeout_s=0.5)
+ALL_DTYPES = ["bf16", "fp16", "fp8", "fp8_block128", "mxfp8", "nvfp4", "mxfp4"]
 
 
 @pytest.fixture
@@ -36,145 +54,204 @@ def ctx(tmp_path):
     dist.destroy_process_group()
 
 
-class Bound:
-    """Records calls after binding them to ``real``'s signature."""
-
-    def __init__(self, real, answer, *, has_self=False):
-        self.sig = inspect.signature(real)
-        self.answer, self.has_self, self.calls = answer, has_self, []
-
-    def __call__(self, *args, **kwargs):
-        if self.has_self:  # an unbound method answered for an instance: bind with a stand-in self
-            args = (None, *args)
-        bound = self.sig.bind(*args, **kwargs)
-        self.calls.append(bound)
-        return self.answer(bound.arguments)
+def test_this_process_imported_the_expected_flashinfer():
+    assert flashinfer.__version__ == (EXPECTED_VERSION or flashinfer.__version__)
 
 
-def _patch_method(monkeypatch, cls, name, answer):
-    real = getattr(cls, name)
-    rec = Bound(real, answer)
+def test_the_api_generation_is_detected_by_what_moe_ep_exports():
+    # 0.6.18 has a flashinfer.moe_ep package too, without the NVLink communication API.
+    import flashinfer.moe_ep as ep
 
-    def method(self, *args, **kwargs):
-        return rec(self, *args, **kwargs)
-
-    monkeypatch.setattr(cls, name, method)
-    return rec
-
-
-def _patch_static(monkeypatch, cls, name, answer):
-    rec = Bound(getattr(cls, name), answer)
-    monkeypatch.setattr(cls, name, staticmethod(rec))
-    return rec
+    if hasattr(ep, "NVLinkOneSidedAlltoAll"):
+        assert fi.has_moe_ep() and fi.missing_moe_ep_one_sided() is None
+    else:
+        assert not fi.has_moe_ep()
+        assert fi.missing_moe_ep_one_sided() == ("flashinfer.moe_ep has no MoEEpCommParams, NVLinkOneSidedAlltoAll, "
+                                                 "NVLinkOneSidedConfig, create_communication (FlashInfer 0.6.x; "
+                                                 "the NVLink API came in 0.7)")
+    assert fi.has_legacy_one_sided() and fi.has_legacy_two_sided()
 
 
-FAST = dict(min_samples=3, min_time_s=0.0, timeout_s=0.5)
-
-
-@pytest.mark.parametrize("dtype", ["bf16", "nvfp4", "fp8_block128"])
-def test_one_sided_legacy_calls_bind_and_pass_the_gate(monkeypatch, ctx, dtype):
-    from flashinfer.comm import trtllm_moe_alltoall as t
-
-    sizes = Bound(t.moe_a2a_get_workspace_size_per_rank, lambda a: a["ep_size"] * a["max_num_tokens"] * (
-        a["total_dispatch_payload_size_per_token"] + a["combine_payload_size_per_token"]))
-    monkeypatch.setattr(t, "moe_a2a_get_workspace_size_per_rank", sizes)
-    init = _patch_method(monkeypatch, t.MoeAlltoAll, "__init__", lambda a: None)
-    dispatch = _patch_method(monkeypatch, t.MoeAlltoAll, "dispatch",
-                             lambda a: [p.unsqueeze(0).clone() for p in a["input_payloads"]])
-    combine = _patch_method(monkeypatch, t.MoeAlltoAll, "combine", lambda a: a["payload"].sum(dim=0))
-    w = Workload(64, 512, 8, 32, 1, dtype)
-    adapter = backends.load("flashinfer_nvlink_one_sided")
-    assert adapter.unavailable_reason(BenchContext(0, 1, "cpu", None)) == \
+def test_unavailable_reasons_name_what_is_missing(monkeypatch):
+    one, two = backends.load("flashinfer_nvlink_one_sided"), backends.load("flashinfer_nvlink_two_sided")
+    cpu = BenchContext(0, 1, "cpu", None)
+    assert one.unavailable_reason(cpu) == two.unavailable_reason(cpu) == \
         "needs CUDA GPUs (FlashInfer NVLink kernels); this run is on CPU"
+    monkeypatch.setattr(fi, "has_legacy_one_sided", lambda: False)
+    monkeypatch.setattr(fi, "has_legacy_two_sided", lambda: False)
+    monkeypatch.setattr(fi, "missing_moe_ep_one_sided", lambda: "flashinfer.moe_ep has no NVLinkOneSidedAlltoAll")
+    gpu1, gpu8 = BenchContext(0, 1, "cuda", None), BenchContext(0, 8, "cuda", None, nvlinks_all_up=True)
+    assert one.unavailable_reason(gpu1).startswith("world size 1 needs flashinfer.comm.MoeAlltoAll")
+    assert one.unavailable_reason(gpu8) == ("this FlashInfer has no flashinfer.comm.MoeAlltoAll and "
+                                            "flashinfer.moe_ep has no NVLinkOneSidedAlltoAll")
+    assert two.unavailable_reason(gpu8).startswith("this FlashInfer has no flashinfer.comm.trtllm_alltoall.MnnvlMoe")
+    monkeypatch.setattr(fi, "missing_moe_ep_one_sided", lambda: None)
+    assert one.unavailable_reason(gpu8) is None
+    assert one.unavailable_reason(BenchContext(0, 8, "cuda", None, nvlinks_all_up=False)) == \
+        "needs every NVLink of each GPU up (P2P over NVLink); PCIe-only GPUs or links down"
+
+
+def test_one_sided_top_k_list_is_the_kernels_switch():
+    from helpers_flashinfer_kernels import ONE_SIDED_TOP_K
+
+    from bench.backends.flashinfer_nvlink_one_sided import SUPPORTED_TOP_K
+
+    assert sorted(SUPPORTED_TOP_K) == sorted(ONE_SIDED_TOP_K)  # no 3: neither 0.6.18 nor 0.7.2 has it
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_one_sided_legacy_api_passes_the_gate_with_vllms_payload_list(monkeypatch, ctx, dtype):
+    ops = install_one_sided(monkeypatch)
+    w = Workload(48, 512, 8, 32, 1, dtype)
+    adapter = backends.load("flashinfer_nvlink_one_sided")
     adapter.setup(ctx, w)
+    assert not adapter.use_moe_ep
     outcome = run_point(adapter, ctx, w, **FAST)
     adapter.teardown()
     assert outcome.status == "ok", outcome.error
-    assert sizes.calls[0].arguments["total_dispatch_payload_size_per_token"] == 8 * 8 + 4 + w.value_bytes + w.scale_bytes
-    assert init.calls[0].arguments["workspace_size_per_rank"] == sizes.calls[0].arguments["ep_size"] * 64 * (
-        68 + w.value_bytes + w.scale_bytes + 1024)
-    assert dispatch.calls[0].arguments["expert_id_payload_index"] == 1
-    assert combine.calls[0].arguments["runtime_max_tokens_per_rank"] == 64
+    # vLLM's payloads [x, x_sf, topk_ids, topk_weights]; the index rides on the last activation tensor
+    v, s, k = w.value_bytes, w.scale_bytes, w.top_k
+    tail = fi.index_tail(s or v)
+    expected = [((48, v + (0 if s else tail)), torch.uint8)]
+    if s:
+        expected.append(((48, s + tail), torch.uint8))
+    expected += [((48, k), torch.int32), ((48, k), torch.float32)]
+    assert ops.dispatches[0].payloads == expected
+    assert all((shape[1] * torch.tensor([], dtype=dt).element_size()) % 16 == 0 for shape, dt in expected[:-2])
+    assert ops.combines[0].shape == (1, 48, 512) and ops.combines[0].dtype == torch.bfloat16
+    assert len(ops.dispatches) > 3  # the timing loop ran through the same kernels
 
 
-def test_one_sided_moe_ep_calls_bind_and_pass_the_gate(monkeypatch, ctx):
-    import flashinfer.moe_ep as ep
-    from flashinfer.moe_ep.core.comm.communication import MoEEpDispatchResult
-
-    import bench.backends._flashinfer as fi
-
-    monkeypatch.setattr(fi, "has_legacy_one_sided", lambda: False)  # take the 0.7 path at ws 1
-
-    class Comm:
-        def __init__(self):
-            self.dispatch = Bound(ep.NVLinkOneSidedAlltoAll.dispatch, self._dispatch, has_self=True)
-            self.combine = Bound(ep.NVLinkOneSidedAlltoAll.combine, lambda a: a["expert_output"].clone(),
-                                 has_self=True)
-            self.destroy = lambda: None
-
-        def _dispatch(self, a):
-            return MoEEpDispatchResult(hidden_states=a["hidden_states"].clone(), topk_ids=a["topk_ids"].clone(),
-                                       topk_weights=a["topk_weights"].clone(), tokens_per_rank=a["max_tokens_per_rank"],
-                                       hidden_states_scale=a["hidden_states_scale"])
-
-    comm = Comm()
-    created = Bound(ep.create_communication, lambda a: comm)
-    monkeypatch.setattr(ep, "create_communication", created)
-    w = Workload(32, 512, 8, 32, 1, "nvfp4")
+def test_timed_dispatches_reuse_the_staged_payload(monkeypatch, ctx):
+    install_one_sided(monkeypatch)
+    w = Workload(16, 512, 8, 32, 1, "bf16")
     adapter = backends.load("flashinfer_nvlink_one_sided")
     adapter.setup(ctx, w)
+    batch = w.batch(0, ctx.torch_device)
+    adapter.dispatch(batch)
+    first = adapter._staged.carrier
+    adapter.combine(torch.zeros(16, 512, dtype=torch.bfloat16))
+    adapter.dispatch(batch)
+    assert adapter._staged.carrier is first
+
+
+def test_one_sided_workspace_is_what_nvlink_one_sided_alltoall_would_allocate(monkeypatch, ctx):
+    from flashinfer.comm import trtllm_moe_alltoall as t
+
+    install_one_sided(monkeypatch)
+    sizes = Bound(t.moe_a2a_get_workspace_size_per_rank, None)
+    real = t.moe_a2a_get_workspace_size_per_rank
+    sizes.answer = lambda a: real(**a)
+    monkeypatch.setattr(t, "moe_a2a_get_workspace_size_per_rank", sizes)
+    w = Workload(64, 2048, 8, 32, 1, "nvfp4")
+    adapter = backends.load("flashinfer_nvlink_one_sided")
+    adapter.setup(ctx, w)
+    args = sizes.calls[0].arguments
+    # NVLinkOneSidedAlltoAll.__init__ (0.7.2 communication.py:99-116): format bytes + 8·top_k
+    # + extra; combine rows bf16. Bytes per token (trtllm_moe_alltoall.py docstring).
+    assert args["total_dispatch_payload_size_per_token"] == 1024 + 128 + 16 + 64
+    assert args["combine_payload_size_per_token"] == 2 * 2048
+    aux = 3 * 128 + 2 * 64 * 22 * 4  # calculateOffsets for ep 1, 64 tokens: 3 aligned flag blocks + 2 top-k tables
+    assert adapter.a2a.workspace.shape == (1, aux + 64 * (1232 + 4096))
+
+
+def test_the_seeds_undersized_workspace_fails_on_the_combine_as_measured_on_the_h200(monkeypatch, ctx):
+    import sys as _sys
+
+    install_one_sided(monkeypatch)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "plugins"))
+    _sys.modules.pop("autoselect_test_backends.faulty", None)
+    adapter = backends.load("test_one_sided_nvfp4_workspace")
+    w = Workload(256, 2048, 8, 32, 1, "bf16")
+    assert adapter.dispatch_row_bytes(w) == 1024 + 128 + 64
+    assert backends.load("flashinfer_nvlink_one_sided").dispatch_row_bytes(w) == 4096 + 16 + 64
+    adapter.setup(ctx, w)
+    received = adapter.dispatch(w.batch(0, ctx.torch_device))  # fits in the combine region: no error
+    assert received.x.shape == (256, 4096)
+    with pytest.raises(RuntimeError, match="workspace insufficient for combine payload region"):
+        adapter.combine(torch.zeros(256, 2048, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "nvfp4", "fp8_block128"])
+def test_one_sided_moe_ep_api_passes_the_gate_and_makes_the_legacy_paths_kernel_call(monkeypatch, ctx, dtype):
+    ep = pytest.importorskip("flashinfer.moe_ep")
+    if not fi.has_moe_ep():
+        pytest.skip(f"0.6.x: {fi.missing_moe_ep_one_sided()}")
+    from flashinfer.moe_ep.backends.split.comm import nvlink_common
+    from flashinfer.moe_ep.backends.split.comm.nvlink_one_sided import communication as one_sided
+
+    ops = install_one_sided(monkeypatch)
+    # the NVLink platform check (NVML, all links up) is the only GPU query left on this path
+    monkeypatch.setattr(nvlink_common, "nvlink_platform_supported", lambda: True)
+    monkeypatch.setattr(one_sided, "nvlink_platform_supported", lambda: True)
+    created = Bound(ep.create_communication, None)
+    real_create = ep.create_communication
+    created.answer = lambda a: real_create(a["bootstrap"], a["params"], a["backend"], **a["options"])
+    monkeypatch.setattr(ep, "create_communication", created)
+    monkeypatch.setattr(fi, "has_legacy_one_sided", lambda: False)  # take the 0.7 path at ws 1
+    w = Workload(32, 512, 8, 32, 1, dtype)
+    adapter = backends.load("flashinfer_nvlink_one_sided")
+    adapter.setup(ctx, w)
+    assert adapter.use_moe_ep and isinstance(adapter.comm, ep.NVLinkOneSidedAlltoAll)
     outcome = run_point(adapter, ctx, w, **FAST)
     assert outcome.status == "ok", outcome.error
     params, config = created.calls[0].arguments["params"], created.calls[0].arguments["backend"]
     assert params.dispatch_bytes_per_token == w.value_bytes + w.scale_bytes
-    assert config.extra_payload_bytes_per_token == 16
-    # the workspace the real class would size: payload bytes + ids + weights + token index tail
-    hs = comm.dispatch.calls[0].arguments["hidden_states"]
-    assert hs.shape == (32, w.value_bytes + 16)
+    assert config.extra_payload_bytes_per_token == fi.index_tail(w.scale_bytes or w.value_bytes)
+    moe_ep_calls, moe_ep_size = ops.dispatches[0], adapter.comm.alltoall.workspace_size_per_rank
+    adapter.teardown()
+    assert adapter.comm is None
+
+    monkeypatch.setattr(fi, "has_legacy_one_sided", lambda: True)
+    ops.dispatches.clear()
+    legacy = backends.load("flashinfer_nvlink_one_sided")
+    legacy.setup(ctx, w)
+    legacy.dispatch(w.batch(0, ctx.torch_device))
+    assert not legacy.use_moe_ep
+    assert ops.dispatches[0] == moe_ep_calls and legacy.a2a.workspace_size_per_rank == moe_ep_size
 
 
-def test_two_sided_calls_bind_and_pass_the_gate(monkeypatch, ctx):
-    from flashinfer.comm.trtllm_alltoall import MnnvlMoe, MoEAlltoallInfo
-
+def test_two_sided_passes_the_gate_with_vllms_two_alltoallv_calls(monkeypatch, ctx):
+    kernels = TwoSidedKernels(monkeypatch)
     t = 48
-
-    def prepare(a):
-        info = MoEAlltoallInfo(None, torch.tensor([t]), torch.arange(t), torch.tensor([t]),
-                               torch.arange(t - 1, -1, -1), torch.arange(t), t * a["ep_size"])
-        order = info.recv_rank_local_indices
-        ids = torch.empty_like(a["expert_ids"]); ids[order] = a["expert_ids"]
-        ws = torch.empty_like(a["scales"]); ws[order] = a["scales"]
-        return info, ids, ws, None
-
-    def alltoallv(a):
-        out = torch.zeros_like(a["x"])
-        out[a["alltoall_info"].recv_rank_local_indices] = a["x"]  # rows land out of order
-        return out
-
-    def combine(a):
-        return a["x"][a["alltoall_info"].recv_rank_local_indices]
-
-    _patch_static(monkeypatch, MnnvlMoe, "get_moe_workspaces", lambda a: torch.zeros(1))
-    _patch_static(monkeypatch, MnnvlMoe, "get_moe_prepare_workspace", lambda a: torch.zeros(1))
-    prep = _patch_static(monkeypatch, MnnvlMoe, "mnnvl_moe_alltoallv_prepare_without_allgather", prepare)
-    a2a = _patch_static(monkeypatch, MnnvlMoe, "mnnvl_moe_alltoallv", alltoallv)
-    comb = _patch_static(monkeypatch, MnnvlMoe, "mnnvl_moe_alltoallv_combine", combine)
     w = Workload(t, 512, 8, 32, 1, "nvfp4")
     adapter = backends.load("flashinfer_nvlink_two_sided")
     adapter.setup(ctx, w)
     outcome = run_point(adapter, ctx, w, **FAST)
     assert outcome.status == "ok", outcome.error
-    assert a2a.calls[0].arguments["x"].shape[1] % 16 == 0
-    assert prep.calls[0].arguments["slot_count"] == 32 and comb.calls[0].arguments["token_count"] == t
+    first_two = [c.arguments["x"] for c in kernels.alltoallv.calls[:2]]
+    assert [tuple(x.shape) for x in first_two] == [(t, w.value_bytes), (t, w.scale_bytes + 16)]
+    prep = kernels.prepare.calls[0].arguments
+    assert prep["slot_count"] == prep["expert_count"] == 32 and prep["max_token_count_per_rank"] == t
+    assert kernels.combine.calls[0].arguments["token_count"] == t
 
 
-def test_the_undersized_test_adapter_sizes_for_nvfp4_whatever_the_payload(monkeypatch):
-    import sys
-    from pathlib import Path
+def test_two_sided_bf16_sends_one_alltoallv_with_the_index_on_the_values(monkeypatch, ctx):
+    kernels = TwoSidedKernels(monkeypatch)
+    w = Workload(16, 512, 4, 32, 1, "bf16")
+    adapter = backends.load("flashinfer_nvlink_two_sided")
+    adapter.setup(ctx, w)
+    received = adapter.dispatch(w.batch(0, ctx.torch_device))
+    assert len(kernels.alltoallv.calls) == 1
+    assert tuple(kernels.alltoallv.calls[0].arguments["x"].shape) == (16, 1024 + 16)
+    assert received.x_sf is None and received.valid.tolist() == [True] * 16
+    assert sorted(received.token_index.tolist()) == list(range(16))
+    assert received.token_index.tolist() != list(range(16))  # rows arrive out of source order
 
-    monkeypatch.syspath_prepend(str(Path(__file__).parent / "plugins"))
-    sys.modules.pop("autoselect_test_backends.faulty", None)
-    adapter = backends.load("test_one_sided_nvfp4_workspace")
-    w = Workload(256, 2048, 8, 32, 1, "bf16")
-    assert adapter.dispatch_row_bytes(w) == 1024 + 128 + 64
-    assert backends.load("flashinfer_nvlink_one_sided").dispatch_row_bytes(w) == 4096 + 64 + 4
+
+@pytest.mark.skipif(EXPECTED_VERSION is not None, reason="this is the 0.6 rerun itself")
+@pytest.mark.skipif(not FLASHINFER06, reason="AUTOSELECT_TEST_FLASHINFER06 unset (.ci/run unpacks flashinfer-python "
+                                              "0.6.18.post1 and sets it)")
+@pytest.mark.slow
+def test_the_same_tests_pass_against_flashinfer_0_6():
+    pythonpath = os.pathsep.join(p for p in (FLASHINFER06, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": pythonpath, "AUTOSELECT_TEST_EXPECT_FLASHINFER": "0.6.18.post1"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parent.parent)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    summary = run.stdout.strip().splitlines()[-1]
+    # everything passes except the 3 moe_ep cases (0.6 has no NVLink moe_ep API) and this test
+    found = re.fullmatch(r"(\d+) passed, 4 skipped in .*", summary)
+    assert found and int(found.group(1)) >= 16, summary
+    assert "SKIPPED [3] tests/test_bench_flashinfer_adapters.py" in run.stdout
+    assert ": 0.6.x: flashinfer.moe_ep has no MoEEpCommParams, NVLinkOneSidedAlltoAll" in run.stdout

@@ -1,20 +1,48 @@
-"""What the FlashInfer adapters share: API detection, availability, Mapping and communicator.
+"""What the FlashInfer adapters share: API detection, availability, payload staging, Mapping.
 
-FlashInfer 0.6.x exposes the kernels as ``flashinfer.comm.MoeAlltoAll`` (one-sided) and
-``flashinfer.comm.trtllm_alltoall.MnnvlMoe`` (two-sided); 0.7.x adds ``flashinfer.moe_ep``
-(``NVLinkOneSidedAlltoAll``, the API vLLM 0.33 uses), which refuses GPUs whose NVLinks are
-not all up — so on one GPU without NVLink peers only the legacy classes run (ep size 1).
+Two API generations, checked against the sources of flashinfer-python 0.6.18.post1 (the
+0.6.x vLLM pinned before 0.33) and 0.7.2.post1 (vLLM 0.33.0's pin):
+
+- ``flashinfer.comm.MoeAlltoAll`` (one-sided, ``comm/trtllm_moe_alltoall.py``) and
+  ``flashinfer.comm.trtllm_alltoall.MnnvlMoe`` (two-sided): both versions, same signatures
+  (0.7.2 adds only a keyword-only ``backend="trtllm"``), deprecated in 0.7.x.
+- ``flashinfer.moe_ep`` exists in BOTH versions, but only 0.7.x has the NVLink
+  communication API (``NVLinkOneSidedAlltoAll``, ``create_communication``,
+  ``MoEEpCommParams.dispatch_format``); 0.6.18's ``moe_ep`` has only the NCCL-EP/NIXL-EP
+  fleets. So "``flashinfer.moe_ep`` imports" is not the test: :func:`has_moe_ep` checks the
+  names vLLM 0.33 checks (``vllm/utils/flashinfer.py::has_flashinfer_nvlink_one_sided``).
+- ``moe_ep``'s NVLink backends refuse a GPU whose NVLinks are not all up
+  (``moe_ep/backends/split/comm/nvlink_common.py:286-317``); the legacy classes have no such
+  check, so on one GPU without NVLink peers only they run (ep size 1, facts.md).
+
+Token index. The gate needs each received row's global token id, but vLLM sends only
+``[x, x_sf, topk_ids, topk_weights]`` and no kernel argument takes an extra payload
+(``MoEEpCommunication.dispatch``: ``moe_ep/core/comm/communication.py:203-212``;
+``NVLinkOneSidedConfig.extra_payload_bytes_per_token`` only *reserves* workspace for bytes
+riding inside those tensors, as vLLM does for padded MXFP8 scales). So the 4-byte index rides
+at the end of the last activation tensor vLLM sends (``x_sf`` when the format has scales,
+else ``x``), padded so the row stays a multiple of 16 bytes (:func:`index_tail`), and the
+tensor is staged once per batch (:class:`Staged`), not in every timed dispatch.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 
-#: QuantFormat member per activation dtype (FlashInfer's own per-format byte table).
+#: QuantFormat member per activation dtype (FlashInfer's own per-format byte table,
+#: ``moe_ep/core/comm/communication.py:60-68`` in 0.7.2, equals autoselect/payload.py's).
 QUANT_FORMAT = {
     "bf16": "BF16", "fp16": "FP16", "fp8": "FP8PerTensor", "fp8_block128": "DeepSeekFp8",
     "mxfp8": "MXFP8", "nvfp4": "NVFP4", "mxfp4": "MXFP4",
 }
+
+#: What ``flashinfer.moe_ep`` must export for the 0.7 one-sided path (vLLM 0.33's check).
+MOE_EP_ONE_SIDED_NAMES = ("BootstrapConfig", "MoEEpCommParams", "NVLinkOneSidedAlltoAll",
+                          "NVLinkOneSidedConfig", "create_communication")
+
+#: Bytes of the global token index that ride with each row (int32).
+TOKEN_INDEX_BYTES = 4
 
 
 def has_module(name: str) -> bool:
@@ -35,9 +63,26 @@ def has_legacy_two_sided() -> bool:
     return has_module("flashinfer") and has_module("flashinfer.comm.trtllm_alltoall")
 
 
+def missing_moe_ep_one_sided() -> str | None:
+    """What the 0.7 ``flashinfer.moe_ep`` one-sided API lacks here, or None when it is complete."""
+    if not (has_module("flashinfer") and has_module("flashinfer.moe_ep")):
+        return "no flashinfer.moe_ep (FlashInfer < 0.6.18)"
+    try:
+        ep = importlib.import_module("flashinfer.moe_ep")
+    except Exception as e:  # a broken install: report, do not crash the chooser
+        return f"flashinfer.moe_ep does not import ({type(e).__name__}: {e})"
+    absent = [name for name in MOE_EP_ONE_SIDED_NAMES if not hasattr(ep, name)]
+    if absent:
+        return f"flashinfer.moe_ep has no {', '.join(absent)} (FlashInfer 0.6.x; the NVLink API came in 0.7)"
+    fields = getattr(ep.MoEEpCommParams, "__dataclass_fields__", {})
+    if "dispatch_format" not in fields:
+        return "flashinfer.moe_ep.MoEEpCommParams has no dispatch_format (FlashInfer < 0.7.2)"
+    return None
+
+
 def has_moe_ep() -> bool:
-    """``flashinfer.moe_ep`` (0.7.x) is present."""
-    return has_module("flashinfer") and has_module("flashinfer.moe_ep")
+    """The 0.7 ``flashinfer.moe_ep`` one-sided API (``NVLinkOneSidedAlltoAll`` & co.) is complete."""
+    return missing_moe_ep_one_sided() is None
 
 
 def common_unavailable_reason(ctx) -> str | None:
@@ -86,3 +131,59 @@ def quant_format(dtype: str):
 def pad16(n: int) -> int:
     """``n`` rounded up to a multiple of 16 (row alignment the kernels require)."""
     return -(-n // 16) * 16
+
+
+def index_tail(row_bytes: int) -> int:
+    """Bytes appended to a ``row_bytes`` row to carry the 4-byte token index.
+
+    The smallest tail of at least 4 bytes that keeps a row that was a multiple of 16 bytes a
+    multiple of 16: the one-sided kernel's 0.6.18 dispatch picks 16-byte stores from the row
+    size alone (``moeAlltoAllKernels.cu:334-352`` there), and the two-sided ``moe_comm``
+    refuses rows that are not (``csrc/trtllm_alltoall.cu``: "input.size(1) must be aligned to
+    16 bytes").
+    """
+    return pad16(row_bytes + TOKEN_INDEX_BYTES) - row_bytes
+
+
+class Staged:
+    """The tensors one batch is dispatched from: ``x``, ``x_sf`` and the token index riding on the last.
+
+    ``carrier`` is ``x`` or ``x_sf`` widened by :func:`index_tail` bytes whose first four
+    hold the token index; ``x``/``x_sf`` are the batch's own tensors for the other one.
+    Built once per batch object, so timed dispatches copy nothing.
+    """
+
+    def __init__(self, batch, value_bytes: int, scale_bytes: int):
+        import torch
+
+        self.batch = batch
+        self.on_scales = scale_bytes > 0
+        width = scale_bytes if self.on_scales else value_bytes
+        self.width, self.tail = width, index_tail(width)
+        source = batch.x_sf if self.on_scales else batch.x
+        carrier = torch.zeros((source.shape[0], width + self.tail), dtype=torch.uint8, device=source.device)
+        carrier[:, :width].copy_(source)
+        carrier[:, width : width + TOKEN_INDEX_BYTES].copy_(batch.token_index.reshape(-1, 1).view(torch.uint8))
+        self.carrier = carrier
+        self.x = batch.x if self.on_scales else carrier
+        self.x_sf = carrier if self.on_scales else None
+
+    def split(self, x_rows, sf_rows):
+        """``(x, x_sf, token_index)`` views of received rows laid out like this staging."""
+        import torch
+
+        carrier = sf_rows if self.on_scales else x_rows
+        w = self.width
+        token_index = carrier[:, w : w + TOKEN_INDEX_BYTES].contiguous().view(torch.int32).reshape(-1)
+        if self.on_scales:
+            return x_rows, carrier[:, :w], token_index
+        return carrier[:, :w], None, token_index
+
+
+def staged(adapter, batch):
+    """``adapter``'s :class:`Staged` for ``batch``, rebuilt only when the batch object changes."""
+    current = getattr(adapter, "_staged", None)
+    if current is None or current.batch is not batch:
+        current = Staged(batch, adapter.w.value_bytes, adapter.w.scale_bytes)
+        adapter._staged = current
+    return current

@@ -9,67 +9,90 @@ import torch
 from bench.backends import Backend, Received
 from bench.backends import _flashinfer as fi
 
-#: top_k values the one-sided kernel is compiled for (0.7.x adds 3).
-SUPPORTED_TOP_K = (1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 18, 22)
+#: top_k values the one-sided kernel is compiled for: ``SWITCH_TOP_K`` in
+#: ``csrc/nv_internal/.../moeAlltoAllKernels.cu`` (0.6.18.post1 lines 61-120, 0.7.2.post1
+#: lines 104-163) instantiates exactly these; any other value fails with "Unsupported top_k".
+SUPPORTED_TOP_K = (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 22)
 
 
 class FlashinferNvlinkOneSided(Backend):
     """Based on FlashInfer's MoeAlltoAll: dispatch puts each token's rows into the owning ranks' workspaces, combine pulls and sums.
 
-    Several ranks use ``flashinfer.moe_ep.NVLinkOneSidedAlltoAll`` (0.7.x) when present,
-    else ``flashinfer.comm.MoeAlltoAll`` (0.6.x); one rank uses ``MoeAlltoAll`` (moe_ep
-    refuses GPUs without NVLink peers). The workspace is sized from the payload actually
-    sent (:meth:`dispatch_row_bytes`), never from a fixed nvfp4 formula. A 4-byte token index
-    travels with every row because rows arrive in no particular order.
+    Several ranks use ``flashinfer.moe_ep.NVLinkOneSidedAlltoAll`` (0.7.x, what vLLM 0.33
+    calls) when this FlashInfer has it, else ``flashinfer.comm.MoeAlltoAll`` (0.6.x); one
+    rank uses ``MoeAlltoAll`` (moe_ep refuses GPUs without NVLink peers). Both paths make the
+    same kernel call: payloads ``[x, x_sf, topk_ids, topk_weights]`` as vLLM sends them, the
+    4-byte token index riding at the end of the last activation tensor
+    (``bench/backends/_flashinfer.py``), ``invalid_token_expert_id=-1``; the workspace is
+    sized exactly as ``NVLinkOneSidedAlltoAll.__init__`` sizes it, from the payload actually
+    sent (:meth:`dispatch_row_bytes`), never from a fixed nvfp4 formula.
+
+    Not like vLLM: at EP 4/8/16, nvfp4, hidden <= 2048 and an even top_k > 4, FlashInfer
+    0.7.2 takes a "phased" dispatch kernel only when the scale row is exactly 1/8 of the value
+    row (``isPhasedNvfp4PayloadLayout``, ``moeAlltoAllKernels.cu:72-92``); the index riding
+    on the scales breaks that ratio, so those points time the generic dispatch kernel.
     """
 
     name = "flashinfer_nvlink_one_sided"
     supports_cuda_graph = True
 
     def unavailable_reason(self, ctx):
-        """No CUDA / FlashInfer / NVLink, or no usable one-sided API in this FlashInfer."""
+        """No CUDA / FlashInfer / NVLink, or no one-sided API this world size can use."""
         reason = fi.common_unavailable_reason(ctx)
         if reason:
             return reason
-        if ctx.world_size == 1 and not fi.has_legacy_one_sided():
-            return "world size 1 needs flashinfer.comm.MoeAlltoAll (FlashInfer <= 0.7.2); this FlashInfer lacks it"
-        if not (fi.has_legacy_one_sided() or fi.has_moe_ep()):
-            return "this FlashInfer has neither flashinfer.moe_ep nor flashinfer.comm.MoeAlltoAll"
+        if fi.has_legacy_one_sided():
+            return None
+        if ctx.world_size == 1:
+            return ("world size 1 needs flashinfer.comm.MoeAlltoAll (FlashInfer 0.6.x-0.7.2; "
+                    "flashinfer.moe_ep refuses a GPU without NVLink peers); this FlashInfer lacks it")
+        missing = fi.missing_moe_ep_one_sided()
+        if missing:
+            return f"this FlashInfer has no flashinfer.comm.MoeAlltoAll and {missing}"
         return None
 
     def dispatch_row_bytes(self, workload) -> int:
-        """Dispatch bytes per token the workspace is sized for: the payload actually sent.
+        """Dispatch bytes per token the legacy workspace is sized for: the payload actually sent.
 
-        weights + ids (``8·top_k``) + token index (4) + values + scales.
+        values + scales + token-index tail (:func:`bench.backends._flashinfer.index_tail`)
+        + ids and weights (``8·top_k``) — the sum ``NVLinkOneSidedAlltoAll.__init__`` forms
+        (``nvlink_one_sided/communication.py:99-104`` in 0.7.2) with the tail as its
+        ``extra_payload_bytes_per_token``.
         """
-        return 8 * workload.top_k + 4 + workload.value_bytes + workload.scale_bytes
+        return workload.value_bytes + workload.scale_bytes + self.extra_payload_bytes(workload) + 8 * workload.top_k
+
+    @staticmethod
+    def extra_payload_bytes(workload) -> int:
+        """Bytes per token beyond the format's own (the token index tail)."""
+        return fi.index_tail(workload.scale_bytes or workload.value_bytes)
 
     def setup(self, ctx, workload):
         """Create the communicator for this shape (collective; first use JIT-builds the kernel)."""
         if workload.top_k not in SUPPORTED_TOP_K:
             raise ValueError(f"top_k {workload.top_k} is not compiled into the one-sided kernel "
                              f"({', '.join(map(str, SUPPORTED_TOP_K))})")
-        self.ctx, self.w = ctx, workload
-        self.use_moe_ep = ctx.world_size > 1 and fi.has_moe_ep() or not fi.has_legacy_one_sided()
+        self.ctx, self.w, self._staged = ctx, workload, None
+        self.comm = self.a2a = None
+        self.use_moe_ep = (ctx.world_size > 1 and fi.has_moe_ep()) or not fi.has_legacy_one_sided()
         t, h = workload.tokens_per_rank, workload.hidden
         if self.use_moe_ep:
             import flashinfer.moe_ep as ep
 
-            # hidden_states = values + 16-byte tail holding the token index (the extra payload)
-            self.row = workload.value_bytes + 16
-            self.packed = torch.zeros((t, self.row), dtype=torch.uint8, device=ctx.torch_device)
+            # As vLLM 0.33's FlashInferNVLinkOneSidedManager.initialize builds it.
             params = ep.MoEEpCommParams(num_experts=workload.experts, top_k=workload.top_k,
                                         max_tokens_per_rank=t, hidden_size=h, dtype=torch.bfloat16,
                                         dispatch_format=fi.quant_format(workload.dtype))
-            config = ep.NVLinkOneSidedConfig(extra_payload_bytes_per_token=16,
+            config = ep.NVLinkOneSidedConfig(extra_payload_bytes_per_token=self.extra_payload_bytes(workload),
                                              comm_backend=fi.mnnvl_config(ctx).comm_backend)
             bootstrap = ep.BootstrapConfig(world_size=ctx.world_size, rank=ctx.rank,
-                                           process_group=ctx.group, device=ctx.local_rank)
-            self.comm = ep.create_communication(bootstrap, params, config)
+                                           device=ctx.local_rank, process_group=ctx.cpu_group)
+            with torch.device("cpu"):  # vLLM: bootstrap metadata stays on the CPU
+                self.comm = ep.create_communication(bootstrap, params, backend=config)
         else:
-            from flashinfer.comm import MoeAlltoAll
-            from flashinfer.comm.trtllm_moe_alltoall import moe_a2a_get_workspace_size_per_rank
+            from flashinfer.comm.trtllm_moe_alltoall import MoeAlltoAll, moe_a2a_get_workspace_size_per_rank
 
+            # Per-token sizes in bytes (trtllm_moe_alltoall.py: "Sum (in bytes) of all per-token
+            # payloads"); combine rows are bf16, 2·H, as NVLinkOneSidedAlltoAll sizes them.
             size = moe_a2a_get_workspace_size_per_rank(ctx.world_size, t, self.dispatch_row_bytes(workload), 2 * h)
             with warnings.catch_warnings():  # 0.7.x deprecates the class it still builds on
                 warnings.filterwarnings("ignore", "MoeAlltoAll is deprecated", DeprecationWarning)
@@ -78,34 +101,34 @@ class FlashinferNvlinkOneSided(Backend):
                                        mnnvl_config=fi.mnnvl_config(ctx))
 
     def dispatch(self, batch):
-        """One one-sided dispatch of values, scales, ids, weights and token index."""
-        t, ws = self.w.tokens_per_rank, self.ctx.world_size
+        """One one-sided dispatch of values, scales (index riding on the last), ids and weights."""
+        t = self.w.tokens_per_rank
+        s = fi.staged(self, batch)
         if self.use_moe_ep:
-            xb = self.w.value_bytes
-            self.packed[:, :xb].copy_(batch.x)
-            self.packed[:, xb : xb + 4].copy_(batch.token_index.view(-1, 1).view(torch.uint8))
-            res = self.comm.dispatch(self.packed, batch.topk_ids, batch.topk_weights,
-                                     hidden_states_scale=batch.x_sf, max_tokens_per_rank=t)
-            rows = res.hidden_states
-            token_index = rows[:, xb : xb + 4].contiguous().view(torch.int32).reshape(-1)
-            x, sf, ids, weights = rows[:, :xb], res.hidden_states_scale, res.topk_ids, res.topk_weights
+            res = self.comm.dispatch(s.x, batch.topk_ids, batch.topk_weights,
+                                     hidden_states_scale=s.x_sf, max_tokens_per_rank=t)
+            x_rows, sf_rows, ids, weights = res.hidden_states, res.hidden_states_scale, res.topk_ids, res.topk_weights
         else:
-            payloads = [batch.topk_weights, batch.topk_ids, batch.token_index.view(-1, 1), batch.x]
-            if batch.x_sf is not None:
-                payloads.append(batch.x_sf)
+            # The call NVLinkOneSidedAlltoAll.dispatch makes (communication.py:184-202, 0.7.2).
+            payloads = [s.x] + ([s.x_sf] if s.x_sf is not None else []) + [batch.topk_ids, batch.topk_weights]
+            ids_at = len(payloads) - 2
             recv = self.a2a.dispatch(batch.topk_ids, payloads, t, invalid_token_expert_id=-1,
-                                     expert_id_payload_index=1)
-            recv = [r.reshape(ws * t, -1) for r in recv]
-            weights, ids, token_index, x = recv[0], recv[1], recv[2].reshape(-1), recv[3]
-            sf = recv[4] if batch.x_sf is not None else None
+                                     expert_id_payload_index=ids_at)
+            recv = [r.flatten(0, 1) for r in recv]  # [ep, t, *] -> [ep·t, *], rank-major
+            x_rows, sf_rows = recv[0], recv[1] if s.x_sf is not None else None
+            ids, weights = recv[ids_at], recv[ids_at + 1]
+        x, sf, token_index = s.split(x_rows, sf_rows)
+        # Rows past a source rank's count keep stale bytes; the sanitize kernel sets all their
+        # ids to -1 and leaves received rows' global ids alone (moeA2ASanitizeExpertIdsKernel,
+        # moeAlltoAllKernels.cu:1650-1672 in 0.7.2, 1459-1480 in 0.6.18).
         valid = (ids >= 0).any(dim=1)
         return Received(x=x, x_sf=sf, topk_ids=ids, topk_weights=weights, token_index=token_index, valid=valid)
 
     def combine(self, expert_out):
         """One one-sided combine: each rank pulls its tokens' rows and sums them."""
-        t, ws, h = self.w.tokens_per_rank, self.ctx.world_size, self.w.hidden
         if self.use_moe_ep:
             return self.comm.combine(expert_out)
+        t, ws, h = self.w.tokens_per_rank, self.ctx.world_size, self.w.hidden
         return self.a2a.combine(expert_out.view(ws, t, h), t)
 
     def teardown(self):
@@ -113,4 +136,4 @@ class FlashinferNvlinkOneSided(Backend):
         comm = getattr(self, "comm", None)
         if comm is not None:
             comm.destroy()
-        self.comm = self.a2a = None
+        self.comm = self.a2a = self._staged = None

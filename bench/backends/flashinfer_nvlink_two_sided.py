@@ -11,10 +11,14 @@ from bench.backends import _flashinfer as fi
 class FlashinferNvlinkTwoSided(Backend):
     """Based on FlashInfer's MnnvlMoe all-to-all-v: a prepare step exchanges routing, FIFO send/recv moves rows, combine sends them back.
 
-    Dispatch = ``mnnvl_moe_alltoallv_prepare_without_allgather`` (expert ids and weights)
-    plus one ``mnnvl_moe_alltoallv`` of a packed row (values, scales, 4-byte token index,
-    padded to 16 bytes; vLLM moves values and scales in two calls). Combine =
-    ``mnnvl_moe_alltoallv_combine``, which also sums over the token's ranks.
+    The calls vLLM 0.33 makes (``prepare_finalize/flashinfer_nvlink_two_sided.py``), at every
+    world size: ``mnnvl_moe_alltoallv_prepare_without_allgather`` (expert ids and weights),
+    one ``mnnvl_moe_alltoallv`` for ``x`` and one for ``x_sf`` when the format has scales,
+    ``mnnvl_moe_alltoallv_combine`` (sums over the token's ranks). The 4-byte token index
+    rides at the end of the last of those tensors (``bench/backends/_flashinfer.py``).
+    FlashInfer 0.7.x also has ``flashinfer.moe_ep.NVLinkTwoSidedAlltoAll``, a wrapper making
+    these same MnnvlMoe calls (``nvlink_two_sided/communication.py:76-182``); vLLM 0.33 does
+    not use it, so neither does this adapter.
     """
 
     name = "flashinfer_nvlink_two_sided"
@@ -25,45 +29,48 @@ class FlashinferNvlinkTwoSided(Backend):
         if reason:
             return reason
         if not fi.has_legacy_two_sided():
-            return "this FlashInfer has no flashinfer.comm.trtllm_alltoall.MnnvlMoe (FlashInfer <= 0.7.2)"
+            return ("this FlashInfer has no flashinfer.comm.trtllm_alltoall.MnnvlMoe, which vLLM's "
+                    "flashinfer_nvlink_two_sided calls (present in 0.6.x-0.7.2)")
         return None
 
     def setup(self, ctx, workload):
         """Get the (process-wide) workspaces; check the kernel's routing limits."""
+        import warnings
+
         from flashinfer.comm.trtllm_alltoall import MnnvlMoe
 
+        # MnnvlMoe.compute_target_rank_id asserts experts % ep == 0; moe_prepare needs
+        # experts % 4 == 0 and 1 <= top_k <= 32 (csrc/trtllm_alltoall_prepare.cu).
         if workload.experts % ctx.world_size or workload.experts % 4 or workload.top_k > 32:
             raise ValueError("two-sided needs experts % world size == 0, experts % 4 == 0 and top_k <= 32")
-        self.ctx, self.w, self.moe = ctx, workload, MnnvlMoe
+        self.ctx, self.w, self.moe, self._staged = ctx, workload, MnnvlMoe, None
         mapping, config = fi.mapping(ctx), fi.mnnvl_config(ctx)
-        self.workspace = MnnvlMoe.get_moe_workspaces(mapping, config)
-        self.prepare_workspace = MnnvlMoe.get_moe_prepare_workspace(mapping, config)
-        xb, sfb = workload.value_bytes, workload.scale_bytes
-        self.row = fi.pad16(xb + sfb + 4)
-        self.packed = torch.zeros((workload.tokens_per_rank, self.row), dtype=torch.uint8, device=ctx.torch_device)
+        with warnings.catch_warnings():  # 0.7.x deprecates the getters (the kernels stay)
+            warnings.filterwarnings("ignore", "MnnvlMoe is deprecated", DeprecationWarning)
+            self.workspace = MnnvlMoe.get_moe_workspaces(mapping, config)
+            self.prepare_workspace = MnnvlMoe.get_moe_prepare_workspace(mapping, config)
+        self.rows = torch.arange(workload.tokens_per_rank * ctx.world_size, device=ctx.torch_device)
 
     def dispatch(self, batch):
-        """Prepare (routing exchange) then one all-to-all-v of the packed rows."""
+        """Prepare (routing exchange) then one all-to-all-v per activation tensor, as vLLM does."""
         w, ctx = self.w, self.ctx
-        xb, sfb = w.value_bytes, w.scale_bytes
-        self.packed[:, :xb].copy_(batch.x)
-        if sfb:
-            self.packed[:, xb : xb + sfb].copy_(batch.x_sf)
-        self.packed[:, xb + sfb : xb + sfb + 4].copy_(batch.token_index.view(-1, 1).view(torch.uint8))
+        s = fi.staged(self, batch)
         info, ids, weights, _ = self.moe.mnnvl_moe_alltoallv_prepare_without_allgather(
             batch.topk_ids, batch.topk_weights, None, self.prepare_workspace, w.tokens_per_rank,
             ctx.rank, ctx.world_size, w.experts, w.experts, w.top_k)
         self.info = info
-        rows = self.moe.mnnvl_moe_alltoallv(self.packed, info, self.workspace, ctx.rank, ctx.world_size)
-        total = int(info.recv_rank_count_cumsum[-1])
-        valid = torch.zeros(rows.shape[0], dtype=torch.bool, device=rows.device)
-        valid[info.recv_rank_local_indices[:total].to(torch.int64)] = True
-        return Received(
-            x=rows[:, :xb], x_sf=rows[:, xb : xb + sfb] if sfb else None,
-            topk_ids=ids, topk_weights=weights,
-            token_index=rows[:, xb + sfb : xb + sfb + 4].contiguous().view(torch.int32).reshape(-1),
-            valid=valid,
-        )
+        x_rows = self.moe.mnnvl_moe_alltoallv(s.x, info, self.workspace, ctx.rank, ctx.world_size)
+        sf_rows = None
+        if s.x_sf is not None:
+            sf_rows = self.moe.mnnvl_moe_alltoallv(s.x_sf, info, self.workspace, ctx.rank, ctx.world_size)
+        x, sf, token_index = s.split(x_rows, sf_rows)
+        # The received rows are the first recv_rank_count_cumsum[-1] rows, source rank by source
+        # rank: the prepare kernel sets recv_rank_local_indices[i] = i (moveIndiceDevice,
+        # csrc/trtllm_alltoall_prepare.cu:272-278) and moe_comm writes received row i to output
+        # row recv_rank_local_indices[i]. The rest of the torch.empty output is garbage, its ids
+        # are set to slot_count (memsetExpertIdsDevice). Compared on the device: no host sync.
+        valid = self.rows < info.recv_rank_count_cumsum[-1]
+        return Received(x=x, x_sf=sf, topk_ids=ids, topk_weights=weights, token_index=token_index, valid=valid)
 
     def combine(self, expert_out):
         """Send the rows back and sum each token's partial results."""
@@ -73,4 +80,4 @@ class FlashinferNvlinkTwoSided(Backend):
 
     def teardown(self):
         """Drop this shape's buffers (the workspaces are process-wide singletons in FlashInfer)."""
-        self.packed = self.info = None
+        self.info = self._staged = self.rows = None

@@ -1,0 +1,289 @@
+"""FlashInfer's NVLink all-to-all kernels as their CUDA sources say they behave, on one CPU rank.
+
+FlashInfer's Python API imports on a CPU machine but its kernels need a GPU. These stand-ins
+replace only what needs CUDA — the compiled ops and the symmetric memory — so the real
+Python classes (``MoeAlltoAll``, ``NVLinkOneSidedAlltoAll``) run unchanged over them; the
+two-sided ``MnnvlMoe`` hard-codes ``device="cuda"`` in its Python, so its static methods are
+replaced as a whole. Every behaviour cites the source line it follows (flashinfer-python
+0.7.2.post1 unless noted; 0.6.18.post1 behaves the same in everything used here).
+
+Ep size 1 only: one process holds one rank. Rows land in a shuffled slot order because the
+kernels pick slots with ``atomicAdd`` (one-sided ``moeA2ADispatchKernel``,
+``moeAlltoAllKernels.cu:523-528``; two-sided ``computeCountAndSend``,
+``csrc/trtllm_alltoall_prepare.cu:178-182``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from types import SimpleNamespace
+
+import torch
+
+# csrc/nv_internal/tensorrt_llm/thop/moeAlltoAllMeta.h: MoeA2AMetaInfoIndex
+META_NAMES = ["FLAG_VAL", "LOCAL_TOKEN_COUNTER", "SEND_COUNTERS", "RECV_COUNTERS",
+              "DISPATCH_COMPLETION_FLAGS", "COMBINE_COMPLETION_FLAGS", "TOPK_TARGET_RANKS",
+              "TOPK_SEND_INDICES", "EPLB_GATHERED_STATS", "PAYLOAD_DATA"]
+K_MAX_TOP_K, K_MAX_PAYLOADS = 22, 6  # moeAlltoAllKernels.h:24-25
+#: One-sided top_k instantiations: SWITCH_TOP_K, moeAlltoAllKernels.cu:104-163.
+ONE_SIDED_TOP_K = (22, 18, 16, 14, 12, 10, 8, 6, 4, 2, 1)
+
+
+def _align128(n: int) -> int:
+    return (n + 127) & ~127
+
+
+def _slot_order(n: int, seed: int = 7):
+    """The order ``atomicAdd`` handed out slots in (any order is legal; shuffled here)."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed + n))
+
+
+class Bound:
+    """Records calls after binding them to ``real``'s signature (a wrong keyword, a missing or extra argument fails)."""
+
+    def __init__(self, real, answer, *, has_self=False):
+        self.sig = inspect.signature(real)
+        self.answer, self.has_self, self.calls = answer, has_self, []
+
+    def __call__(self, *args, **kwargs):
+        if self.has_self:
+            args = (None, *args)
+        bound = self.sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        self.calls.append(bound)
+        return self.answer(bound.arguments)
+
+
+class OneSidedOps:
+    """The ops of FlashInfer's one-sided JIT module (``csrc/trtllm_moe_alltoall.cu``) on one CPU rank."""
+
+    def __init__(self):
+        self.dispatches, self.combines = [], []
+
+    # calculateOffsets, csrc/trtllm_moe_alltoall.cu:106-146
+    @staticmethod
+    def offsets(ep_size: int, max_tokens: int, eplb: int = 0) -> list[int]:
+        o, off = [0] * 10, 0
+        o[0] = off; off += 4
+        o[1] = off; off += 4
+        o[2] = off; off += ep_size * 4
+        o[3] = off; off += ep_size * 4
+        off = _align128(off); o[4] = off; off += ep_size * 4
+        off = _align128(off); o[5] = off; off += ep_size * 4
+        off = _align128(off); o[6] = off; off += max_tokens * K_MAX_TOP_K * 4
+        off = _align128(off); o[7] = off; off += max_tokens * K_MAX_TOP_K * 4
+        off = _align128(off); o[8] = off; off += ep_size * eplb * 4
+        o[9] = _align128(off)
+        return o
+
+    def moe_a2a_get_aux_data_size(self, ep_size, max_num_tokens, eplb_stats_num_experts=0):
+        return self.offsets(ep_size, max_num_tokens, eplb_stats_num_experts)[9]
+
+    def moe_a2a_get_metainfo_index_pairs(self):
+        names = [f"MOE_A2A_{n}_OFFSET_INDEX" for n in META_NAMES] + ["MOE_A2A_NUM_METAINFO_FIELDS"]
+        return names, list(range(len(names)))
+
+    def moe_a2a_initialize(self, workspace, ep_rank, ep_size, max_num_tokens, eplb_stats_num_experts=0):
+        # moeA2AInitializeOp: memset this rank's slice, metainfo = the offsets (cu:154-178)
+        workspace[ep_rank].zero_()
+        return torch.tensor(self.offsets(ep_size, max_num_tokens, eplb_stats_num_experts), dtype=torch.int64)
+
+    @staticmethod
+    def _int32(workspace, rank, offset, count):
+        return workspace[rank, offset : offset + 4 * count].view(torch.int32)
+
+    def moe_a2a_dispatch(self, token_selected_experts, input_payloads, workspace, metainfo,
+                         runtime_max_tokens_per_rank, ep_rank, ep_size, top_k, num_experts, enable_pdl,
+                         eplb_local_stats=None, enable_rank_mask=False, active_rank_mask=None):
+        # moeA2ADispatchOp, cu:182-367
+        ids = token_selected_experts
+        assert ids.dtype == torch.int32 and ids.dim() == 2 and ids.shape[1] == top_k
+        assert 0 < len(input_payloads) <= K_MAX_PAYLOADS
+        assert ep_size == 1, "one process emulates one rank"
+        n, t = ids.shape[0], runtime_max_tokens_per_rank
+        sizes, total = [], 0
+        for i, p in enumerate(input_payloads):
+            assert p.dim() == 2 and p.shape[0] == n and p.is_contiguous(), f"payload {i}"
+            b = ep_size * t * p.shape[1] * p.element_size()
+            sizes.append(b)
+            total += b
+            if total % p.element_size():  # cu:269-271
+                raise RuntimeError(f"Misaligned payload buffer {i} with element size {p.element_size()}")
+        assert top_k in ONE_SIDED_TOP_K, "Unsupported top_k"
+        o = [int(v) for v in metainfo.tolist()]
+        if workspace.shape[1] < o[9] + total:  # cu:280-282
+            raise RuntimeError(f"workspace size per rank insufficient, need {o[9] + total} bytes "
+                               f"but has {workspace.shape[1]}")
+        # moeA2ADispatchKernel, cu:444-640: one send per (token, unique target rank); slot by
+        # atomicAdd on send_counters[target]; topk_target_ranks / topk_send_indices kept for
+        # combine (-1 for duplicate targets).
+        target = torch.zeros_like(ids)  # every expert is on rank 0 at ep size 1
+        send_idx = torch.full_like(ids, -1)
+        order = _slot_order(n)
+        send_idx[order, 0] = torch.arange(n, dtype=torch.int32)
+        target[:, 1:] = -1  # duplicates of rank 0 after the first lane
+        self._int32(workspace, ep_rank, o[6], n * top_k).copy_(target.reshape(-1))
+        self._int32(workspace, ep_rank, o[7], n * top_k).copy_(send_idx.reshape(-1))
+        self._int32(workspace, 0, o[3], ep_size)[ep_rank] = n  # recv_counters[target][source]
+        offset = o[9]
+        for p, b in zip(input_payloads, sizes):
+            row = p.shape[1] * p.element_size()
+            plane = workspace[0, offset : offset + b].view(t, row)
+            plane[send_idx[:, 0].long()] = p.contiguous().view(torch.uint8).view(n, row)
+            offset += b
+        self.dispatches.append(SimpleNamespace(payloads=[(tuple(p.shape), p.dtype) for p in input_payloads],
+                                               runtime=t, sizes=sizes))
+        recv_offsets = [ep_rank * workspace.stride(0) + o[9] + sum(sizes[:i]) for i in range(len(sizes))]
+        return recv_offsets, sizes, _align128(o[9] + total), -1, 0
+
+    def moe_a2a_sanitize_expert_ids(self, expert_ids, workspace, metainfo, ep_rank, invalid_expert_id, enable_pdl):
+        # moeA2ASanitizeExpertIdsKernel, moeAlltoAllKernels.cu:1650-1672: rows at or past a
+        # source rank's recv count get every id set to invalid; received rows keep theirs.
+        o = [int(v) for v in metainfo.tolist()]
+        ep, t, _ = expert_ids.shape
+        counts = self._int32(workspace, ep_rank, o[3], ep)
+        for src in range(ep):
+            expert_ids[src, int(counts[src]):] = invalid_expert_id
+
+    def moe_a2a_combine(self, payload, local_num_tokens, workspace, metainfo, runtime_max_tokens_per_rank,
+                        ep_rank, ep_size, top_k, combine_payload_offset, payload_in_workspace=False,
+                        output_dtype=None, output_scales=None, output_scalar_scale=1.0, sf_layout=None,
+                        use_low_precision=False, enable_pdl=True, enable_rank_mask=False, active_rank_mask=None):
+        # moeA2ACombineIntoOp, cu:387-579
+        assert payload.dim() == 3 and payload.shape[0] == ep_size and payload.shape[1] == runtime_max_tokens_per_rank
+        assert payload.dtype in (torch.bfloat16, torch.float16, torch.float32), "Unsupported dtype for MoE combine"
+        assert output_dtype is None and output_scales is None and not use_low_precision
+        nbytes = payload.numel() * payload.element_size()
+        if not (combine_payload_offset >= 0 and combine_payload_offset + nbytes <= workspace.shape[1]):
+            raise RuntimeError("workspace insufficient for combine payload region")  # cu:429-430
+        o = [int(v) for v in metainfo.tolist()]
+        t, row = runtime_max_tokens_per_rank, payload.shape[2] * payload.element_size()
+        region = workspace[ep_rank, combine_payload_offset : combine_payload_offset + nbytes].view(ep_size * t, row)
+        counts = self._int32(workspace, ep_rank, o[3], ep_size)
+        staged = payload.reshape(ep_size * t, -1).view(torch.uint8)
+        for src in range(ep_size):  # moeA2APrepareCombineKernel copies only received rows (cu:1357-1408)
+            c = int(counts[src])
+            region[src * t : src * t + c] = staged[src * t : src * t + c]
+        # moeA2ACombineKernel + vectorized_combine_impl (cu:1415-1512, 941-1060): per local
+        # token, fp32 sum of the rows at (target rank, rank_id * T + send index), k with
+        # send index >= 0 only, stored as the payload dtype.
+        target = self._int32(workspace, ep_rank, o[6], local_num_tokens * top_k).view(local_num_tokens, top_k)
+        send_idx = self._int32(workspace, ep_rank, o[7], local_num_tokens * top_k).view(local_num_tokens, top_k)
+        rows = region.view(payload.dtype).view(ep_size * t, -1).to(torch.float32)
+        out = torch.zeros(local_num_tokens, payload.shape[2], dtype=torch.float32)
+        for k in range(top_k):
+            take = (send_idx[:, k] >= 0) & (target[:, k] == ep_rank)
+            src_rows = ep_rank * t + send_idx[:, k].long()  # row rank_id·T + idx of rank target[:, k] (0)
+            out[take] += rows[src_rows[take]]
+        self.combines.append(SimpleNamespace(shape=tuple(payload.shape), dtype=payload.dtype))
+        return out.to(payload.dtype)
+
+
+class CpuSymmetricMemory:
+    """What ``MnnvlMemory`` gives the one-sided kernels: an ``[ep, size]`` uint8 workspace (ep 1, CPU)."""
+
+    allocated_map: dict = {}
+    comm = None
+
+    def __init__(self, mapping, size: int):
+        self.size = size
+        self.tensor = torch.full((mapping.moe_ep_size, size), 0xA5, dtype=torch.uint8)  # stale bytes
+        self.ptr = self.tensor.data_ptr()
+        self.mapped = True
+        CpuSymmetricMemory.allocated_map[self.ptr] = SimpleNamespace(comm=SimpleNamespace(barrier=lambda: None),
+                                                                     mapped=True)
+
+    @staticmethod
+    def initialize():
+        """No CUDA context or NVML to set up on the CPU."""
+
+    @staticmethod
+    def set_comm_from_config(mapping, config=None):
+        CpuSymmetricMemory.comm = config.comm_backend
+
+    def as_torch_strided_tensor(self, dtype):
+        return self.tensor.view(dtype)
+
+
+def install_one_sided(monkeypatch):
+    """Run FlashInfer's real one-sided Python over :class:`OneSidedOps` and :class:`CpuSymmetricMemory`; returns the ops."""
+    from flashinfer.comm import trtllm_moe_alltoall as t
+
+    ops = OneSidedOps()
+    monkeypatch.setattr(t, "get_moe_alltoall_module", lambda *a, **k: ops)
+    monkeypatch.setattr(t, "MnnvlMemory", CpuSymmetricMemory)
+    monkeypatch.setattr(t.MoeAlltoAll, "_WORKSPACE_CACHE", {})
+    monkeypatch.setattr(t.MoeAlltoAll, "_METAINFO_INDEX", None)
+    return ops
+
+
+class TwoSidedKernels:
+    """``MnnvlMoe``'s static methods, answered as its kernels do (ep size 1, CPU)."""
+
+    def __init__(self, monkeypatch):
+        from flashinfer.comm.trtllm_alltoall import MnnvlMoe, MoEAlltoallInfo
+
+        self.info_cls = MoEAlltoallInfo
+        self.workspaces = 0
+
+        def patch(name, answer):
+            rec = Bound(getattr(MnnvlMoe, name), answer)
+            monkeypatch.setattr(MnnvlMoe, name, staticmethod(rec))
+            return rec
+
+        self.get_ws = patch("get_moe_workspaces", self._workspace)
+        self.get_prep_ws = patch("get_moe_prepare_workspace", self._workspace)
+        self.prepare = patch("mnnvl_moe_alltoallv_prepare_without_allgather", self._prepare)
+        self.alltoallv = patch("mnnvl_moe_alltoallv", self._alltoallv)
+        self.combine = patch("mnnvl_moe_alltoallv_combine", self._combine)
+
+    def _workspace(self, a):
+        # get_moe_workspaces sizes by mapping.tp_size and returns a uint64 [ep, size/8] tensor
+        self.workspaces += 1
+        return torch.zeros((a["mapping"].tp_size, 8), dtype=torch.uint64)
+
+    def _prepare(self, a):
+        ids, scales, t, ep, k = a["expert_ids"], a["scales"], a["max_token_count_per_rank"], a["ep_size"], a["top_k"]
+        slot_count = a["slot_count"]
+        assert ep == 1 and ids.dtype == torch.int32 and 1 <= k <= 32  # trtllm_alltoall_prepare.cu:540
+        n = ids.shape[0]
+        # computeCountAndSend (prepare.cu:150-196): send order by atomicAdd_block; backward
+        # index = token * topK + first matching lane (lane 0: every expert is on rank 0 here).
+        send = _slot_order(n).to(torch.int32)
+        backward = send * k
+        # moveIndiceDevice (prepare.cu:254-279): gatherRecvIndice[i] = i (identity)
+        recv = torch.arange(n, dtype=torch.int32)
+        cumsum = torch.tensor([n], dtype=torch.int32)
+        alloc = t * ep
+        # allToAllMetadataDevice (prepare.cu:394-516): received row i carries the ids (other
+        # ranks' experts -> slot_count) and weights of the i-th sent token; memsetExpertIdsDevice
+        # (prepare.cu:518-527) sets the ids of rows past the total to slot_count.
+        out_ids = torch.full((alloc, k), slot_count, dtype=torch.int32)
+        out_ids[:n] = ids[send.long()]
+        out_scales = torch.empty((alloc, k), dtype=torch.float32)
+        out_scales[:n] = scales[send.long()]
+        info = self.info_cls(None, cumsum, send, cumsum.clone(), recv, backward, alloc)
+        return info, out_ids, out_scales, None
+
+    @staticmethod
+    def _alltoallv(a):
+        x, info = a["x"], a["alltoall_info"]
+        assert x.dim() == 2, "only 2D tensor supported, please reshape."
+        assert (x.shape[1] * x.element_size()) % 16 == 0, "input.size(1) must be aligned to 16 bytes"
+        # torch.empty output (trtllm_alltoall.py): rows nobody writes hold garbage
+        out = torch.empty((info.local_token_allocation_count, x.shape[1]), dtype=x.dtype)
+        out.view(torch.uint8).fill_(0x5A)
+        n = int(info.send_rank_count_cumsum[-1])
+        # moe_comm: received i-th row -> output[recvIndices[i]], read from input[sendIndices[i]]
+        out[info.recv_rank_local_indices[:n].long()] = x[info.send_rank_local_indices[:n].long()]
+        return out
+
+    @staticmethod
+    def _combine(a):
+        x, info, k, t = a["x"], a["alltoall_info"], a["top_k"], a["token_count"]
+        assert x.dim() == 2
+        out = torch.zeros((t * k, x.shape[1]), dtype=x.dtype)
+        n = int(info.recv_rank_count_cumsum[-1])
+        # moe_comm with the send/recv roles swapped: row recv[i] -> slot backward[i]
+        out[info.backward_recv_rank_local_indices[:n].long()] = x[info.recv_rank_local_indices[:n].long()]
+        return torch.sum(out.reshape(t, k, x.shape[1]), dim=1)
