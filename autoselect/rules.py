@@ -187,6 +187,9 @@ BACKENDS: dict[str, Capability] = {
             "deepep_high_throughput",
             "DeepEP normal (high-throughput) kernels",
             (Spelling("deepep_high_throughput", FLAG_SINCE, None, _FLAG),),
+            # fp16 models fail: vLLM asserts a bf16 expert output before Buffer.combine (deepep_ht.py
+            # _finalize); every other dtype crosses as bf16 or (block fp8) fp8 + fp32 scales.
+            dispatch_dtypes=frozenset({"bf16", "fp8", "fp8_block128", "nvfp4", "mxfp8", "mxfp4"}),
             experts_divisible_by_ep=True,
             top_k_max=32,  # DeepEP 2.1 intranode.cu/internode.cu: EP_DEVICE_ASSERT(num_topk <= 32)
             block_fp8_hidden_multiple=128,
@@ -199,6 +202,8 @@ BACKENDS: dict[str, Capability] = {
             "deepep_low_latency",
             "DeepEP low-latency kernels (masked layout, CUDA-graph friendly)",
             (Spelling("deepep_low_latency", FLAG_SINCE, None, _FLAG),),
+            # fp16 models fail: low_latency_dispatch asserts bf16 input (csrc/legacy/buffer.hpp).
+            dispatch_dtypes=frozenset({"bf16", "fp8", "fp8_block128", "nvfp4", "mxfp8", "mxfp4"}),
             experts_divisible_by_ep=True,
             top_k_max=11,  # DeepEP 2.1 internode_ll.cu dispatch/combine: kNumMaxTopK = 11
             hidden_sizes=(2048, 2560, 3072, 4096, 5120, 6144, 7168, 8192),

@@ -357,6 +357,13 @@ def test_rules_cap_deepep_high_throughput_at_160_ranks():
     assert verdict.reasons == ("deepep_high_throughput supports at most 160 ranks, not 320",)
 
 
+@pytest.mark.parametrize("backend", ["deepep_high_throughput", "deepep_low_latency"])
+def test_rules_reject_fp16_models_on_deepep(backend):
+    verdict = rules.legal(backend, MoeProfile.from_shape(4096, 64, 8, "fp16"), None, 8, "0.33.0", gpu_arch="sm90")
+    assert verdict.reasons == (f"{backend} needs bf16/fp8/fp8_block128/mxfp4/mxfp8/nvfp4 activations; "
+                               "shape:4096x64x8:fp16 dispatches fp16 on sm90",)
+
+
 def test_the_adapter_limits_and_the_rules_rows_agree():
     ht, ll = rules.BACKENDS["deepep_high_throughput"], rules.BACKENDS["deepep_low_latency"]
     assert (ht.top_k_max, ll.top_k_max) == (common.HT_MAX_TOP_K, common.LL_MAX_TOP_K)
