@@ -243,6 +243,34 @@ def test_high_throughput_received_rows_map_back_to_the_tokens_the_gate_expects(d
         assert check_dispatch(w, rank, received) is None
 
 
+def test_high_throughput_inputs_are_vllms_padded_fp8_rows_and_block_scales_built_once_per_batch():
+    w = Workload(4, 2944, 4, 16, 4, "fp8_block128", seed=2)
+    plan = common.ht_plan("fp8_block128", 2944, 4, 16, 4)
+    adapter = _bare(DeepepHighThroughput, w, 0, plan)
+    adapter.index_dtype, adapter.cache = torch.int64, {}
+    batch = w.batch(0)
+    (values, scales), idx = adapter._inputs(batch)
+    assert (values.dtype, tuple(values.shape), scales.dtype, tuple(scales.shape)) == (
+        torch.float8_e4m3fn, (4, 3072), torch.float32, (4, 24))
+    assert torch.equal(values.view(torch.uint8)[:, :2944], batch.x)
+    assert int(values.view(torch.uint8)[:, 2944:].count_nonzero()) == 0
+    assert torch.equal(scales[:, :23].contiguous().view(torch.uint8), batch.x_sf)
+    assert (idx.dtype, idx.tolist()) == (torch.int64, batch.topk_ids.tolist())
+    assert adapter._inputs(batch)[0][0] is values
+    assert adapter._inputs(w.batch(0))[0][0] is not values
+
+
+def test_low_latency_inputs_are_bf16_rows_padded_to_the_compiled_hidden():
+    w = Workload(4, 2880, 4, 16, 4, "bf16", seed=2)
+    adapter = _bare(DeepepLowLatency, w, 0, common.ll_plan("bf16", 2880, 4, 16, 4, 4))
+    adapter.index_dtype, adapter.cache = torch.int64, {}
+    batch = w.batch(0)
+    x, idx, weights = adapter._inputs(batch)
+    assert (x.dtype, tuple(x.shape)) == (torch.bfloat16, (4, 3072))
+    assert torch.equal(x.view(torch.uint8)[:, :5760], batch.x)
+    assert torch.equal(weights, batch.topk_weights) and idx.dtype == torch.int64
+
+
 def test_a_source_index_off_by_one_is_caught_by_the_gate():
     w = Workload(8, 256, 2, 8, 2, "bf16", seed=1)
     prefix, src_idx = _ht_handle_for(w, 0)
