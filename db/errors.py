@@ -30,7 +30,7 @@ class DatabaseLocked(UserError):
 
 
 class BadImportRecord(UserError):
-    "A line of an import file is not a valid autoselect result record."
+    "A line of an import file is not a valid autoselect result or tuned-configuration record."
 
 
 class ImportFormatTooNew(UserError):

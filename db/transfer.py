@@ -204,7 +204,8 @@ def _is_num(v: Any) -> bool:
 
 
 def parse_record(obj: Any, where: str) -> dict:
-    """Validate one decoded JSON record; returns it with the result completed by Result defaults.
+    """Validate one decoded JSON record: ``{"host", "run", "result"}`` for a result record (the
+    result completed by Result defaults), ``{"host", "run", "tuned"}`` for a tuned one.
 
     :param where: ``"FILE line N"``, for the error message.
     """
