@@ -131,8 +131,12 @@ def test_timed_dispatches_reuse_the_staged_payload(monkeypatch, ctx):
     adapter.dispatch(batch)
     first = adapter._staged.carrier
     adapter.combine(torch.zeros(16, 512, dtype=torch.bfloat16))
-    adapter.dispatch(batch)
+    received = adapter.dispatch(batch)
     assert adapter._staged.carrier is first
+    # the token index and validity read the receive buffer in place (no gather kernel)
+    workspace = adapter.a2a.workspace.untyped_storage().data_ptr()
+    assert received.token_index.untyped_storage().data_ptr() == workspace
+    assert received.topk_ids.untyped_storage().data_ptr() == workspace
 
 
 def test_one_sided_workspace_is_what_nvlink_one_sided_alltoall_would_allocate(monkeypatch, ctx):

@@ -174,7 +174,11 @@ class Staged:
 
         carrier = sf_rows if self.on_scales else x_rows
         w = self.width
-        token_index = carrier[:, w : w + TOKEN_INDEX_BYTES].contiguous().view(torch.int32).reshape(-1)
+        index_bytes = carrier[:, w : w + TOKEN_INDEX_BYTES]
+        try:  # a view (no kernel in timed dispatches) when the rows keep 4-byte alignment
+            token_index = index_bytes.view(torch.int32).reshape(-1)
+        except RuntimeError:
+            token_index = index_bytes.contiguous().view(torch.int32).reshape(-1)
         if self.on_scales:
             return x_rows, carrier[:, :w], token_index
         return carrier[:, :w], None, token_index

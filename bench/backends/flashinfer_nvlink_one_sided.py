@@ -119,9 +119,10 @@ class FlashinferNvlinkOneSided(Backend):
             ids, weights = recv[ids_at], recv[ids_at + 1]
         x, sf, token_index = s.split(x_rows, sf_rows)
         # Rows past a source rank's count keep stale bytes; the sanitize kernel sets all their
-        # ids to -1 and leaves received rows' global ids alone (moeA2ASanitizeExpertIdsKernel,
-        # moeAlltoAllKernels.cu:1650-1672 in 0.7.2, 1459-1480 in 0.6.18).
-        valid = (ids >= 0).any(dim=1)
+        # ids to -1 and leaves received rows' global ids (all >= 0) alone
+        # (moeA2ASanitizeExpertIdsKernel, moeAlltoAllKernels.cu:1650-1672 in 0.7.2, 1459-1480
+        # in 0.6.18), so the first id tells.
+        valid = ids[:, 0] >= 0
         return Received(x=x, x_sf=sf, topk_ids=ids, topk_weights=weights, token_index=token_index, valid=valid)
 
     def combine(self, expert_out):
