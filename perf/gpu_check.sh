@@ -10,8 +10,9 @@
 #
 # Sections: environment · install · bench (world size 1: allgather_reducescatter, reference,
 # both FlashInfer backends; bf16 payloads, rows marked illegal because one-sided is nvfp4-only)
+# · bench nvfp4 (both FlashInfer backends; the token index rides on the scales there, ~30 s)
 # · the seed's bug (one-sided workspace sized for nvfp4, bf16 payload: must not be ok)
-# · pytest -m gpu. Budget: one-sided JIT ~200 s, two-sided ~44 s (first use), the rest ~2 min.
+# · pytest -m gpu. Budget: one-sided JIT ~200 s, two-sided ~44 s (first use), the rest ~2.5 min.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/autoselect-gpu-check}"
@@ -66,6 +67,24 @@ ok = {b for b, t, s, e in rows if s == "ok"}
 print("ok backends:", sorted(ok)); missing = need - ok
 print("CHECK bench ok rows:", "PASS" if not missing else f"FAIL (no ok row for {sorted(missing)})")
 sys.exit(1 if missing else 0)
+PY
+
+section "bench: world size 1, nvfp4 (token index rides on the scales), both FlashInfer backends, tokens 1,256"
+# Kernels are built by now: only worker start-up and the points (~30 s).
+timeout 240 python3 -m autoselect bench --device cuda --world-size 1 --gpu-arch sm90 \
+  --hidden 2048 --top-k 8 --experts 32 --dtype nvfp4 --tokens 1,256 --include-illegal \
+  --backends flashinfer_nvlink_one_sided,flashinfer_nvlink_two_sided \
+  --min-time 0.2 --timeout 5 --setup-timeout 200 || FAILED=1
+python3 - <<'PY' || FAILED=1
+import os, sqlite3, sys
+conn = sqlite3.connect(os.environ["AUTOSELECT_DB"])
+rows = conn.execute("select backend, tokens_per_rank, status, coalesce(error, '') from results "
+                    "where dispatch_dtype = 'nvfp4'").fetchall()
+print(rows)
+ok = {(b, t) for b, t, s, e in rows if s == "ok"}
+need = {(b, t) for b in ("flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided") for t in (1, 256)}
+print("CHECK nvfp4 ok rows:", "PASS" if need <= ok else f"FAIL (not ok: {sorted(need - ok)})")
+sys.exit(0 if need <= ok else 1)
 PY
 
 section "the seed's bug: one-sided workspace sized for nvfp4, bf16 payload, 256 tokens"
