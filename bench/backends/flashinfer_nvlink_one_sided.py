@@ -84,8 +84,9 @@ class FlashinferNvlinkOneSided(Backend):
                                         dispatch_format=fi.quant_format(workload.dtype))
             config = ep.NVLinkOneSidedConfig(extra_payload_bytes_per_token=self.extra_payload_bytes(workload),
                                              comm_backend=fi.mnnvl_config(ctx).comm_backend)
+            device = torch.cuda.current_device() if ctx.device == "cuda" else ctx.local_rank
             bootstrap = ep.BootstrapConfig(world_size=ctx.world_size, rank=ctx.rank,
-                                           device=ctx.local_rank, process_group=ctx.cpu_group)
+                                           device=device, process_group=ctx.cpu_group)
             with torch.device("cpu"):  # vLLM: bootstrap metadata stays on the CPU
                 self.comm = ep.create_communication(bootstrap, params, backend=config)
         else:
