@@ -138,8 +138,9 @@ def index_tail(row_bytes: int) -> int:
 
     The smallest tail of at least 4 bytes that keeps a row that was a multiple of 16 bytes a
     multiple of 16: the one-sided kernel's 0.6.18 dispatch picks 16-byte stores from the row
-    size alone (``moeAlltoAllKernels.cu:334-352`` there), and the two-sided ``moe_comm``
-    refuses rows that are not (``csrc/trtllm_alltoall.cu``: "input.size(1) must be aligned to
+    size alone (``moeAlltoAllKernels.cu:334-338`` there; 0.7.2 also checks the addresses,
+    lines 377-395, and falls back to narrower stores), and the two-sided ``moe_comm`` refuses
+    rows that are not (``csrc/trtllm_alltoall.cu:192-194``: "input.size(1) must be aligned to
     16 bytes").
     """
     return pad16(row_bytes + TOKEN_INDEX_BYTES) - row_bytes

@@ -29,8 +29,9 @@ class FlashinferNvlinkOneSided(Backend):
 
     Not like vLLM: at EP 4/8/16, nvfp4, hidden <= 2048 and an even top_k > 4, FlashInfer
     0.7.2 takes a "phased" dispatch kernel only when the scale row is exactly 1/8 of the value
-    row (``isPhasedNvfp4PayloadLayout``, ``moeAlltoAllKernels.cu:72-92``); the index riding
-    on the scales breaks that ratio, so those points time the generic dispatch kernel.
+    row (``isPhasedNvfp4PayloadLayout``, ``moeAlltoAllKernels.cu:71-92``, used at 818-833);
+    the index riding on the scales breaks that ratio, so those points time the generic
+    dispatch kernel (0.6.18 has no phased kernel).
     """
 
     name = "flashinfer_nvlink_one_sided"
