@@ -7,10 +7,13 @@ two-sided ``MnnvlMoe`` hard-codes ``device="cuda"`` in its Python, so its static
 replaced as a whole. Every behaviour cites the source line it follows (flashinfer-python
 0.7.2.post1 unless noted; 0.6.18.post1 behaves the same in everything used here).
 
-Ep size 1 only: one process holds one rank. Rows land in a shuffled slot order because the
-kernels pick slots with ``atomicAdd`` (one-sided ``moeA2ADispatchKernel``,
-``moeAlltoAllKernels.cu:523-528``; two-sided ``computeCountAndSend``,
-``csrc/trtllm_alltoall_prepare.cu:178-182``).
+One process is one rank. The one-sided stand-ins also run several ranks (processes on a gloo
+group, :func:`run_ranks`): the workspace is one file every rank maps (``torch.from_file``), a
+rank writes into its peers' rows as the kernel writes over NVLink, and the kernels' flag
+handshakes are gloo barriers. The two-sided stand-ins are ep size 1 only. Rows land in a
+shuffled slot order because the kernels pick slots with ``atomicAdd`` (one-sided
+``moeA2ADispatchKernel``, ``moeAlltoAllKernels.cu:523-528``; two-sided
+``computeCountAndSend``, ``csrc/trtllm_alltoall_prepare.cu:178-182``).
 """
 
 from __future__ import annotations
@@ -84,7 +87,13 @@ class OneSidedOps:
         return names, list(range(len(names)))
 
     def moe_a2a_initialize(self, workspace, ep_rank, ep_size, max_num_tokens, eplb_stats_num_experts=0):
-        # moeA2AInitializeOp: memset this rank's slice, metainfo = the offsets (cu:154-178)
+        # moeA2AInitializeOp: memset this rank's slice, metainfo = the offsets (cu:154-178).
+        # Higher ranks are made slow, so a peer that dispatches without waiting for every
+        # rank's memset (no barrier after it, as in 0.6.18's get_workspace) loses its writes.
+        if ep_size > 1:
+            import time
+
+            time.sleep(0.3 * ep_rank)
         workspace[ep_rank].zero_()
         return torch.tensor(self.offsets(ep_size, max_num_tokens, eplb_stats_num_experts), dtype=torch.int64)
 
@@ -98,9 +107,9 @@ class OneSidedOps:
         # moeA2ADispatchOp, cu:182-367
         ids = token_selected_experts
         assert ids.dtype == torch.int32 and ids.dim() == 2 and ids.shape[1] == top_k
-        assert 0 < len(input_payloads) <= K_MAX_PAYLOADS
-        assert ep_size == 1, "one process emulates one rank"
+        assert 0 < len(input_payloads) <= K_MAX_PAYLOADS and num_experts >= ep_size
         n, t = ids.shape[0], runtime_max_tokens_per_rank
+        assert n <= t
         sizes, total = [], 0
         for i, p in enumerate(input_payloads):
             assert p.dim() == 2 and p.shape[0] == n and p.is_contiguous(), f"payload {i}"
@@ -114,25 +123,42 @@ class OneSidedOps:
         if workspace.shape[1] < o[9] + total:  # cu:280-282
             raise RuntimeError(f"workspace size per rank insufficient, need {o[9] + total} bytes "
                                f"but has {workspace.shape[1]}")
-        # moeA2ADispatchKernel, cu:444-640: one send per (token, unique target rank); slot by
-        # atomicAdd on send_counters[target]; topk_target_ranks / topk_send_indices kept for
-        # combine (-1 for duplicate targets).
-        target = torch.zeros_like(ids)  # every expert is on rank 0 at ep size 1
-        send_idx = torch.full_like(ids, -1)
-        order = _slot_order(n)
-        send_idx[order, 0] = torch.arange(n, dtype=torch.int32)
-        target[:, 1:] = -1  # duplicates of rank 0 after the first lane
-        self._int32(workspace, ep_rank, o[6], n * top_k).copy_(target.reshape(-1))
+        # moeA2ADispatchKernel, cu:444-640: target rank by contiguous ceil/floor partition
+        # (compute_target_rank_id, cu:274-287); the first top-k lane per target rank sends
+        # (__match_any_sync), the slot is atomicAdd(&send_counters[target]) (cu:498-534);
+        # duplicates get target -1 / send index -1, which combine skips.
+        base, rem = divmod(num_experts, ep_size)
+        e = ids.long()
+        target = torch.where(e < rem * (base + 1), e // (base + 1), rem + (e - rem * (base + 1)) // max(base, 1))
+        first = torch.ones_like(target, dtype=torch.bool)
+        for k in range(1, top_k):
+            first[:, k] = ~(target[:, :k] == target[:, k : k + 1]).any(dim=1)
+        send_idx = torch.full((n, top_k), -1, dtype=torch.int32)
+        counters = [0] * ep_size
+        for i in _slot_order(n, seed=17 * ep_rank).tolist():
+            for k in range(top_k):
+                if first[i, k]:
+                    d = int(target[i, k])
+                    send_idx[i, k] = counters[d]
+                    counters[d] += 1
+        target_ranks = torch.where(first, target, -1).to(torch.int32)
+        self._int32(workspace, ep_rank, o[6], n * top_k).copy_(target_ranks.reshape(-1))
         self._int32(workspace, ep_rank, o[7], n * top_k).copy_(send_idx.reshape(-1))
-        self._int32(workspace, 0, o[3], ep_size)[ep_rank] = n  # recv_counters[target][source]
         offset = o[9]
         for p, b in zip(input_payloads, sizes):
             row = p.shape[1] * p.element_size()
-            plane = workspace[0, offset : offset + b].view(t, row)
-            plane[send_idx[:, 0].long()] = p.contiguous().view(torch.uint8).view(n, row)
+            rows = p.contiguous().view(torch.uint8).view(n, row)
+            for d in range(ep_size):
+                sel = first & (target == d)
+                tokens, lanes = sel.nonzero(as_tuple=True)
+                plane = workspace[d, offset : offset + b].view(ep_size * t, row)
+                plane[ep_rank * t + send_idx[tokens, lanes].long()] = rows[tokens]
             offset += b
+        for d in range(ep_size):  # the last CTA stores send_counters into peers' recv_counters
+            self._int32(workspace, d, o[3], ep_size)[ep_rank] = counters[d]
+        _barrier(ep_size)  # completion flags: every peer's writes are visible after this
         self.dispatches.append(SimpleNamespace(payloads=[(tuple(p.shape), p.dtype) for p in input_payloads],
-                                               runtime=t, sizes=sizes))
+                                               runtime=t, sizes=sizes, counts=counters))
         recv_offsets = [ep_rank * workspace.stride(0) + o[9] + sum(sizes[:i]) for i in range(len(sizes))]
         return recv_offsets, sizes, _align128(o[9] + total), -1, 0
 
@@ -158,40 +184,68 @@ class OneSidedOps:
             raise RuntimeError("workspace insufficient for combine payload region")  # cu:429-430
         o = [int(v) for v in metainfo.tolist()]
         t, row = runtime_max_tokens_per_rank, payload.shape[2] * payload.element_size()
-        region = workspace[ep_rank, combine_payload_offset : combine_payload_offset + nbytes].view(ep_size * t, row)
+
+        def region(rank):
+            return workspace[rank, combine_payload_offset : combine_payload_offset + nbytes].view(ep_size * t, row)
+
         counts = self._int32(workspace, ep_rank, o[3], ep_size)
-        staged = payload.reshape(ep_size * t, -1).view(torch.uint8)
+        staged = payload.reshape(ep_size * t, -1).contiguous().view(torch.uint8)
         for src in range(ep_size):  # moeA2APrepareCombineKernel copies only received rows (cu:1357-1408)
             c = int(counts[src])
-            region[src * t : src * t + c] = staged[src * t : src * t + c]
+            region(ep_rank)[src * t : src * t + c] = staged[src * t : src * t + c]
+        _barrier(ep_size)  # combine readiness flags (cu:1432-1490)
         # moeA2ACombineKernel + vectorized_combine_impl (cu:1415-1512, 941-1060): per local
-        # token, fp32 sum of the rows at (target rank, rank_id * T + send index), k with
-        # send index >= 0 only, stored as the payload dtype.
+        # token, fp32 sum over k with send index >= 0 of row rank_id·T + send index of the
+        # combine region of rank target[k], stored as the payload dtype.
         target = self._int32(workspace, ep_rank, o[6], local_num_tokens * top_k).view(local_num_tokens, top_k)
         send_idx = self._int32(workspace, ep_rank, o[7], local_num_tokens * top_k).view(local_num_tokens, top_k)
-        rows = region.view(payload.dtype).view(ep_size * t, -1).to(torch.float32)
         out = torch.zeros(local_num_tokens, payload.shape[2], dtype=torch.float32)
-        for k in range(top_k):
-            take = (send_idx[:, k] >= 0) & (target[:, k] == ep_rank)
-            src_rows = ep_rank * t + send_idx[:, k].long()  # row rank_id·T + idx of rank target[:, k] (0)
-            out[take] += rows[src_rows[take]]
+        for d in range(ep_size):
+            rows = region(d).view(payload.dtype).view(ep_size * t, -1).to(torch.float32)
+            for k in range(top_k):
+                take = (send_idx[:, k] >= 0) & (target[:, k] == d)
+                out[take] += rows[ep_rank * t + send_idx[take, k].long()]
+        _barrier(ep_size)  # no rank restages its region while a peer still reads it
         self.combines.append(SimpleNamespace(shape=tuple(payload.shape), dtype=payload.dtype))
         return out.to(payload.dtype)
 
 
+def _barrier(ep_size: int) -> None:
+    """The kernels' completion-flag handshake between ranks: a gloo barrier (nothing at ep 1)."""
+    if ep_size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
 class CpuSymmetricMemory:
-    """What ``MnnvlMemory`` gives the one-sided kernels: an ``[ep, size]`` uint8 workspace (ep 1, CPU)."""
+    """What ``MnnvlMemory`` gives the one-sided kernels: an ``[ep, size]`` uint8 workspace whose row r is rank r's.
+
+    At ep 1 a private tensor; with several ranks (processes) one file mapped shared by all
+    (``torch.from_file``), so a rank's writes into a peer's row are what the peer reads, as over
+    NVLink. ``directory`` (class attribute) holds the files.
+    """
 
     allocated_map: dict = {}
     comm = None
+    directory = None
+    _count = 0
 
     def __init__(self, mapping, size: int):
+        ep = mapping.moe_ep_size
         self.size = size
-        self.tensor = torch.full((mapping.moe_ep_size, size), 0xA5, dtype=torch.uint8)  # stale bytes
+        if ep == 1:
+            self.tensor = torch.full((1, size), 0xA5, dtype=torch.uint8)  # never-written bytes
+        else:
+            CpuSymmetricMemory._count += 1  # allocations are collective: same sequence on every rank
+            path = f"{CpuSymmetricMemory.directory}/symmetric-{CpuSymmetricMemory._count}-{size}.bin"
+            _barrier(ep)
+            self.tensor = torch.from_file(path, shared=True, size=ep * size, dtype=torch.uint8).view(ep, size)
+            _barrier(ep)
         self.ptr = self.tensor.data_ptr()
         self.mapped = True
-        CpuSymmetricMemory.allocated_map[self.ptr] = SimpleNamespace(comm=SimpleNamespace(barrier=lambda: None),
-                                                                     mapped=True)
+        CpuSymmetricMemory.allocated_map[self.ptr] = SimpleNamespace(
+            comm=SimpleNamespace(barrier=lambda: _barrier(ep)), mapped=True)
 
     @staticmethod
     def initialize():
@@ -205,11 +259,15 @@ class CpuSymmetricMemory:
         return self.tensor.view(dtype)
 
 
-def install_one_sided(monkeypatch):
-    """Run FlashInfer's real one-sided Python over :class:`OneSidedOps` and :class:`CpuSymmetricMemory`; returns the ops."""
+def install_one_sided(monkeypatch, directory=None):
+    """Run FlashInfer's real one-sided Python over :class:`OneSidedOps` and :class:`CpuSymmetricMemory`; returns the ops.
+
+    ``directory``: where several ranks' shared workspace files go.
+    """
     from flashinfer.comm import trtllm_moe_alltoall as t
 
     ops = OneSidedOps()
+    monkeypatch.setattr(CpuSymmetricMemory, "directory", directory)
     monkeypatch.setattr(t, "get_moe_alltoall_module", lambda *a, **k: ops)
     monkeypatch.setattr(t, "MnnvlMemory", CpuSymmetricMemory)
     monkeypatch.setattr(t.MoeAlltoAll, "_WORKSPACE_CACHE", {})
@@ -287,3 +345,64 @@ class TwoSidedKernels:
         # moe_comm with the send/recv roles swapped: row recv[i] -> slot backward[i]
         out[info.backward_recv_rank_local_indices[:n].long()] = x[info.recv_rank_local_indices[:n].long()]
         return torch.sum(out.reshape(t, k, x.shape[1]), dim=1)
+
+
+def install_moe_ep_platform(monkeypatch):
+    """Pass moe_ep's NVLink platform check (NVML: every NVLink up), the one GPU query on its one-sided path."""
+    from flashinfer.moe_ep.backends.split.comm import nvlink_common
+    from flashinfer.moe_ep.backends.split.comm.nvlink_one_sided import communication as one_sided
+
+    monkeypatch.setattr(nvlink_common, "nvlink_platform_supported", lambda: True)
+    monkeypatch.setattr(one_sided, "nvlink_platform_supported", lambda: True)
+
+
+def _rank_main(rank, world_size, directory, dtype, tokens, top_k, api):
+    """One rank: the one-sided adapter through the gate and a short timing on a gloo group."""
+    import json
+
+    import pytest
+    import torch.distributed as dist
+
+    from bench import backends
+    from bench.backends import BenchContext
+    from bench.backends import _flashinfer as fi
+    from bench.measure import run_point
+    from bench.workload import Workload
+
+    dist.init_process_group("gloo", init_method=f"file://{directory}/store", rank=rank, world_size=world_size)
+    group = dist.group.WORLD
+    ctx = BenchContext(rank=rank, world_size=world_size, device="cpu", torch_device=torch.device("cpu"),
+                       group=group, cpu_group=group, local_rank=rank)
+    with pytest.MonkeyPatch.context() as m:
+        ops = install_one_sided(m, directory)
+        if api == "moe_ep":
+            install_moe_ep_platform(m)
+        else:
+            m.setattr(fi, "has_moe_ep", lambda: False)  # as on FlashInfer 0.6
+        w = Workload(tokens, 512, top_k, 32, world_size, dtype)
+        adapter = backends.load("flashinfer_nvlink_one_sided")
+        adapter.setup(ctx, w)
+        used = "moe_ep" if adapter.use_moe_ep else "legacy"
+        batch = w.batch(rank, ctx.torch_device)
+        received = adapter.dispatch(batch)
+        valid_rows = int(received.valid.sum())
+        adapter.combine(torch.zeros(received.x.shape[0], 512, dtype=torch.bfloat16))
+        outcome = run_point(adapter, ctx, w, min_samples=3, min_time_s=0.0, timeout_s=0.5)
+        adapter.teardown()
+    dist.barrier()
+    dist.destroy_process_group()
+    with open(f"{directory}/rank{rank}.json", "w") as f:
+        json.dump({"status": outcome.status, "error": outcome.error, "api": used, "rows": int(received.x.shape[0]),
+                   "valid_rows": valid_rows, "expected_rows": int(w.destinations()[:, rank].sum()),
+                   "counts": ops.dispatches[0].counts}, f)
+
+
+def run_ranks(directory, world_size, dtype, tokens, top_k, api):
+    """Run :func:`_rank_main` on ``world_size`` spawned processes; returns each rank's report."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_rank_main, args=(world_size, str(directory), dtype, tokens, top_k, api), nprocs=world_size,
+                       join=True, start_method="spawn")
+    return [json.load(open(f"{directory}/rank{r}.json")) for r in range(world_size)]

@@ -101,6 +101,14 @@ class FlashinferNvlinkOneSided(Backend):
                 self.a2a = MoeAlltoAll(fi.mapping(ctx), max_num_tokens=t, top_k=workload.top_k,
                                        num_experts=workload.experts, workspace_size_per_rank=size,
                                        mnnvl_config=fi.mnnvl_config(ctx))
+            if ctx.world_size > 1:
+                # Each rank memsets its own workspace slice (moe_a2a_initialize, synchronous).
+                # 0.6.18 has no barrier after it (trtllm_moe_alltoall.py:826-846), so a fast
+                # peer's first dispatch could be erased by a slow rank's memset; 0.7.2 added one
+                # (lines 985-992: "a late memset can erase the peer's first completion epoch").
+                import torch.distributed as dist
+
+                dist.barrier(group=ctx.cpu_group)
 
     def dispatch(self, batch):
         """One one-sided dispatch of values, scales (index riding on the last), ids and weights."""
