@@ -7,10 +7,10 @@ two-sided ``MnnvlMoe`` hard-codes ``device="cuda"`` in its Python, so its static
 replaced as a whole. Every behaviour cites the source line it follows (flashinfer-python
 0.7.2.post1 unless noted; 0.6.18.post1 behaves the same in everything used here).
 
-One process is one rank. The one-sided stand-ins also run several ranks (processes on a gloo
-group, :func:`run_ranks`): the workspace is one file every rank maps (``torch.from_file``), a
+One process is one rank; several ranks are processes on a gloo group (:func:`run_ranks`). For
+the one-sided kernels the workspace is then one file every rank maps (``torch.from_file``), a
 rank writes into its peers' rows as the kernel writes over NVLink, and the kernels' flag
-handshakes are gloo barriers. The two-sided stand-ins are ep size 1 only. Rows land in a
+handshakes are gloo barriers; the two-sided FIFO transfers are gloo all-gathers. Rows land in a
 shuffled slot order because the kernels pick slots with ``atomicAdd`` (one-sided
 ``moeA2ADispatchKernel``, ``moeAlltoAllKernels.cu:523-528``; two-sided
 ``computeCountAndSend``, ``csrc/trtllm_alltoall_prepare.cu:178-182``).
@@ -275,14 +275,26 @@ def install_one_sided(monkeypatch, directory=None):
     return ops
 
 
+def _all_gather(obj, ep_size: int) -> list:
+    """Every rank's ``obj`` (the FIFO transfers between ranks, here over gloo); ``[obj]`` at ep 1."""
+    if ep_size == 1:
+        return [obj]
+    import torch.distributed as dist
+
+    out = [None] * ep_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
 class TwoSidedKernels:
-    """``MnnvlMoe``'s static methods, answered as its kernels do (ep size 1, CPU)."""
+    """``MnnvlMoe``'s static methods, answered as its kernels do (CPU; ranks exchange over gloo)."""
 
     def __init__(self, monkeypatch):
         from flashinfer.comm.trtllm_alltoall import MnnvlMoe, MoEAlltoallInfo
 
         self.info_cls = MoEAlltoallInfo
         self.workspaces = 0
+        self.routes = {}  # id(info) -> per-source send lists, for moe_comm
 
         def patch(name, answer):
             rec = Bound(getattr(MnnvlMoe, name), answer)
@@ -300,50 +312,79 @@ class TwoSidedKernels:
         self.workspaces += 1
         return torch.zeros((a["mapping"].tp_size, 8), dtype=torch.uint64)
 
+    @staticmethod
+    def _sends(ids, ep: int, experts: int, source: int):
+        """``computeCountAndSend`` (prepare.cu:150-196) of one source rank: per target, the tokens
+        routed there in atomicAdd_block order, and each one's first matching top-k lane."""
+        per_rank = experts // ep  # compute_target_rank_id: experts % ep == 0 asserted
+        target = ids.long() // per_rank
+        sends = []
+        for d in range(ep):
+            hit = target == d
+            tokens = hit.any(dim=1).nonzero().reshape(-1)
+            order = tokens[_slot_order(len(tokens), seed=31 * source + d)]
+            lanes = hit[order].int().argmax(dim=1)
+            sends.append((order, lanes))
+        return sends
+
     def _prepare(self, a):
         ids, scales, t, ep, k = a["expert_ids"], a["scales"], a["max_token_count_per_rank"], a["ep_size"], a["top_k"]
-        slot_count = a["slot_count"]
-        assert ep == 1 and ids.dtype == torch.int32 and 1 <= k <= 32  # trtllm_alltoall_prepare.cu:540
-        n = ids.shape[0]
-        # computeCountAndSend (prepare.cu:150-196): send order by atomicAdd_block; backward
-        # index = token * topK + first matching lane (lane 0: every expert is on rank 0 here).
-        send = _slot_order(n).to(torch.int32)
-        backward = send * k
-        # moveIndiceDevice (prepare.cu:254-279): gatherRecvIndice[i] = i (identity)
+        rank, experts, slot_count = a["ep_rank"], a["expert_count"], a["slot_count"]
+        assert ids.dtype == torch.int32 and 1 <= k <= 32  # trtllm_alltoall_prepare.cu:540
+        assert experts % ep == 0 and experts % 4 == 0 and slot_count % 4 == 0
+        everyone = _all_gather((ids, scales), ep)
+        sends = [self._sends(everyone[s][0], ep, experts, s) for s in range(ep)]
+        mine = sends[rank]
+        # gatherSendIndice / gatherBackwardIndice: this rank's sends, target by target (moveIndiceDevice)
+        send = torch.cat([order for order, _ in mine]).to(torch.int32)
+        backward = torch.cat([order * k + lanes for order, lanes in mine]).to(torch.int32)
+        send_cumsum = torch.tensor([len(o) for o, _ in mine], dtype=torch.int32).cumsum(0).to(torch.int32)
+        # what this rank receives, source by source: counts, and recvIndice[i] = i (prepare.cu:272-278)
+        received = [(s, sends[s][rank][0]) for s in range(ep)]
+        recv_cumsum = torch.tensor([len(o) for _, o in received], dtype=torch.int32).cumsum(0).to(torch.int32)
+        n = int(recv_cumsum[-1])
         recv = torch.arange(n, dtype=torch.int32)
-        cumsum = torch.tensor([n], dtype=torch.int32)
         alloc = t * ep
-        # allToAllMetadataDevice (prepare.cu:394-516): received row i carries the ids (other
-        # ranks' experts -> slot_count) and weights of the i-th sent token; memsetExpertIdsDevice
-        # (prepare.cu:518-527) sets the ids of rows past the total to slot_count.
+        # allToAllMetadataDevice (prepare.cu:394-516): the sent tokens' ids, other ranks' experts
+        # replaced by slot_count, and their weights; memsetExpertIdsDevice (prepare.cu:518-527):
+        # ids of rows past the total = slot_count. Rows past it in the weights stay torch.empty.
         out_ids = torch.full((alloc, k), slot_count, dtype=torch.int32)
-        out_ids[:n] = ids[send.long()]
-        out_scales = torch.empty((alloc, k), dtype=torch.float32)
-        out_scales[:n] = scales[send.long()]
-        info = self.info_cls(None, cumsum, send, cumsum.clone(), recv, backward, alloc)
+        out_scales = torch.full((alloc, k), float("nan"), dtype=torch.float32)
+        got_ids = torch.cat([everyone[s][0][o.long()] for s, o in received])
+        per_rank = experts // ep
+        out_ids[:n] = torch.where(got_ids.long() // per_rank == rank, got_ids, slot_count)
+        out_scales[:n] = torch.cat([everyone[s][1][o.long()] for s, o in received])
+        info = self.info_cls(None, send_cumsum, send, recv_cumsum, recv, backward, alloc)
+        self.routes[id(info)] = (ep, rank, received, sends)
         return info, out_ids, out_scales, None
 
-    @staticmethod
-    def _alltoallv(a):
+    def _alltoallv(self, a):
         x, info = a["x"], a["alltoall_info"]
         assert x.dim() == 2, "only 2D tensor supported, please reshape."
         assert (x.shape[1] * x.element_size()) % 16 == 0, "input.size(1) must be aligned to 16 bytes"
-        # torch.empty output (trtllm_alltoall.py): rows nobody writes hold garbage
+        ep, rank, received, _ = self.routes[id(info)]
+        everyone = _all_gather(x, ep)
+        # moe_comm: the i-th received row goes to output[recvIndices[i]] (the first total rows);
+        # the rest of the torch.empty output is garbage
         out = torch.empty((info.local_token_allocation_count, x.shape[1]), dtype=x.dtype)
         out.view(torch.uint8).fill_(0x5A)
-        n = int(info.send_rank_count_cumsum[-1])
-        # moe_comm: received i-th row -> output[recvIndices[i]], read from input[sendIndices[i]]
-        out[info.recv_rank_local_indices[:n].long()] = x[info.send_rank_local_indices[:n].long()]
+        rows = torch.cat([everyone[s][o.long()] for s, o in received])
+        out[info.recv_rank_local_indices[: rows.shape[0]].long()] = rows
         return out
 
-    @staticmethod
-    def _combine(a):
+    def _combine(self, a):
         x, info, k, t = a["x"], a["alltoall_info"], a["top_k"], a["token_count"]
         assert x.dim() == 2
+        ep, rank, _, sends = self.routes[id(info)]
+        everyone = _all_gather(x, ep)
+        # moe_comm backwards: peer d returns, in its receive order, the rows of the tokens this
+        # rank sent it; each lands at slot token * top_k + first lane of a zeros buffer, which is
+        # then summed over top_k (trtllm_alltoall.py mnnvl_moe_alltoallv_combine)
         out = torch.zeros((t * k, x.shape[1]), dtype=x.dtype)
-        n = int(info.recv_rank_count_cumsum[-1])
-        # moe_comm with the send/recv roles swapped: row recv[i] -> slot backward[i]
-        out[info.backward_recv_rank_local_indices[:n].long()] = x[info.recv_rank_local_indices[:n].long()]
+        for d in range(ep):
+            start = sum(len(sends[s][d][0]) for s in range(rank))  # rows from lower ranks come first on d
+            order, lanes = sends[rank][d]
+            out[(order * k + lanes).long()] = everyone[d][start : start + len(order)]
         return torch.sum(out.reshape(t, k, x.shape[1]), dim=1)
 
 
@@ -356,8 +397,8 @@ def install_moe_ep_platform(monkeypatch):
     monkeypatch.setattr(one_sided, "nvlink_platform_supported", lambda: True)
 
 
-def _rank_main(rank, world_size, directory, dtype, tokens, top_k, api):
-    """One rank: the one-sided adapter through the gate and a short timing on a gloo group."""
+def _rank_main(rank, world_size, directory, backend, dtype, tokens, top_k, api):
+    """One rank: a FlashInfer adapter through the gate and a short timing on a gloo group."""
     import json
 
     import pytest
@@ -374,35 +415,38 @@ def _rank_main(rank, world_size, directory, dtype, tokens, top_k, api):
     ctx = BenchContext(rank=rank, world_size=world_size, device="cpu", torch_device=torch.device("cpu"),
                        group=group, cpu_group=group, local_rank=rank)
     with pytest.MonkeyPatch.context() as m:
-        ops = install_one_sided(m, directory)
-        if api == "moe_ep":
-            install_moe_ep_platform(m)
+        if backend == "flashinfer_nvlink_one_sided":
+            ops = install_one_sided(m, directory)
+            if api == "moe_ep":
+                install_moe_ep_platform(m)
+            else:
+                m.setattr(fi, "has_moe_ep", lambda: False)  # as on FlashInfer 0.6
         else:
-            m.setattr(fi, "has_moe_ep", lambda: False)  # as on FlashInfer 0.6
+            TwoSidedKernels(m)
         w = Workload(tokens, 512, top_k, 32, world_size, dtype)
-        adapter = backends.load("flashinfer_nvlink_one_sided")
+        adapter = backends.load(backend)
         adapter.setup(ctx, w)
-        used = "moe_ep" if adapter.use_moe_ep else "legacy"
-        batch = w.batch(rank, ctx.torch_device)
-        received = adapter.dispatch(batch)
+        used = "moe_ep" if getattr(adapter, "use_moe_ep", False) else "legacy"
+        received = adapter.dispatch(w.batch(rank, ctx.torch_device))
         valid_rows = int(received.valid.sum())
         adapter.combine(torch.zeros(received.x.shape[0], 512, dtype=torch.bfloat16))
         outcome = run_point(adapter, ctx, w, min_samples=3, min_time_s=0.0, timeout_s=0.5)
         adapter.teardown()
+        sent = ops.dispatches[0].counts if backend == "flashinfer_nvlink_one_sided" else None
     dist.barrier()
     dist.destroy_process_group()
     with open(f"{directory}/rank{rank}.json", "w") as f:
         json.dump({"status": outcome.status, "error": outcome.error, "api": used, "rows": int(received.x.shape[0]),
                    "valid_rows": valid_rows, "expected_rows": int(w.destinations()[:, rank].sum()),
-                   "counts": ops.dispatches[0].counts}, f)
+                   "sent": sent}, f)
 
 
-def run_ranks(directory, world_size, dtype, tokens, top_k, api):
+def run_ranks(directory, world_size, backend, dtype, tokens, top_k, api="legacy"):
     """Run :func:`_rank_main` on ``world_size`` spawned processes; returns each rank's report."""
     import json
 
     import torch.multiprocessing as mp
 
-    mp.start_processes(_rank_main, args=(world_size, str(directory), dtype, tokens, top_k, api), nprocs=world_size,
-                       join=True, start_method="spawn")
+    mp.start_processes(_rank_main, args=(world_size, str(directory), backend, dtype, tokens, top_k, api),
+                       nprocs=world_size, join=True, start_method="spawn")
     return [json.load(open(f"{directory}/rank{r}.json")) for r in range(world_size)]
