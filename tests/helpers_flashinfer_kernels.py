@@ -62,6 +62,8 @@ class OneSidedOps:
 
     def __init__(self):
         self.dispatches, self.combines = [], []
+        #: False: dispatch does its bookkeeping but writes no payload row (a broken kernel)
+        self.deliver = True
 
     # calculateOffsets, csrc/trtllm_moe_alltoall.cu:106-146
     @staticmethod
@@ -148,7 +150,7 @@ class OneSidedOps:
         for p, b in zip(input_payloads, sizes):
             row = p.shape[1] * p.element_size()
             rows = p.contiguous().view(torch.uint8).view(n, row)
-            for d in range(ep_size):
+            for d in range(ep_size if self.deliver else 0):
                 sel = first & (target == d)
                 tokens, lanes = sel.nonzero(as_tuple=True)
                 plane = workspace[d, offset : offset + b].view(ep_size * t, row)

@@ -160,6 +160,26 @@ def test_one_sided_workspace_is_what_nvlink_one_sided_alltoall_would_allocate(mo
     assert adapter.a2a.workspace.shape == (1, aux + 64 * (1232 + 4096))
 
 
+def test_a_dispatch_that_delivers_nothing_fails_the_gate_even_on_a_cached_workspace(monkeypatch, ctx):
+    # FlashInfer keeps the workspace of a geometry for the process; setup poisons the rows, so
+    # the first point's bytes cannot pass for a second point's
+    ops = install_one_sided(monkeypatch)
+    w = Workload(32, 512, 8, 32, 1, "nvfp4")
+    first = backends.load("flashinfer_nvlink_one_sided")
+    first.setup(ctx, w)
+    assert run_point(first, ctx, w, **FAST).status == "ok"
+    workspace = first.a2a.workspace.data_ptr()
+    first.teardown()
+    ops.deliver = False
+    again = backends.load("flashinfer_nvlink_one_sided")
+    again.setup(ctx, w)
+    assert again.a2a.workspace.data_ptr() == workspace  # the cached one, holding the first point's rows
+    outcome = run_point(again, ctx, w, **FAST)
+    assert outcome.status == "incorrect"
+    # poisoned rows carry ids -1: none is valid
+    assert outcome.error.startswith("dispatch: rank 0: token 0 (from rank 0) never arrived, though rank 0 owns")
+
+
 def test_the_seeds_undersized_workspace_fails_on_the_combine_as_measured_on_the_h200(monkeypatch, ctx):
     import sys as _sys
 

@@ -101,14 +101,31 @@ class FlashinferNvlinkOneSided(Backend):
                 self.a2a = MoeAlltoAll(fi.mapping(ctx), max_num_tokens=t, top_k=workload.top_k,
                                        num_experts=workload.experts, workspace_size_per_rank=size,
                                        mnnvl_config=fi.mnnvl_config(ctx))
-            if ctx.world_size > 1:
-                # Each rank memsets its own workspace slice (moe_a2a_initialize, synchronous).
-                # 0.6.18 has no barrier after it (trtllm_moe_alltoall.py:826-846), so a fast
-                # peer's first dispatch could be erased by a slow rank's memset; 0.7.2 added one
-                # (lines 985-992: "a late memset can erase the peer's first completion epoch").
-                import torch.distributed as dist
+        self._poison_receive_rows()
+        if ctx.world_size > 1:
+            # Each rank memsets its own workspace slice (moe_a2a_initialize, synchronous) and
+            # poisons it above. 0.6.18 has no barrier after the memset (trtllm_moe_alltoall.py:
+            # 826-846), so a fast peer's first dispatch could be erased by a slow rank's; 0.7.2
+            # added one (lines 985-992: "a late memset can erase the peer's first completion
+            # epoch"). Either way no peer may dispatch before every rank has poisoned.
+            import torch.distributed as dist
 
-                dist.barrier(group=ctx.cpu_group)
+            if ctx.device == "cuda":
+                torch.cuda.synchronize()
+            dist.barrier(group=ctx.cpu_group)
+
+    def _poison_receive_rows(self):
+        """Fill this rank's payload region with 0xFF bytes before the first dispatch.
+
+        FlashInfer caches the workspace per geometry for the process: without this, a point
+        repeated in one worker would see the previous run's rows, and a dispatch that delivered
+        nothing could pass the gate on them. The region starts at the metainfo's
+        ``PAYLOAD_DATA_OFFSET_INDEX`` (``calculateOffsets``, csrc/trtllm_moe_alltoall.cu);
+        the counters and flags before it are left alone.
+        """
+        a2a = self.comm.alltoall if self.use_moe_ep else self.a2a
+        start = int(a2a.metainfo[a2a._METAINFO_INDEX["PAYLOAD_DATA_OFFSET_INDEX"]])
+        a2a.workspace[self.ctx.rank, start:].fill_(0xFF)
 
     def dispatch(self, batch):
         """One one-sided dispatch of values, scales (index riding on the last), ids and weights."""
