@@ -10,7 +10,7 @@
 #
 # Sections: environment · install · bench (world size 1: allgather_reducescatter, reference,
 # both FlashInfer backends; bf16 payloads, rows marked illegal because one-sided is nvfp4-only)
-# · bench nvfp4 (both FlashInfer backends; the token index rides on the scales there, ~30 s)
+# · bench nvfp4, two-sided (x and scales in two alltoallv calls, the token index on the scales, ~20 s)
 # · the seed's bug (one-sided workspace sized for nvfp4, bf16 payload: must not be ok)
 # · pytest -m gpu. Budget: one-sided JIT ~200 s, two-sided ~44 s (first use), the rest ~2.5 min.
 set -uo pipefail
@@ -69,12 +69,11 @@ print("CHECK bench ok rows:", "PASS" if not missing else f"FAIL (no ok row for {
 sys.exit(1 if missing else 0)
 PY
 
-section "bench: world size 1, nvfp4 (token index rides on the scales), both FlashInfer backends, tokens 1,256"
-# Kernels are built by now: only worker start-up and the points (~30 s).
+section "bench: world size 1, nvfp4, two-sided (x and scales in two alltoallv calls, the index on the scales)"
+# Kernels are built by now: worker start-up and two points (~20 s). One-sided nvfp4 is in pytest -m gpu.
 timeout 240 python3 -m autoselect bench --device cuda --world-size 1 --gpu-arch sm90 \
   --hidden 2048 --top-k 8 --experts 32 --dtype nvfp4 --tokens 1,256 --include-illegal \
-  --backends flashinfer_nvlink_one_sided,flashinfer_nvlink_two_sided \
-  --min-time 0.2 --timeout 5 --setup-timeout 200 || FAILED=1
+  --backends flashinfer_nvlink_two_sided --min-time 0.2 --timeout 5 --setup-timeout 200 || FAILED=1
 python3 - <<'PY' || FAILED=1
 import os, sqlite3, sys
 conn = sqlite3.connect(os.environ["AUTOSELECT_DB"])
@@ -82,8 +81,8 @@ rows = conn.execute("select backend, tokens_per_rank, status, coalesce(error, ''
                     "where dispatch_dtype = 'nvfp4'").fetchall()
 print(rows)
 ok = {(b, t) for b, t, s, e in rows if s == "ok"}
-need = {(b, t) for b in ("flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided") for t in (1, 256)}
-print("CHECK nvfp4 ok rows:", "PASS" if need <= ok else f"FAIL (not ok: {sorted(need - ok)})")
+need = {("flashinfer_nvlink_two_sided", t) for t in (1, 256)}
+print("CHECK two-sided nvfp4 ok rows:", "PASS" if need <= ok else f"FAIL (not ok: {sorted(need - ok)})")
 sys.exit(0 if need <= ok else 1)
 PY
 
