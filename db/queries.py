@@ -368,7 +368,7 @@ def stale_runs(conn: sqlite3.Connection, *, hostname: str | None = None, now: fl
 
 
 def info(conn: sqlite3.Connection, path: str | os.PathLike) -> dict:
-    """What ``autoselect db info`` shows: schema, counts per host and backend, newest run, interrupted runs."""
+    """What ``autoselect db info`` shows: schema, counts (tuned configurations too), per host and backend, newest run, interrupted runs."""
     one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
     hosts = [
         dict(r)
@@ -408,6 +408,9 @@ def info(conn: sqlite3.Connection, path: str | os.PathLike) -> dict:
             "runs": one("SELECT COUNT(*) FROM runs"),
             "results": one("SELECT COUNT(*) FROM results"),
             "samples": one("SELECT COUNT(*) FROM samples"),
+            # migration 0002: a database not yet upgraded has no such table
+            "tuned_configs": one("SELECT COUNT(*) FROM tuned_configs") if one(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'tuned_configs'") else 0,
         },
         "hosts": hosts,
         "backends": backends,

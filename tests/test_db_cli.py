@@ -32,7 +32,7 @@ def test_db_info_shows_counts_per_host_and_backend_and_the_newest_run(db_path):
     assert r.exit_code == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"database   {db_path}  (") and f"schema {latest_version()}, wal)" in lines[0]
-    assert lines[1] == "contents   3 hosts, 3 runs, 6 results, 60 samples"
+    assert lines[1] == "contents   3 hosts, 3 runs, 6 results, 60 samples, 0 tuned configurations"
     assert any(ln.startswith("node-a ") and " 8x NVIDIA H200 " in ln and ln.split()[5:7] == ["1", "3"] for ln in lines)
     assert "allgather_reducescatter                 3        3          0      0" in lines
     assert lines[-2].startswith("newest run #3  ") and "complete  on node-b  (1 results, trigger bench)" in lines[-2]
@@ -43,7 +43,7 @@ def test_db_info_json_is_the_documented_structure(db_path):
     _filled(db_path)
     r = run("db", "info", "--db", str(db_path), "--format", "json")
     d = json.loads(r.stdout)
-    assert d["counts"] == {"hosts": 3, "runs": 3, "results": 6, "samples": 60}
+    assert d["counts"] == {"hosts": 3, "runs": 3, "results": 6, "samples": 60, "tuned_configs": 0}
     assert d["schema_version"] == latest_version()
     assert {b["backend"]: (b["results"], b["ok"], b["incorrect"], b["other"]) for b in d["backends"]} == {
         "allgather_reducescatter": (3, 3, 0, 0), "deepep_low_latency": (1, 0, 0, 1),

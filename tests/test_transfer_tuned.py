@@ -263,3 +263,13 @@ def test_db_export_stdout_round_trips_through_the_cli(tmp_path):
     (tmp_path / "a.jsonl").write_text(exported)
     assert cli("db", "import", str(tmp_path / "a.jsonl"), "--db", str(tmp_path / "b.db")).exit_code == 0
     assert cli("db", "export", "--db", str(tmp_path / "b.db")).stdout == exported
+
+
+def test_db_info_counts_the_tuned_configurations(tmp_path):
+    from click.testing import CliRunner
+
+    from autoselect.cli import main
+
+    res = CliRunner().invoke(main, ["db", "info", "--db", str(filled(tmp_path / "a.db")), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["counts"]["tuned_configs"] == 3

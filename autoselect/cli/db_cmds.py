@@ -59,7 +59,8 @@ def _info_text(d: dict) -> str:
     c = d["counts"]
     lines = [
         f"database   {d['path']}  ({d['size_bytes'] / 1e6:.1f} MB, schema {d['schema_version']}, {d['journal_mode']})",
-        f"contents   {c['hosts']} hosts, {c['runs']} runs, {c['results']} results, {c['samples']} samples",
+        f"contents   {c['hosts']} hosts, {c['runs']} runs, {c['results']} results, {c['samples']} samples, "
+        f"{c['tuned_configs']} tuned configurations",
         "",
         f"{'hostname':<20} {'host class':<34} {'GPUs':<18} {'runs':>5} {'results':>8}  last seen",
     ]
