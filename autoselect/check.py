@@ -168,8 +168,14 @@ def _deployment_findings(args: ServeArgs, backend: str) -> list[Finding]:
     return out
 
 
-def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version: str, arch: str) -> list[Finding]:
-    """Findings from the legality rules for one arch."""
+def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version: str, arch: str,
+                    environ: dict) -> list[Finding]:
+    """Findings from the legality rules for one arch.
+
+    The rules see the line's ``--max-num-batched-tokens`` as the tokens each rank dispatches at
+    most (vLLM sizes the per-rank buffers from it; absent, vLLM's default for the backend, which
+    the per-token limits allow) and the line's environment over ``environ`` (``NVSHMEM_QP_DEPTH``).
+    """
     out: list[Finding] = []
     if not args.uses_all2all:
         return out
@@ -179,7 +185,9 @@ def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version:
         return out  # already an invalid-choice error
     if args.all2all_backend is not None and not rules.value_known_to(args.all2all_backend, version):
         return out  # already reported: vllm serve would not start
-    verdict = rules.legal(backend, profile, None, args.world_size, version, gpu_arch=arch)
+    serving = {**environ, **args.env}
+    limits = {"max_tokens_per_rank": args.max_num_batched_tokens, "environ": serving}
+    verdict = rules.legal(backend, profile, None, args.world_size, version, gpu_arch=arch, **limits)
     dtype = profile.activation_dtype(arch)
     alternatives = None
     for reason in verdict.reasons:
@@ -187,7 +195,7 @@ def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version:
             continue
         if alternatives is None:
             alternatives = rules.legal_alternatives(profile, None, args.world_size, version, gpu_arch=arch,
-                                                    exclude=(canonical,))
+                                                    exclude=(canonical,), **limits)
         code = "illegal-dtype" if "activations;" in reason else "illegal-shape"
         alt = (f"; legal here: {', '.join(rules.flag_value(b, version) for b in alternatives)}"
                if alternatives else "")
@@ -211,7 +219,8 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
         flags reported (``$AUTOSELECT_VLLM_PYTHON`` or this environment's), else the package
         metadata of ``$AUTOSELECT_VLLM_PYTHON``'s environment, else this environment's, else the
         newest known (:func:`autoselect.vllm_target.target_version`, shared with ``recommend``).
-    :param environ: the environment to look for ``VLLM_ALL2ALL_BACKEND`` in (default ``os.environ``).
+    :param environ: the environment to look for ``VLLM_ALL2ALL_BACKEND`` and ``NVSHMEM_QP_DEPTH`` in
+        (default ``os.environ``); ``VAR=value`` words before the command win over it.
     :raises UserError: an unreadable command line, model, version or arch (exit status 2).
     """
     if vllm_version:
@@ -230,7 +239,8 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
 
     answered, vllm_findings = serve_command_check(argv)
     version, version_source = target_version(vllm_version, answered)  # the same resolution as recommend
-    findings = _flag_findings(args, version, os.environ if environ is None else environ)
+    environ = dict(os.environ if environ is None else environ)
+    findings = _flag_findings(args, version, environ)
     findings += _deployment_findings(args, backend)
     findings += [Finding(sev, code, msg) for sev, code, msg in vllm_findings]
     if version_source == "newest known":
@@ -244,7 +254,7 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
         profile = None
     if profile is not None:
         for arch in archs:
-            findings += _model_findings(profile, args, backend, version, arch)
+            findings += _model_findings(profile, args, backend, version, arch, environ)
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: order[f.severity])
     return CheckReport(args, version, version_source, archs, arch_source, profile, backend, findings)

@@ -4,7 +4,8 @@ Three tables hold every rule:
 
 * :data:`BACKENDS` — one :class:`Capability` row per ``--all2all-backend`` value autoselect
   knows: accepted activation dtypes, expert / top-k / hidden-size constraints, world-size
-  limit, hardware and package requirements, ``--enable-dbo`` support, the vLLM versions that
+  limit, the DeepEP kernel limits (:class:`Limit` rows, each with the source lines that impose
+  it: EP sizes, experts per rank, row bytes, tokens per rank), hardware and package requirements, ``--enable-dbo`` support, the vLLM versions that
   know the value and how it is spelled there.
 * :data:`ONE_SIDED_ERAS` — what upstream vLLM does with a non-nvfp4 model on
   ``flashinfer_nvlink_one_sided`` in each version range (silent corruption, startup error,
@@ -52,6 +53,14 @@ class InvalidWorldSize(UserError):
 
 class GpuArchRequired(UserError):
     "Neither a host fingerprint nor a GPU architecture was given, so arch rules cannot run."
+
+
+class InvalidTokensPerRank(UserError):
+    "The per-rank token maximum (vLLM's --max-num-batched-tokens) is not a positive integer."
+
+
+class InvalidQueueDepth(UserError):
+    "NVSHMEM_QP_DEPTH is set to something other than a positive integer."
 
 
 # --------------------------------------------------------------------------------------
@@ -118,6 +127,12 @@ class Capability:
     hidden_sizes: tuple[int, ...] | None = None  # supported sizes; vLLM rounds up to the next
     block_fp8_hidden_multiple: int | None = None  # fp8_block128 dispatch needs hidden % this == 0
     max_world_size: int | None = None
+    world_sizes: Limit | None = None  # value: the EP sizes the kernels run at (beyond 1)
+    world_size_grouping: Limit | None = None  # value n: fewer than n ranks or a multiple of n
+    max_local_experts: Limit | None = None  # value: most experts one rank holds
+    max_row_bytes: Limit | None = None  # value: a RowBytes
+    max_tokens_per_rank: Limit | None = None  # value: a QueueDepth
+    slots_multiple_of: Limit | None = None  # value n: EP size x max tokens per rank % n == 0
     needs_all_nvlinks: bool = False  # every P2P NVLink of each GPU up (at world size > 1)
     needs_fabric_across_nodes: bool = False  # beyond one node only over an MNNVL fabric
     archs: frozenset = frozenset({"sm90", "sm100"})
@@ -136,6 +151,129 @@ class Capability:
                 return s
         return None
 
+
+@dataclass(frozen=True)
+class Limit:
+    """One kernel limit as data: its value, the upstream lines that impose it, and where it applies.
+
+    ``intranode_only``: the limit belongs to DeepEP's intranode (NVLink) kernels, which run when
+    the EP group has at most :data:`DEEPEP_NVL_PEERS` ranks; beyond that the internode kernels
+    run and the limit does not apply.
+    """
+
+    value: object
+    source: str
+    intranode_only: bool = False
+
+
+@dataclass(frozen=True)
+class RowBytes:
+    """The largest dispatched activation row a kernel copies, per GPU arch, and how vLLM sizes a row.
+
+    A row is ``hidden`` values padded up so its bf16 form is a multiple of ``pad_bf16_bytes``
+    (vLLM pads the layer's hidden size), times the bytes one value takes on the wire.
+    """
+
+    max_bytes: dict  # gpu arch -> most bytes in one row (an arch not listed: no limit)
+    pad_bf16_bytes: int
+    value_bytes: dict  # dispatch dtype -> bytes per value on the wire; any other dtype crosses as bf16 (2)
+
+    def padded_hidden(self, hidden: int) -> int:
+        """``hidden`` after vLLM's padding."""
+        return -(-2 * hidden // self.pad_bf16_bytes) * self.pad_bf16_bytes // 2
+
+    def row_bytes(self, dtype: str, hidden: int) -> int:
+        """Bytes of one dispatched row of a ``dtype`` model with ``hidden`` values."""
+        return self.padded_hidden(hidden) * self.value_bytes.get(dtype, 2)
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """A per-rank token cap that follows from an NVSHMEM queue-pair depth.
+
+    The kernel needs ``depth >= (max_tokens + 1) * 2``; the depth is ``env`` when set, else
+    ``default``.
+    """
+
+    env: str
+    default: int
+
+    def depth(self, environ=None) -> int:
+        """The queue-pair depth ``environ`` sets (``default`` when unset).
+
+        :raises InvalidQueueDepth: when the variable is not a positive integer.
+        """
+        raw = (environ or {}).get(self.env)
+        if raw is None:
+            return self.default
+        try:
+            depth = int(str(raw).strip())
+        except ValueError:
+            depth = 0
+        if depth < 1:
+            raise InvalidQueueDepth(f"{self.env}={raw!r} is not a positive integer; unset it (DeepEP "
+                                    f"uses {self.default}) or set a number such as {self.default}")
+        return depth
+
+    def max_tokens(self, environ=None) -> int:
+        """The most tokens per rank that depth allows."""
+        return self.depth(environ) // 2 - 1
+
+    def depth_for(self, tokens: int) -> int:
+        """The smallest depth that allows ``tokens`` per rank."""
+        return (tokens + 1) * 2
+
+
+#: DeepEP's NVLink domain: EP groups of at most this many ranks run the intranode kernels
+#: (DeepEP 2.1 csrc/kernels/legacy/compiled.cuh:5 LEGACY_NUM_MAX_NVL_PEERS = 8; the buffer's
+#: num_rdma_ranks is max(1, num_ranks / 8), csrc/legacy/buffer.hpp).
+DEEPEP_NVL_PEERS = 8
+
+#: The DeepEP sources the limits below were read from (commit dd758ca, 2026-07-14; the pre-V2
+#: API, deep_ep/buffers/legacy.py, is what vLLM's deepep_high_throughput / deepep_low_latency call).
+DEEPEP_SOURCE = "github.com/deepseek-ai/DeepEP 2.1 @ dd758ca"
+
+#: DeepEP high-throughput EP sizes: the dispatch/combine config tables (used whenever vLLM passes
+#: no config; vLLM passes one only for sizes in its own list, all of them in these tables) and the
+#: kernels' rank switches (intranode launch.cuh SWITCH_RANKS 2/4/8, internode SWITCH_RDMA_RANKS).
+DEEPEP_HT_WORLD_SIZES = Limit(
+    frozenset({2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160}),
+    "DeepEP 2.1 deep_ep/buffers/legacy.py:245-258 get_dispatch_config: 'Unsupported number of EP ranks'",
+)
+#: Every DeepEP buffer (both modes): fewer ranks than one NVLink domain, or whole domains.
+DEEPEP_WORLD_SIZE_GROUPING = Limit(
+    DEEPEP_NVL_PEERS,
+    "DeepEP 2.1 csrc/legacy/buffer.hpp:114: num_ranks < 8 or num_ranks % 8 == 0",
+)
+#: High-throughput intranode notify_dispatch runs one 128-thread block over the local experts.
+DEEPEP_HT_MAX_LOCAL_EXPERTS = Limit(
+    128,
+    "DeepEP 2.1 csrc/kernels/legacy/intranode.cu:167-168 notify_dispatch: num_experts / num_ranks <= 128",
+    intranode_only=True,
+)
+#: High-throughput intranode dispatch copies each row through shared memory in two halves
+#: (half_hidden_bytes + 8 <= kNumTMABytesPerWarp = 8192, so a row is at most 16368 bytes). The
+#: copy is compiled unless DISABLE_SM90_FEATURES, which DeepEP 2.1's setup.py:130-139 refuses
+#: ('Not implemented'), so every build for sm90 and for sm100 has it. vLLM pads the hidden size so
+#: a bf16 row is a multiple of 512 bytes (deepep_ht.py maybe_roundup_layer_hidden_size) and sends
+#: block-fp8 models' rows as fp8 (1 byte a value), every other dtype as bf16.
+DEEPEP_HT_ROW_BYTES = Limit(
+    RowBytes({"sm90": 2 * (8192 - 8), "sm100": 2 * (8192 - 8)}, 512, {"fp8_block128": 1}),
+    "DeepEP 2.1 csrc/kernels/legacy/intranode.cu:304, 577 dispatch: half_hidden_bytes + 8 <= 8192",
+    intranode_only=True,
+)
+#: Low-latency dispatch and combine: NVSHMEM_QP_DEPTH (1024 unless set, legacy.py:113) >=
+#: (max tokens + 1) * 2, so 511 tokens per rank by default. vLLM's max tokens per rank is
+#: --max-num-batched-tokens (moe.max_num_tokens), lowered to 256 for this backend when absent.
+DEEPEP_LL_TOKENS_PER_RANK = Limit(
+    QueueDepth("NVSHMEM_QP_DEPTH", 1024),
+    "DeepEP 2.1 deep_ep/buffers/legacy.py:609: nvshmem_qp_depth >= (num_max_dispatch_tokens_per_rank + 1) * 2",
+)
+#: Low-latency dispatch: the received slots (ranks x max tokens) are a TMA row count.
+DEEPEP_LL_SLOTS_MULTIPLE_OF = Limit(
+    4,
+    "DeepEP 2.1 csrc/legacy/buffer.hpp:1526: 'TMA requires the number of tokens to be multiple of 4'",
+)
 
 _FI_HINT = "pip install flashinfer-python (vLLM pins it)"
 _DEEPEP_HINT = "install DeepEP from github.com/deepseek-ai/DeepEP (not a vLLM dependency)"
@@ -193,7 +331,10 @@ BACKENDS: dict[str, Capability] = {
             experts_divisible_by_ep=True,
             top_k_max=32,  # DeepEP 2.1 intranode.cu/internode.cu: EP_DEVICE_ASSERT(num_topk <= 32)
             block_fp8_hidden_multiple=128,
-            max_world_size=160,  # DeepEP legacy.py get_dispatch_config: largest EP size is 160
+            world_sizes=DEEPEP_HT_WORLD_SIZES,  # at most 160 ranks
+            world_size_grouping=DEEPEP_WORLD_SIZE_GROUPING,
+            max_local_experts=DEEPEP_HT_MAX_LOCAL_EXPERTS,
+            max_row_bytes=DEEPEP_HT_ROW_BYTES,
             package="deep_ep",
             install_hint=_DEEPEP_HINT,
             supports_dbo=True,
@@ -206,8 +347,13 @@ BACKENDS: dict[str, Capability] = {
             dispatch_dtypes=frozenset({"bf16", "fp8", "fp8_block128", "nvfp4", "mxfp8", "mxfp4"}),
             experts_divisible_by_ep=True,
             top_k_max=11,  # DeepEP 2.1 internode_ll.cu dispatch/combine: kNumMaxTopK = 11
+            # DeepEP 2.1 csrc/kernels/legacy/launch.cuh:113-134 SWITCH_HIDDEN ('Unsupported hidden');
+            # vLLM deepep_ll.py SUPPORTED_HIDDEN_SIZES pads up to the next one.
             hidden_sizes=(2048, 2560, 3072, 4096, 5120, 6144, 7168, 8192),
             block_fp8_hidden_multiple=128,
+            world_size_grouping=DEEPEP_WORLD_SIZE_GROUPING,
+            max_tokens_per_rank=DEEPEP_LL_TOKENS_PER_RANK,
+            slots_multiple_of=DEEPEP_LL_SLOTS_MULTIPLE_OF,
             package="deep_ep",
             install_hint=_DEEPEP_HINT,
             supports_dbo=True,
@@ -441,7 +587,66 @@ def _round_up(hidden: int, sizes: tuple[int, ...]) -> int | None:
     return next((s for s in sizes if s >= hidden), None)
 
 
-def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None) -> Verdict:
+def _sizes(sizes) -> str:
+    """``2, 4, 8 within a node or 16, 24 across nodes`` for a set of DeepEP EP sizes."""
+    within = [str(n) for n in sorted(sizes) if n <= DEEPEP_NVL_PEERS]
+    across = [str(n) for n in sorted(sizes) if n > DEEPEP_NVL_PEERS]
+    parts = [f"{', '.join(within)} within a node"] if within else []
+    return " or ".join(parts + ([f"{', '.join(across)} across nodes"] if across else []))
+
+
+def _limit_applies(limit: Limit | None, world_size: int) -> bool:
+    """True when ``limit`` is set and binds at ``world_size`` (there is an all2all, and an
+    intranode-only limit only while the group fits one NVLink domain)."""
+    return (limit is not None and world_size > 1
+            and (not limit.intranode_only or world_size <= DEEPEP_NVL_PEERS))
+
+
+def _kernel_limit_reasons(cap: Capability, profile, world_size: int, arch: str, dtype: str,
+                          max_tokens_per_rank: int | None, environ) -> list[str]:
+    """One reason per DeepEP kernel limit (:class:`Limit` fields of ``cap``) the deployment breaks."""
+    out: list[str] = []
+    name = cap.backend
+    if _limit_applies(cap.world_sizes, world_size) and world_size not in cap.world_sizes.value:
+        out.append(f"{name} runs at EP sizes {_sizes(cap.world_sizes.value)}, not {world_size} "
+                   f"({cap.world_sizes.source})")
+    grouping = cap.world_size_grouping
+    if _limit_applies(grouping, world_size) and world_size >= grouping.value and world_size % grouping.value:
+        out.append(f"{name} needs fewer than {grouping.value} ranks or a multiple of {grouping.value}, "
+                   f"not {world_size} ({grouping.source})")
+    local = cap.max_local_experts
+    if _limit_applies(local, world_size) and profile.num_experts // world_size > local.value:
+        out.append(f"{name} intranode (EP <= {DEEPEP_NVL_PEERS}) handles at most {local.value} experts per rank, not "
+                   f"{profile.num_experts // world_size} ({profile.num_experts} experts over EP {world_size}); "
+                   f"use more ranks ({local.source})")
+    rows = cap.max_row_bytes
+    if _limit_applies(rows, world_size) and arch in rows.value.max_bytes:
+        limit, row = rows.value.max_bytes[arch], rows.value.row_bytes(dtype, profile.hidden_size)
+        if row > limit:
+            wire = "fp8" if rows.value.value_bytes.get(dtype, 2) == 1 else "bf16"
+            out.append(f"{name} intranode (EP <= {DEEPEP_NVL_PEERS}) dispatches rows of at most {limit} bytes "
+                       f"on {arch}: a {wire} row of hidden "
+                       f"{rows.value.padded_hidden(profile.hidden_size)} is {row} bytes ({rows.source})")
+    tokens = cap.max_tokens_per_rank
+    if tokens is not None and max_tokens_per_rank is not None:
+        depth = tokens.value
+        most = depth.max_tokens(environ)
+        if max_tokens_per_rank > most:
+            out.append(f"{name} dispatches at most {most} tokens per rank with {depth.env}="
+                       f"{depth.depth(environ)}, not {max_tokens_per_rank}: lower --max-num-batched-tokens "
+                       f"to {most} or set {depth.env} to at least {depth.depth_for(max_tokens_per_rank)} "
+                       f"({tokens.source})")
+    slots = cap.slots_multiple_of
+    if _limit_applies(slots, world_size) and max_tokens_per_rank is not None \
+            and (world_size * max_tokens_per_rank) % slots.value:
+        out.append(f"{name} needs EP size x tokens per rank to be a multiple of {slots.value}, not "
+                   f"{world_size} x {max_tokens_per_rank} = {world_size * max_tokens_per_rank}: make "
+                   f"--max-num-batched-tokens a multiple of {slots.value} ({slots.source})")
+    return out
+
+
+def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, max_tokens_per_rank=None,
+          environ=None) -> Verdict:
     """Every reason ``backend`` cannot serve ``profile`` at ``world_size`` (EP size) on ``vllm_version``.
 
     :param backend: an ``--all2all-backend`` value (old spellings are resolved) or ``reference_*``.
@@ -451,7 +656,13 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None) ->
     :param world_size: the EP group size (dp x tp).
     :param vllm_version: e.g. ``"0.33.0"``; None means :data:`NEWEST_VLLM`.
     :param gpu_arch: the target arch; defaults to ``host.gpu_arch``; required without a host.
-    :raises UnknownBackend, InvalidVllmVersion, InvalidWorldSize, GpuArchRequired: bad input.
+    :param max_tokens_per_rank: the most tokens one rank dispatches at once, vLLM's
+        ``--max-num-batched-tokens``; None: vLLM's default for the backend (256 for
+        deepep_low_latency), which every per-token rule allows, so they go unchecked.
+    :param environ: the serving environment, for limits an environment variable moves
+        (``NVSHMEM_QP_DEPTH``); None: every such variable unset.
+    :raises UnknownBackend, InvalidVllmVersion, InvalidWorldSize, GpuArchRequired,
+        InvalidTokensPerRank, InvalidQueueDepth: bad input.
     """
     from autoselect.model import normalize_arch
 
@@ -459,6 +670,10 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None) ->
     parse_version(version)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise InvalidWorldSize(f"world size must be a positive integer (dp x tp), got {world_size!r}")
+    if max_tokens_per_rank is not None and (isinstance(max_tokens_per_rank, bool)
+                                            or not isinstance(max_tokens_per_rank, int) or max_tokens_per_rank < 1):
+        raise InvalidTokensPerRank(f"tokens per rank must be a positive integer (--max-num-batched-tokens), "
+                                   f"got {max_tokens_per_rank!r}")
     canonical = resolve(backend)
     arch = gpu_arch or (getattr(host, "gpu_arch", None) if host is not None else None)
     if not arch:
@@ -518,6 +733,7 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None) ->
                        f"not {profile.hidden_size}")
     if cap.max_world_size is not None and world_size > cap.max_world_size:
         reasons.append(f"{cap.backend} supports at most {cap.max_world_size} ranks, not {world_size}")
+    reasons.extend(_kernel_limit_reasons(cap, profile, world_size, arch, dtype, max_tokens_per_rank, environ))
     if arch not in cap.archs:
         reasons.append(f"{cap.backend} does not run on {arch}")
 
@@ -542,9 +758,11 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None) ->
     return Verdict(backend, not reasons, tuple(reasons), tuple(warnings))
 
 
-def legal_alternatives(profile, host, world_size, vllm_version, *, gpu_arch=None, exclude=()) -> list[str]:
+def legal_alternatives(profile, host, world_size, vllm_version, *, gpu_arch=None, exclude=(),
+                       max_tokens_per_rank=None, environ=None) -> list[str]:
     """The recommendable backends that :func:`legal` accepts, in table order."""
     return [
         b for b in recommendable_backends(vllm_version)
-        if b not in exclude and legal(b, profile, host, world_size, vllm_version, gpu_arch=gpu_arch).ok
+        if b not in exclude and legal(b, profile, host, world_size, vllm_version, gpu_arch=gpu_arch,
+                                      max_tokens_per_rank=max_tokens_per_rank, environ=environ).ok
     ]

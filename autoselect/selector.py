@@ -816,7 +816,8 @@ def recommend(
     for r in rows:
         by_backend.setdefault(r.backend, []).append(r)
     for backend in rules.recommendable_backends(vllm_version):
-        verdict = rules.legal(backend, profile, host, world_size, vllm_version, gpu_arch=gpu_arch)
+        verdict = rules.legal(backend, profile, host, world_size, vllm_version, gpu_arch=gpu_arch,
+                              max_tokens_per_rank=max_num_batched_tokens)
         if not verdict.ok:
             rejected.append(Rejection(backend, "illegal", list(verdict.reasons)))
             continue
@@ -944,7 +945,8 @@ def recommend(
         applies.add("unmeasured_candidates")
 
     # Belt and braces: the one-sided nvfp4 rule (and every other) is the rules table's call.
-    final = rules.legal(pick.backend, profile, host, world_size, vllm_version, gpu_arch=gpu_arch)
+    final = rules.legal(pick.backend, profile, host, world_size, vllm_version, gpu_arch=gpu_arch,
+                        max_tokens_per_rank=max_num_batched_tokens)
     assert final.ok, f"selector picked an illegal backend {pick.backend}: {final.reasons}"
 
     decisive = [c for c in (pick, default, runner_up) if c is not None and c.weighted_us is not None]

@@ -235,6 +235,68 @@ def test_dense_model_is_a_warning_not_a_failure():
     assert r.exit_code == 0 and codes(r, "warning") == ["dense-model"]
 
 
+# ---- DeepEP kernel limits ---------------------------------------------------------------
+
+
+def test_deepseek_v3_on_deepep_high_throughput_at_dp_6_reports_the_illegal_ep_size():
+    r = check_serve_command(["vllm", "serve", FP8B, "-dp", "6", "-ep", "--all2all-backend",
+                             "deepep_high_throughput"], gpu_arch="sm90", vllm_version="0.33.0")
+    assert r.exit_code == 1
+    assert [f.message for f in r.findings if f.severity == "error"] == [
+        "deepep_high_throughput needs the 256 experts to divide evenly over EP size 6; legal here: "
+        "allgather_reducescatter",
+        "deepep_high_throughput runs at EP sizes 2, 4, 8 within a node or 16, 24, 32, 48, 64, 96, 128, 144, 160 "
+        "across nodes, not 6 (DeepEP 2.1 deep_ep/buffers/legacy.py:245-258 get_dispatch_config: 'Unsupported "
+        "number of EP ranks'); legal here: allgather_reducescatter"]
+    assert codes(r, "error") == ["illegal-shape", "illegal-shape"]
+
+
+def _ll(*extra, env=(), environ=None):
+    return check_serve_command([*env, "vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend",
+                                "deepep_low_latency", *extra], gpu_arch="sm90", vllm_version="0.33.0",
+                               environ=environ or {})
+
+
+def test_low_latency_with_more_batched_tokens_than_its_queue_depth_allows_is_an_error():
+    r = _ll("--max-num-batched-tokens", "1024")
+    assert r.exit_code == 1
+    assert [f.message for f in r.findings if f.severity == "error"] == [
+        "deepep_low_latency dispatches at most 511 tokens per rank with NVSHMEM_QP_DEPTH=1024, not 1024: lower "
+        "--max-num-batched-tokens to 511 or set NVSHMEM_QP_DEPTH to at least 2050 (DeepEP 2.1 "
+        "deep_ep/buffers/legacy.py:609: nvshmem_qp_depth >= (num_max_dispatch_tokens_per_rank + 1) * 2); "
+        "legal here: allgather_reducescatter, flashinfer_nvlink_two_sided, deepep_high_throughput"]
+
+
+def test_low_latency_token_limit_follows_nvshmem_qp_depth_on_the_line_then_in_the_environment():
+    assert _ll("--max-num-batched-tokens", "1024", env=["NVSHMEM_QP_DEPTH=4096"]).exit_code == 0
+    assert _ll("--max-num-batched-tokens", "1024", environ={"NVSHMEM_QP_DEPTH": "4096"}).exit_code == 0
+    assert _ll("--max-num-batched-tokens", "1024", env=["NVSHMEM_QP_DEPTH=1024"],
+               environ={"NVSHMEM_QP_DEPTH": "4096"}).exit_code == 1
+
+
+def test_low_latency_without_the_flag_runs_vllms_256_and_passes():
+    r = _ll()
+    assert r.exit_code == 0 and codes(r) == ["batched-token-default"]
+
+
+def test_legal_alternatives_respect_the_lines_token_budget():
+    r = check_serve_command(["vllm", "serve", BF16, "-dp", "8", "-ep", "--all2all-backend",
+                             "flashinfer_nvlink_one_sided", "--max-num-batched-tokens", "2048"],
+                            gpu_arch="sm100", vllm_version="0.33.0", environ={})
+    assert [f.message.split("legal here: ")[1] for f in r.findings if f.severity == "error"] == [
+        "allgather_reducescatter, flashinfer_nvlink_two_sided, deepep_high_throughput"]
+
+
+def test_cli_bad_nvshmem_qp_depth_is_one_error_line_exit_2():
+    r = CliRunner().invoke(main, ["check", "--gpu-arch", "sm90", "--vllm-version", "0.33.0", "--",
+                                  "NVSHMEM_QP_DEPTH=deep", "vllm", "serve", FP8B, "-dp", "8", "-ep",
+                                  "--all2all-backend", "deepep_low_latency", "--max-num-batched-tokens", "512"])
+    assert r.exit_code == 2
+    assert r.stderr == ("Error: NVSHMEM_QP_DEPTH='deep' is not a positive integer; unset it (DeepEP uses 1024) "
+                        "or set a number such as 1024\n")
+    assert r.stdout == ""
+
+
 # ---- check and inspect through the CLI ---------------------------------------------------
 
 

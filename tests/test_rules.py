@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,177 @@ def test_agrs_is_legal_for_every_model_whenever_the_flag_exists(version, world_s
     profile = load_profile(str(MODELS / "mixtral-8x7b"))
     verdict = rules.legal(rules.DEFAULT_BACKEND, profile, None, world_size, version, gpu_arch="sm90")
     assert verdict.ok == rules.version_in(version, rules.FLAG_SINCE, None)
+
+
+# ---- DeepEP kernel limits (rules.Limit rows) ------------------------------------------
+
+HT = "deepep_high_throughput"
+LL = "deepep_low_latency"
+HT_SIZES_REASON = ("deepep_high_throughput runs at EP sizes 2, 4, 8 within a node or 16, 24, 32, 48, 64, 96, "
+                   "128, 144, 160 across nodes, not {} (DeepEP 2.1 deep_ep/buffers/legacy.py:245-258 "
+                   "get_dispatch_config: 'Unsupported number of EP ranks')")
+GROUPING_REASON = ("{} needs fewer than 8 ranks or a multiple of 8, not {} (DeepEP 2.1 csrc/legacy/buffer.hpp:114: "
+                   "num_ranks < 8 or num_ranks % 8 == 0)")
+
+
+def _deepep(backend, profile, world_size, arch="sm90", **kw):
+    return rules.legal(backend, profile, None, world_size, "0.33.0", gpu_arch=arch, **kw)
+
+
+def test_deepep_high_throughput_refuses_an_ep_size_its_config_tables_lack():
+    verdict = _deepep(HT, MoeProfile.from_shape(7168, 48, 8, "bf16"), 6)
+    assert verdict.reasons == (HT_SIZES_REASON.format(6),)
+
+
+def test_a_deepep_buffer_needs_fewer_than_8_ranks_or_whole_groups_of_8():
+    profile = MoeProfile.from_shape(4096, 48, 8, "bf16")
+    assert _deepep(LL, profile, 12).reasons == (GROUPING_REASON.format(LL, 12),)
+    assert _deepep(HT, profile, 12).reasons == (HT_SIZES_REASON.format(12), GROUPING_REASON.format(HT, 12))
+    assert _deepep(LL, profile, 6).ok and _deepep(LL, profile, 24).ok
+
+
+@pytest.mark.parametrize("world_size", [2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160])
+def test_deepep_high_throughput_accepts_every_ep_size_deepep_has_a_config_for(world_size):
+    assert _deepep(HT, MoeProfile.from_shape(4096, 16 * world_size, 8, "bf16"), world_size).ok
+
+
+def test_deepep_high_throughput_intranode_holds_at_most_128_experts_per_rank():
+    kimi = load_profile(str(MODELS / "kimi-k2"))  # 384 experts
+    assert _deepep(HT, kimi, 2).reasons == (
+        "deepep_high_throughput intranode (EP <= 8) handles at most 128 experts per rank, not 192 (384 experts "
+        "over EP 2); use more ranks (DeepEP 2.1 csrc/kernels/legacy/intranode.cu:167-168 notify_dispatch: "
+        "num_experts / num_ranks <= 128)",)
+    assert _deepep(HT, kimi, 4).ok  # 96 per rank
+
+
+def test_the_experts_per_rank_limit_is_the_intranode_kernels_only():
+    assert _deepep(HT, MoeProfile.from_shape(4096, 4096, 8, "bf16"), 16).ok  # 256 per rank, internode
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm100"])
+def test_deepep_high_throughput_intranode_rows_fit_two_8_kib_halves(arch):
+    verdict = _deepep(HT, MoeProfile.from_shape(8192, 64, 8, "bf16"), 8, arch)
+    assert verdict.reasons == (
+        f"deepep_high_throughput intranode (EP <= 8) dispatches rows of at most 16368 bytes on {arch}: a bf16 "
+        "row of hidden 8192 is 16384 bytes (DeepEP 2.1 csrc/kernels/legacy/intranode.cu:304, 577 dispatch: "
+        "half_hidden_bytes + 8 <= 8192)",)
+
+
+def test_row_bytes_follow_vllms_padding_and_the_wire_dtype():
+    assert not _deepep(HT, MoeProfile.from_shape(8000, 64, 8, "bf16"), 8).ok  # padded to 8192
+    assert _deepep(HT, MoeProfile.from_shape(7936, 64, 8, "bf16"), 8).ok  # 15872 bytes
+    assert _deepep(HT, MoeProfile.from_shape(8192, 64, 8, "fp8_block128"), 8).ok  # fp8 row: 8192 bytes
+    per_tensor = _deepep(HT, MoeProfile.from_shape(8192, 64, 8, "fp8"), 8)  # crosses as bf16
+    assert "a bf16 row of hidden 8192 is 16384 bytes" in per_tensor.reasons[0]
+    assert _deepep(HT, MoeProfile.from_shape(8192, 64, 8, "bf16"), 16).ok  # internode kernels
+
+
+def test_deepep_low_latency_dispatches_at_most_511_tokens_per_rank_by_default():
+    profile = MoeProfile.from_shape(4096, 64, 8, "bf16")
+    assert _deepep(LL, profile, 4, max_tokens_per_rank=512).reasons == (
+        "deepep_low_latency dispatches at most 511 tokens per rank with NVSHMEM_QP_DEPTH=1024, not 512: "
+        "lower --max-num-batched-tokens to 511 or set NVSHMEM_QP_DEPTH to at least 1026 (DeepEP 2.1 "
+        "deep_ep/buffers/legacy.py:609: nvshmem_qp_depth >= (num_max_dispatch_tokens_per_rank + 1) * 2)",)
+    assert _deepep(LL, profile, 4, max_tokens_per_rank=511).ok
+
+
+def test_nvshmem_qp_depth_in_the_environment_moves_the_token_limit():
+    profile = MoeProfile.from_shape(4096, 64, 8, "bf16")
+    assert _deepep(LL, profile, 4, max_tokens_per_rank=1023, environ={"NVSHMEM_QP_DEPTH": "2048"}).ok
+    deeper = _deepep(LL, profile, 4, max_tokens_per_rank=1024, environ={"NVSHMEM_QP_DEPTH": "2048"})
+    assert deeper.reasons[0].startswith("deepep_low_latency dispatches at most 1023 tokens per rank with "
+                                        "NVSHMEM_QP_DEPTH=2048, not 1024: lower --max-num-batched-tokens to "
+                                        "1023 or set NVSHMEM_QP_DEPTH to at least 2050 (")
+
+
+def test_deepep_low_latency_needs_ranks_times_tokens_a_multiple_of_4():
+    profile = MoeProfile.from_shape(4096, 64, 8, "bf16")
+    assert _deepep(LL, profile, 2, max_tokens_per_rank=255).reasons == (
+        "deepep_low_latency needs EP size x tokens per rank to be a multiple of 4, not 2 x 255 = 510: make "
+        "--max-num-batched-tokens a multiple of 4 (DeepEP 2.1 csrc/legacy/buffer.hpp:1526: 'TMA requires the "
+        "number of tokens to be multiple of 4')",)
+    assert _deepep(LL, profile, 4, max_tokens_per_rank=255).ok
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4, 5, 6, 7, 8, 16, 64])
+def test_vllms_default_256_tokens_passes_every_low_latency_token_rule(world_size):
+    profile = MoeProfile.from_shape(4096, 64 * world_size, 8, "bf16")
+    assert _deepep(LL, profile, world_size, max_tokens_per_rank=256).ok
+    assert _deepep(LL, profile, world_size).ok  # None: vLLM's default, unchecked
+
+
+def test_token_limits_bind_only_low_latency():
+    profile = MoeProfile.from_shape(4096, 64, 8, "bf16")
+    for backend in (HT, rules.DEFAULT_BACKEND, TWO_SIDED):
+        assert _deepep(backend, profile, 2, max_tokens_per_rank=16383).ok, backend
+
+
+@pytest.mark.parametrize("tokens", [0, -4, True, 8.0, "512"])
+def test_tokens_per_rank_must_be_a_positive_integer(tokens):
+    with pytest.raises(rules.InvalidTokensPerRank, match="tokens per rank must be a positive integer"):
+        _deepep(LL, MoeProfile.from_shape(4096, 64, 8, "bf16"), 8, max_tokens_per_rank=tokens)
+
+
+@pytest.mark.parametrize("depth", ["abc", "0", "-8", ""])
+def test_a_bad_nvshmem_qp_depth_is_refused_with_what_to_do(depth):
+    with pytest.raises(rules.InvalidQueueDepth, match=r"NVSHMEM_QP_DEPTH=.* is not a positive integer; unset it"):
+        _deepep(LL, MoeProfile.from_shape(4096, 64, 8, "bf16"), 8, max_tokens_per_rank=256,
+                environ={"NVSHMEM_QP_DEPTH": depth})
+
+
+def test_every_kernel_limit_names_its_deepep_source_line():
+    limits = [(cap.backend, f, getattr(cap, f)) for cap in rules.BACKENDS.values()
+              for f in ("world_sizes", "world_size_grouping", "max_local_experts", "max_row_bytes",
+                        "max_tokens_per_rank", "slots_multiple_of") if getattr(cap, f) is not None]
+    assert sorted((b, f) for b, f, _ in limits) == [
+        (HT, "max_local_experts"), (HT, "max_row_bytes"), (HT, "world_size_grouping"), (HT, "world_sizes"),
+        (LL, "max_tokens_per_rank"), (LL, "slots_multiple_of"), (LL, "world_size_grouping")]
+    for backend, name, limit in limits:
+        assert re.match(r"DeepEP 2\.1 \S+:\d+", limit.source), (backend, name)
+
+
+def test_the_adapters_and_the_rules_agree_on_every_shared_limit():
+    from bench.backends import deepep_common as common
+
+    assert rules.DEEPEP_HT_MAX_LOCAL_EXPERTS.value == common.HT_MAX_LOCAL_EXPERTS
+    assert rules.DEEPEP_HT_ROW_BYTES.value.pad_bf16_bytes == common.HT_ROW_ATOM_BYTES
+    assert rules.DEEPEP_HT_ROW_BYTES.value.max_bytes == {a: 2 * (common.HT_TMA_BYTES_PER_WARP - 8)
+                                                         for a in ("sm90", "sm100")}
+    assert rules.DEEPEP_LL_TOKENS_PER_RANK.value.default == common.LL_DEFAULT_QP_DEPTH
+    assert rules.DEEPEP_HT_WORLD_SIZES.value >= set(common.HT_INTRANODE_WORLD_SIZES)
+
+
+@settings(max_examples=200, deadline=None)
+@given(world_size=st.integers(1, 200), experts_per_rank=st.sampled_from([8, 16, 128]))
+def test_high_throughput_ep_sizes_are_exactly_deepeps_configs(world_size, experts_per_rank):
+    profile = MoeProfile.from_shape(4096, experts_per_rank * world_size, 8, "bf16")
+    verdict = _deepep(HT, profile, world_size)
+    assert verdict.ok == (world_size == 1 or world_size in rules.DEEPEP_HT_WORLD_SIZES.value)
+
+
+@settings(max_examples=150, deadline=None)
+@given(hidden=st.integers(8, 96).map(lambda n: n * 128), fp8=st.booleans())
+def test_the_row_rule_refuses_exactly_the_rows_the_adapter_plan_refuses(hidden, fp8):
+    from bench.backends import deepep_common as common
+
+    dtype = "fp8_block128" if fp8 else "bf16"
+    rule = any("dispatches rows of at most" in r
+               for r in _deepep(HT, MoeProfile.from_shape(hidden, 64, 8, dtype), 8).reasons)
+    try:
+        common.ht_plan(dtype, hidden, 8, 64, 8)
+        plan = False
+    except common.DeepepCannotRun as e:
+        assert "two halves" in str(e)
+        plan = True
+    assert rule == plan
+
+
+def test_recommend_rejects_low_latency_above_its_token_limit_with_the_reason():
+    from autoselect.selector import Deployment, recommend
+
+    profile = load_profile(str(MODELS / "deepseek-v3"))
+    kw = dict(conn=None, deployment=Deployment(dp=8), gpu_arch="sm90", vllm_version="0.33.0")
+    rejected = {r.backend: r for r in recommend(profile, max_num_batched_tokens=1024, **kw).rejected}
+    assert rejected[LL].kind == "illegal"
+    assert rejected[LL].reasons[0].startswith("deepep_low_latency dispatches at most 511 tokens per rank")
+    assert LL not in {r.backend for r in recommend(profile, max_num_batched_tokens=256, **kw).rejected}
