@@ -395,11 +395,10 @@ def test_the_row_rule_refuses_exactly_the_rows_the_adapter_plan_refuses(hidden, 
     dtype = "fp8_block128" if fp8 else "bf16"
     rule = any("dispatches rows of at most" in r
                for r in _deepep(HT, MoeProfile.from_shape(hidden, 64, 8, dtype), 8).reasons)
-    try:
+    try:  # experts, top-k and EP size pass every other limit: only the row copy can refuse
         common.ht_plan(dtype, hidden, 8, 64, 8)
         plan = False
-    except common.DeepepCannotRun as e:
-        assert "two halves" in str(e)
+    except common.DeepepCannotRun:
         plan = True
     assert rule == plan
 

@@ -108,7 +108,8 @@ def check_cmd(gpu_arch, vllm_version, fmt, command):
     corrupts output), --all2all-backend without expert parallelism or with -dp 1 (silently
     ignored), removed or renamed values (pplx, naive, flashinfer_all2allv), a leftover
     VLLM_ALL2ALL_BACKEND, --enable-dbo with a backend that does not support it, experts not
-    divisible by the EP size, unsupported top-k. Exit status 1 if any finding is an error,
+    divisible by the EP size, unsupported top-k, DeepEP kernel limits (EP sizes, experts per
+    rank, row bytes, --max-num-batched-tokens against NVSHMEM_QP_DEPTH). Exit status 1 if any finding is an error,
     0 otherwise, 2 for input that cannot be read. Without --gpu-arch on a host without GPUs,
     both sm90 and sm100 are checked and reported separately.
 
