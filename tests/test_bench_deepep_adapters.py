@@ -382,7 +382,10 @@ def test_rules_cap_deepep_top_k_at_the_kernel_limits():
 def test_rules_cap_deepep_high_throughput_at_160_ranks():
     verdict = rules.legal("deepep_high_throughput", MoeProfile.from_shape(7168, 320, 8, "bf16"), None, 320,
                           "0.33.0", gpu_arch="sm90")
-    assert verdict.reasons == ("deepep_high_throughput supports at most 160 ranks, not 320",)
+    assert verdict.reasons == (
+        "deepep_high_throughput runs at EP sizes 2, 4, 8 within a node or 16, 24, 32, 48, 64, 96, 128, 144, 160 "
+        "across nodes, not 320 (DeepEP 2.1 deep_ep/buffers/legacy.py:245-258 get_dispatch_config: 'Unsupported "
+        "number of EP ranks')",)
 
 
 @pytest.mark.parametrize("backend", ["deepep_high_throughput", "deepep_low_latency"])
