@@ -5,8 +5,9 @@ Three tables hold every rule:
 * :data:`BACKENDS` — one :class:`Capability` row per ``--all2all-backend`` value autoselect
   knows: accepted activation dtypes, expert / top-k / hidden-size constraints, world-size
   limit, the DeepEP kernel limits (:class:`Limit` rows, each with the source lines that impose
-  it: EP sizes, experts per rank, row bytes, tokens per rank), hardware and package requirements, ``--enable-dbo`` support, the vLLM versions that
-  know the value and how it is spelled there.
+  it: EP sizes, experts per rank, row bytes, tokens per rank), hardware and package
+  requirements, ``--enable-dbo`` support, the vLLM versions that know the value and how it is
+  spelled there.
 * :data:`ONE_SIDED_ERAS` — what upstream vLLM does with a non-nvfp4 model on
   ``flashinfer_nvlink_one_sided`` in each version range (silent corruption, startup error,
   accepted). autoselect keeps one-sided **nvfp4-only in every version**: the hard rule of
@@ -229,9 +230,9 @@ class QueueDepth:
 #: num_rdma_ranks is max(1, num_ranks / 8), csrc/legacy/buffer.hpp).
 DEEPEP_NVL_PEERS = 8
 
-#: The DeepEP sources the limits below were read from (commit dd758ca, 2026-07-14; the pre-V2
-#: API, deep_ep/buffers/legacy.py, is what vLLM's deepep_high_throughput / deepep_low_latency call).
-DEEPEP_SOURCE = "github.com/deepseek-ai/DeepEP 2.1 @ dd758ca"
+# The limits below were read from github.com/deepseek-ai/DeepEP 2.1 at commit dd758ca
+# (2026-07-14); its pre-V2 API, deep_ep/buffers/legacy.py, is what vLLM's deepep_high_throughput
+# and deepep_low_latency call. Line numbers are that commit's.
 
 #: DeepEP high-throughput EP sizes: the dispatch/combine config tables (used whenever vLLM passes
 #: no config; vLLM passes one only for sizes in its own list, all of them in these tables) and the
@@ -628,7 +629,7 @@ def _kernel_limit_reasons(cap: Capability, profile, world_size: int, arch: str, 
                        f"on {arch}: a {wire} row of hidden "
                        f"{rows.value.padded_hidden(profile.hidden_size)} is {row} bytes ({rows.source})")
     tokens = cap.max_tokens_per_rank
-    if tokens is not None and max_tokens_per_rank is not None:
+    if _limit_applies(tokens, world_size) and max_tokens_per_rank is not None:
         depth = tokens.value
         most = depth.max_tokens(environ)
         if max_tokens_per_rank > most:
