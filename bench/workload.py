@@ -11,6 +11,14 @@ bf16/fp16/fp8), the int32 expert ids and the fp32 routing weights (``4·top_k`` 
 Every tensor a backend sees is ``uint8``/``int32``/``float32``: quantized values are opaque
 bytes, so fp8/fp4 never reach a collective library that cannot handle them (gloo).
 
+Payload bytes are hashes of (seed, token, byte), except ``fp8_block128``, whose rows are
+*quantization-stable* (:func:`fp8_block128_rows`): fp8 e4m3 codes without NaN, every
+128-element block holding one element of magnitude 448 (the largest finite e4m3 value), and
+power-of-two fp32 block scales. Their bf16 source (:attr:`DispatchBatch.x_bf16`,
+``value · scale``, exact in bf16) quantizes back to exactly these bytes under DeepEP's
+low-latency cast (``amax/448`` → scale, ``x·448/amax`` → e4m3), so a backend that
+quantizes inside its dispatch kernel can be checked bit-exactly too.
+
 Global token ids: rank ``r`` owns tokens ``r*T .. r*T+T-1`` (``T = tokens_per_rank``).
 
 Routing (``routing=``):
@@ -36,6 +44,7 @@ the gate can demand bit-exact results.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +62,14 @@ DEFAULT_ZIPF_EXPONENT = 1.2
 #: Tokens per chunk when generating payload bytes (bounds temporary int64 memory).
 _GEN_CHUNK_TOKENS = 1024
 _M32 = 0xFFFFFFFF
+
+#: Elements per fp32 scale in the ``fp8_block128`` payload.
+FP8_BLOCK = 128
+#: The fp8 e4m3 (``float8_e4m3fn``) code of +448, its largest finite value; ``| 0x80`` is -448.
+#: ``0x7F`` and ``0xFF`` are NaN.
+E4M3_MAX_CODE = 0x7E
+#: ``fp8_block128`` block scales are ``2**s`` with ``s`` in this inclusive range (5 hash bits).
+FP8_BLOCK_SCALE_EXPONENTS = (-16, 15)
 
 
 class BadRouting(UserError):
@@ -132,6 +149,52 @@ def _hash_bytes(token_ids, nbytes: int, seed: int, salt: int):
         v = v ^ (v >> 15)
         out[start : start + g.shape[0]] = (v & 0xFF).to(torch.uint8)
     return out
+
+
+def fp8_block128_rows(token_ids, hidden: int, seed: int):
+    """Quantization-stable ``fp8_block128`` payload rows: ``(x uint8 [N, H], x_sf uint8 [N, 4·ceil(H/128)])``.
+
+    ``x`` holds fp8 e4m3 codes: hash bytes with the NaN codes ``0x7F``/``0xFF`` turned into
+    ±448 (``^ 1``), then in every block of 128 elements (the last one may be shorter) one
+    element, at a hashed position with a hashed sign, set to ±448. So each block's largest
+    magnitude is exactly 448. ``x_sf`` holds one fp32 scale per block, ``2**s`` with a hashed
+    ``s`` in :data:`FP8_BLOCK_SCALE_EXPONENTS`, little-endian. Everything is a function of
+    (seed, token), like every other payload.
+
+    Why: ``value · 2**s`` is exact in bf16 (3 mantissa bits, exponents far from the limits),
+    and a block-128 cast of those bf16 rows finds ``amax = 448 · 2**s``, whose fp32
+    ``amax · (1/448)`` is exactly ``2**s`` and ``448 / amax`` exactly ``2**-s``, so it returns
+    these very codes and scales (DeepEP low-latency, with or without power-of-two/UE8M0 scales).
+    """
+    import torch
+
+    n, blocks = token_ids.shape[0], -(-hidden // FP8_BLOCK)
+    codes = _hash_bytes(token_ids, hidden, seed, salt=1)
+    codes = torch.where((codes & 0x7F) == 0x7F, codes ^ 1, codes)
+    control = _hash_bytes(token_ids, 2 * blocks, seed, salt=2).to(torch.int64)
+    place, exponent = control[:, 0::2], control[:, 1::2]
+    start = torch.arange(blocks, dtype=torch.int64, device=codes.device) * FP8_BLOCK
+    length = (hidden - start).clamp(max=FP8_BLOCK)
+    column = start + (place & 0x7F) % length
+    codes.scatter_(1, column, (E4M3_MAX_CODE | (place & 0x80)).to(torch.uint8))
+    low, high = FP8_BLOCK_SCALE_EXPONENTS
+    s = low + exponent % (high - low + 1)
+    scale_bits = ((s + 127) << 23).to(torch.int32)  # the fp32 bit pattern of 2**s
+    return codes, scale_bits.contiguous().view(torch.uint8).reshape(n, 4 * blocks)
+
+
+def fp8_block128_to_bf16(x, x_sf, hidden: int):
+    """The bf16 rows ``[N, H]`` an ``fp8_block128`` payload encodes: each e4m3 value times its block's fp32 scale.
+
+    Exact for :func:`fp8_block128_rows` payloads (see there); this is what a backend that
+    quantizes inside its dispatch kernel (DeepEP low latency, ``use_fp8=True``) is given.
+    """
+    import torch
+
+    values = x[:, :hidden].contiguous().view(torch.float8_e4m3fn).to(torch.float32)
+    scales = x_sf.contiguous().view(torch.float32)
+    per_element = scales.repeat_interleave(FP8_BLOCK, dim=1)[:, :hidden]
+    return (values * per_element).to(torch.bfloat16)
 
 
 def decode_expert_input(x_bytes, hidden: int):
@@ -248,7 +311,7 @@ class DispatchBatch:
     ``x`` ``uint8 [T, value_bytes]``, ``x_sf`` ``uint8 [T, scale_bytes]`` or None,
     ``topk_ids`` ``int32 [T, top_k]``, ``topk_weights`` ``float32 [T, top_k]``,
     ``token_index`` ``int32 [T]`` (global token ids, for backends whose rows arrive out of
-    order).
+    order), ``dtype`` the activation dtype the bytes encode.
     """
 
     x: object
@@ -256,11 +319,24 @@ class DispatchBatch:
     topk_ids: object
     topk_weights: object
     token_index: object
+    dtype: str | None = None
 
     @property
     def num_tokens(self) -> int:
         """Tokens in this batch."""
         return int(self.x.shape[0])
+
+    @functools.cached_property
+    def x_bf16(self):
+        """``bf16 [T, H]`` source rows of an ``fp8_block128`` batch (None for other dtypes), built on first use.
+
+        A backend that takes bf16 and quantizes to fp8 with per-128 scales inside its
+        dispatch (DeepEP low latency) sends these; its cast reproduces ``x`` and ``x_sf``
+        exactly (:func:`fp8_block128_rows`).
+        """
+        if self.dtype != "fp8_block128":
+            return None
+        return fp8_block128_to_bf16(self.x, self.x_sf, int(self.x.shape[1]))
 
 
 @dataclass
@@ -392,7 +468,13 @@ class Workload:
 
     # -- payloads -----------------------------------------------------------------------
     def payload_rows(self, token_ids):
-        """``(x uint8 [N, value_bytes], x_sf uint8 [N, scale_bytes] | None)`` for global ids."""
+        """``(x uint8 [N, value_bytes], x_sf uint8 [N, scale_bytes] | None)`` for global ids.
+
+        Hash bytes for every dtype but ``fp8_block128``, whose rows are quantization-stable
+        (:func:`fp8_block128_rows`).
+        """
+        if self.dtype == "fp8_block128":
+            return fp8_block128_rows(token_ids, self.hidden, self.seed)
         x = _hash_bytes(token_ids, self.value_bytes, self.seed, salt=1)
         sf = _hash_bytes(token_ids, self.scale_bytes, self.seed, salt=2) if self.scale_bytes else None
         return x, sf
@@ -408,7 +490,7 @@ class Workload:
         rows = slice(rank * t, (rank + 1) * t)
         weights = a[rows].to(torch.float32) / 16.0
         return DispatchBatch(x=x, x_sf=sf, topk_ids=ids[rows].contiguous(),
-                             topk_weights=weights.contiguous(), token_index=token_index)
+                             topk_weights=weights.contiguous(), token_index=token_index, dtype=self.dtype)
 
     # -- synthetic experts --------------------------------------------------------------
     def expert_output(self, rank: int, x_bytes, topk_ids, topk_weights, valid=None, expert=None):

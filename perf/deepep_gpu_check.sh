@@ -17,8 +17,13 @@
 #      indices from the handles, combine exact), next to allgather_reducescatter.
 #   3. gpt-oss shape (hidden 2880, top-4, 128 experts, bf16): vLLM's hidden padding in both
 #      adapters (HT 2880 -> 3072 for a 512-byte row, LL 2880 -> 3072) -> `ok` rows.
-#   4. deepep_low_latency with fp8_block128 -> an `error` row whose text says DeepEP quantizes
-#      inside the kernel (the adapter refuses pre-quantized bytes; nothing runs).
+#   4. deepep_low_latency with fp8_block128 (DeepSeek's production decode path): the adapter sends
+#      the workload's bf16 source rows with use_fp8=True and DeepEP casts them to fp8 + per-128
+#      scales inside its kernel (fp32 scales on SM90; power-of-two UE8M0 bytes on SM100, as vLLM
+#      asks with DeepGEMM experts). The workload's fp8 rows are quantization-stable, so the gate
+#      compares the received fp8 bytes and scales bit-exactly -> every row `ok`, at 7168 and at
+#      2880 padded to 3072 (a partial last block; --include-illegal, since the rules refuse
+#      block-fp8 with hidden % 128 != 0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/autoselect-deepep-check}"
@@ -40,9 +45,13 @@ echo "GPUs: $GPUS, world size: $WORLD"
 case "$WORLD" in 2|4|8) ;; *) echo "CHECK world size: FAIL (DeepEP intranode needs 2, 4 or 8 GPUs, have $WORLD)"; exit 1;; esac
 python3 - <<'PY' || { echo "CHECK deep_ep imports: FAIL"; exit 1; }
 import torch, deep_ep
+from bench.backends import deepep_common as common
 print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())
 print("deep_ep", getattr(deep_ep, "__version__", "?"), "sm90 features", deep_ep.Buffer.is_sm90_compiled(),
       "topk_idx_t", getattr(deep_ep, "topk_idx_t", "int64 (no attribute)"))
+major = torch.cuda.get_device_capability(0)[0]
+plan = common.ll_plan("fp8_block128", 7168, 8, 256, 8, 16, gpu_major=major)
+print(f"low-latency fp8 scales on this GPU (sm{major}x): round_scale={plan.round_scale} use_ue8m0={plan.ue8m0}")
 print("CHECK deep_ep imports: PASS")
 PY
 
@@ -64,8 +73,11 @@ bench "DeepSeek-V3 shape, fp8_block128: HT (fp8 values + fp32 block scales on th
 bench "gpt-oss shape, bf16 (vLLM pads hidden 2880 to 3072 for both)" \
   --hidden 2880 --top-k 4 --experts 128 --dtype bf16 --tokens 16,128 \
   --backends deepep_high_throughput,deepep_low_latency
-bench "LL refuses pre-quantized fp8 (expected: one error row, nothing launched)" \
-  --hidden 7168 --top-k 8 --experts 256 --dtype fp8_block128 --tokens 16 --backends deepep_low_latency
+bench "DeepSeek-V3 shape, fp8_block128: LL (bf16 in, DeepEP's in-kernel fp8 cast, fp8 + scales on the wire)" \
+  --hidden 7168 --top-k 8 --experts 256 --dtype fp8_block128 --tokens 1,16,128,256 --backends deepep_low_latency
+bench "fp8_block128 at hidden 2880: LL pads to 3072, the last scale block is half zeros" \
+  --hidden 2880 --top-k 4 --experts 128 --dtype fp8_block128 --tokens 16,128 --backends deepep_low_latency \
+  --include-illegal
 
 section "rows"
 python3 - <<'PY' || FAILED=1
@@ -93,9 +105,9 @@ check("deepep_high_throughput fp8_block128 7168 all ok", ok("deepep_high_through
 check("deepep_low_latency bf16 7168 all ok", ok("deepep_low_latency", "bf16", 7168))
 check("deepep_high_throughput bf16 2880 (padded) all ok", ok("deepep_high_throughput", "bf16", 2880))
 check("deepep_low_latency bf16 2880 (padded) all ok", ok("deepep_low_latency", "bf16", 2880))
-ll_fp8 = [(s, e) for b, d, h, t, s, *_, e in rows if (b, d) == ("deepep_low_latency", "fp8_block128")]
-check("deepep_low_latency fp8_block128 refused with the reason",
-      bool(ll_fp8) and all(s == "error" and "inside the dispatch kernel" in e for s, e in ll_fp8))
+check("deepep_low_latency fp8_block128 7168 all ok (fp8 bytes and scales bit-exact)",
+      ok("deepep_low_latency", "fp8_block128", 7168))
+check("deepep_low_latency fp8_block128 2880 (padded, partial block) all ok", ok("deepep_low_latency", "fp8_block128", 2880))
 sys.exit(1 if fail else 0)
 PY
 

@@ -26,6 +26,7 @@ from bench.backends.deepep_high_throughput import DeepepHighThroughput
 from bench.backends.deepep_low_latency import DeepepLowLatency
 from bench.measure import check_dispatch
 from bench.workload import Workload
+from helpers_fp8_cast import deepep_ll_cast
 
 HAVE_DEEP_EP = common._has_module("deep_ep")
 
@@ -86,7 +87,7 @@ def test_the_wire_table_covers_every_activation_dtype_for_both_backends():
     for backend in (common.HIGH_THROUGHPUT, common.LOW_LATENCY):
         assert set(common.WIRE[backend]) == set(ACTIVATION_DTYPES)
     assert [d for d, why in common.WIRE[common.HIGH_THROUGHPUT].items() if why is None] == ["bf16", "fp8_block128"]
-    assert [d for d, why in common.WIRE[common.LOW_LATENCY].items() if why is None] == ["bf16"]
+    assert [d for d, why in common.WIRE[common.LOW_LATENCY].items() if why is None] == ["bf16", "fp8_block128"]
 
 
 @pytest.mark.parametrize("dtype", ["fp8", "nvfp4", "mxfp8", "mxfp4"])
@@ -99,10 +100,26 @@ def test_high_throughput_sends_quantized_non_block_formats_as_bf16_so_it_refuses
         "_receiver: DeepEP carries only fp8 with fp32 block-128 scales); measure this backend with --dtype bf16")
 
 
-def test_low_latency_cannot_carry_prequantized_fp8_because_deepep_quantizes_inside_the_kernel():
-    with pytest.raises(common.DeepepCannotRun, match=r"casts it to fp8 with per-128 scales inside the dispatch "
-                                                     r"kernel \(use_fp8=True"):
-        common.ll_plan("fp8_block128", 7168, 8, 256, 8, 128)
+@pytest.mark.parametrize("gpu_major, round_scale, ue8m0", [(9, False, False), (10, True, True), (12, False, False)])
+def test_low_latency_block_fp8_uses_deepeps_in_kernel_cast_with_vllms_scale_format_for_the_gpu(
+        gpu_major, round_scale, ue8m0):
+    plan = common.ll_plan("fp8_block128", 7168, 8, 256, 8, 128, gpu_major=gpu_major)
+    assert plan == common.LlPlan(7168, 256, fp8=True, round_scale=round_scale, ue8m0=ue8m0)
+    assert plan.scales == 56
+
+
+def test_low_latency_block_fp8_pads_2880_to_3072_with_24_scales_and_bf16_stays_unquantized():
+    plan = common.ll_plan("fp8_block128", 2880, 4, 128, 8, 16, gpu_major=10)
+    assert (plan.hidden, plan.scales, plan.fp8) == (3072, 24, True)
+    assert common.ll_plan("bf16", 2880, 4, 128, 8, 16, gpu_major=10) == common.LlPlan(3072, 256)
+    assert all(h % 512 == 0 for h in common.LL_HIDDEN_SIZES)  # buffer.hpp asserts hidden % 512 for fp8
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "mxfp8", "nvfp4", "mxfp4"])
+def test_low_latency_refuses_formats_vllm_sends_it_as_bf16(dtype):
+    with pytest.raises(common.DeepepCannotRun, match=rf"vLLM sends {dtype} models' activations through "
+                                                     r"deepep_low_latency as bf16"):
+        common.ll_plan(dtype, 7168, 8, 256, 8, 128)
 
 
 def test_low_latency_takes_bf16_only_not_fp16():
@@ -271,6 +288,17 @@ def test_low_latency_inputs_are_bf16_rows_padded_to_the_compiled_hidden():
     assert torch.equal(weights, batch.topk_weights) and idx.dtype == torch.int64
 
 
+def test_low_latency_fp8_inputs_are_the_bf16_source_rows_padded_with_zeros():
+    w = Workload(4, 2880, 4, 16, 4, "fp8_block128", seed=2)
+    adapter = _bare(DeepepLowLatency, w, 0, common.ll_plan("fp8_block128", 2880, 4, 16, 4, 4))
+    adapter.index_dtype, adapter.cache = torch.int64, {}
+    batch = w.batch(0)
+    x, idx, _ = adapter._inputs(batch)
+    assert (x.dtype, tuple(x.shape)) == (torch.bfloat16, (4, 3072))
+    assert torch.equal(x[:, :2880], batch.x_bf16) and int(x[:, 2880:].count_nonzero()) == 0
+    assert adapter._inputs(batch)[0] is x
+
+
 def test_a_source_index_off_by_one_is_caught_by_the_gate():
     w = Workload(8, 256, 2, 8, 2, "bf16", seed=1)
     prefix, src_idx = _ht_handle_for(w, 0)
@@ -309,34 +337,79 @@ def test_low_latency_slots_decode_from_packed_layout_ranges_in_arrival_order():
     assert token[~valid].unique().tolist() == [-1]
 
 
-@pytest.mark.parametrize("hidden", [2048, 2880])
-def test_low_latency_received_slots_pass_the_gate_and_a_lost_slot_fails_it(hidden):
-    w = Workload(8, hidden, 4, 8, 2, "bf16", seed=5)
-    plan = common.ll_plan("bf16", hidden, 4, 8, 2, 8)
+def _ll_dispatch_as_deepep_writes_it(w: Workload, rank: int, plan):
+    """``(recv_x, handle)`` of a low-latency dispatch to ``rank``, laid out as DeepEP's kernel writes them.
+
+    Every source rank's input is what the adapter hands DeepEP (``_inputs``: padded bf16 rows);
+    with ``plan.fp8`` it goes through DeepEP's block cast (tests/helpers_fp8_cast.py) and the
+    scales land where internode_ll.cu stores them: ``recv_x_scales[token * pack_elems + pack *
+    slots * pack_elems + elem]`` in a ``[local, packs, slots]`` tensor that buffer.hpp returns
+    transposed (fp32, one per pack; UE8M0: four exponent bytes per int32 pack).
+    """
     t, ranks = w.tokens_per_rank, w.world_size
     ids, _ = w.global_routing()
-    for rank in range(ranks):
-        first, last = w.expert_range(rank)
-        local, slots = last - first, ranks * plan.max_tokens
-        layout = torch.zeros((local, ranks), dtype=torch.int64)
-        src_info = torch.full((local, slots), 99, dtype=torch.int32)
-        recv_x = torch.zeros((local, slots, plan.hidden), dtype=torch.bfloat16)
-        for e in range(local):
-            begin = 0
-            for src in reversed(range(ranks)):  # arrival order differs from rank order
-                mine = (ids[src * t:(src + 1) * t] == first + e).any(dim=1).nonzero().flatten()
-                layout[e, src] = _pack(len(mine), begin)
-                src_info[e, begin:begin + len(mine)] = mine.to(torch.int32)
-                rows = w.payload_rows(src * t + mine)[0].view(torch.bfloat16)
-                recv_x[e, begin:begin + len(mine), :hidden] = rows
-                begin += len(mine)
-        handle = (src_info, layout, plan.max_tokens, plan.hidden, w.experts)
+    first, last = w.expert_range(rank)
+    local, slots, blocks = last - first, ranks * plan.max_tokens, plan.hidden // 128
+    layout = torch.zeros((local, ranks), dtype=torch.int64)
+    src_info = torch.full((local, slots), 99, dtype=torch.int32)
+    values = torch.zeros((local, slots, plan.hidden), dtype=torch.float8_e4m3fn if plan.fp8 else torch.bfloat16)
+    per_pack = 4 if plan.ue8m0 else 1
+    storage = torch.zeros((local, blocks // per_pack, slots, per_pack),
+                          dtype=torch.uint8 if plan.ue8m0 else torch.float32)
+    for e in range(local):
+        begin = 0
+        for src in reversed(range(ranks)):  # arrival order differs from rank order
+            sender = _bare(DeepepLowLatency, w, src, plan)
+            sender.index_dtype, sender.cache = torch.int64, {}
+            x = sender._inputs(w.batch(src))[0]
+            mine = (ids[src * t:(src + 1) * t] == first + e).any(dim=1).nonzero().flatten()
+            layout[e, src] = _pack(len(mine), begin)
+            src_info[e, begin:begin + len(mine)] = mine.to(torch.int32)
+            slot = torch.arange(begin, begin + len(mine))
+            if plan.fp8:
+                codes, scales = deepep_ll_cast(x[mine], round_scale=plan.round_scale, use_ue8m0=plan.ue8m0)
+                values[e, slot] = codes.view(torch.float8_e4m3fn)
+                for j in range(blocks):
+                    storage[e, j // per_pack, slot, j % per_pack] = scales[:, j]
+            else:
+                values[e, slot] = x[mine]
+            begin += len(mine)
+    handle = (src_info, layout, plan.max_tokens, plan.hidden, w.experts)
+    if not plan.fp8:
+        return values, handle
+    packed = storage.view(torch.int32) if plan.ue8m0 else storage
+    return (values, packed.reshape(local, blocks // per_pack, slots).transpose(1, 2)), handle
+
+
+@pytest.mark.parametrize("dtype, hidden, gpu_major", [("bf16", 2048, 9), ("bf16", 2880, 9),
+                                                      ("fp8_block128", 7168, 9), ("fp8_block128", 2880, 9),
+                                                      ("fp8_block128", 7168, 10), ("fp8_block128", 2880, 10)])
+def test_low_latency_received_slots_pass_the_gate_and_a_lost_slot_fails_it(dtype, hidden, gpu_major):
+    w = Workload(8, hidden, 4, 8, 2, dtype, seed=5)
+    plan = common.ll_plan(dtype, hidden, 4, 8, 2, 8, gpu_major=gpu_major)
+    for rank in range(w.world_size):
+        recv_x, handle = _ll_dispatch_as_deepep_writes_it(w, rank, plan)
+        if plan.fp8:
+            assert recv_x[1].dtype == (torch.int32 if plan.ue8m0 else torch.float32)
+            assert not recv_x[1].is_contiguous()  # column-major, as DeepEP returns it
         fields = _bare(DeepepLowLatency, w, rank, plan)._received(recv_x, handle)
-        assert fields["x"].shape == (local * slots, 2 * hidden)
+        local = w.expert_range(rank)[1] - w.expert_range(rank)[0]
+        assert fields["x"].shape == (local * 2 * plan.max_tokens, w.value_bytes)
         assert check_dispatch(w, rank, common.LazyReceived(lambda f=fields: f)) is None
         dropped = dict(fields, valid=fields["valid"].clone())
         dropped["valid"][int(fields["valid"].nonzero()[0])] = False
         assert "never arrived" in check_dispatch(w, rank, common.LazyReceived(lambda f=dropped: f))
+
+
+@pytest.mark.parametrize("gpu_major", [9, 10])
+def test_low_latency_fp8_scales_read_in_storage_order_fail_the_gate(gpu_major):
+    # forgetting that DeepEP's scales are a transposed view scrambles them across slots
+    w = Workload(8, 7168, 4, 8, 2, "fp8_block128", seed=5)
+    plan = common.ll_plan("fp8_block128", 7168, 4, 8, 2, 8, gpu_major=gpu_major)
+    (values, scales), handle = _ll_dispatch_as_deepep_writes_it(w, 0, plan)
+    storage_order = scales.transpose(1, 2).contiguous().reshape(scales.shape)
+    fields = _bare(DeepepLowLatency, w, 0, plan)._received((values, storage_order), handle)
+    assert "scale byte" in check_dispatch(w, 0, common.LazyReceived(lambda: fields))
 
 
 def test_lazy_received_builds_once_on_first_access_only():

@@ -241,23 +241,6 @@ def _ideal_slots(w, rank):
                     expert=ids[mine].to(torch.int64))
 
 
-def test_a_perfect_per_expert_layout_passes_and_combines_exactly():
-    w = _w(top_k=4, experts=16, world_size=2)
-    out = torch.zeros((w.tokens_per_rank, w.hidden), dtype=torch.float32)
-    ids, a = w.global_routing()
-    for r in range(2):
-        rec = _ideal_slots(w, r)
-        assert check_dispatch(w, r, rec) is None
-        part = w.expert_output(r, rec.x, None, None, expert=rec.expert).float()
-        # combine applies the weights: w_k for the slot's (token, expert) pick
-        g = rec.token_index.long()
-        k = (ids[g] == rec.expert[:, None]).float().argmax(dim=1)
-        weight = a[g, k].float() / 16
-        mine = g < w.tokens_per_rank
-        out.index_add_(0, g[mine], part[mine] * weight[mine, None])
-    assert check_combine(w, 0, out.to(torch.bfloat16)) is None
-
-
 def test_a_missing_expert_slot_is_named():
     w = _w()
     rec = _ideal_slots(w, 1)
@@ -265,3 +248,154 @@ def test_a_missing_expert_slot_is_named():
     rec.valid = torch.ones(rec.x.shape[0], dtype=torch.bool)
     rec.valid[-1] = False
     assert check_dispatch(w, 1, rec) == f"rank 1: token {g} (from rank {g // 16}) never arrived for expert {e}"
+
+
+# --------------------------------------------------------------------------------------
+# fp8_block128 rows are quantization-stable: DeepEP low latency's in-kernel cast of their bf16
+# source returns exactly their bytes (tests/helpers_fp8_cast.py is that cast, in fp32 torch).
+
+from bench.workload import (  # noqa: E402
+    E4M3_MAX_CODE,
+    FP8_BLOCK_SCALE_EXPONENTS,
+    fp8_block128_rows,
+    fp8_block128_to_bf16,
+)
+from helpers_fp8_cast import K_AMAX_E4M3, K_AMAX_INV_E4M3, deepep_ll_cast, pad_columns  # noqa: E402
+
+#: (hidden, the next DeepEP low-latency compiled size vLLM pads it to)
+FP8_HIDDEN = [(7168, 7168), (2048, 2048), (2880, 3072), (4096, 4096), (5000, 5120), (128, 2048), (100, 2048)]
+FP8_SEEDS = [0, 1, 7, 12345]
+
+
+def _fp8_rows(hidden, seed, tokens=96, first=0):
+    return fp8_block128_rows(torch.arange(first, first + tokens, dtype=torch.int32), hidden, seed)
+
+
+def _scale_exponents(x_sf):
+    bits = x_sf.contiguous().view(torch.int32)
+    return bits, ((bits >> 23) & 0xFF) - 127
+
+
+@pytest.mark.parametrize("hidden, _padded", FP8_HIDDEN)
+def test_fp8_block128_rows_have_the_table_sizes_no_nan_and_448_as_every_block_amax(hidden, _padded):
+    blocks = -(-hidden // 128)
+    for seed in FP8_SEEDS:
+        x, x_sf = _fp8_rows(hidden, seed)
+        assert (x.dtype, tuple(x.shape), x_sf.dtype, tuple(x_sf.shape)) == (
+            torch.uint8, (96, hidden), torch.uint8, (96, 4 * blocks))
+        assert x.shape[1] + x_sf.shape[1] + 8 * 4 == dispatch_bytes("fp8_block128", hidden, 4)
+        assert int(((x & 0x7F) == 0x7F).sum()) == 0  # no NaN code
+        values = x.view(torch.float8_e4m3fn).to(torch.float32)
+        padded = torch.zeros((96, blocks * 128))
+        padded[:, :hidden] = values.abs()
+        assert padded.reshape(96, blocks, 128).amax(dim=2).unique().tolist() == [448.0]
+
+
+@pytest.mark.parametrize("hidden, _padded", FP8_HIDDEN)
+def test_fp8_block128_scales_are_powers_of_two_in_the_documented_range(hidden, _padded):
+    low, high = FP8_BLOCK_SCALE_EXPONENTS
+    seen = set()
+    for seed in FP8_SEEDS:
+        bits, exponent = _scale_exponents(_fp8_rows(hidden, seed)[1])
+        assert int((bits & 0x807FFFFF).count_nonzero()) == 0  # positive, mantissa 0: exactly 2**s
+        assert low <= int(exponent.min()) and int(exponent.max()) <= high
+        seen |= set(exponent.unique().tolist())
+    if hidden >= 2048:
+        assert seen == set(range(low, high + 1))
+
+
+def test_fp8_block128_rows_depend_on_seed_and_token_only_so_any_rank_can_check_any_row():
+    w = _w(dtype="fp8_block128", hidden=2880, tokens_per_rank=8, world_size=4, experts=16, seed=9)
+    whole = w.batch(2)
+    picked = torch.tensor([21, 16, 23], dtype=torch.int32)
+    x, x_sf = w.payload_rows(picked)
+    assert torch.equal(x, whole.x[[5, 0, 7]]) and torch.equal(x_sf, whole.x_sf[[5, 0, 7]])
+    assert torch.equal(_w(dtype="fp8_block128", hidden=2880, tokens_per_rank=8, world_size=4, experts=16,
+                          seed=9).batch(2).x, whole.x)
+    assert not torch.equal(_w(dtype="fp8_block128", hidden=2880, tokens_per_rank=8, world_size=4, experts=16,
+                              seed=10).batch(2).x, whole.x)
+    assert not torch.equal(x[0], x[1])
+
+
+@pytest.mark.parametrize("hidden, padded", FP8_HIDDEN)
+@pytest.mark.parametrize("round_scale, use_ue8m0", [(False, False), (True, False), (True, True)],
+                         ids=["fp32-scales (sm90)", "round-scale", "ue8m0 (sm100)"])
+def test_deepeps_block_cast_of_the_bf16_source_returns_the_fp8_bytes_and_scales_bit_exactly(
+        hidden, padded, round_scale, use_ue8m0):
+    blocks = -(-hidden // 128)
+    for seed in FP8_SEEDS:
+        w = _w(dtype="fp8_block128", hidden=hidden, tokens_per_rank=64, seed=seed)
+        for rank in range(w.world_size):
+            batch = w.batch(rank)
+            codes, scales = deepep_ll_cast(pad_columns(batch.x_bf16, padded), round_scale=round_scale,
+                                           use_ue8m0=use_ue8m0)
+            assert torch.equal(codes[:, :hidden], batch.x)
+            assert int(codes[:, hidden:].count_nonzero()) == 0  # vLLM's zero padding stays zero
+            if use_ue8m0:
+                _, exponent = _scale_exponents(batch.x_sf)
+                assert torch.equal(scales[:, :blocks].to(torch.int32) - 127, exponent)
+            else:
+                assert torch.equal(scales[:, :blocks].contiguous().view(torch.uint8), batch.x_sf)
+
+
+def test_every_scale_exponent_in_range_survives_the_fp32_scale_arithmetic_of_the_cast():
+    low, high = FP8_BLOCK_SCALE_EXPONENTS
+    s = torch.arange(low, high + 1, dtype=torch.int32)
+    pow2 = ((s + 127) << 23).view(torch.float32)
+    amax = K_AMAX_E4M3 * pow2
+    assert torch.equal(amax * K_AMAX_INV_E4M3, pow2)  # scale_inv = amax * (1/448.0f)
+    assert torch.equal(K_AMAX_E4M3 / amax, 1.0 / pow2)  # scale = 448.0f / amax
+    # every finite e4m3 value, positive and negative, times any of these scales is exact in bf16
+    codes = torch.arange(256, dtype=torch.int32)
+    finite = codes[(codes & 0x7F) != 0x7F].to(torch.uint8)
+    values = finite.view(torch.float8_e4m3fn).to(torch.float32)
+    product = values[:, None] * pow2[None, :]
+    assert torch.equal(product.to(torch.bfloat16).to(torch.float32), product)
+
+
+def test_the_cast_oracle_rescales_a_block_whose_amax_is_not_448():
+    # 128 copies of 416 (code 0x7D) at scale 1: amax 416 -> scale_inv 416/448, every value 448
+    x_bf16 = torch.full((1, 128), 416.0, dtype=torch.bfloat16)
+    codes, scales = deepep_ll_cast(x_bf16)
+    assert codes.unique().tolist() == [E4M3_MAX_CODE] and scales.item() != 1.0
+    # and the hash bytes used before (NaN codes, random fp32 scales) do not come back either
+    raw = _w(dtype="nvfp4", hidden=2048).payload_rows(torch.arange(4, dtype=torch.int32))[0]
+    x = torch.cat([raw, raw], dim=1)
+    sf = torch.full((4, 16), 0.75).view(torch.uint8)
+    assert not torch.equal(deepep_ll_cast(fp8_block128_to_bf16(x, sf, 2048))[0], x)
+
+
+def test_x_bf16_is_value_times_block_scale_and_only_for_fp8_block128_batches():
+    batch = _w(dtype="fp8_block128", hidden=2880).batch(0)
+    assert (batch.x_bf16.dtype, tuple(batch.x_bf16.shape)) == (torch.bfloat16, (16, 2880))
+    values = batch.x.view(torch.float8_e4m3fn).to(torch.float32)
+    scales = batch.x_sf.view(torch.float32)
+    assert torch.equal(batch.x_bf16[3, 130].float(), values[3, 130] * scales[3, 1])
+    assert torch.equal(batch.x_bf16[5, 2879].float(), values[5, 2879] * scales[5, 22])
+    assert batch.x_bf16 is batch.x_bf16  # built once
+    assert _w(dtype="bf16").batch(0).x_bf16 is None and _w(dtype="fp8").batch(0).x_bf16 is None
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8_block128"])
+def test_a_perfect_per_expert_layout_passes_and_combines_exactly(dtype):
+    w = _w(top_k=4, experts=16, world_size=2, dtype=dtype, hidden=2880)
+    out = torch.zeros((w.tokens_per_rank, w.hidden), dtype=torch.float32)
+    ids, a = w.global_routing()
+    for r in range(2):
+        rec = _ideal_slots(w, r)
+        assert check_dispatch(w, r, rec) is None
+        part = w.expert_output(r, rec.x, None, None, expert=rec.expert).float()
+        g = rec.token_index.long()
+        # combine applies the weights: w_k for the slot's (token, expert) pick
+        k = (ids[g] == rec.expert[:, None]).float().argmax(dim=1)
+        mine = g < w.tokens_per_rank
+        out.index_add_(0, g[mine], part[mine] * (a[g, k].float() / 16)[mine, None])
+    assert check_combine(w, 0, out.to(torch.bfloat16)) is None
+
+
+def test_a_wrong_fp8_scale_byte_is_named():
+    w = _w(dtype="fp8_block128", hidden=2880)
+    rec = _ideal_received(w, 0)
+    g = int(rec.token_index[2])
+    rec.x_sf[2, 5] ^= 0x01
+    assert check_dispatch(w, 0, rec).startswith(f"rank 0: token {g} (from rank {g // 16}) scale byte 5: got 0x")

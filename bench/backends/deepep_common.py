@@ -57,12 +57,12 @@ WIRE = {
     },
     LOW_LATENCY: {
         "bf16": None,
-        "fp8_block128": (
-            "DeepEP low-latency takes bf16 and casts it to fp8 with per-128 scales inside the "
-            "dispatch kernel (use_fp8=True, legacy.py low_latency_dispatch; vLLM turns it on for "
-            "block-128 fp8 models, all2all_utils.py use_fp8_dispatch), so pre-quantized fp8 bytes "
-            "cannot be sent and the bit-exact gate has nothing to compare; measure --dtype bf16 "
-            "(the fp8 wire format of this backend is not benchmarked)"),
+        # vLLM turns use_fp8 on for block-128 fp8 models (all2all_utils.py use_fp8_dispatch):
+        # DeepEP takes bf16 and casts it to fp8 e4m3 + fp32 per-128 scales inside the dispatch
+        # kernel (internode_ll.cu dispatch, calculate_fp8_scales). The adapter sends the
+        # workload's bf16 source rows (DispatchBatch.x_bf16), which that cast turns back into
+        # exactly the workload's fp8 bytes and scales (bench/workload.py fp8_block128_rows).
+        "fp8_block128": None,
         "fp16": ("DeepEP low_latency_dispatch takes bf16 only (csrc/legacy/buffer.hpp asserts "
                  "x.scalar_type() == kBFloat16)"),
         **{d: _BF16_INSTEAD.format(
@@ -102,6 +102,15 @@ LL_VLLM_MAX_TOKENS = 256
 #: NVSHMEM_QP_DEPTH default set by Buffer.__init__; low_latency_dispatch asserts
 #: nvshmem_qp_depth >= (num_max_dispatch_tokens_per_rank + 1) * 2 (legacy.py).
 LL_DEFAULT_QP_DEPTH = 1024
+#: How vLLM asks low-latency fp8 dispatch for its scales, by the GPU's compute-capability major:
+#: ``(round_scale, use_ue8m0)``. deepep_ll.py passes ``round_scale=use_ue8m0=self.use_ue8m0_dispatch``,
+#: which post_init_setup turns on when the experts ``supports_packed_ue8m0_act_scales()``: DeepGEMM's
+#: batched experts return ``is_deep_gemm_e8m0_used() and is_device_capability_family(100)``, every
+#: other LL expert False. So SM90 gets fp32 scales ``amax/448``; SM100 (with DeepGEMM, vLLM's choice
+#: for block-fp8 there) power-of-two scales packed as UE8M0 bytes, four per int32
+#: (buffer.hpp low_latency_dispatch; internode_ll.cu extract_required_scale_format). Other
+#: architectures: fp32 scales.
+LL_FP8_SCALE_FORMAT = {9: (False, False), 10: (True, True)}
 
 
 def vllm_buffer_bytes() -> int:
@@ -174,20 +183,33 @@ class LlPlan:
     """How vLLM would drive DeepEP low-latency for one shape.
 
     ``hidden``: padded to the next compiled size; ``max_tokens``: DeepEP's
-    ``num_max_dispatch_tokens_per_rank`` (received slots per (local expert, source rank)).
+    ``num_max_dispatch_tokens_per_rank`` (received slots per (local expert, source rank));
+    ``fp8``: ``use_fp8=True`` (bf16 in, fp8 e4m3 + one scale per 128 values out);
+    ``round_scale`` / ``ue8m0``: power-of-two scales, returned as packed UE8M0 bytes.
     """
 
     hidden: int
     max_tokens: int
+    fp8: bool = False
+    round_scale: bool = False
+    ue8m0: bool = False
+
+    @property
+    def scales(self) -> int:
+        """Scales per received row (fp8 only): one per 128 padded values."""
+        return self.hidden // 128 if self.fp8 else 0
 
 
 def ll_plan(dtype: str, hidden: int, top_k: int, experts: int, world_size: int, tokens_per_rank: int,
-            *, qp_depth: int = LL_DEFAULT_QP_DEPTH) -> LlPlan:
+            *, qp_depth: int = LL_DEFAULT_QP_DEPTH, gpu_major: int = 9) -> LlPlan:
     """The :class:`LlPlan` for a shape, or :class:`DeepepCannotRun` with the source's reason.
 
     ``max_tokens`` is vLLM's 256, or the tokens per rank when larger (what
     ``--max-num-batched-tokens`` would have to be), rounded up to a multiple of 4 (the
     received-slot count ``ranks * max_tokens`` must be, buffer.hpp low_latency_dispatch).
+    ``fp8_block128`` dispatches with ``use_fp8=True`` and the scale format vLLM picks on a GPU
+    of compute capability ``gpu_major`` (:data:`LL_FP8_SCALE_FORMAT`); every compiled hidden
+    size is a multiple of 512, as buffer.hpp asserts for fp8.
     """
     _check_common(LOW_LATENCY, dtype, top_k, experts, world_size, LL_MAX_TOP_K)
     padded = next((s for s in LL_HIDDEN_SIZES if s >= hidden), None)
@@ -200,7 +222,28 @@ def ll_plan(dtype: str, hidden: int, top_k: int, experts: int, world_size: int, 
             f"{LOW_LATENCY} dispatches at most {qp_depth // 2 - 1} tokens per rank with "
             f"NVSHMEM_QP_DEPTH={qp_depth} (legacy.py asserts qp_depth >= (max_tokens + 1) * 2), "
             f"not {tokens_per_rank}; set NVSHMEM_QP_DEPTH to at least {(max_tokens + 1) * 2}")
-    return LlPlan(padded, max_tokens)
+    fp8 = dtype == "fp8_block128"
+    round_scale, ue8m0 = LL_FP8_SCALE_FORMAT.get(gpu_major, (False, False)) if fp8 else (False, False)
+    return LlPlan(padded, max_tokens, fp8=fp8, round_scale=round_scale, ue8m0=ue8m0)
+
+
+def ll_received_scale_bytes(scales, plan: LlPlan):
+    """DeepEP's low-latency fp8 scales as fp32 bytes per slot: ``uint8 [local * slots, 4 * hidden/128]``.
+
+    DeepEP returns ``[local experts, slots, hidden/128]`` fp32 (or, with UE8M0,
+    ``[local experts, slots, hidden/512]`` int32 packing four exponent bytes, scale ``j`` in byte
+    ``j % 4`` of int ``j // 4``), both transposed views of column-major storage (buffer.hpp: the
+    tensor is allocated ``[local, packs, slots]`` and ``transpose(1, 2)``-ed for TMA). A UE8M0 byte
+    ``e`` is the exponent field of the fp32 scale ``2**(e - 127)`` (internode_ll.cu
+    extract_required_scale_format: ``bits >> 23``), so ``e << 23`` is that scale's fp32 bit pattern.
+    """
+    import torch
+
+    local, slots = scales.shape[0], scales.shape[1]
+    raw = scales.contiguous().view(torch.uint8).reshape(local * slots, -1)
+    if not plan.ue8m0:
+        return raw
+    return (raw.to(torch.int32) << 23).view(torch.uint8).reshape(local * slots, -1)
 
 
 # --------------------------------------------------------------------------------------
