@@ -24,6 +24,10 @@
 #      compares the received fp8 bytes and scales bit-exactly -> every row `ok`, at 7168 and at
 #      2880 padded to 3072 (a partial last block; --include-illegal, since the rules refuse
 #      block-fp8 with hidden % 128 != 0).
+#   5. perf/deepep_ll_fp8_modes.py: the LL adapter with each of DeepEP's three scale formats
+#      (fp32; round_scale; round_scale + packed UE8M0), whichever this GPU's vLLM would use, at
+#      hidden 7168 and 2880 -> PASS each; a control (bf16 rows doubled) must FAIL the gate on the
+#      scale bytes -> PASS when it does.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/autoselect-deepep-check}"
@@ -78,6 +82,10 @@ bench "DeepSeek-V3 shape, fp8_block128: LL (bf16 in, DeepEP's in-kernel fp8 cast
 bench "fp8_block128 at hidden 2880: LL pads to 3072, the last scale block is half zeros" \
   --hidden 2880 --top-k 4 --experts 128 --dtype fp8_block128 --tokens 16,128 --backends deepep_low_latency \
   --include-illegal
+
+section "LL fp8 in every DeepEP scale format (fp32, round_scale, UE8M0) and a control that must fail"
+timeout 900 python3 -m torch.distributed.run --nproc_per_node "$WORLD" perf/deepep_ll_fp8_modes.py \
+  || { echo "(deepep_ll_fp8_modes.py exited with $?)"; FAILED=1; }
 
 section "rows"
 python3 - <<'PY' || FAILED=1
