@@ -6,10 +6,14 @@ import json
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bench.measure import StoppingRule, check_combine, check_dispatch, summarize
 from bench.backends import Received
 from bench.workload import (
+    E4M3_MAX_CODE,
+    FP8_BLOCK_SCALE_EXPONENTS,
     BadRouting,
     BadWorkload,
     Workload,
@@ -17,8 +21,11 @@ from bench.workload import (
     busbw_gbps,
     combine_bytes,
     dispatch_bytes,
+    fp8_block128_rows,
+    fp8_block128_to_bf16,
     parse_routing,
 )
+from helpers_fp8_cast import K_AMAX_E4M3, K_AMAX_INV_E4M3, deepep_ll_cast, pad_columns
 
 
 def _w(**kw):
@@ -254,14 +261,6 @@ def test_a_missing_expert_slot_is_named():
 # fp8_block128 rows are quantization-stable: DeepEP low latency's in-kernel cast of their bf16
 # source returns exactly their bytes (tests/helpers_fp8_cast.py is that cast, in fp32 torch).
 
-from bench.workload import (  # noqa: E402
-    E4M3_MAX_CODE,
-    FP8_BLOCK_SCALE_EXPONENTS,
-    fp8_block128_rows,
-    fp8_block128_to_bf16,
-)
-from helpers_fp8_cast import K_AMAX_E4M3, K_AMAX_INV_E4M3, deepep_ll_cast, pad_columns  # noqa: E402
-
 #: (hidden, the next DeepEP low-latency compiled size vLLM pads it to)
 FP8_HIDDEN = [(7168, 7168), (2048, 2048), (2880, 3072), (4096, 4096), (5000, 5120), (128, 2048), (100, 2048)]
 FP8_SEEDS = [0, 1, 7, 12345]
@@ -399,3 +398,19 @@ def test_a_wrong_fp8_scale_byte_is_named():
     g = int(rec.token_index[2])
     rec.x_sf[2, 5] ^= 0x01
     assert check_dispatch(w, 0, rec).startswith(f"rank 0: token {g} (from rank {g // 16}) scale byte 5: got 0x")
+
+
+@settings(max_examples=60, deadline=None)
+@given(hidden=st.integers(1, 8192), seed=st.integers(0, 2**31 - 1), first=st.integers(0, 10**6),
+       mode=st.sampled_from([(False, False), (True, False), (True, True)]))
+def test_any_hidden_seed_and_token_survives_the_cast(hidden, seed, first, mode):
+    x, x_sf = _fp8_rows(hidden, seed, tokens=3, first=first)
+    padded = -(-hidden // 512) * 512
+    codes, scales = deepep_ll_cast(pad_columns(fp8_block128_to_bf16(x, x_sf, hidden), padded),
+                                   round_scale=mode[0], use_ue8m0=mode[1])
+    blocks = x_sf.shape[1] // 4
+    assert torch.equal(codes[:, :hidden], x)
+    if mode[1]:
+        assert torch.equal((scales[:, :blocks].to(torch.int32) << 23).view(torch.uint8), x_sf)
+    else:
+        assert torch.equal(scales[:, :blocks].contiguous().view(torch.uint8), x_sf)
