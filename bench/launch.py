@@ -79,7 +79,8 @@ def serve_job(job: dict, rank: int, world_size: int, emit, *, init_method: str |
     """Run every point of ``job`` (one backend) on this rank; report through ``emit(event)``.
 
     Events: ``ready``; ``phase`` (tokens, phase: setup|gate|measure); ``unavailable``
-    (reason, rank 0); ``result`` (tokens, status, error, fields; rank 0); ``done``.
+    (reason, rank 0); ``result`` (tokens, status, error, fields, timing, timing_note; rank 0,
+    which also appends the timing to :data:`TIMING_LOG_ENV`'s file); ``done``.
     Exceptions propagate: the caller reports them and exits.
     """
     import datetime
@@ -147,7 +148,9 @@ def serve_job(job: dict, rank: int, world_size: int, emit, *, init_method: str |
                 torch.cuda.synchronize()
             if rank == 0:
                 emit({"event": "result", "tokens": tokens, "status": outcome.status,
-                      "error": outcome.error, "fields": outcome.fields})
+                      "error": outcome.error, "fields": outcome.fields,
+                      "timing": outcome.timing, "timing_note": outcome.timing_note})
+                log_timing(job["backend"], tokens, outcome)
             if world_size > 1:
                 dist.barrier(group=cpu_group)
     finally:
@@ -155,6 +158,23 @@ def serve_job(job: dict, rank: int, world_size: int, emit, *, init_method: str |
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
     emit({"event": "done"})
+
+
+#: Environment variable naming a file to which rank 0 appends one JSON line per point: how
+#: it was timed (``graph``, ``eager`` with the reason, ``cpu``). The store has no column for
+#: it; ``perf/gpu_check.sh`` reads it to fail when a row it expects replayed was eager.
+TIMING_LOG_ENV = "AUTOSELECT_BENCH_TIMING_LOG"
+
+
+def log_timing(backend: str, tokens: int, outcome) -> None:
+    """Append ``outcome``'s timing mode to the file named by ``$AUTOSELECT_BENCH_TIMING_LOG`` (if set)."""
+    path = os.environ.get(TIMING_LOG_ENV)
+    if not path:
+        return
+    line = {"backend": backend, "tokens": tokens, "status": outcome.status,
+            "timing": outcome.timing, "timing_note": outcome.timing_note}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 def _worker_main(argv: list[str]) -> int:

@@ -10,9 +10,11 @@ One point (backend x shape x tokens per rank) runs on every rank of the group:
    text; a failed gate means status ``incorrect`` and no timing.
 2. **Timing.** CPU: ``time.perf_counter_ns`` around dispatch and combine of every round
    trip. CUDA: CUDA events around batches of round trips, replayed from a CUDA graph when
-   the adapter allows capture; dispatch and combine are split in a separate pass with one
-   event triple per iteration (which includes the event cost). The latency of an iteration
-   is the **maximum over ranks** (``all_reduce(MAX)`` of each batch's per-rank times).
+   the adapter allows capture and the graph passes its own check (:func:`_capture`); else
+   eager, with the reason in :attr:`PointOutcome.timing_note`. Dispatch and combine are
+   split in a separate eager pass with one event triple per iteration (which includes the
+   event cost). The latency of an iteration is the **maximum over ranks**
+   (``all_reduce(MAX)`` of each batch's per-rank times).
 3. **Stopping.** :class:`StoppingRule` (nvbench's defaults, all in :data:`DEFAULTS`).
 4. **Statistics.** :func:`summarize`: median, mean, min, p10, p90, p99, relative stdev,
    the noise (relative standard error of the median), plus bytes per rank and algbw/busbw.
@@ -37,6 +39,18 @@ DEFAULTS = {
 
 #: Round trips run before timing starts (JIT, caches, lazy allocations).
 WARMUP_ITERATIONS = 3
+#: Round trips between two CUDA events (and in one captured graph).
+CUDA_BATCH_ROUND_TRIPS = 10
+#: Eager round trips of the CUDA dispatch/combine split pass.
+SPLIT_PASS_ITERATIONS = 50
+
+#: Why a CUDA point was timed eagerly, by cause (``{detail}``: the first line of the error).
+EAGER_REASONS = {
+    "not_allowed": "the adapter does not allow CUDA-graph capture",
+    "host_sync": "a round trip synchronizes with the host ({detail}); capture not attempted",
+    "capture_failed": "CUDA-graph capture failed ({detail}); the eager round trip passed the gate again",
+    "replay_mismatch": "a replay of the captured graph did not pass the gate ({detail})",
+}
 #: Target wall time of one CPU timing batch (one all_reduce per batch).
 BATCH_TARGET_S = 0.02
 
@@ -330,11 +344,33 @@ def check_combine(workload, rank: int, out) -> str | None:
 
 @dataclass
 class PointOutcome:
-    """What one point produced on this rank (the Result fields, rank 0's are reported)."""
+    """What one point produced on this rank (the Result fields, rank 0's are reported).
+
+    ``timing`` says how an ``ok`` point was timed: ``graph`` (CUDA-graph replay), ``eager``
+    (CUDA events around eager round trips; ``timing_note`` says why) or ``cpu``. Not a
+    Result field: ``bench/launch.py`` reports it in the result event and the timing log.
+    """
 
     status: str
     error: str | None = None
     fields: dict = field(default_factory=dict)
+    timing: str | None = None
+    timing_note: str | None = None
+
+
+class GraphFallbackFailed(RuntimeError):
+    """An eager round trip after a failed capture attempt no longer passes the gate."""
+
+
+def eager_reason(cause: str, detail: str | None = None) -> str:
+    """The timing note of a point timed eagerly for ``cause`` (a key of :data:`EAGER_REASONS`)."""
+    return EAGER_REASONS[cause].format(detail=detail)
+
+
+def _first_line(error: BaseException) -> str:
+    """``Type: first line of the message`` (CUDA errors carry long multi-line hints)."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
 def _agree(ctx, message):
@@ -355,24 +391,20 @@ def run_point(adapter, ctx, workload, *, max_noise=None, min_samples=None, min_t
     batch = workload.batch(ctx.rank, dev)
     if on_phase:
         on_phase("gate")
-    received = adapter.dispatch(batch)
-    problem = _agree(ctx, check_dispatch(workload, ctx.rank, received))
+    problem, received, expert_out = _gate(adapter, ctx, workload, batch)
     if problem:
-        return PointOutcome("incorrect", "dispatch: " + problem)
-    expert_out = workload.expert_output(ctx.rank, received.x, received.topk_ids,
-                                        received.topk_weights, received.valid, received.expert)
-    out = adapter.combine(expert_out)
-    problem = _agree(ctx, check_combine(workload, ctx.rank, out))
-    if problem:
-        return PointOutcome("incorrect", "combine: " + problem)
+        return PointOutcome("incorrect", problem)
     if on_phase:
         on_phase("measure")
     rule = StoppingRule(max_noise=max_noise, min_samples=min_samples, min_time_s=min_time_s,
                         timeout_s=timeout_s)
     if ctx.device == "cuda":
-        split = _time_cuda(adapter, ctx, batch, expert_out, rule)
+        layout = layout_of(received)  # cloned: the adapter may reuse these buffers
+        split, timing, note = _time_cuda(adapter, ctx, batch, expert_out, rule,
+                                         workload=workload, gate_layout=layout)
     else:
         split = _time_cpu(adapter, ctx, batch, expert_out, rule)
+        timing, note = "cpu", None
     fields = summarize(rule.samples, noise=rule.noise)
     fields.update(split)
     fields["noise_target_met"] = bool(rule.noise_target_met)
@@ -383,7 +415,22 @@ def run_point(adapter, ctx, workload, *, max_noise=None, min_samples=None, min_t
     alg = algbw_gbps(fields["bytes_per_rank"], fields["latency_us_p50"])
     fields["algbw_gbps"] = alg
     fields["busbw_gbps"] = busbw_gbps(alg, ctx.world_size)
-    return PointOutcome("ok", None, fields)
+    return PointOutcome("ok", None, fields, timing=timing, timing_note=note)
+
+
+def _gate(adapter, ctx, workload, batch):
+    """One checked round trip (collective): ``(problem, received, expert_out)``, problem None when exact."""
+    received = adapter.dispatch(batch)
+    problem = _agree(ctx, check_dispatch(workload, ctx.rank, received))
+    if problem:
+        return "dispatch: " + problem, received, None
+    expert_out = workload.expert_output(ctx.rank, received.x, received.topk_ids,
+                                        received.topk_weights, received.valid, received.expert)
+    out = adapter.combine(expert_out)
+    problem = _agree(ctx, check_combine(workload, ctx.rank, out))
+    if problem:
+        return "combine: " + problem, received, expert_out
+    return None, received, expert_out
 
 
 def _max_over_ranks(ctx, rows):
@@ -409,9 +456,21 @@ def _rank0_says_done(ctx, done: bool) -> bool:
     return bool(flag.item())
 
 
+def split_medians(rows) -> dict:
+    """Median dispatch and combine times of ``(dispatch_us, combine_us)`` rows (already max over ranks)."""
+    import statistics
+
+    return {"dispatch_us_p50": statistics.median(r[0] for r in rows),
+            "combine_us_p50": statistics.median(r[1] for r in rows)}
+
+
+def batch_sample_us(elapsed_ms: float, round_trips: int) -> float:
+    """One round trip's time in µs from a CUDA-event interval (ms) around ``round_trips`` of them."""
+    return elapsed_ms * 1e3 / round_trips
+
+
 def _time_cpu(adapter, ctx, batch, expert_out, rule) -> dict:
     """perf_counter_ns around dispatch and combine of every round trip; returns the split medians."""
-    import statistics
     from time import perf_counter_ns
 
     dispatch, combine = adapter.dispatch, adapter.combine
@@ -419,7 +478,7 @@ def _time_cpu(adapter, ctx, batch, expert_out, rule) -> dict:
         dispatch(batch)
         combine(expert_out)
     n = 8
-    disp, comb = [], []
+    split = []
     while True:
         rows = []
         for _ in range(n):
@@ -432,58 +491,192 @@ def _time_cpu(adapter, ctx, batch, expert_out, rule) -> dict:
         maxed = _max_over_ranks(ctx, rows)
         for rt, d, c in maxed.tolist():
             rule.add(rt)
-            disp.append(d)
-            comb.append(c)
+            split.append((d, c))
         if _rank0_says_done(ctx, rule.done()):
             break
         mean_us = float(maxed[:, 0].mean())
         n = int(min(1000, max(1, BATCH_TARGET_S / max(mean_us * 1e-6, 1e-9))))
-    return {"dispatch_us_p50": statistics.median(disp), "combine_us_p50": statistics.median(comb)}
+    return split_medians(split)
 
 
-def _time_cuda(adapter, ctx, batch, expert_out, rule) -> dict:
-    """CUDA events around batches (graph replay when the adapter allows capture), then a split pass."""
-    import statistics
+# --------------------------------------------------------------------------------------
+# CUDA graphs: when to replay, and the check a replay must pass.
 
+
+def layout_of(received):
+    """``(token_index int64, valid bool | None)`` of received rows, cloned (which token sits in which row)."""
+    import torch
+
+    idx = received.token_index.to(torch.int64).reshape(-1).clone()
+    valid = None if received.valid is None else received.valid.to(torch.bool).reshape(-1).clone()
+    return idx, valid
+
+
+def same_layout(a, b) -> bool:
+    """Whether two :func:`layout_of` results put the same tokens in the same rows (invalid rows ignored)."""
+    import torch
+
+    (ia, va), (ib, vb) = a, b
+    if ia.shape != ib.shape:
+        return False
+    va = torch.ones_like(ia, dtype=torch.bool) if va is None else va.to(ia.device)
+    vb = torch.ones_like(ib, dtype=torch.bool) if vb is None else vb.to(ia.device)
+    ib = ib.to(ia.device)
+    return bool(torch.equal(va, vb)) and bool(torch.equal(ia[va], ib[va]))
+
+
+def _shares_storage(t, others) -> bool:
+    """Whether tensor ``t`` lives in the same storage as any of ``others`` (None skipped)."""
+    ptr = t.untyped_storage().data_ptr()
+    return any(o is not None and o.untyped_storage().data_ptr() == ptr for o in others)
+
+
+def poison_outputs(received, out, batch, expert_out) -> list[str]:
+    """Overwrite a captured round trip's outputs so that a replay must rewrite them to pass.
+
+    ``received.x`` is filled with 0xFF bytes and ``out`` with NaN, except where a tensor
+    shares storage with the inputs (``batch.x``/``x_sf``, ``expert_out``), which stay
+    intact. Returns the names of the tensors poisoned.
+    """
+    import math
+
+    inputs = (batch.x, batch.x_sf, expert_out)
+    done = []
+    if received.x.numel() and not _shares_storage(received.x, inputs):
+        received.x.fill_(0xFF)
+        done.append("x")
+    if out.numel() and not _shares_storage(out, inputs):
+        out.fill_(math.nan)
+        done.append("out")
+    return done
+
+
+def check_replay(workload, rank: int, received, out, gate_layout) -> str | None:
+    """The first way a graph replay's last round trip is wrong, or None.
+
+    Dispatch must be bit-exact again (:func:`check_dispatch`, after :func:`poison_outputs`).
+    Combine ran on the gate's expert outputs, whose rows match the replay's only when
+    dispatch put the same tokens in the same rows (:func:`same_layout`): then combine must be
+    exact; otherwise (kernels that place rows with atomics) it must at least have rewritten
+    every poisoned element.
+    """
+    import torch
+
+    problem = check_dispatch(workload, rank, received)
+    if problem:
+        return "dispatch: " + problem
+    if same_layout(layout_of(received), gate_layout):
+        problem = check_combine(workload, rank, out)
+        return None if problem is None else "combine: " + problem
+    left = torch.isnan(out.to(torch.float32))
+    pos = _first_true(left)
+    if pos is not None:
+        return f"combine: rank {rank}: output element {list(pos)} was not written by the replay"
+    return None
+
+
+def _capture(adapter, ctx, workload, batch, expert_out, round_trip, stream, gate_layout):
+    """Try to capture ``CUDA_BATCH_ROUND_TRIPS`` round trips in a CUDA graph (collective).
+
+    Returns ``(replay, note)``: ``graph.replay`` and None, or None and the reason for eager
+    timing. Every rank takes the same branch (each step's verdict is agreed over the CPU
+    group). Steps:
+
+    1. Host-sync probe: one eager round trip under ``torch.cuda.set_sync_debug_mode("error")``,
+       which raises *before* an ``.item()``/``.tolist()``/``nonzero``/D2H copy synchronizes,
+       so nothing is enqueued into a capture that would then be invalidated (an NCCL
+       collective inside an invalidated capture can leave the communicator in error, and
+       ProcessGroupNCCL's watchdog may then abort the process).
+    2. Capture on a side stream warmed by one round trip, ``capture_error_mode=
+       "thread_local"`` (background threads, e.g. the NCCL watchdog's event queries, cannot
+       invalidate it). On failure the current stream is restored (``graph.__exit__`` leaves
+       its stream current when ``capture_end`` raises), a capture left open is ended, and
+       the eager round trip must pass the gate again before it is timed.
+    3. Replay check: the last round trip's outputs are poisoned, the graph replayed once
+       (this is also the warm-up replay: the first launch uploads the graph) and
+       :func:`check_replay` must pass.
+    """
+    import torch
+
+    def regate(note):
+        try:
+            problem = _gate(adapter, ctx, workload, batch)[0]
+        except Exception as e:  # noqa: BLE001 - e.g. an adapter left mid round trip by the failure
+            raise GraphFallbackFailed(f"{note}; the eager round trip afterwards raised {_first_line(e)}") from e
+        if problem:
+            raise GraphFallbackFailed(f"{note}; the eager round trip afterwards fails the gate: {problem}")
+        return None, note
+
+    problem = None
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        round_trip()
+    except Exception as e:  # noqa: BLE001 - any failure here means "do not capture"
+        problem = _first_line(e)
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    torch.cuda.synchronize()
+    problem = _agree(ctx, problem)
+    if problem:
+        return regate(eager_reason("host_sync", problem))
+
+    graph, side, last = torch.cuda.CUDAGraph(), torch.cuda.Stream(), None
+    side.wait_stream(stream)
+    with torch.cuda.stream(side):
+        round_trip()
+    stream.wait_stream(side)
+    torch.cuda.synchronize()
+    try:
+        with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+            for _ in range(CUDA_BATCH_ROUND_TRIPS):
+                last = round_trip()
+    except Exception as e:  # noqa: BLE001 - reported, then the eager path is re-gated
+        problem = _first_line(e)
+        torch.cuda.set_stream(stream)
+        with torch.cuda.stream(side):
+            if torch.cuda.is_current_stream_capturing():
+                try:
+                    graph.capture_end()
+                except Exception:  # noqa: BLE001 - the capture is abandoned either way
+                    pass
+    torch.cuda.synchronize()
+    problem = _agree(ctx, problem)
+    if problem:
+        return regate(eager_reason("capture_failed", problem))
+
+    received, out = last
+    poison_outputs(received, out, batch, expert_out)
+    graph.replay()
+    torch.cuda.synchronize()
+    problem = _agree(ctx, check_replay(workload, ctx.rank, received, out, gate_layout))
+    if problem:
+        return regate(eager_reason("replay_mismatch", problem))
+    return graph.replay, None
+
+
+def _time_cuda(adapter, ctx, batch, expert_out, rule, *, workload, gate_layout):
+    """CUDA events around batches (graph replay when :func:`_capture` allows it), then a split pass.
+
+    Returns ``(split medians, "graph" | "eager", eager reason or None)``.
+    """
     import torch
 
     stream = torch.cuda.current_stream()
 
     def round_trip():
-        adapter.dispatch(batch)
-        adapter.combine(expert_out)
+        received = adapter.dispatch(batch)
+        return received, adapter.combine(expert_out)
 
     for _ in range(WARMUP_ITERATIONS):
         round_trip()
     torch.cuda.synchronize()
 
-    per_batch = 10
-    replay = None
+    per_batch = CUDA_BATCH_ROUND_TRIPS
     if adapter.supports_cuda_graph:
-        try:
-            graph = torch.cuda.CUDAGraph()
-            side = torch.cuda.Stream()
-            side.wait_stream(stream)
-            with torch.cuda.stream(side):
-                round_trip()  # warm the side stream
-            stream.wait_stream(side)
-            torch.cuda.synchronize()
-            with torch.cuda.graph(graph):
-                for _ in range(per_batch):
-                    round_trip()
-            torch.cuda.synchronize()
-            replay = graph.replay
-        except Exception:  # capture is an optimisation; eager timing is still valid
-            replay = None
-            torch.cuda.synchronize()
-        # every rank must run the same collectives: replay only if every rank captured
-        if ctx.world_size > 1:
-            import torch.distributed as dist
-
-            ok = torch.tensor([0 if replay is None else 1], dtype=torch.int32)
-            dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=ctx.cpu_group)
-            if not int(ok.item()):
-                replay = None
+        replay, note = _capture(adapter, ctx, workload, batch, expert_out, round_trip, stream, gate_layout)
+    else:
+        replay, note = None, eager_reason("not_allowed")
 
     def run_batch():
         if replay is not None:
@@ -500,7 +693,7 @@ def _time_cuda(adapter, ctx, batch, expert_out, rule) -> dict:
             run_batch()
             end.record(stream)
             end.synchronize()
-            rows.append((start.elapsed_time(end) * 1e3 / per_batch,))
+            rows.append((batch_sample_us(start.elapsed_time(end), per_batch),))
         maxed = _max_over_ranks(ctx, rows)
         for (rt,) in maxed.tolist():
             rule.add(rt)
@@ -508,7 +701,7 @@ def _time_cuda(adapter, ctx, batch, expert_out, rule) -> dict:
             break
 
     # Split pass: one event triple per eager iteration (includes the events' own cost).
-    events = [[torch.cuda.Event(enable_timing=True) for _ in range(3)] for _ in range(50)]
+    events = [[torch.cuda.Event(enable_timing=True) for _ in range(3)] for _ in range(SPLIT_PASS_ITERATIONS)]
     for e0, e1, e2 in events:
         e0.record(stream)
         adapter.dispatch(batch)
@@ -517,6 +710,5 @@ def _time_cuda(adapter, ctx, batch, expert_out, rule) -> dict:
         e2.record(stream)
     torch.cuda.synchronize()
     rows = [(e0.elapsed_time(e1) * 1e3, e1.elapsed_time(e2) * 1e3) for e0, e1, e2 in events]
-    maxed = _max_over_ranks(ctx, rows).tolist()
-    return {"dispatch_us_p50": statistics.median(r[0] for r in maxed),
-            "combine_us_p50": statistics.median(r[1] for r in maxed)}
+    split = split_medians(_max_over_ranks(ctx, rows).tolist())
+    return split, ("graph" if replay is not None else "eager"), note

@@ -13,6 +13,12 @@
 # · bench nvfp4, two-sided (x and scales in two alltoallv calls, the token index on the scales, ~20 s)
 # · the seed's bug (one-sided workspace sized for nvfp4, bf16 payload: must not be ok)
 # · pytest -m gpu. Budget: one-sided JIT ~200 s, two-sided ~44 s (first use), the rest ~2.5 min.
+#
+# Nothing may pass silently: every ok row must say how it was timed (the workers append to
+# $OUT/timing.jsonl, AUTOSELECT_BENCH_TIMING_LOG) and allgather_reducescatter and one-sided
+# must have been replayed from CUDA graphs (an eager fallback prints its reason and FAILs);
+# every ok row needs >= 10 samples, device cuda, and sane times (round trip >= 1 us, dispatch
+# and combine > 0); pytest -m gpu must run all its GPU tests with none skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/autoselect-gpu-check}"
@@ -40,7 +46,8 @@ else
 fi
 export PYTHONPATH="$PWD:/tmp/site:$PWD/tests/plugins${PYTHONPATH:+:$PYTHONPATH}"
 export AUTOSELECT_DB="$OUT/gpu_check.db"
-rm -f "$AUTOSELECT_DB"*
+export AUTOSELECT_BENCH_TIMING_LOG="$OUT/timing.jsonl"
+rm -f "$AUTOSELECT_DB"* "$AUTOSELECT_BENCH_TIMING_LOG"
 python3 -c "import flashinfer, flashinfer.comm; print('flashinfer', flashinfer.__version__)" || echo "flashinfer not importable"
 python3 - <<'PY'
 import importlib.util
@@ -86,6 +93,40 @@ print("CHECK two-sided nvfp4 ok rows:", "PASS" if need <= ok else f"FAIL (not ok
 sys.exit(0 if need <= ok else 1)
 PY
 
+section "how every ok row was timed (graph replay or eager), and its numbers"
+python3 - <<'PY' || FAILED=1
+# How each ok row was timed, and whether its numbers are sane (nothing passes silently).
+import json, os, sqlite3, sys
+conn = sqlite3.connect(os.environ["AUTOSELECT_DB"])
+rows = conn.execute("select dispatch_dtype, backend, tokens_per_rank, status, device, samples, latency_us_p50, "
+                    "dispatch_us_p50, combine_us_p50 from results where backend not like 'test_%' "
+                    "order by dispatch_dtype, backend, tokens_per_rank").fetchall()
+path = os.environ["AUTOSELECT_BENCH_TIMING_LOG"]
+log = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+timing = {}  # (backend, tokens) -> entries in run order (bf16 run first, then nvfp4)
+for e in log:
+    timing.setdefault((e["backend"], e["tokens"]), []).append(e)
+want_graph = {"allgather_reducescatter", "flashinfer_nvlink_one_sided"}
+bad = []
+for dt, b, t, s, dev, n, p50, d, c in rows:
+    runs = timing.get((b, t), [])
+    e = runs.pop(0) if runs else {}
+    print(f"  {dt:6} {b:30} {t:>5} {s:10} timing={e.get('timing')} p50={p50} dispatch={d} combine={c} "
+          f"samples={n}" + (f"  note: {e['timing_note']}" if e.get("timing_note") else ""))
+    if s != "ok":
+        continue
+    if e.get("timing") not in ("graph", "eager"):
+        bad.append(f"{b}@{t}: timing {e.get('timing')!r} in the timing log (expected graph or eager)")
+    if b in want_graph and e.get("timing") != "graph":
+        bad.append(f"{b}@{t}: timed {e.get('timing')}, expected CUDA-graph replay ({e.get('timing_note')})")
+    if dev != "cuda" or (n or 0) < 10 or not (p50 or 0) >= 1.0 or not (d or 0) > 0 or not (c or 0) > 0:
+        bad.append(f"{b}@{t}: implausible row (device {dev}, {n} samples, p50 {p50} us, dispatch {d}, combine {c})")
+print("CHECK timing modes and sane numbers:", "PASS" if not bad else "FAIL")
+for line in bad:
+    print("   ", line)
+sys.exit(1 if bad else 0)
+PY
+
 section "the seed's bug: one-sided workspace sized for nvfp4, bf16 payload, 256 tokens"
 timeout 300 python3 -m autoselect bench --device cuda --world-size 1 --gpu-arch sm90 \
   --hidden 2048 --top-k 8 --experts 32 --dtype bf16 --tokens 256 --include-illegal \
@@ -104,7 +145,28 @@ sys.exit(0 if good else 1)
 PY
 
 section "pytest -m gpu"
-timeout 300 python3 -m pytest -q -m gpu tests/test_bench_gpu.py -p no:cacheprovider || FAILED=1
+unset AUTOSELECT_BENCH_TIMING_LOG  # the tests set their own
+timeout 300 python3 -m pytest -q -m gpu tests/test_bench_gpu.py -p no:cacheprovider \
+  --junitxml "$OUT/gpu_pytest.xml" || FAILED=1
+python3 - "$OUT/gpu_pytest.xml" <<'PY' || FAILED=1
+# pytest exits 0 when every test is skipped (no CUDA seen, flashinfer not importable): refuse that.
+import sys, xml.etree.ElementTree as ET
+try:
+    suite = ET.parse(sys.argv[1]).getroot()
+except (OSError, ET.ParseError) as e:
+    print("CHECK pytest -m gpu ran every GPU test: FAIL (no junit report:", e, ")"); sys.exit(1)
+suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+n, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
+failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+for case in suite.iter("testcase"):
+    skip = case.find("skipped")
+    if skip is not None:
+        print("   skipped:", case.get("name"), "-", skip.get("message"))
+good = n >= 7 and skipped == 0 and failed == 0
+print(f"CHECK pytest -m gpu ran every GPU test: {'PASS' if good else 'FAIL'} "
+      f"({n} tests, {skipped} skipped, {failed} failed; 7 expected)")
+sys.exit(0 if good else 1)
+PY
 
 section "done: $([ $FAILED = 0 ] && echo ALL PASS || echo SOME CHECKS FAILED)"
 cp -f "$AUTOSELECT_DB" "$OUT/" 2>/dev/null || true

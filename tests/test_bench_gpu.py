@@ -1,13 +1,48 @@
-"""CUDA paths of the harness (events, graphs, NCCL groups); skipped without a CUDA GPU."""
+"""CUDA paths of the harness: events, graphs, NCCL groups (``gpu``, skipped without a CUDA GPU),
+and the parts of their logic that run on CPU (the replay check, the split arithmetic, the
+timing log), tested here without a GPU and without faking one."""
 
 from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+from bench.backends import Received  # noqa: E402
+from bench.measure import (  # noqa: E402
+    EAGER_REASONS,
+    batch_sample_us,
+    check_replay,
+    eager_reason,
+    layout_of,
+    poison_outputs,
+    same_layout,
+    split_medians,
+)
+from bench.workload import Workload  # noqa: E402
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+PLUGINS = Path(__file__).parent / "plugins"
+
+
+@pytest.fixture
+def plugins(monkeypatch):
+    """The test adapters, visible to this process and to the workers."""
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]))
+
+
+@pytest.fixture
+def timing_log(tmp_path, monkeypatch):
+    """A timing log the workers append to; returns a reader of its lines."""
+    path = tmp_path / "timing.jsonl"
+    monkeypatch.setenv("AUTOSELECT_BENCH_TIMING_LOG", str(path))
+    return lambda: [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def _spec(backends, **kw):
@@ -19,7 +54,132 @@ def _spec(backends, **kw):
     return SweepSpec(backends=backends, **args)
 
 
-def test_allgather_reducescatter_and_reference_are_ok_on_one_gpu_with_nccl():
+# --------------------------------------------------------------------------------------
+# CPU: the logic of the CUDA timing path.
+
+
+def _exchange(rank=0):
+    """What a perfect exchange delivers to ``rank`` (world size 2) and the exact combine."""
+    w = Workload(8, 64, 4, 16, 2, "bf16", seed=3)
+    need = w.destinations()[:, rank].nonzero().reshape(-1)
+    x, sf = w.payload_rows(need)
+    ids, a = w.global_routing()
+    rec = Received(x=x, x_sf=sf, topk_ids=ids[need], topk_weights=a[need].to(torch.float32) / 16.0,
+                   token_index=need.to(torch.int32))
+    batch = w.batch(rank)
+    return w, rec, w.expected_combine(rank), batch
+
+
+def test_the_eager_reasons_name_the_cause_and_its_detail():
+    assert eager_reason("not_allowed") == "the adapter does not allow CUDA-graph capture"
+    assert eager_reason("host_sync", "RuntimeError: called a synchronizing CUDA operation") == (
+        "a round trip synchronizes with the host (RuntimeError: called a synchronizing CUDA operation); "
+        "capture not attempted")
+    assert eager_reason("capture_failed", "E") == (
+        "CUDA-graph capture failed (E); the eager round trip passed the gate again")
+    assert eager_reason("replay_mismatch", "dispatch: x") == (
+        "a replay of the captured graph did not pass the gate (dispatch: x)")
+    assert sorted(EAGER_REASONS) == ["capture_failed", "host_sync", "not_allowed", "replay_mismatch"]
+
+
+def test_a_batch_interval_is_divided_into_round_trips_in_microseconds():
+    assert batch_sample_us(2.5, 10) == 250.0
+    assert batch_sample_us(0.08, 10) == pytest.approx(8.0)
+
+
+def test_split_medians_take_the_median_of_each_column():
+    rows = [(1.0, 10.0), (3.0, 30.0), (2.0, 50.0)]
+    assert split_medians(rows) == {"dispatch_us_p50": 2.0, "combine_us_p50": 30.0}
+    assert split_medians([(1.0, 2.0), (3.0, 4.0)]) == {"dispatch_us_p50": 2.0, "combine_us_p50": 3.0}
+
+
+def test_poisoning_fills_outputs_but_never_the_inputs_they_alias():
+    w, rec, out, batch = _exchange()
+    assert poison_outputs(rec, out, batch, None) == ["x", "out"]
+    assert bool((rec.x == 0xFF).all()) and bool(torch.isnan(out.float()).all())
+
+    aliased = Received(x=batch.x[:, :4], x_sf=None, topk_ids=rec.topk_ids, topk_weights=rec.topk_weights,
+                       token_index=rec.token_index)
+    before = batch.x.clone()
+    assert poison_outputs(aliased, batch.x.new_empty(0), batch, None) == []
+    assert torch.equal(batch.x, before)
+
+
+def test_a_replay_that_rewrote_nothing_fails_the_replay_check():
+    w, rec, out, batch = _exchange()
+    gate = layout_of(rec)
+    poison_outputs(rec, out, batch, None)
+    problem = check_replay(w, 0, rec, out, gate)
+    assert problem.startswith("dispatch: rank 0: token ") and "activation byte 0: got 0xff" in problem
+
+
+def test_a_replay_that_rewrote_everything_passes_the_replay_check():
+    w, rec, out, batch = _exchange()
+    gate = layout_of(rec)
+    poison_outputs(rec, out, batch, None)
+    _, again, exact, _ = _exchange()
+    rec.x.copy_(again.x)
+    out.copy_(exact)
+    assert check_replay(w, 0, rec, out, gate) is None
+
+
+def test_with_the_gates_row_order_combine_must_be_exact():
+    w, rec, out, batch = _exchange()
+    gate = layout_of(rec)
+    out[0, 0] = out[0, 0] * 2
+    assert check_replay(w, 0, rec, out, gate).startswith("combine: rank 0: combine of token 0 element 0:")
+
+
+def test_with_another_row_order_combine_must_only_have_rewritten_every_element():
+    w, rec, out, batch = _exchange()
+    gate = layout_of(rec)
+    order = torch.arange(rec.x.shape[0] - 1, -1, -1)
+    moved = Received(x=rec.x[order].clone(), x_sf=None, topk_ids=rec.topk_ids[order],
+                     topk_weights=rec.topk_weights[order], token_index=rec.token_index[order])
+    assert not same_layout(layout_of(moved), gate)
+    out = out * 3  # a combine of mismatched rows: wrong values, but written
+    assert check_replay(w, 0, moved, out, gate) is None
+    out[2, 5] = math.nan
+    assert check_replay(w, 0, moved, out, gate) == (
+        "combine: rank 0: output element [2, 5] was not written by the replay")
+
+
+def test_same_layout_ignores_invalid_rows_and_compares_the_valid_mask():
+    idx = torch.tensor([4, 7, 99, 2])
+    valid = torch.tensor([True, True, False, True])
+    assert same_layout((idx, valid), (torch.tensor([4, 7, -5, 2]), valid.clone()))
+    assert not same_layout((idx, valid), (torch.tensor([7, 4, 99, 2]), valid))
+    assert not same_layout((idx, valid), (idx, torch.tensor([True, True, True, True])))
+    assert same_layout((idx[:2], None), (idx[:2].clone(), torch.tensor([True, True])))
+    assert not same_layout((idx, None), (idx[:3], None))
+
+
+@pytest.mark.slow
+def test_every_cpu_point_is_logged_as_timed_on_cpu_and_a_failed_gate_as_untimed(plugins, timing_log):
+    from bench.sweep import SweepSpec, run_sweep
+
+    spec = SweepSpec(backends=["reference_all_to_all", "test_wrong_byte"], tokens=[2, 4], hidden=256,
+                     top_k=4, experts=16, dtype="bf16", world_size=2, device="cpu",
+                     min_time_s=0.02, timeout_s=1.0)
+    results = run_sweep(spec)
+    assert [(r.backend, r.status) for r in results] == [
+        ("reference_all_to_all", "ok"), ("reference_all_to_all", "ok"),
+        ("test_wrong_byte", "incorrect"), ("test_wrong_byte", "incorrect")]
+    assert timing_log() == [
+        {"backend": "reference_all_to_all", "tokens": 2, "status": "ok", "timing": "cpu", "timing_note": None},
+        {"backend": "reference_all_to_all", "tokens": 4, "status": "ok", "timing": "cpu", "timing_note": None},
+        {"backend": "test_wrong_byte", "tokens": 2, "status": "incorrect", "timing": None, "timing_note": None},
+        {"backend": "test_wrong_byte", "tokens": 4, "status": "incorrect", "timing": None, "timing_note": None},
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# GPU.
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_allgather_reducescatter_is_graph_replayed_and_reference_eager_on_one_gpu_with_nccl(timing_log):
     from bench.sweep import run_sweep
 
     results = run_sweep(_spec(["allgather_reducescatter", "reference_all_to_all"]))
@@ -27,36 +187,57 @@ def test_allgather_reducescatter_and_reference_are_ok_on_one_gpu_with_nccl():
         ("allgather_reducescatter", "ok"), ("allgather_reducescatter", "ok"),
         ("reference_all_to_all", "ok"), ("reference_all_to_all", "ok")], [r.error for r in results]
     assert all(r.device == "cuda" and r.latency_us_p50 > 0 and r.dispatch_us_p50 > 0 for r in results)
+    modes = [(e["backend"], e["tokens"], e["timing"], e["timing_note"]) for e in timing_log()]
+    assert modes == [
+        ("allgather_reducescatter", 1, "graph", None), ("allgather_reducescatter", 256, "graph", None),
+        ("reference_all_to_all", 1, "eager", eager_reason("not_allowed")),
+        ("reference_all_to_all", 256, "eager", eager_reason("not_allowed"))]
 
 
-@pytest.mark.parametrize("backend", ["flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided"])
-def test_flashinfer_backends_pass_the_gate_at_world_size_1(backend):
+@pytest.mark.gpu
+@needs_gpu
+def test_an_adapter_claiming_capture_with_a_host_sync_is_timed_eagerly_and_says_why(plugins, timing_log):
+    from bench.sweep import run_sweep
+
+    (r,) = run_sweep(_spec(["test_graph_claim_with_host_sync"], tokens=[64]))
+    assert r.status == "ok", r.error
+    (entry,) = timing_log()
+    assert entry["timing"] == "eager"
+    assert entry["timing_note"].startswith("a round trip synchronizes with the host (RuntimeError: ")
+    assert entry["timing_note"].endswith("; capture not attempted")
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("backend, timing", [("flashinfer_nvlink_one_sided", "graph"),
+                                             ("flashinfer_nvlink_two_sided", "eager")])
+def test_flashinfer_backends_pass_the_gate_at_world_size_1(backend, timing, timing_log):
     pytest.importorskip("flashinfer")
     from bench.sweep import run_sweep
 
     (r,) = run_sweep(_spec([backend], tokens=[256]))
     assert r.status == "ok", r.error
+    assert timing_log()[0]["timing"] == timing, timing_log()
 
 
+@pytest.mark.gpu
+@needs_gpu
 @pytest.mark.parametrize("dtype", ["nvfp4", "fp8_block128"])
-def test_one_sided_passes_the_gate_with_quantized_payloads(dtype):
+def test_one_sided_passes_the_gate_with_quantized_payloads(dtype, timing_log):
     pytest.importorskip("flashinfer")
     from bench.sweep import run_sweep
 
     (r,) = run_sweep(_spec(["flashinfer_nvlink_one_sided"], tokens=[64], dtype=dtype))
     assert r.status == "ok", r.error
+    assert timing_log()[0]["timing"] == "graph", timing_log()
 
 
-def test_an_nvfp4_sized_one_sided_workspace_with_bf16_payload_is_never_ok(monkeypatch):
+@pytest.mark.gpu
+@needs_gpu
+def test_an_nvfp4_sized_one_sided_workspace_with_bf16_payload_is_never_ok(plugins):
     """The seed's bug (vLLM PR #39717): the gate (or the kernel's own combine check) stops it."""
-    import os
-    from pathlib import Path
-
     pytest.importorskip("flashinfer")
     from bench.sweep import run_sweep
 
-    plugins = str(Path(__file__).parent / "plugins")
-    monkeypatch.syspath_prepend(plugins)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([plugins, os.environ.get("PYTHONPATH", "")]))
     (r,) = run_sweep(_spec(["test_one_sided_nvfp4_workspace"], tokens=[256]))
     assert r.status in ("incorrect", "error") and r.samples == 0, (r.status, r.error)

@@ -82,6 +82,17 @@ class SetupRaises(ReferenceAllToAll):
         raise ValueError("this shape is not supported by the test adapter")
 
 
+class GraphClaimWithHostSync(ReferenceAllToAll):
+    """Claims CUDA-graph capture although its dispatch synchronizes (``.tolist()`` of the splits).
+
+    On a GPU the harness's host-sync probe must notice before any capture and time it
+    eagerly, with the reason; on CPU it is the reference exchange.
+    """
+
+    name = "test_graph_claim_with_host_sync"
+    supports_cuda_graph = True
+
+
 class OneSidedNvfp4Workspace:
     """FlashInfer one-sided with the workspace sized by the old nvfp4 formula (the seed's bug).
 
