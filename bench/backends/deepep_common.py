@@ -22,6 +22,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from autoselect import rules
 from bench.backends import Received
 
 HIGH_THROUGHPUT = "deepep_high_throughput"
@@ -74,34 +75,36 @@ WIRE = {
 }
 
 # --------------------------------------------------------------------------------------
-# Limits read from the source.
+# Limits read from the source. The values are autoselect.rules' DeepEP rows (one table for
+# `check` / `recommend` and the adapters; the source lines are cited there).
 
 #: Intranode (NVLink) high-throughput kernels are instantiated for these rank counts only
 #: (csrc/kernels/legacy/launch.cuh SWITCH_RANKS: 2, 4, 8; anything else asserts). More than 8
 #: ranks use the internode RDMA path, which a single-node benchmark does not run.
-HT_INTRANODE_WORLD_SIZES = (2, 4, 8)
+HT_INTRANODE_WORLD_SIZES = tuple(sorted(n for n in rules.DEEPEP_HT_WORLD_SIZES.value
+                                        if n <= rules.DEEPEP_NVL_PEERS))
 #: notify_dispatch runs one thread per local expert (intranode.cu: num_experts / num_ranks <= 128).
-HT_MAX_LOCAL_EXPERTS = 128
+HT_MAX_LOCAL_EXPERTS = rules.DEEPEP_HT_MAX_LOCAL_EXPERTS.value
 #: intranode.cu / internode.cu dispatch and combine: EP_DEVICE_ASSERT(num_topk <= 32).
-HT_MAX_TOP_K = 32
+HT_MAX_TOP_K = rules.BACKENDS[HIGH_THROUGHPUT].top_k_max
 #: vLLM pads the layer's hidden size so a bf16 row is a multiple of 32 int4 = 512 bytes
 #: (deepep_ht.py maybe_roundup_layer_hidden_size, called with the activation dtype).
-HT_ROW_ATOM_BYTES = 512
+HT_ROW_ATOM_BYTES = rules.DEEPEP_HT_ROW_BYTES.value.pad_bf16_bytes
 #: SM90 builds copy each received row through shared memory in two halves
 #: (intranode.cu dispatch: half_hidden_bytes + 8 <= kNumTMABytesPerWarp = 8192).
-HT_TMA_BYTES_PER_WARP = 8192
+HT_TMA_BYTES_PER_WARP = rules.DEEPEP_HT_ROW_BYTES.value.max_bytes["sm90"] // 2 + 8
 
 #: Hidden sizes the low-latency kernels are compiled for (launch.cuh SWITCH_HIDDEN; vLLM's
 #: deepep_ll.py SUPPORTED_HIDDEN_SIZES), in order: vLLM pads to the next one.
-LL_HIDDEN_SIZES = (2048, 2560, 3072, 4096, 5120, 6144, 7168, 8192)
+LL_HIDDEN_SIZES = rules.BACKENDS[LOW_LATENCY].hidden_sizes
 #: internode_ll.cu dispatch and combine: kNumMaxTopK = 11.
-LL_MAX_TOP_K = 11
+LL_MAX_TOP_K = rules.BACKENDS[LOW_LATENCY].top_k_max
 #: vLLM's num_max_dispatch_tokens_per_rank is the scheduler's max_num_batched_tokens, which
 #: vLLM lowers to 256 for deepep_low_latency (arg_utils.py, batched DP MoE).
 LL_VLLM_MAX_TOKENS = 256
 #: NVSHMEM_QP_DEPTH default set by Buffer.__init__; low_latency_dispatch asserts
 #: nvshmem_qp_depth >= (num_max_dispatch_tokens_per_rank + 1) * 2 (legacy.py).
-LL_DEFAULT_QP_DEPTH = 1024
+LL_DEFAULT_QP_DEPTH = rules.DEEPEP_LL_TOKENS_PER_RANK.value.default
 #: How vLLM asks low-latency fp8 dispatch for its scales, by the GPU's compute-capability major:
 #: ``(round_scale, use_ue8m0)``. deepep_ll.py passes ``round_scale=use_ue8m0=self.use_ue8m0_dispatch``,
 #: which post_init_setup turns on when the experts ``supports_packed_ue8m0_act_scales()``: DeepGEMM's
