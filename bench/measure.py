@@ -531,18 +531,30 @@ def _shares_storage(t, others) -> bool:
     return any(o is not None and o.untyped_storage().data_ptr() == ptr for o in others)
 
 
+def builds_fields_on_access(received) -> bool:
+    """Whether ``received`` computes its fields when first read (``deepep_common.LazyReceived``).
+
+    Such fields must not be read before a replay: they would be built from the graph's
+    buffers before the replay has written them.
+    """
+    return "x" not in getattr(received, "__dict__", {"x": None})
+
+
 def poison_outputs(received, out, batch, expert_out) -> list[str]:
     """Overwrite a captured round trip's outputs so that a replay must rewrite them to pass.
 
     ``received.x`` is filled with 0xFF bytes and ``out`` with NaN, except where a tensor
     shares storage with the inputs (``batch.x``/``x_sf``, ``expert_out``), which stay
-    intact. Returns the names of the tensors poisoned.
+    intact, and except the fields of a Received that builds them on access
+    (:func:`builds_fields_on_access`: they are read only after the replay). Returns the
+    names of the tensors poisoned.
     """
     import math
 
     inputs = (batch.x, batch.x_sf, expert_out)
     done = []
-    if received.x.numel() and not _shares_storage(received.x, inputs):
+    if (not builds_fields_on_access(received) and received.x.numel()
+            and not _shares_storage(received.x, inputs)):
         received.x.fill_(0xFF)
         done.append("x")
     if out.numel() and not _shares_storage(out, inputs):

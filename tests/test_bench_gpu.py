@@ -105,6 +105,19 @@ def test_poisoning_fills_outputs_but_never_the_inputs_they_alias():
     assert torch.equal(batch.x, before)
 
 
+def test_a_received_built_on_access_is_not_read_before_the_replay():
+    from bench.backends.deepep_common import LazyReceived
+
+    w, rec, out, batch = _exchange()
+    builds = []
+    lazy = LazyReceived(lambda: builds.append(1) or dict(vars(rec)))
+    assert poison_outputs(lazy, out, batch, None) == ["out"]
+    assert builds == [] and bool(torch.isnan(out.float()).all())
+    _, _, exact, _ = _exchange()
+    out.copy_(exact)
+    assert check_replay(w, 0, lazy, out, layout_of(rec)) is None and builds == [1]
+
+
 def test_a_replay_that_rewrote_nothing_fails_the_replay_check():
     w, rec, out, batch = _exchange()
     gate = layout_of(rec)

@@ -93,6 +93,27 @@ class GraphClaimWithHostSync(ReferenceAllToAll):
     supports_cuda_graph = True
 
 
+class TwoSidedCaptured:
+    """FlashInfer two-sided declared capturable: does its round trip survive CUDA-graph capture?
+
+    The real adapter is timed eagerly (it does not claim capture) while one-sided is
+    replayed from a graph; ``perf/gpu_check.sh`` runs this to learn whether the two-sided
+    calls would capture, replay and pass the gate (the harness falls back to eager, with the
+    reason, if not). Defined lazily so that importing this module never needs FlashInfer.
+    """
+
+    name = "test_two_sided_captured"
+
+    def __new__(cls):
+        from bench.backends.flashinfer_nvlink_two_sided import FlashinferNvlinkTwoSided
+
+        class _Captured(FlashinferNvlinkTwoSided):
+            name = "test_two_sided_captured"
+            supports_cuda_graph = True
+
+        return _Captured()
+
+
 class OneSidedNvfp4Workspace:
     """FlashInfer one-sided with the workspace sized by the old nvfp4 formula (the seed's bug).
 
