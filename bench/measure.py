@@ -504,25 +504,31 @@ def _time_cpu(adapter, ctx, batch, expert_out, rule) -> dict:
 
 
 def layout_of(received):
-    """``(token_index int64, valid bool | None)`` of received rows, cloned (which token sits in which row)."""
+    """Which token (and, for per-slot layouts, which expert) sits in which received row, cloned.
+
+    ``(token_index int64 [R], valid bool [R] | None, expert int64 [R] | None)``.
+    """
     import torch
 
-    idx = received.token_index.to(torch.int64).reshape(-1).clone()
-    valid = None if received.valid is None else received.valid.to(torch.bool).reshape(-1).clone()
-    return idx, valid
+    def flat(t, dtype):
+        return None if t is None else t.to(dtype).reshape(-1).clone()
+
+    return (flat(received.token_index, torch.int64), flat(received.valid, torch.bool),
+            flat(received.expert, torch.int64))
 
 
 def same_layout(a, b) -> bool:
-    """Whether two :func:`layout_of` results put the same tokens in the same rows (invalid rows ignored)."""
+    """Whether two :func:`layout_of` results put the same (token, expert) in the same rows (invalid rows ignored)."""
     import torch
 
-    (ia, va), (ib, vb) = a, b
-    if ia.shape != ib.shape:
+    (ia, va, ea), (ib, vb, eb) = a, b
+    if ia.shape != ib.shape or (ea is None) != (eb is None):
         return False
     va = torch.ones_like(ia, dtype=torch.bool) if va is None else va.to(ia.device)
     vb = torch.ones_like(ib, dtype=torch.bool) if vb is None else vb.to(ia.device)
-    ib = ib.to(ia.device)
-    return bool(torch.equal(va, vb)) and bool(torch.equal(ia[va], ib[va]))
+    if not torch.equal(va, vb) or not torch.equal(ia[va], ib.to(ia.device)[va]):
+        return False
+    return ea is None or bool(torch.equal(ea[va], eb.to(ia.device)[va]))
 
 
 def _shares_storage(t, others) -> bool:

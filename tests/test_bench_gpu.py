@@ -160,11 +160,19 @@ def test_with_another_row_order_combine_must_only_have_rewritten_every_element()
 def test_same_layout_ignores_invalid_rows_and_compares_the_valid_mask():
     idx = torch.tensor([4, 7, 99, 2])
     valid = torch.tensor([True, True, False, True])
-    assert same_layout((idx, valid), (torch.tensor([4, 7, -5, 2]), valid.clone()))
-    assert not same_layout((idx, valid), (torch.tensor([7, 4, 99, 2]), valid))
-    assert not same_layout((idx, valid), (idx, torch.tensor([True, True, True, True])))
-    assert same_layout((idx[:2], None), (idx[:2].clone(), torch.tensor([True, True])))
-    assert not same_layout((idx, None), (idx[:3], None))
+    assert same_layout((idx, valid, None), (torch.tensor([4, 7, -5, 2]), valid.clone(), None))
+    assert not same_layout((idx, valid, None), (torch.tensor([7, 4, 99, 2]), valid, None))
+    assert not same_layout((idx, valid, None), (idx, torch.tensor([True, True, True, True]), None))
+    assert same_layout((idx[:2], None, None), (idx[:2].clone(), torch.tensor([True, True]), None))
+    assert not same_layout((idx, None, None), (idx[:3], None, None))
+
+
+def test_per_slot_layouts_also_compare_the_expert_of_each_row():
+    idx, valid = torch.tensor([3, 3, 5]), torch.tensor([True, True, False])
+    experts = torch.tensor([1, 6, 0])
+    assert same_layout((idx, valid, experts), (idx, valid, torch.tensor([1, 6, 9])))
+    assert not same_layout((idx, valid, experts), (idx, valid, torch.tensor([6, 1, 0])))
+    assert not same_layout((idx, valid, experts), (idx, valid, None))
 
 
 @pytest.mark.slow
