@@ -49,6 +49,7 @@ EAGER_REASONS = {
     "not_allowed": "the adapter does not allow CUDA-graph capture",
     "host_sync": "a round trip synchronizes with the host ({detail}); capture not attempted",
     "capture_failed": "CUDA-graph capture failed ({detail}); the eager round trip passed the gate again",
+    "failed_before": "CUDA-graph capture failed at an earlier point in this worker ({detail}); not tried again",
     "replay_mismatch": "a replay of the captured graph did not pass the gate ({detail})",
 }
 #: Target wall time of one CPU timing batch (one all_reduce per batch).
@@ -593,6 +594,13 @@ def check_replay(workload, rank: int, received, out, gate_layout) -> str | None:
     return None
 
 
+#: Backends whose capture failed in this process: backend name -> the error. A failed capture
+#: leaves PyTorch's allocator routing to the graph's pool (``CUDAGraph::capture_end`` throws at
+#: ``cudaStreamEndCapture`` before ``endAllocateToPool``, aten/src/ATen/cuda/CUDAGraph.cpp), so
+#: the worker does not capture that backend again; its next points are timed eagerly.
+_CAPTURE_FAILED: dict[str, str] = {}
+
+
 def _capture(adapter, ctx, workload, batch, expert_out, round_trip, stream, gate_layout):
     """Try to capture ``CUDA_BATCH_ROUND_TRIPS`` round trips in a CUDA graph (collective).
 
@@ -608,8 +616,9 @@ def _capture(adapter, ctx, workload, batch, expert_out, round_trip, stream, gate
     2. Capture on a side stream warmed by one round trip, ``capture_error_mode=
        "thread_local"`` (background threads, e.g. the NCCL watchdog's event queries, cannot
        invalidate it). On failure the current stream is restored (``graph.__exit__`` leaves
-       its stream current when ``capture_end`` raises), a capture left open is ended, and
-       the eager round trip must pass the gate again before it is timed.
+       its stream current when ``capture_end`` raises), a capture left open is ended, the
+       eager round trip must pass the gate again before it is timed, and this worker does
+       not capture the backend again (:data:`_CAPTURE_FAILED`).
     3. Replay check: the last round trip's outputs are poisoned, the graph replayed once
        (this is also the warm-up replay: the first launch uploads the graph) and
        :func:`check_replay` must pass.
@@ -661,6 +670,7 @@ def _capture(adapter, ctx, workload, batch, expert_out, round_trip, stream, gate
     torch.cuda.synchronize()
     problem = _agree(ctx, problem)
     if problem:
+        _CAPTURE_FAILED[adapter.name] = problem
         return regate(eager_reason("capture_failed", problem))
 
     received, out = last
@@ -691,10 +701,12 @@ def _time_cuda(adapter, ctx, batch, expert_out, rule, *, workload, gate_layout):
     torch.cuda.synchronize()
 
     per_batch = CUDA_BATCH_ROUND_TRIPS
-    if adapter.supports_cuda_graph:
-        replay, note = _capture(adapter, ctx, workload, batch, expert_out, round_trip, stream, gate_layout)
-    else:
+    if not adapter.supports_cuda_graph:
         replay, note = None, eager_reason("not_allowed")
+    elif adapter.name in _CAPTURE_FAILED:
+        replay, note = None, eager_reason("failed_before", _CAPTURE_FAILED[adapter.name])
+    else:
+        replay, note = _capture(adapter, ctx, workload, batch, expert_out, round_trip, stream, gate_layout)
 
     def run_batch():
         if replay is not None:

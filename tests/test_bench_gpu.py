@@ -79,7 +79,10 @@ def test_the_eager_reasons_name_the_cause_and_its_detail():
         "CUDA-graph capture failed (E); the eager round trip passed the gate again")
     assert eager_reason("replay_mismatch", "dispatch: x") == (
         "a replay of the captured graph did not pass the gate (dispatch: x)")
-    assert sorted(EAGER_REASONS) == ["capture_failed", "host_sync", "not_allowed", "replay_mismatch"]
+    assert eager_reason("failed_before", "E") == (
+        "CUDA-graph capture failed at an earlier point in this worker (E); not tried again")
+    assert sorted(EAGER_REASONS) == ["capture_failed", "failed_before", "host_sync", "not_allowed",
+                                     "replay_mismatch"]
 
 
 def test_a_batch_interval_is_divided_into_round_trips_in_microseconds():
