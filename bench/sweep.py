@@ -97,13 +97,15 @@ def validate(spec: SweepSpec, host=None) -> None:
         load_routing_file(routing.path, spec.top_k, spec.experts)
 
 
-def legality(spec: SweepSpec, host):
+def legality(spec: SweepSpec, host, tokens: int | None = None):
     """``{backend: Verdict | None}``: None where rules cannot judge (an unknown adapter).
 
     Without a target arch (a CPU host and no ``--gpu-arch``) the explicit dtype is judged on
     every known arch (``model.GPU_ARCHS``): a backend is illegal only when it is illegal on
     all of them (bf16 on one-sided is; a sm100-only backend is not), with the reasons of the
-    first. Hardware is judged only for ``--device cuda``.
+    first. Hardware is judged only for ``--device cuda``. With ``tokens``, the per-token
+    kernel limits are judged too, for a deployment that runs batches of that many tokens per
+    rank (:func:`point_budget`).
     """
     from autoselect.model import GPU_ARCHS, MoeProfile
     from autoselect.rules import UnknownBackend, legal
@@ -114,13 +116,57 @@ def legality(spec: SweepSpec, host):
     hw = host if spec.device == "cuda" else None
     verdicts = {}
     for name in spec.backends:
+        budget = None if tokens is None else point_budget(name, tokens)
         try:
-            judged = [legal(name, profile, hw, spec.world_size, spec.vllm_version, gpu_arch=a) for a in archs]
+            judged = [legal(name, profile, hw, spec.world_size, spec.vllm_version, gpu_arch=a,
+                            max_tokens_per_rank=budget, environ=spec.env) for a in archs]
         except UnknownBackend:
             verdicts[name] = None  # a third-party adapter the rules table does not know
             continue
         verdicts[name] = next((v for v in judged if v.ok), judged[0])
     return verdicts
+
+
+def point_budget(backend: str, tokens: int) -> int:
+    """The ``--max-num-batched-tokens`` of the smallest deployment that runs ``tokens`` per rank.
+
+    ``tokens`` itself, or vLLM's default for the backend when that is larger (it sizes
+    deepep_low_latency's buffers for 256 tokens: ``vllm_flags.BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS``).
+    """
+    from autoselect.vllm_flags import BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS
+
+    return max(tokens, BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS.get(backend, tokens))
+
+
+def plan_points(spec: SweepSpec, host) -> tuple[list[tuple[str, list[int], set[int]]], dict[str, str]]:
+    """Which points to measure: ``[(backend, tokens, illegal tokens)]`` and the skipped ``{label: reason}``.
+
+    A backend the rules reject at every token count is skipped whole (label = its name);
+    one rejected only at some (a per-token kernel limit, e.g. deepep_low_latency above 511
+    tokens per rank) loses those points (label ``name @ t1,t2``, the reason of the first). With ``include_illegal``
+    nothing is skipped and the rejected points are measured with ``illegal`` set. Repeated
+    token counts stay repeated (``tune`` measures a point again that way).
+    """
+    per_tokens = {t: legality(spec, host, t) for t in dict.fromkeys(spec.tokens)}
+    plan, skipped = [], {}
+    for name in spec.backends:
+        points, illegal_at, first_reason = [], {}, None  # illegal_at: an ordered set
+        for t in spec.tokens:
+            verdict = per_tokens[t].get(name)
+            if verdict is not None and not verdict.ok:
+                illegal_at[t] = None
+                first_reason = first_reason or "; ".join(verdict.reasons)
+                if not spec.include_illegal:
+                    continue
+            points.append(t)
+        if illegal_at and not spec.include_illegal:
+            # the reason of the smallest rejected point stands for the rest (they differ in the number)
+            label = name if not points else f"{name} @ {','.join(map(str, illegal_at))}"
+            skipped[label] = first_reason
+        illegal_at = set(illegal_at)
+        if points:
+            plan.append((name, points, illegal_at))
+    return plan, skipped
 
 
 def _versions(host) -> dict:
@@ -150,18 +196,11 @@ def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=N
 
         host = fingerprint()
     validate(spec, host)
-    verdicts = legality(spec, host)
+    plan, skipped = plan_points(spec, host)
     emit = progress or (lambda event: None)
-
-    plan = []
-    for name in spec.backends:
-        verdict = verdicts.get(name)
-        illegal = verdict is not None and not verdict.ok
-        if illegal and not spec.include_illegal:
-            emit({"event": "skip", "backend": name, "reason": "; ".join(verdict.reasons)})
-            continue
-        plan.append((name, illegal))
-    emit({"event": "start", "total": len(plan) * len(spec.tokens)})
+    for label, reason in skipped.items():
+        emit({"event": "skip", "backend": label, "reason": reason})
+    emit({"event": "start", "total": sum(len(points) for _, points, _ in plan)})
 
     rank = launch.torchrun_rank()
     own_run = store is not None and run_id is None and rank == 0
@@ -177,8 +216,8 @@ def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=N
         if spec.env and "env" not in knobs:
             knobs["env"] = dict(spec.env)
         with launch.signals_raise():
-            for name, illegal in plan:
-                def on_event(ev, name=name, illegal=illegal):
+            for name, points, illegal_at in plan:
+                def on_event(ev, name=name, illegal_at=illegal_at):
                     if ev.get("event") == "phase":
                         emit({"event": "phase", "backend": name, "tokens": ev["tokens"], "phase": ev["phase"]})
                         return
@@ -189,7 +228,7 @@ def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=N
                         hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts,
                         dispatch_dtype=spec.dtype, routing=_routing_label(spec.routing),
                         status=ev["status"], error=ev.get("error"), device=spec.device,
-                        illegal=illegal, knobs=knobs, versions=versions,
+                        illegal=ev["tokens"] in illegal_at, knobs=knobs, versions=versions,
                     )
                     for key, value in (ev.get("fields") or {}).items():
                         setattr(result, key, value)
@@ -199,7 +238,7 @@ def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=N
                             store.add_result(run_id, result)
                         emit({"event": "result", "result": result})
 
-                job = _job(spec, name, host)
+                job = _job(spec, name, host, points)
                 if launch.under_torchrun():
                     _serve_in_process(job, on_event)
                 else:
@@ -220,12 +259,12 @@ def _spec_meta(spec: SweepSpec) -> dict:
     return {k: v for k, v in asdict(spec).items() if k not in ("knobs",)}
 
 
-def _job(spec: SweepSpec, backend: str, host) -> dict:
+def _job(spec: SweepSpec, backend: str, host, points: list[int]) -> dict:
     from bench.workload import parse_routing
 
     routing = parse_routing(spec.routing)
     return {
-        "backend": backend, "points": list(spec.tokens), "hidden": spec.hidden, "top_k": spec.top_k,
+        "backend": backend, "points": points, "hidden": spec.hidden, "top_k": spec.top_k,
         "experts": spec.experts, "world_size": spec.world_size, "dtype": spec.dtype,
         "routing": f"file:{routing.path}" if routing.kind == "file" else spec.routing,
         "seed": spec.seed, "device": spec.device, "max_noise": spec.max_noise,

@@ -269,6 +269,41 @@ def test_without_an_arch_nvfp4_one_sided_is_legal_and_reaches_the_adapter():
     assert verdicts["flashinfer_nvlink_one_sided"].ok
 
 
+def test_a_per_token_kernel_limit_drops_only_the_points_beyond_it():
+    # deepep_low_latency takes at most 511 tokens per rank (NVSHMEM_QP_DEPTH 1024): the
+    # points above are skipped, the rest measured; an error row there would disqualify the
+    # backend for the whole shape in recommend.
+    from autoselect.hardware import cpu_fingerprint
+    from bench.sweep import plan_points
+
+    spec = _spec(["deepep_low_latency", "allgather_reducescatter"], tokens=(1, 256, 512, 1024, 256),
+                 hidden=7168, top_k=8, experts=256, gpu_arch="sm90")
+    plan, skipped = plan_points(spec, cpu_fingerprint())
+    assert plan == [("deepep_low_latency", [1, 256, 256], {512, 1024}),
+                    ("allgather_reducescatter", [1, 256, 512, 1024, 256], set())]
+    (label,) = skipped
+    assert label == "deepep_low_latency @ 512,1024"
+    assert "511 tokens per rank" in skipped[label]
+
+
+def test_a_raised_queue_depth_in_the_sweep_env_lifts_the_token_limit():
+    from autoselect.hardware import cpu_fingerprint
+    from bench.sweep import plan_points
+
+    spec = _spec(["deepep_low_latency"], tokens=(1024,), hidden=7168, top_k=8, experts=256, gpu_arch="sm90",
+                 env={"NVSHMEM_QP_DEPTH": "4096"})
+    assert plan_points(spec, cpu_fingerprint()) == ([("deepep_low_latency", [1024], set())], {})
+
+
+def test_include_illegal_keeps_the_points_beyond_a_limit_and_marks_them():
+    from autoselect.hardware import cpu_fingerprint
+    from bench.sweep import plan_points
+
+    spec = _spec(["deepep_low_latency"], tokens=(256, 1024), hidden=7168, top_k=8, experts=256,
+                 gpu_arch="sm90", include_illegal=True)
+    assert plan_points(spec, cpu_fingerprint()) == ([("deepep_low_latency", [256, 1024], {1024})], {})
+
+
 @pytest.mark.slow
 def test_include_illegal_measures_and_marks_the_rows(db_path, models_dir):
     res = CliRunner().invoke(main, [
