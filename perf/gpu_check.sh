@@ -12,7 +12,8 @@
 # both FlashInfer backends; bf16 payloads, rows marked illegal because one-sided is nvfp4-only)
 # · bench nvfp4, two-sided (x and scales in two alltoallv calls, the token index on the scales, ~20 s)
 # · the seed's bug (one-sided workspace sized for nvfp4, bf16 payload: must not be ok)
-# · information only: two-sided declared capturable (~15 s) · pytest -m gpu. Budget: one-sided JIT ~200 s, two-sided ~44 s (first use), the rest ~2.5 min.
+# · information only: two-sided declared capturable (~15 s) · pytest -m gpu.
+# Budget: one-sided JIT ~200 s, two-sided ~44 s (first use), the rest ~3 min.
 #
 # Nothing may pass silently: every ok row must say how it was timed (the workers append to
 # $OUT/timing.jsonl, AUTOSELECT_BENCH_TIMING_LOG) and allgather_reducescatter and one-sided
