@@ -214,6 +214,27 @@ def decode_expert_input(x_bytes, hidden: int):
     return val.to(torch.bfloat16)
 
 
+#: Rows decoded at a time by :func:`scaled_expert_input`: the int32 nibbles and the fp32 rows
+#: of a whole receive buffer (16384 tokens x 8 ranks x hidden 7168) would take ~16 GB.
+DECODE_CHUNK_ROWS = 8192
+
+
+def scaled_expert_input(x_bytes, scale, hidden: int):
+    """``bf16 [N, H]``: row ``i`` of :func:`decode_expert_input` times ``scale[i]`` (fp32), in chunks.
+
+    The same numbers as decoding everything at once (each row is computed alone), with the
+    temporaries bounded by :data:`DECODE_CHUNK_ROWS` rows.
+    """
+    import torch
+
+    out = torch.empty((x_bytes.shape[0], hidden), dtype=torch.bfloat16, device=x_bytes.device)
+    for start in range(0, x_bytes.shape[0], DECODE_CHUNK_ROWS):
+        stop = start + DECODE_CHUNK_ROWS
+        x_in = decode_expert_input(x_bytes[start:stop], hidden).to(torch.float32)
+        out[start:stop] = (x_in * scale[start:stop, None].to(torch.float32)).to(torch.bfloat16)
+    return out
+
+
 # --------------------------------------------------------------------------------------
 # Routing specs.
 
@@ -516,8 +537,7 @@ class Workload:
             s = (topk_weights.to(torch.float32) * scale / 4.0).sum(dim=1)
         if valid is not None:
             s = torch.where(valid, s, 0.0)
-        x_in = decode_expert_input(x_bytes, self.hidden).to(torch.float32)
-        return (x_in * s[:, None]).to(torch.bfloat16)
+        return scaled_expert_input(x_bytes, s, self.hidden)
 
     def expected_combine(self, rank: int, device="cpu"):
         """The exact combine result of ``rank``'s tokens: ``sum_k w_k · c_{e_k} · x``, bf16."""
@@ -527,8 +547,7 @@ class Workload:
         ids = batch.topk_ids.to(torch.int64)
         b = self.expert_scale_numerators(ids.device)
         s = (batch.topk_weights * b[ids].to(torch.float32) / 4.0).sum(dim=1)
-        x_in = decode_expert_input(batch.x, self.hidden).to(torch.float32)
-        return (x_in * s[:, None]).to(torch.bfloat16)
+        return scaled_expert_input(batch.x, s, self.hidden)
 
 
 def validate_shape(tokens_per_rank, hidden, top_k, experts, world_size, dtype) -> None:

@@ -414,3 +414,18 @@ def test_any_hidden_seed_and_token_survives_the_cast(hidden, seed, first, mode):
         assert torch.equal((scales[:, :blocks].to(torch.int32) << 23).view(torch.uint8), x_sf)
     else:
         assert torch.equal(scales[:, :blocks].contiguous().view(torch.uint8), x_sf)
+
+
+def test_expert_rows_decoded_in_chunks_equal_the_whole_decode(monkeypatch):
+    import torch
+
+    from bench import workload as wl
+
+    w = wl.Workload(64, 256, 4, 16, 2, "bf16", seed=3)
+    batch = w.batch(1)
+    scale = torch.linspace(-2.0, 2.0, batch.x.shape[0])
+    whole = (wl.decode_expert_input(batch.x, 256).to(torch.float32) * scale[:, None]).to(torch.bfloat16)
+    combine_in_one_chunk = w.expected_combine(1)
+    monkeypatch.setattr(wl, "DECODE_CHUNK_ROWS", 10)  # 64 rows: six whole chunks and a short one
+    assert torch.equal(wl.scaled_expert_input(batch.x, scale, 256).view(torch.int16), whole.view(torch.int16))
+    assert torch.equal(w.expected_combine(1).view(torch.int16), combine_in_one_chunk.view(torch.int16))
