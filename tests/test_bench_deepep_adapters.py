@@ -187,14 +187,21 @@ def test_low_latency_refuses_hidden_above_8192():
         common.ll_plan("bf16", 12288, 8, 64, 8, 16)
 
 
-@pytest.mark.parametrize("tokens, max_tokens", [(1, 256), (256, 256), (301, 304), (511, 511 // 4 * 4 + 4)])
-def test_low_latency_slots_are_vllms_256_tokens_or_the_batch_rounded_to_4(tokens, max_tokens):
-    if (max_tokens + 1) * 2 > 1024:
-        with pytest.raises(common.DeepepCannotRun):
-            common.ll_plan("bf16", 4096, 8, 64, 8, tokens)
-        assert common.ll_plan("bf16", 4096, 8, 64, 8, tokens, qp_depth=2048).max_tokens == max_tokens
+@pytest.mark.parametrize("world_size, experts, tokens, max_tokens", [
+    (8, 64, 1, 256), (8, 64, 256, 256), (8, 64, 301, 301), (8, 64, 511, 511), (4, 64, 509, 509),
+    (2, 64, 301, 302), (3, 48, 301, 304), (3, 48, 257, 260)])
+def test_low_latency_slots_are_vllms_256_tokens_or_the_batch_rounded_only_as_far_as_ranks_x_slots_needs(
+        world_size, experts, tokens, max_tokens):
+    # buffer.hpp:1526 asks (ranks * max_tokens) % 4 == 0, not max_tokens % 4 == 0: at EP 8, 511
+    # tokens per rank run with the default NVSHMEM_QP_DEPTH (1024 >= (511 + 1) * 2), as the rules say
+    plan = common.ll_plan("bf16", 4096, 8, experts, world_size, tokens, qp_depth=2048)
+    assert plan.max_tokens == max_tokens
+    assert (world_size * plan.max_tokens) % 4 == 0
+    if (max_tokens + 1) * 2 <= 1024:
+        assert common.ll_plan("bf16", 4096, 8, experts, world_size, tokens).max_tokens == max_tokens
     else:
-        assert common.ll_plan("bf16", 4096, 8, 64, 8, tokens).max_tokens == max_tokens
+        with pytest.raises(common.DeepepCannotRun):
+            common.ll_plan("bf16", 4096, 8, experts, world_size, tokens)
 
 
 def test_low_latency_beyond_the_nvshmem_queue_depth_says_which_depth_is_needed():

@@ -208,8 +208,9 @@ def ll_plan(dtype: str, hidden: int, top_k: int, experts: int, world_size: int, 
     """The :class:`LlPlan` for a shape, or :class:`DeepepCannotRun` with the source's reason.
 
     ``max_tokens`` is vLLM's 256, or the tokens per rank when larger (what
-    ``--max-num-batched-tokens`` would have to be), rounded up to a multiple of 4 (the
-    received-slot count ``ranks * max_tokens`` must be, buffer.hpp low_latency_dispatch).
+    ``--max-num-batched-tokens`` would have to be), rounded up only as far as the
+    received-slot count ``ranks * max_tokens`` must be a multiple of 4 (buffer.hpp:1526
+    low_latency_dispatch): unchanged at 4 or 8 ranks, even at 2, a multiple of 4 at odd sizes.
     ``fp8_block128`` dispatches with ``use_fp8=True`` and the scale format vLLM picks on a GPU
     of compute capability ``gpu_major`` (:data:`LL_FP8_SCALE_FORMAT`); every compiled hidden
     size is a multiple of 512, as buffer.hpp asserts for fp8.
@@ -219,7 +220,8 @@ def ll_plan(dtype: str, hidden: int, top_k: int, experts: int, world_size: int, 
     if padded is None:
         raise DeepepCannotRun(f"{LOW_LATENCY} kernels are compiled for hidden sizes up to "
                               f"{LL_HIDDEN_SIZES[-1]}, not {hidden} (launch.cuh SWITCH_HIDDEN)")
-    max_tokens = max(LL_VLLM_MAX_TOKENS, math.ceil(tokens_per_rank / 4) * 4)
+    step = 4 // math.gcd(4, world_size)  # the smallest m with world_size * m % 4 == 0
+    max_tokens = math.ceil(max(LL_VLLM_MAX_TOKENS, tokens_per_rank) / step) * step
     if (max_tokens + 1) * 2 > qp_depth:
         raise DeepepCannotRun(
             f"{LOW_LATENCY} dispatches at most {qp_depth // 2 - 1} tokens per rank with "
