@@ -105,8 +105,11 @@ def legality(spec: SweepSpec, host, tokens: int | None = None):
     all of them (bf16 on one-sided is; a sm100-only backend is not), with the reasons of the
     first. Hardware is judged only for ``--device cuda``. With ``tokens``, the per-token
     kernel limits are judged too, for a deployment that runs batches of that many tokens per
-    rank (:func:`point_budget`).
+    rank (:func:`point_budget`), in the environment the workers get (ours, then ``spec.env``:
+    an exported ``NVSHMEM_QP_DEPTH`` counts, as it does for the adapter and for ``check``).
     """
+    import os
+
     from autoselect.model import GPU_ARCHS, MoeProfile
     from autoselect.rules import UnknownBackend, legal
 
@@ -114,12 +117,13 @@ def legality(spec: SweepSpec, host, tokens: int | None = None):
     archs = (arch,) if arch else GPU_ARCHS
     profile = MoeProfile.from_shape(spec.hidden, spec.experts, spec.top_k, spec.dtype)
     hw = host if spec.device == "cuda" else None
+    environ = {**os.environ, **spec.env}
     verdicts = {}
     for name in spec.backends:
         budget = None if tokens is None else point_budget(name, tokens)
         try:
             judged = [legal(name, profile, hw, spec.world_size, spec.vllm_version, gpu_arch=a,
-                            max_tokens_per_rank=budget, environ=spec.env) for a in archs]
+                            max_tokens_per_rank=budget, environ=environ) for a in archs]
         except UnknownBackend:
             verdicts[name] = None  # a third-party adapter the rules table does not know
             continue
@@ -394,7 +398,7 @@ def bench_command(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts
                      timeout_s=timeout_s, include_illegal=include_illegal, gpu_arch=gpu_arch,
                      vllm_version=vllm_version, setup_timeout_s=setup_timeout_s)
     validate(spec, host)
-    legality(spec, host)  # bad --gpu-arch / --vllm-version fail here, before the store opens
+    plan_points(spec, host)  # bad --gpu-arch / --vllm-version / NVSHMEM_QP_DEPTH fail here, before the store opens
     skipped: dict[str, str] = {}
 
     def on_progress(event):

@@ -295,6 +295,29 @@ def test_a_raised_queue_depth_in_the_sweep_env_lifts_the_token_limit():
     assert plan_points(spec, cpu_fingerprint()) == ([("deepep_low_latency", [1024], set())], {})
 
 
+def test_an_exported_queue_depth_lifts_the_token_limit_as_it_does_for_the_workers(monkeypatch):
+    # the workers run with our environment (then spec.env): the rules must judge that one too
+    from autoselect.hardware import cpu_fingerprint
+    from bench.sweep import plan_points
+
+    monkeypatch.setenv("NVSHMEM_QP_DEPTH", "4096")
+    spec = _spec(["deepep_low_latency"], tokens=(1024,), hidden=7168, top_k=8, experts=256, gpu_arch="sm90")
+    assert plan_points(spec, cpu_fingerprint()) == ([("deepep_low_latency", [1024], set())], {})
+    spec.env = {"NVSHMEM_QP_DEPTH": "1024"}  # the sweep's own env wins over ours
+    assert plan_points(spec, cpu_fingerprint())[1] != {}
+
+
+def test_bench_cli_refuses_a_bad_exported_queue_depth_before_the_store_opens(db_path, monkeypatch):
+    monkeypatch.setenv("NVSHMEM_QP_DEPTH", "deep")
+    res = CliRunner().invoke(main, ["bench", "--device", "cpu", "--gpu-arch", "sm90", "--hidden", "7168",
+                                    "--top-k", "8", "--experts", "256", "--dtype", "bf16",
+                                    "--backends", "deepep_low_latency", "--tokens", "1", "--db", str(db_path)])
+    assert res.exit_code == 2
+    assert res.stderr == ("Error: NVSHMEM_QP_DEPTH='deep' is not a positive integer; unset it (DeepEP uses "
+                          "1024) or set a number such as 1024\n")
+    assert not db_path.exists()
+
+
 def test_include_illegal_keeps_the_points_beyond_a_limit_and_marks_them():
     from autoselect.hardware import cpu_fingerprint
     from bench.sweep import plan_points
