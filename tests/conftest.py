@@ -32,3 +32,4 @@ def _isolated_env(monkeypatch, tmp_path):
     # A developer's AUTOSELECT_VLLM_PYTHON would make every `check` start vLLM (5-20 s); the
     # tests that want vLLM set it themselves (tests/test_vllm_real.py, AUTOSELECT_TEST_VLLM_PYTHON).
     monkeypatch.delenv("AUTOSELECT_VLLM_PYTHON", raising=False)
+    monkeypatch.delenv("NVSHMEM_QP_DEPTH", raising=False)  # moves the DeepEP low-latency token limit (rules, bench, check)
