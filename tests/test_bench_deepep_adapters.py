@@ -204,6 +204,23 @@ def test_low_latency_slots_are_vllms_256_tokens_or_the_batch_rounded_only_as_far
             common.ll_plan("bf16", 4096, 8, experts, world_size, tokens)
 
 
+def test_low_latency_runs_unpadded_exactly_where_the_rules_accept_the_token_budget():
+    # the rules judge --max-num-batched-tokens = max(tokens, 256) (bench.sweep.point_budget); where they
+    # accept it the adapter must run with that very num_max_dispatch_tokens_per_rank, as vLLM does
+    from bench.sweep import point_budget
+
+    for world_size in (2, 3, 4, 5, 6, 7, 8):
+        experts = 8 * world_size
+        profile = MoeProfile.from_shape(4096, experts, 8, "bf16")
+        for tokens in range(250, 530):
+            budget = point_budget("deepep_low_latency", tokens)
+            verdict = rules.legal("deepep_low_latency", profile, None, world_size, None, gpu_arch="sm90",
+                                  max_tokens_per_rank=budget)
+            if verdict.ok:
+                plan = common.ll_plan("bf16", 4096, 8, experts, world_size, tokens)
+                assert plan.max_tokens == budget, (world_size, tokens)
+
+
 def test_low_latency_beyond_the_nvshmem_queue_depth_says_which_depth_is_needed():
     with pytest.raises(common.DeepepCannotRun) as err:
         common.ll_plan("bf16", 4096, 8, 64, 8, 1024)
