@@ -173,8 +173,9 @@ def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version:
     """Findings from the legality rules for one arch.
 
     The rules see the line's ``--max-num-batched-tokens`` as the tokens each rank dispatches at
-    most (vLLM sizes the per-rank buffers from it; absent, vLLM's default for the backend, which
-    the per-token limits allow) and the line's environment over ``environ`` (``NVSHMEM_QP_DEPTH``).
+    most (vLLM sizes the per-rank buffers from it; absent, vLLM's default for the backend, 256 for
+    deepep_low_latency, which a lowered ``NVSHMEM_QP_DEPTH`` can still refuse) and the line's
+    environment over ``environ`` (``NVSHMEM_QP_DEPTH``).
     """
     out: list[Finding] = []
     if not args.uses_all2all:
@@ -186,7 +187,12 @@ def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version:
     if args.all2all_backend is not None and not rules.value_known_to(args.all2all_backend, version):
         return out  # already reported: vllm serve would not start
     serving = {**environ, **args.env}
-    limits = {"max_tokens_per_rank": args.max_num_batched_tokens, "environ": serving}
+    tokens = args.max_num_batched_tokens
+    if tokens is None:
+        from autoselect.vllm_flags import BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS
+
+        tokens = BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS.get(canonical)
+    limits = {"max_tokens_per_rank": tokens, "environ": serving}
     verdict = rules.legal(backend, profile, None, args.world_size, version, gpu_arch=arch, **limits)
     dtype = profile.activation_dtype(arch)
     alternatives = None

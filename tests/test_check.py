@@ -279,6 +279,16 @@ def test_low_latency_without_the_flag_runs_vllms_256_and_passes():
     assert r.exit_code == 0 and codes(r) == ["batched-token-default"]
 
 
+def test_low_latency_without_the_flag_is_judged_at_vllms_256_against_a_lowered_queue_depth():
+    # DeepEP asserts nvshmem_qp_depth >= (256 + 1) * 2 for vLLM's default budget, flag or not
+    r = _ll(env=["NVSHMEM_QP_DEPTH=256"])
+    assert r.exit_code == 1
+    assert [f.message.split(" (DeepEP")[0] for f in r.findings if f.severity == "error"] == [
+        "deepep_low_latency dispatches at most 127 tokens per rank with NVSHMEM_QP_DEPTH=256, not 256: lower "
+        "--max-num-batched-tokens to 127 or set NVSHMEM_QP_DEPTH to at least 514"]
+    assert _ll(env=["NVSHMEM_QP_DEPTH=514"]).exit_code == 0
+
+
 def test_legal_alternatives_respect_the_lines_token_budget():
     r = check_serve_command(["vllm", "serve", BF16, "-dp", "8", "-ep", "--all2all-backend",
                              "flashinfer_nvlink_one_sided", "--max-num-batched-tokens", "2048"],
