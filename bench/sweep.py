@@ -61,6 +61,9 @@ class SweepSpec:
 
 def validate(spec: SweepSpec, host=None) -> None:
     """Raise a :class:`UserError` for any option that cannot work; touches nothing."""
+    import os
+
+    from autoselect.rules import BACKENDS
     from bench.backends import check_names
     from bench.workload import parse_routing, validate_shape
 
@@ -89,6 +92,13 @@ def validate(spec: SweepSpec, host=None) -> None:
         if spec.world_size > gpus:
             raise NotEnoughGpus(f"world size {spec.world_size} needs {spec.world_size} GPUs; "
                                 f"this host has {gpus} (lower --world-size)")
+    # An environment variable a per-token kernel limit reads (NVSHMEM_QP_DEPTH) must parse now:
+    # tune and fleet call run_sweep inside a run they have already begun.
+    environ = {**os.environ, **spec.env}
+    for name in spec.backends:
+        limit = getattr(BACKENDS.get(name), "max_tokens_per_rank", None)
+        if limit is not None:
+            limit.value.depth(environ)  # raises InvalidQueueDepth (a UserError)
     # The routing file is read now so that a bad file fails before any worker starts.
     routing = parse_routing(spec.routing)
     if routing.kind == "file":

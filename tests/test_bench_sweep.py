@@ -307,6 +307,16 @@ def test_an_exported_queue_depth_lifts_the_token_limit_as_it_does_for_the_worker
     assert plan_points(spec, cpu_fingerprint())[1] != {}
 
 
+def test_validate_refuses_a_bad_queue_depth_in_the_sweep_env_before_tune_or_fleet_measure():
+    from autoselect.rules import InvalidQueueDepth
+    from bench.sweep import validate
+
+    spec = _spec(["deepep_low_latency"], hidden=7168, top_k=8, experts=256, env={"NVSHMEM_QP_DEPTH": "-3"})
+    with pytest.raises(InvalidQueueDepth, match="NVSHMEM_QP_DEPTH='-3' is not a positive integer"):
+        validate(spec)
+    validate(_spec(["allgather_reducescatter"], env={"NVSHMEM_QP_DEPTH": "-3"}))  # no backend reads it
+
+
 def test_bench_cli_refuses_a_bad_exported_queue_depth_before_the_store_opens(db_path, monkeypatch):
     monkeypatch.setenv("NVSHMEM_QP_DEPTH", "deep")
     res = CliRunner().invoke(main, ["bench", "--device", "cpu", "--gpu-arch", "sm90", "--hidden", "7168",
