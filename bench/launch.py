@@ -150,7 +150,7 @@ def serve_job(job: dict, rank: int, world_size: int, emit, *, init_method: str |
                 emit({"event": "result", "tokens": tokens, "status": outcome.status,
                       "error": outcome.error, "fields": outcome.fields,
                       "timing": outcome.timing, "timing_note": outcome.timing_note})
-                log_timing(job["backend"], tokens, outcome)
+                log_timing(job["backend"], tokens, outcome, dtype=job["dtype"])
             if world_size > 1:
                 dist.barrier(group=cpu_group)
     finally:
@@ -166,12 +166,12 @@ def serve_job(job: dict, rank: int, world_size: int, emit, *, init_method: str |
 TIMING_LOG_ENV = "AUTOSELECT_BENCH_TIMING_LOG"
 
 
-def log_timing(backend: str, tokens: int, outcome) -> None:
+def log_timing(backend: str, tokens: int, outcome, *, dtype: str | None = None) -> None:
     """Append ``outcome``'s timing mode to the file named by ``$AUTOSELECT_BENCH_TIMING_LOG`` (if set)."""
     path = os.environ.get(TIMING_LOG_ENV)
     if not path:
         return
-    line = {"backend": backend, "tokens": tokens, "status": outcome.status,
+    line = {"backend": backend, "dtype": dtype, "tokens": tokens, "status": outcome.status,
             "timing": outcome.timing, "timing_note": outcome.timing_note}
     with open(path, "a") as f:
         f.write(json.dumps(line) + "\n")

@@ -104,13 +104,13 @@ rows = conn.execute("select dispatch_dtype, backend, tokens_per_rank, status, de
                     "order by dispatch_dtype, backend, tokens_per_rank").fetchall()
 path = os.environ["AUTOSELECT_BENCH_TIMING_LOG"]
 log = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
-timing = {}  # (backend, tokens) -> entries in run order (bf16 run first, then nvfp4)
+timing = {}  # (dtype, backend, tokens) -> entries in run order
 for e in log:
-    timing.setdefault((e["backend"], e["tokens"]), []).append(e)
+    timing.setdefault((e.get("dtype"), e["backend"], e["tokens"]), []).append(e)
 want_graph = {"allgather_reducescatter", "flashinfer_nvlink_one_sided"}
 bad = []
 for dt, b, t, s, dev, n, p50, d, c in rows:
-    runs = timing.get((b, t), [])
+    runs = timing.get((dt, b, t), [])
     e = runs.pop(0) if runs else {}
     print(f"  {dt:6} {b:30} {t:>5} {s:10} timing={e.get('timing')} p50={p50} dispatch={d} combine={c} "
           f"samples={n}" + (f"  note: {e['timing_note']}" if e.get("timing_note") else ""))

@@ -190,10 +190,10 @@ def test_every_cpu_point_is_logged_as_timed_on_cpu_and_a_failed_gate_as_untimed(
         ("reference_all_to_all", "ok"), ("reference_all_to_all", "ok"),
         ("test_wrong_byte", "incorrect"), ("test_wrong_byte", "incorrect")]
     assert timing_log() == [
-        {"backend": "reference_all_to_all", "tokens": 2, "status": "ok", "timing": "cpu", "timing_note": None},
-        {"backend": "reference_all_to_all", "tokens": 4, "status": "ok", "timing": "cpu", "timing_note": None},
-        {"backend": "test_wrong_byte", "tokens": 2, "status": "incorrect", "timing": None, "timing_note": None},
-        {"backend": "test_wrong_byte", "tokens": 4, "status": "incorrect", "timing": None, "timing_note": None},
+        {"backend": "reference_all_to_all", "dtype": "bf16", "tokens": 2, "status": "ok", "timing": "cpu", "timing_note": None},
+        {"backend": "reference_all_to_all", "dtype": "bf16", "tokens": 4, "status": "ok", "timing": "cpu", "timing_note": None},
+        {"backend": "test_wrong_byte", "dtype": "bf16", "tokens": 2, "status": "incorrect", "timing": None, "timing_note": None},
+        {"backend": "test_wrong_byte", "dtype": "bf16", "tokens": 4, "status": "incorrect", "timing": None, "timing_note": None},
     ]
 
 
