@@ -181,7 +181,7 @@ def create_app(db_path: str | os.PathLike | None = None):
 
     @app.get("/v1/hosts")
     async def hosts():
-        """The host classes in the database (``autoselect hosts --format json``'s rows)."""
+        """One row per host class in the database: its GPUs, how many machines, when last seen."""
         from db.queries import host_classes
 
         def compute():
