@@ -1116,14 +1116,6 @@ def target_vllm_version(explicit: str | None = None) -> str:
     return target_version(explicit)[0]
 
 
-def installed_version(distributions: Sequence[str]) -> str | None:
-    """The version of the first of ``distributions`` found on ``sys.path``
-    (:func:`autoselect.vllm_target.installed_version`)."""
-    from autoselect.vllm_target import installed_version as on_path
-
-    return on_path(distributions)
-
-
 def recommend_for(
     model: str,
     *,

