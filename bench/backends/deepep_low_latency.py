@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from autoselect import rules
 from bench.backends import Backend
 from bench.backends import deepep_common as common
 
@@ -54,7 +55,7 @@ class DeepepLowLatency(Backend):
         import torch
 
         w = workload
-        qp_depth = int(os.environ.get("NVSHMEM_QP_DEPTH", common.LL_DEFAULT_QP_DEPTH))
+        qp_depth = rules.DEEPEP_LL_TOKENS_PER_RANK.value.depth(os.environ)
         gpu_major = torch.cuda.get_device_capability(ctx.torch_device)[0]
         self.plan = common.ll_plan(w.dtype, w.hidden, w.top_k, w.experts, ctx.world_size,
                                    w.tokens_per_rank, qp_depth=qp_depth, gpu_major=gpu_major)
