@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass
 
 from autoselect import rules
+from autoselect.vllm_flags import BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS
 from bench.backends import Received
 
 HIGH_THROUGHPUT = "deepep_high_throughput"
@@ -101,7 +102,7 @@ LL_HIDDEN_SIZES = rules.BACKENDS[LOW_LATENCY].hidden_sizes
 LL_MAX_TOP_K = rules.BACKENDS[LOW_LATENCY].top_k_max
 #: vLLM's num_max_dispatch_tokens_per_rank is the scheduler's max_num_batched_tokens, which
 #: vLLM lowers to 256 for deepep_low_latency (arg_utils.py, batched DP MoE).
-LL_VLLM_MAX_TOKENS = 256
+LL_VLLM_MAX_TOKENS = BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS[LOW_LATENCY]
 #: NVSHMEM_QP_DEPTH default set by Buffer.__init__; low_latency_dispatch asserts
 #: nvshmem_qp_depth >= (num_max_dispatch_tokens_per_rank + 1) * 2 (legacy.py).
 LL_DEFAULT_QP_DEPTH = rules.DEEPEP_LL_TOKENS_PER_RANK.value.default
