@@ -6,12 +6,11 @@ the read side (:func:`best_tuned`) uses stdlib ``sqlite3`` only, because ``recom
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
-from db.rows import dumps, now_iso
+from db.rows import now_iso, row_to_tuned_dict, tuned_to_row
 
 #: ``tuned_configs.status`` values; only ``gain`` rows are shown by ``recommend``.
 TUNED_STATUSES = ("gain", "no_gain", "no_legal_knobs", "budget", "not_searched")
@@ -51,20 +50,14 @@ class TunedConfig:
         return dict(self.__dict__)
 
 
-_JSON = ("workload", "knobs", "env", "flags", "versions")
-
-
 def save_tuned(store: Any, config: TunedConfig) -> int:
     """Insert one tuned configuration in its own transaction; returns its id."""
     if config.status not in TUNED_STATUSES:
         raise ValueError(f"tuned status {config.status!r} is not one of {TUNED_STATUSES}")
     row = config.to_dict()
-    row.pop("id")
     row["created_at"] = row["created_at"] or now_iso()
-    for name in _JSON:
-        row[name] = dumps(row[name])
     with store._write():
-        return store.db["tuned_configs"].insert(row).last_pk
+        return store.db["tuned_configs"].insert({**tuned_to_row(row), "run_id": config.run_id}).last_pk
 
 
 def best_tuned(conn: sqlite3.Connection, *, host_class: str, hidden: int, top_k: int, experts: int,
@@ -88,6 +81,4 @@ def best_tuned(conn: sqlite3.Connection, *, host_class: str, hidden: int, top_k:
     if row is None:
         return None
     d = dict(zip([c[0] for c in cur.description], row))
-    for name in _JSON:
-        d[name] = json.loads(d[name]) if d[name] else ({} if name != "flags" else [])
-    return TunedConfig(**d)
+    return TunedConfig(**row_to_tuned_dict(d), run_id=d["run_id"], id=d["id"])
