@@ -23,20 +23,6 @@ import sys
 MODES = [(False, False), (True, False), (True, True)]  # (round_scale, use_ue8m0)
 
 
-def _one_round(adapter, w, ctx, batch):
-    """Gate one dispatch + combine; the first problem or None."""
-    from bench.measure import check_combine, check_dispatch
-
-    received = adapter.dispatch(batch)
-    problem = check_dispatch(w, ctx.rank, received)
-    if problem:
-        return "dispatch: " + problem
-    expert_out = w.expert_output(ctx.rank, received.x, received.topk_ids, received.topk_weights,
-                                 received.valid, received.expert)
-    problem = check_combine(w, ctx.rank, adapter.combine(expert_out))
-    return "combine: " + problem if problem else None
-
-
 def main() -> int:
     """Set up the adapter once, run every scale format and the control, report from rank 0."""
     import torch
@@ -45,6 +31,7 @@ def main() -> int:
     from bench.backends import BenchContext
     from bench.backends import deepep_common as common
     from bench.backends.deepep_low_latency import DeepepLowLatency
+    from bench.measure import _gate
     from bench.workload import Workload
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -74,10 +61,7 @@ def main() -> int:
             if factor != 1:
                 x, idx, weights = adapter._inputs(batch)
                 adapter.cache["inputs"] = (batch, (x * factor, idx, weights))
-            problem = _one_round(adapter, w, ctx, batch)
-            problems = [None] * world
-            dist.all_gather_object(problems, problem, group=cpu_group)
-            first = next((p for p in problems if p), None)
+            first = _gate(adapter, ctx, w, batch)[0]  # the first problem over ranks, or None
             good = (first is None) if factor == 1 else (first is not None and "scale byte" in first)
             failed |= not good
             if rank == 0:
