@@ -17,7 +17,6 @@ integers / tensors, so they are tested on CPU.
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import math
 import os
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from autoselect import rules
 from autoselect.vllm_flags import BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS
 from bench.backends import Received
+from bench.backends._flashinfer import has_module as _has_module
 
 HIGH_THROUGHPUT = "deepep_high_throughput"
 LOW_LATENCY = "deepep_low_latency"
@@ -254,13 +254,6 @@ def ll_received_scale_bytes(scales, plan: LlPlan):
 
 # --------------------------------------------------------------------------------------
 # Availability.
-
-
-def _has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def deep_ep_unavailable_reason(ctx) -> str | None:
