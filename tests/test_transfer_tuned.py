@@ -266,10 +266,6 @@ def test_db_export_stdout_round_trips_through_the_cli(tmp_path):
 
 
 def test_db_info_counts_the_tuned_configurations(tmp_path):
-    from click.testing import CliRunner
-
-    from autoselect.cli import main
-
-    res = CliRunner().invoke(main, ["db", "info", "--db", str(filled(tmp_path / "a.db")), "--format", "json"])
+    res = cli("db", "info", "--db", str(filled(tmp_path / "a.db")), "--format", "json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["counts"]["tuned_configs"] == 3
