@@ -399,17 +399,6 @@ class Store:
             )
         return run_id
 
-    def merge(self, other: str | os.PathLike) -> ImportSummary:
-        """Add every run, result and tuned configuration of another results database (idempotent)."""
-        from db.queries import connect_readonly
-        from db.transfer import iter_records
-
-        src = connect_readonly(other)
-        try:
-            return self.import_records(iter_records(src))
-        finally:
-            src.close()
-
 
 _RUN_FIELDS = (
     "uid", "host_class", "started_at", "updated_at", "finished_at", "status", "trigger",
