@@ -407,8 +407,7 @@ def bench_command(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts
                      max_noise=max_noise, min_samples=min_samples, min_time_s=min_time_s,
                      timeout_s=timeout_s, include_illegal=include_illegal, gpu_arch=gpu_arch,
                      vllm_version=vllm_version, setup_timeout_s=setup_timeout_s)
-    validate(spec, host)
-    plan_points(spec, host)  # bad --gpu-arch / --vllm-version / NVSHMEM_QP_DEPTH fail here, before the store opens
+    validate(spec, host)  # bad --vllm-version / NVSHMEM_QP_DEPTH fail here, before the store opens
     skipped: dict[str, str] = {}
 
     def on_progress(event):
