@@ -1,4 +1,8 @@
-"""The docs are tested: every command has help and a README mention; README examples are real."""
+"""The docs are tested: every command has help and a mention; the examples in the docs are real.
+
+"The docs" are README.md and every page under docs/ (the generated docs/cli-reference.md is
+checked against --help instead).
+"""
 
 from __future__ import annotations
 
@@ -17,8 +21,14 @@ from autoselect.cli import COMMANDS, main
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
+#: (path relative to ROOT, text) of README.md and the hand-written pages under docs/.
+PAGES = [("README.md", README)] + [
+    (str(p.relative_to(ROOT)), p.read_text()) for p in sorted((ROOT / "docs").rglob("*.md"))
+    if p.name != "cli-reference.md"
+]
+ALL_DOCS = "\n".join(text for _, text in PAGES)
 
-#: README ```console blocks for these commands are re-run and must match exactly (deterministic
+#: ```console blocks (README or docs/) for these commands are re-run and must match exactly (deterministic
 #: commands only: no database, no clock). Add yours here once its output is deterministic.
 REPRODUCED = ("inspect", "check")
 
@@ -48,12 +58,12 @@ def test_every_command_has_help_with_an_example_block(path):
 
 
 @pytest.mark.parametrize("path", [p for p, _ in _all_commands()])
-def test_every_command_is_mentioned_in_the_readme(path):
-    assert re.search(rf"autoselect {re.escape(path)}\b", README), f"README.md never mentions `autoselect {path}`"
+def test_every_command_is_mentioned_in_the_docs(path):
+    assert re.search(rf"autoselect {re.escape(path)}\b", ALL_DOCS), f"neither README.md nor docs/ mention `autoselect {path}`"
 
 
 def _console_blocks():
-    for block in re.findall(r"```console\n(.*?)```", README, flags=re.S):
+    for block in re.findall(r"```console\n(.*?)```", ALL_DOCS, flags=re.S):
         lines = block.rstrip("\n").split("\n")
         if not lines[0].startswith("$ autoselect "):
             continue
@@ -113,7 +123,7 @@ def test_readme_documents_reproduced_examples():
     assert {argv[0] for _, argv, _ in _console_blocks()} == set(REPRODUCED)
 
 
-# --- every flag the README gives an autoselect command exists -------------------------------
+# --- every flag the docs give an autoselect command exists-- -------------------------------
 
 _FLAG = re.compile(r"^--[a-z][a-z0-9-]*$")
 
@@ -131,14 +141,14 @@ def _autoselect_invocations(text: str):
 
 
 def _readme_invocations():
-    """(where, tokens) for every autoselect command line in a README code block or code span."""
-    for block in re.findall(r"```(?:bash|console)\n(.*?)```", README, flags=re.S):
+    """(where, tokens) for every autoselect command line in a code block or code span of the docs."""
+    for block in re.findall(r"```(?:bash|console)\n(.*?)```", ALL_DOCS, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
             if block.lstrip().startswith("$") and not line.startswith("$ "):
                 continue  # console output, not a command
             for tokens in _autoselect_invocations(line):
                 yield line, tokens
-    for span in re.findall(r"`([^`\n]+)`", README):
+    for span in re.findall(r"`([^`\n]+)`", ALL_DOCS):
         for tokens in _autoselect_invocations(span):
             yield span, tokens
 
@@ -159,7 +169,7 @@ def test_every_flag_the_readme_uses_exists():
                 break  # what follows is the vllm serve command line `check` reads
             flags.append(tok.split("=", 1)[0])
         unknown += [f"autoselect {path} {f}   (in: {where})" for f in flags if _FLAG.match(f) and f not in _options(cmd)]
-    assert not unknown, "README uses flags the commands do not have:\n" + "\n".join(unknown)
+    assert not unknown, "the docs use flags the commands do not have:\n" + "\n".join(unknown)
 
 
 # --- docs/cli-reference.md is generated from --help ----------------------------------------
@@ -199,11 +209,29 @@ def _github_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_readme_links_resolve():
-    prose = re.sub(r"```.*?```", "", README, flags=re.S)
-    anchors = {_github_anchor(h) for h in re.findall(r"^#{1,4} (.+)$", prose, flags=re.M)}
-    links = re.findall(r"\]\(([^)\s]+)\)", README)
-    assert links
-    broken = [link for link in links if link.startswith("#") and link[1:] not in anchors]
-    broken += [link for link in links if not link.startswith(("#", "http")) and not (ROOT / link).exists()]
-    assert not broken, f"README links to missing headings or files: {broken}"
+def _anchors(text: str) -> set[str]:
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    return {_github_anchor(h) for h in re.findall(r"^#{1,4} (.+)$", prose, flags=re.M)}
+
+
+@pytest.mark.parametrize("page", [p for p, _ in PAGES])
+def test_doc_links_resolve(page):
+    """Every relative link of a page names an existing file, and every #anchor a heading there."""
+    text = dict(PAGES)[page]
+    here = (ROOT / page).parent
+    broken = []
+    prose = re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", text, flags=re.S))
+    for link in re.findall(r"\]\(([^)\s]+)\)", prose):
+        if link.startswith(("http://", "https://", "mailto:")):
+            continue
+        target, _, anchor = link.partition("#")
+        path = (here / target).resolve() if target else ROOT / page
+        if not path.exists():
+            broken.append(link)
+        elif anchor and path.suffix == ".md" and anchor not in _anchors(path.read_text()):
+            broken.append(link)
+    assert not broken, f"{page} links to missing headings or files: {broken}"
+
+
+def test_readme_has_links():
+    assert re.findall(r"\]\(([^)\s]+)\)", README)
