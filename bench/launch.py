@@ -90,7 +90,7 @@ def serve_job(job: dict, rank: int, world_size: int, emit, *, init_method: str |
 
     from bench import backends
     from bench.measure import run_point
-    from bench.workload import Workload
+    from bench.workload import BenchPoint
 
     device = job["device"]
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
@@ -132,12 +132,12 @@ def serve_job(job: dict, rank: int, world_size: int, emit, *, init_method: str |
         say = emit if rank == 0 else (lambda event: None)  # rank 0 reports progress
         for tokens in job["points"]:
             say({"event": "phase", "tokens": tokens, "phase": "setup"})
-            workload = Workload(tokens, job["hidden"], job["top_k"], job["experts"], world_size,
+            point = BenchPoint(tokens, job["hidden"], job["top_k"], job["experts"], world_size,
                                 job["dtype"], routing=job["routing"], seed=job["seed"])
-            adapter.setup(ctx, workload)
+            adapter.setup(ctx, point)
             try:
                 outcome = run_point(
-                    adapter, ctx, workload, max_noise=job["max_noise"],
+                    adapter, ctx, point, max_noise=job["max_noise"],
                     min_samples=job["min_samples"], min_time_s=job["min_time_s"],
                     timeout_s=job["timeout_s"],
                     on_phase=lambda p, t=tokens: say({"event": "phase", "tokens": t, "phase": p}),

@@ -362,7 +362,7 @@ def parse_int_list(text: str, what: str) -> list[int]:
     return out
 
 
-def bench_command(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=None, dtype=None,
+def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=None, dtype=None,
                   backends=None, tokens=None, world_size=None, device="cuda", routing="uniform",
                   seed=0, max_noise=0.005, min_samples=10, min_time_s=0.5, timeout_s=15.0,
                   setup_timeout_s=300.0, include_illegal=False, vllm_version=None, db_path=None,

@@ -1,6 +1,6 @@
-"""The benchmark workload: payload layout, routing, synthetic experts, byte counts.
+"""The benchmark point: payload layout, routing, synthetic experts, byte counts.
 
-A :class:`Workload` is deterministic from its seed: every rank can regenerate any token's
+A :class:`BenchPoint` (one shape at one token count per rank) is deterministic from its seed: every rank can regenerate any token's
 payload bytes and routing without talking to the others, which is what lets the
 correctness gate check delivery bit-exactly on the receiving side.
 
@@ -76,8 +76,8 @@ class BadRouting(UserError):
     "The routing spec or routing file cannot be used."
 
 
-class BadWorkload(UserError):
-    "The workload shape is impossible (tokens, top_k, experts, world size, dtype)."
+class ImpossibleShape(UserError):
+    "The benchmark shape is impossible (tokens, top_k, experts, world size, dtype)."
 
 
 # --------------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def algbw_gbps(bytes_per_rank: float, time_us: float) -> float:
     """Algorithm bandwidth in decimal GB/s, nccl-tests' ``algbw = S/t``.
 
     ``S`` is the logical bytes one rank moves in one round trip
-    (:meth:`Workload.bytes_per_rank`): its tokens' dispatch rows once per distinct
+    (:meth:`BenchPoint.bytes_per_rank`): its tokens' dispatch rows once per distinct
     destination rank, its own rank included (DeepEP / TensorRT-LLM "logical" accounting),
     plus the bf16 expert outputs sent back in combine, averaged over ranks. ``t`` is the
     round-trip time (dispatch + combine).
@@ -322,7 +322,7 @@ def load_routing_file(path: str, top_k: int, experts: int):
 
 
 # --------------------------------------------------------------------------------------
-# The workload.
+# The benchmark point.
 
 
 @dataclass
@@ -361,7 +361,7 @@ class DispatchBatch:
 
 
 @dataclass
-class Workload:
+class BenchPoint:
     """One benchmark shape: tokens per rank, model shape, dtype, routing and seed."""
 
     tokens_per_rank: int
@@ -551,17 +551,17 @@ class Workload:
 
 
 def validate_shape(tokens_per_rank, hidden, top_k, experts, world_size, dtype) -> None:
-    """Raise :class:`BadWorkload` unless the shape can be benchmarked."""
+    """Raise :class:`ImpossibleShape` unless the shape can be benchmarked."""
     if dtype not in ACTIVATION_DTYPES:
-        raise BadWorkload(f"unknown activation dtype {dtype!r}; use one of {', '.join(ACTIVATION_DTYPES)}")
+        raise ImpossibleShape(f"unknown activation dtype {dtype!r}; use one of {', '.join(ACTIVATION_DTYPES)}")
     for name, value in (("tokens per rank", tokens_per_rank), ("hidden size", hidden),
                         ("top_k", top_k), ("experts", experts), ("world size", world_size)):
         if not isinstance(value, int) or value < 1:
-            raise BadWorkload(f"{name} must be a positive integer, got {value!r}")
+            raise ImpossibleShape(f"{name} must be a positive integer, got {value!r}")
     if top_k > experts:
-        raise BadWorkload(f"top_k {top_k} is larger than the number of experts {experts}; lower --top-k")
+        raise ImpossibleShape(f"top_k {top_k} is larger than the number of experts {experts}; lower --top-k")
     if experts < world_size:
-        raise BadWorkload(f"{experts} experts cannot be spread over {world_size} ranks; "
+        raise ImpossibleShape(f"{experts} experts cannot be spread over {world_size} ranks; "
                           "every rank needs at least one expert (lower --world-size)")
     if top_k * 3 > 256:
-        raise BadWorkload(f"top_k {top_k} is above 85, which the exact synthetic experts cannot cover")
+        raise ImpossibleShape(f"top_k {top_k} is above 85, which the exact synthetic experts cannot cover")

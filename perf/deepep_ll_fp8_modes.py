@@ -31,8 +31,8 @@ def main() -> int:
     from bench.backends import BenchContext
     from bench.backends import deepep_common as common
     from bench.backends.deepep_low_latency import DeepepLowLatency
-    from bench.measure import _gate
-    from bench.workload import Workload
+    from bench.measure import gate_round_trip
+    from bench.workload import BenchPoint
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
@@ -49,7 +49,7 @@ def main() -> int:
         return 1
     failed = False
     for hidden, top_k, experts in ((7168, 8, 256), (2880, 4, 128)):
-        w = Workload(64, hidden, top_k, experts, world, "fp8_block128", seed=11)
+        w = BenchPoint(64, hidden, top_k, experts, world, "fp8_block128", seed=11)
         adapter.setup(ctx, w)
         base = adapter.plan
         batch = w.batch(rank, ctx.torch_device)
@@ -61,7 +61,7 @@ def main() -> int:
             if factor != 1:
                 x, idx, weights = adapter._inputs(batch)
                 adapter.cache["inputs"] = (batch, (x * factor, idx, weights))
-            first = _gate(adapter, ctx, w, batch)[0]  # the first problem over ranks, or None
+            first = gate_round_trip(adapter, ctx, w, batch)[0]  # the first problem over ranks, or None
             good = (first is None) if factor == 1 else (first is not None and "scale byte" in first)
             failed |= not good
             if rank == 0:

@@ -6,7 +6,7 @@ neither side always runs second), each pair runs one block of ``--iters`` iterat
 
 - bare: pack the batch into byte rows, ``all_gather_single``, ``reduce_scatter_single`` of
   the expert outputs, with ``perf_counter_ns`` around each iteration; and
-- harness: ``bench.measure._time_cpu`` on the allgather_reducescatter adapter (adapter
+- harness: ``bench.measure.time_cpu`` on the allgather_reducescatter adapter (adapter
   method calls, per-iteration dispatch/combine timestamps, batching, all_reduce MAX and the
   stopping rule's broadcast per batch, stopping-rule bookkeeping).
 
@@ -45,19 +45,20 @@ def worker(rank, world, store_path, args, queue):
     import torch.distributed as dist
 
     import bench.measure as measure
+    import bench.measure.cpu_timing as cpu_timing
     from bench.backends import BenchContext
     from bench.backends._collectives import all_gather_single, pack_rows, reduce_scatter_single
     from bench.backends.allgather_reducescatter import AllgatherReducescatter
-    from bench.workload import Workload
+    from bench.workload import BenchPoint
 
     if args.batch_target_s is not None:
-        measure.BATCH_TARGET_S = args.batch_target_s
+        cpu_timing.BATCH_TARGET_S = args.batch_target_s
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world)
     g = dist.group.WORLD
     ctx = BenchContext(rank=rank, world_size=world, device="cpu", torch_device=torch.device("cpu"),
                        group=g, cpu_group=g)
-    w = Workload(args.tokens, 2048, 8, 64, world, "bf16")
+    w = BenchPoint(args.tokens, 2048, 8, 64, world, "bf16")
     batch = w.batch(rank)
     adapter = AllgatherReducescatter()
     adapter.setup(ctx, w)
@@ -72,7 +73,7 @@ def worker(rank, world, store_path, args, queue):
 
     def bare(n):
         times = []
-        for _ in range(measure.WARMUP_ITERATIONS):  # as _time_cpu warms up
+        for _ in range(measure.WARMUP_ITERATIONS):  # as time_cpu warms up
             pack_rows(send, (batch.topk_ids, batch.topk_weights, batch.x, batch.x_sf))
             all_gather_single(gathered, send, group=g)
             reduce_scatter_single(out, expert_out, group=g)
@@ -87,13 +88,13 @@ def worker(rank, world, store_path, args, queue):
         return t.tolist()
 
     batch_sizes: list[int] = []  # rows per all_reduce of the harness: where each batch starts
-    max_over_ranks = measure._max_over_ranks
+    max_over_ranks = cpu_timing.max_over_ranks
 
     def recording_max(ctx_, rows):
         batch_sizes.append(len(rows))
         return max_over_ranks(ctx_, rows)
 
-    measure._max_over_ranks = recording_max
+    cpu_timing.max_over_ranks = recording_max
 
     def harness(n):
         rule = measure.StoppingRule(min_samples=n, min_time_s=0.0, max_noise=1e-12, timeout_s=1e9)
@@ -105,7 +106,7 @@ def worker(rank, world, store_path, args, queue):
 
         rule.done = done
         batch_sizes.clear()
-        measure._time_cpu(adapter, ctx, batch, expert_out, rule)
+        measure.time_cpu(adapter, ctx, batch, expert_out, rule)
         samples = rule.samples[:n]  # the last batch may overshoot n
         first, rest, i = [], [], 0
         for size in batch_sizes:
@@ -171,7 +172,7 @@ def main():
     ap.add_argument("--pairs", type=int, default=150, help="interleaved bare/harness block pairs")
     ap.add_argument("--iters", type=int, default=40, help="timed iterations per block")
     ap.add_argument("--batch-target-s", type=float, default=None,
-                    help="override bench.measure.BATCH_TARGET_S (wall time per harness batch)")
+                    help="override bench.measure.cpu_timing.BATCH_TARGET_S (wall time per harness batch)")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     ctx = mp.get_context("spawn")

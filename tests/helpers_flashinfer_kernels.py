@@ -410,7 +410,7 @@ def _rank_main(rank, world_size, directory, backend, dtype, tokens, top_k, api):
     from bench.backends import BenchContext
     from bench.backends import _flashinfer as fi
     from bench.measure import run_point
-    from bench.workload import Workload
+    from bench.workload import BenchPoint
 
     dist.init_process_group("gloo", init_method=f"file://{directory}/store", rank=rank, world_size=world_size)
     group = dist.group.WORLD
@@ -425,7 +425,7 @@ def _rank_main(rank, world_size, directory, backend, dtype, tokens, top_k, api):
                 m.setattr(fi, "has_moe_ep", lambda: False)  # as on FlashInfer 0.6
         else:
             TwoSidedKernels(m)
-        w = Workload(tokens, 512, top_k, 32, world_size, dtype)
+        w = BenchPoint(tokens, 512, top_k, 32, world_size, dtype)
         adapter = backends.load(backend)
         adapter.setup(ctx, w)
         used = "moe_ep" if getattr(adapter, "use_moe_ep", False) else "legacy"

@@ -25,7 +25,7 @@ from bench.backends import deepep_common as common
 from bench.backends.deepep_high_throughput import DeepepHighThroughput
 from bench.backends.deepep_low_latency import DeepepLowLatency
 from bench.measure import check_dispatch
-from bench.workload import Workload
+from bench.workload import BenchPoint
 from helpers_fp8_cast import deepep_ll_cast
 
 HAVE_DEEP_EP = common._has_module("deep_ep")
@@ -239,7 +239,7 @@ def test_vllm_buffer_size_follows_VLLM_DEEPEP_BUFFER_SIZE_MB(monkeypatch):
 # Handles -> token indices, checked by the real correctness gate
 
 
-def _ht_handle_for(w: Workload, rank: int):
+def _ht_handle_for(w: BenchPoint, rank: int):
     """What DeepEP's intranode dispatch hands rank ``rank``: rows grouped by source rank (in
     token order within a source), the rank prefix matrix and each row's source index."""
     dest = w.destinations()
@@ -251,7 +251,7 @@ def _ht_handle_for(w: Workload, rank: int):
     return prefix, src_idx.to(torch.int32)
 
 
-def _bare(cls, w: Workload, rank: int, plan):
+def _bare(cls, w: BenchPoint, rank: int, plan):
     """An adapter as ``setup`` leaves it, minus the DeepEP buffer (only ``_received`` is called)."""
     adapter = cls()
     adapter.ctx, adapter.w, adapter.plan, adapter.torch = _ctx(world_size=w.world_size, rank=rank), w, plan, torch
@@ -261,7 +261,7 @@ def _bare(cls, w: Workload, rank: int, plan):
 
 @pytest.mark.parametrize("dtype, hidden", [("bf16", 256), ("bf16", 2880), ("fp8_block128", 2944)])
 def test_high_throughput_received_rows_map_back_to_the_tokens_the_gate_expects(dtype, hidden):
-    w = Workload(16, hidden, 4, 16, 4, dtype, seed=3)
+    w = BenchPoint(16, hidden, 4, 16, 4, dtype, seed=3)
     plan = common.ht_plan(dtype, hidden, 4, 16, 4)
     for rank in range(w.world_size):
         prefix, src_idx = _ht_handle_for(w, rank)
@@ -285,7 +285,7 @@ def test_high_throughput_received_rows_map_back_to_the_tokens_the_gate_expects(d
 
 
 def test_high_throughput_inputs_are_vllms_padded_fp8_rows_and_block_scales_built_once_per_batch():
-    w = Workload(4, 2944, 4, 16, 4, "fp8_block128", seed=2)
+    w = BenchPoint(4, 2944, 4, 16, 4, "fp8_block128", seed=2)
     plan = common.ht_plan("fp8_block128", 2944, 4, 16, 4)
     adapter = _bare(DeepepHighThroughput, w, 0, plan)
     adapter.index_dtype, adapter.cache = torch.int64, {}
@@ -302,7 +302,7 @@ def test_high_throughput_inputs_are_vllms_padded_fp8_rows_and_block_scales_built
 
 
 def test_low_latency_inputs_are_bf16_rows_padded_to_the_compiled_hidden():
-    w = Workload(4, 2880, 4, 16, 4, "bf16", seed=2)
+    w = BenchPoint(4, 2880, 4, 16, 4, "bf16", seed=2)
     adapter = _bare(DeepepLowLatency, w, 0, common.ll_plan("bf16", 2880, 4, 16, 4, 4))
     adapter.index_dtype, adapter.cache = torch.int64, {}
     batch = w.batch(0)
@@ -313,7 +313,7 @@ def test_low_latency_inputs_are_bf16_rows_padded_to_the_compiled_hidden():
 
 
 def test_low_latency_fp8_inputs_are_the_bf16_source_rows_padded_with_zeros():
-    w = Workload(4, 2880, 4, 16, 4, "fp8_block128", seed=2)
+    w = BenchPoint(4, 2880, 4, 16, 4, "fp8_block128", seed=2)
     adapter = _bare(DeepepLowLatency, w, 0, common.ll_plan("fp8_block128", 2880, 4, 16, 4, 4))
     adapter.index_dtype, adapter.cache = torch.int64, {}
     batch = w.batch(0)
@@ -324,7 +324,7 @@ def test_low_latency_fp8_inputs_are_the_bf16_source_rows_padded_with_zeros():
 
 
 def test_a_source_index_off_by_one_is_caught_by_the_gate():
-    w = Workload(8, 256, 2, 8, 2, "bf16", seed=1)
+    w = BenchPoint(8, 256, 2, 8, 2, "bf16", seed=1)
     prefix, src_idx = _ht_handle_for(w, 0)
     token = common.ht_token_index(prefix, src_idx, 0, w.tokens_per_rank)
     x, _ = w.payload_rows(token)
@@ -361,7 +361,7 @@ def test_low_latency_slots_decode_from_packed_layout_ranges_in_arrival_order():
     assert token[~valid].unique().tolist() == [-1]
 
 
-def _ll_dispatch_as_deepep_writes_it(w: Workload, rank: int, plan):
+def _ll_dispatch_as_deepep_writes_it(w: BenchPoint, rank: int, plan):
     """``(recv_x, handle)`` of a low-latency dispatch to ``rank``, laid out as DeepEP's kernel writes them.
 
     Every source rank's input is what the adapter hands DeepEP (``_inputs``: padded bf16 rows);
@@ -409,7 +409,7 @@ def _ll_dispatch_as_deepep_writes_it(w: Workload, rank: int, plan):
                                                       ("fp8_block128", 7168, 9), ("fp8_block128", 2880, 9),
                                                       ("fp8_block128", 7168, 10), ("fp8_block128", 2880, 10)])
 def test_low_latency_received_slots_pass_the_gate_and_a_lost_slot_fails_it(dtype, hidden, gpu_major):
-    w = Workload(8, hidden, 4, 8, 2, dtype, seed=5)
+    w = BenchPoint(8, hidden, 4, 8, 2, dtype, seed=5)
     plan = common.ll_plan(dtype, hidden, 4, 8, 2, 8, gpu_major=gpu_major)
     for rank in range(w.world_size):
         recv_x, handle = _ll_dispatch_as_deepep_writes_it(w, rank, plan)
@@ -428,7 +428,7 @@ def test_low_latency_received_slots_pass_the_gate_and_a_lost_slot_fails_it(dtype
 @pytest.mark.parametrize("gpu_major", [9, 10])
 def test_low_latency_fp8_scales_read_in_storage_order_fail_the_gate(gpu_major):
     # forgetting that DeepEP's scales are a transposed view scrambles them across slots
-    w = Workload(8, 7168, 4, 8, 2, "fp8_block128", seed=5)
+    w = BenchPoint(8, 7168, 4, 8, 2, "fp8_block128", seed=5)
     plan = common.ll_plan("fp8_block128", 7168, 4, 8, 2, 8, gpu_major=gpu_major)
     (values, scales), handle = _ll_dispatch_as_deepep_writes_it(w, 0, plan)
     storage_order = scales.transpose(1, 2).contiguous().reshape(scales.shape)

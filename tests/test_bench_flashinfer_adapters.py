@@ -31,7 +31,7 @@ from bench import backends  # noqa: E402
 from bench.backends import BenchContext  # noqa: E402
 from bench.backends import _flashinfer as fi  # noqa: E402
 from bench.measure import run_point  # noqa: E402
-from bench.workload import Workload  # noqa: E402
+from bench.workload import BenchPoint  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers_flashinfer_kernels import Bound, TwoSidedKernels, install_one_sided  # noqa: E402
@@ -103,7 +103,7 @@ def test_one_sided_top_k_list_is_the_kernels_switch():
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_one_sided_legacy_api_passes_the_gate_with_vllms_payload_list(monkeypatch, ctx, dtype):
     ops = install_one_sided(monkeypatch)
-    w = Workload(48, 512, 8, 32, 1, dtype)
+    w = BenchPoint(48, 512, 8, 32, 1, dtype)
     adapter = backends.load("flashinfer_nvlink_one_sided")
     adapter.setup(ctx, w)
     assert not adapter.use_moe_ep
@@ -125,7 +125,7 @@ def test_one_sided_legacy_api_passes_the_gate_with_vllms_payload_list(monkeypatc
 
 def test_timed_dispatches_reuse_the_staged_payload(monkeypatch, ctx):
     install_one_sided(monkeypatch)
-    w = Workload(16, 512, 8, 32, 1, "bf16")
+    w = BenchPoint(16, 512, 8, 32, 1, "bf16")
     adapter = backends.load("flashinfer_nvlink_one_sided")
     adapter.setup(ctx, w)
     batch = w.batch(0, ctx.torch_device)
@@ -148,7 +148,7 @@ def test_one_sided_workspace_is_what_nvlink_one_sided_alltoall_would_allocate(mo
     real = t.moe_a2a_get_workspace_size_per_rank
     sizes.answer = lambda a: real(**a)
     monkeypatch.setattr(t, "moe_a2a_get_workspace_size_per_rank", sizes)
-    w = Workload(64, 2048, 8, 32, 1, "nvfp4")
+    w = BenchPoint(64, 2048, 8, 32, 1, "nvfp4")
     adapter = backends.load("flashinfer_nvlink_one_sided")
     adapter.setup(ctx, w)
     args = sizes.calls[0].arguments
@@ -164,7 +164,7 @@ def test_a_dispatch_that_delivers_nothing_fails_the_gate_even_on_a_cached_worksp
     # FlashInfer keeps the workspace of a geometry for the process; setup poisons the rows, so
     # the first point's bytes cannot pass for a second point's
     ops = install_one_sided(monkeypatch)
-    w = Workload(32, 512, 8, 32, 1, "nvfp4")
+    w = BenchPoint(32, 512, 8, 32, 1, "nvfp4")
     first = backends.load("flashinfer_nvlink_one_sided")
     first.setup(ctx, w)
     assert run_point(first, ctx, w, **FAST).status == "ok"
@@ -187,7 +187,7 @@ def test_the_seeds_undersized_workspace_fails_on_the_combine_as_measured_on_the_
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "plugins"))
     _sys.modules.pop("autoselect_test_backends.faulty", None)
     adapter = backends.load("test_one_sided_nvfp4_workspace")
-    w = Workload(256, 2048, 8, 32, 1, "bf16")
+    w = BenchPoint(256, 2048, 8, 32, 1, "bf16")
     assert adapter.dispatch_row_bytes(w) == 1024 + 128 + 64
     assert backends.load("flashinfer_nvlink_one_sided").dispatch_row_bytes(w) == 4096 + 16 + 64
     adapter.setup(ctx, w)
@@ -214,7 +214,7 @@ def test_one_sided_moe_ep_api_passes_the_gate_and_makes_the_legacy_paths_kernel_
     created.answer = lambda a: real_create(a["bootstrap"], a["params"], a["backend"], **a["options"])
     monkeypatch.setattr(ep, "create_communication", created)
     monkeypatch.setattr(fi, "has_legacy_one_sided", lambda: False)  # take the 0.7 path at ws 1
-    w = Workload(32, 512, 8, 32, 1, dtype)
+    w = BenchPoint(32, 512, 8, 32, 1, dtype)
     adapter = backends.load("flashinfer_nvlink_one_sided")
     adapter.setup(ctx, w)
     assert adapter.use_moe_ep and isinstance(adapter.comm, ep.NVLinkOneSidedAlltoAll)
@@ -257,7 +257,7 @@ def test_two_ranks_pass_the_gate_with_padding_rows_marked_invalid(tmp_path, back
 def test_two_sided_passes_the_gate_with_vllms_two_alltoallv_calls(monkeypatch, ctx):
     kernels = TwoSidedKernels(monkeypatch)
     t = 48
-    w = Workload(t, 512, 8, 32, 1, "nvfp4")
+    w = BenchPoint(t, 512, 8, 32, 1, "nvfp4")
     adapter = backends.load("flashinfer_nvlink_two_sided")
     adapter.setup(ctx, w)
     outcome = run_point(adapter, ctx, w, **FAST)
@@ -271,7 +271,7 @@ def test_two_sided_passes_the_gate_with_vllms_two_alltoallv_calls(monkeypatch, c
 
 def test_two_sided_bf16_sends_one_alltoallv_with_the_index_on_the_values(monkeypatch, ctx):
     kernels = TwoSidedKernels(monkeypatch)
-    w = Workload(16, 512, 4, 32, 1, "bf16")
+    w = BenchPoint(16, 512, 4, 32, 1, "bf16")
     adapter = backends.load("flashinfer_nvlink_two_sided")
     adapter.setup(ctx, w)
     received = adapter.dispatch(w.batch(0, ctx.torch_device))

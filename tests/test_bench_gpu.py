@@ -24,7 +24,7 @@ from bench.measure import (  # noqa: E402
     same_layout,
     split_medians,
 )
-from bench.workload import Workload  # noqa: E402
+from bench.workload import BenchPoint  # noqa: E402
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 PLUGINS = Path(__file__).parent / "plugins"
@@ -60,7 +60,7 @@ def _spec(backends, **kw):
 
 def _exchange(rank=0):
     """What a perfect exchange delivers to ``rank`` (world size 2) and the exact combine."""
-    w = Workload(8, 64, 4, 16, 2, "bf16", seed=3)
+    w = BenchPoint(8, 64, 4, 16, 2, "bf16", seed=3)
     need = w.destinations()[:, rank].nonzero().reshape(-1)
     x, sf = w.payload_rows(need)
     ids, a = w.global_routing()

@@ -15,8 +15,8 @@ from bench.workload import (
     E4M3_MAX_CODE,
     FP8_BLOCK_SCALE_EXPONENTS,
     BadRouting,
-    BadWorkload,
-    Workload,
+    ImpossibleShape,
+    BenchPoint,
     algbw_gbps,
     busbw_gbps,
     combine_bytes,
@@ -31,7 +31,7 @@ from helpers_fp8_cast import K_AMAX_E4M3, K_AMAX_INV_E4M3, deepep_ll_cast, pad_c
 def _w(**kw):
     args = dict(tokens_per_rank=16, hidden=256, top_k=4, experts=16, world_size=2, dtype="bf16")
     args.update(kw)
-    return Workload(**args)
+    return BenchPoint(**args)
 
 
 def _ideal_received(w, rank):
@@ -118,7 +118,7 @@ def test_unknown_routing_is_refused_with_what_to_use():
 
 
 def test_top_k_above_experts_is_refused():
-    with pytest.raises(BadWorkload, match="top_k 20 is larger than the number of experts 16"):
+    with pytest.raises(ImpossibleShape, match="top_k 20 is larger than the number of experts 16"):
         _w(top_k=20)
 
 
@@ -421,7 +421,7 @@ def test_expert_rows_decoded_in_chunks_equal_the_whole_decode(monkeypatch):
 
     from bench import workload as wl
 
-    w = wl.Workload(64, 256, 4, 16, 2, "bf16", seed=3)
+    w = wl.BenchPoint(64, 256, 4, 16, 2, "bf16", seed=3)
     batch = w.batch(1)
     scale = torch.linspace(-2.0, 2.0, batch.x.shape[0])
     whole = (wl.decode_expert_input(batch.x, 256).to(torch.float32) * scale[:, None]).to(torch.bfloat16)

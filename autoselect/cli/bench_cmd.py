@@ -1,6 +1,6 @@
 """``autoselect bench``: measure the all2all backends on this node and store the results.
 
-Parsing and printing only; the work is ``bench.sweep.bench_command``.
+Parsing and printing only; the work is ``bench.sweep.run_bench``.
 """
 
 from __future__ import annotations
@@ -115,10 +115,10 @@ def bench_cmd(model, gpu_arch, hidden, top_k, experts, dtype, backends, tokens, 
       autoselect bench --hidden 7168 --top-k 8 --experts 256 --dtype nvfp4 --tokens 1,16,256,4096
       autoselect bench --device cpu --world-size 2 --hidden 2048 --top-k 8 --experts 64 --dtype bf16 --tokens 1,16,256
     """
-    from bench.sweep import bench_command
+    from bench.sweep import run_bench
 
     with _Progress(enabled=fmt == "text") as progress:
-        report = bench_command(
+        report = run_bench(
             model=model, gpu_arch=gpu_arch, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype,
             backends=backends, tokens=tokens, world_size=world_size, device=device, routing=routing,
             seed=seed, max_noise=max_noise, min_samples=min_samples, min_time_s=min_time_s,

@@ -4,7 +4,7 @@ Each adapter is one file, one class, with five methods in this order:
 
 - ``unavailable_reason(ctx) -> str | None``: missing package, no CUDA, no NVLink ... A
   reason means the backend is recorded ``unavailable`` for the point, not ``error``.
-- ``setup(ctx, workload)``: collective; allocates workspaces for this shape.
+- ``setup(ctx, point)``: collective; allocates workspaces for this shape.
 - ``dispatch(batch) -> Received``: moves each token's payload to every rank owning one of
   its experts.
 - ``combine(expert_out) -> out``: sends the expert outputs (one bf16 row per received row,
@@ -12,7 +12,7 @@ Each adapter is one file, one class, with five methods in this order:
   order of the batch's tokens.
 - ``teardown()``.
 
-Adapters never time, check or print: ``bench/measure.py`` does that. Optional packages are
+Adapters never time, check or print: ``bench/measure/`` does that. Optional packages are
 imported inside ``unavailable_reason``/``setup``.
 
 Registration is one path for everyone: the ``autoselect.backends`` entry-point group
@@ -101,7 +101,7 @@ class Backend:
         """Why this backend cannot run here, or None when it can."""
         return None
 
-    def setup(self, ctx: BenchContext, workload) -> None:
+    def setup(self, ctx: BenchContext, point) -> None:
         """Allocate what the shape needs (collective)."""
         raise NotImplementedError
 

@@ -25,16 +25,16 @@ class AllgatherReducescatter(Backend):
         """Always available: it needs only torch.distributed."""
         return None
 
-    def setup(self, ctx, workload):
+    def setup(self, ctx, point):
         """Allocate the packed send row buffer, the gathered buffer and the combine output."""
 
-        self.ctx, self.w = ctx, workload
-        t, k, dev = workload.tokens_per_rank, workload.top_k, ctx.torch_device
-        self.xb, self.sfb = workload.value_bytes, workload.scale_bytes
+        self.ctx, self.w = ctx, point
+        t, k, dev = point.tokens_per_rank, point.top_k, ctx.torch_device
+        self.xb, self.sfb = point.value_bytes, point.scale_bytes
         self.row = self.xb + self.sfb + 8 * k
         self.send = torch.empty((t, self.row), dtype=torch.uint8, device=dev)
         self.gathered = torch.empty((t * ctx.world_size, self.row), dtype=torch.uint8, device=dev)
-        self.out = torch.empty((t, workload.hidden), dtype=torch.bfloat16, device=dev)
+        self.out = torch.empty((t, point.hidden), dtype=torch.bfloat16, device=dev)
         self.token_index = torch.arange(t * ctx.world_size, dtype=torch.int32, device=dev)
 
     def dispatch(self, batch):

@@ -33,7 +33,7 @@ INSTALL_HINT = "build it from github.com/deepseek-ai/DeepEP; not a vLLM dependen
 
 
 class DeepepCannotRun(ValueError):
-    "DeepEP (as vLLM drives it) cannot run this workload shape or dtype."
+    "DeepEP (as vLLM drives it) cannot run this benchmark shape or dtype."
 
 
 # --------------------------------------------------------------------------------------
@@ -42,7 +42,7 @@ class DeepepCannotRun(ValueError):
 _BF16_INSTEAD = ("vLLM sends {dtype} models' activations through {backend} as bf16 and "
                  "quantizes them after the dispatch ({where}); measure this backend with --dtype bf16")
 
-#: dtype -> None (DeepEP carries the workload's bytes exactly as vLLM sends them) or why not.
+#: dtype -> None (DeepEP carries the point's bytes exactly as vLLM sends them) or why not.
 WIRE = {
     HIGH_THROUGHPUT: {
         "bf16": None,
@@ -62,8 +62,8 @@ WIRE = {
         # vLLM turns use_fp8 on for block-128 fp8 models (all2all_utils.py use_fp8_dispatch):
         # DeepEP takes bf16 and casts it to fp8 e4m3 + fp32 per-128 scales inside the dispatch
         # kernel (internode_ll.cu dispatch, calculate_fp8_scales). The adapter sends the
-        # workload's bf16 source rows (DispatchBatch.x_bf16), which that cast turns back into
-        # exactly the workload's fp8 bytes and scales (bench/workload.py fp8_block128_rows).
+        # point's bf16 source rows (DispatchBatch.x_bf16), which that cast turns back into
+        # exactly the point's fp8 bytes and scales (bench/workload.py fp8_block128_rows).
         "fp8_block128": None,
         "fp16": ("DeepEP low_latency_dispatch takes bf16 only (csrc/legacy/buffer.hpp asserts "
                  "x.scalar_type() == kBFloat16)"),

@@ -41,12 +41,12 @@ class DeepepHighThroughput(Backend):
             return "DeepEP intranode kernels need every GPU pair connected by NVLink; links are down here"
         return common.deep_ep_unavailable_reason(ctx)
 
-    def setup(self, ctx, workload):
+    def setup(self, ctx, point):
         """Plan the shape, reuse or build the process's buffer, pick vLLM's configs."""
         import deep_ep
         import torch
 
-        w = workload
+        w = point
         self.plan = common.ht_plan(w.dtype, w.hidden, w.top_k, w.experts, ctx.world_size,
                                    sm90_tma=bool(deep_ep.Buffer.is_sm90_compiled()))
         self.dispatch_config = deep_ep.Buffer.get_dispatch_config(ctx.world_size)

@@ -23,12 +23,12 @@ class DeepepLowLatency(Backend):
     topk_weights, handle, zero_copy=False, out=...)``. Hidden sizes are padded to the next
     compiled size.
 
-    bf16 workloads send their bytes as bf16 (``use_fp8=False``). ``fp8_block128`` workloads
+    bf16 points send their bytes as bf16 (``use_fp8=False``). ``fp8_block128`` points
     send the batch's bf16 source rows (``batch.x_bf16``) with ``use_fp8=True``, as vLLM does
     for block-fp8 models: DeepEP casts them to fp8 e4m3 with one scale per 128 values inside
     the dispatch kernel, fp32 ``amax/448`` scales on SM90, power-of-two scales packed as UE8M0
     on SM100 (vLLM's DeepGEMM experts; :data:`deepep_common.LL_FP8_SCALE_FORMAT`). The
-    workload's fp8 rows are built so that cast returns exactly their bytes and scales, so the
+    point's fp8 rows are built so that cast returns exactly their bytes and scales, so the
     gate checks the received fp8 values and (unpacked) scales bit-exactly.
 
     Dispatch returns ``recv_x [local experts, ranks * max_tokens, H]``: each (token, local
@@ -49,12 +49,12 @@ class DeepepLowLatency(Backend):
                     "(csrc/legacy/buffer.hpp asserts num_ranks < 8 or num_ranks % 8 == 0)")
         return common.deep_ep_unavailable_reason(ctx)
 
-    def setup(self, ctx, workload):
+    def setup(self, ctx, point):
         """Plan the shape, reuse or build the process's low-latency buffer, allocate the output."""
         import deep_ep
         import torch
 
-        w = workload
+        w = point
         qp_depth = rules.DEEPEP_LL_TOKENS_PER_RANK.value.depth(os.environ)
         gpu_major = torch.cuda.get_device_capability(ctx.torch_device)[0]
         self.plan = common.ll_plan(w.dtype, w.hidden, w.top_k, w.experts, ctx.world_size,

@@ -52,7 +52,7 @@ class FlashinferNvlinkOneSided(Backend):
             return f"this FlashInfer has no flashinfer.comm.MoeAlltoAll and {missing}"
         return None
 
-    def dispatch_row_bytes(self, workload) -> int:
+    def dispatch_row_bytes(self, point) -> int:
         """Dispatch bytes per token the legacy workspace is sized for: the payload actually sent.
 
         values + scales + token-index tail (:func:`bench.backends._flashinfer.index_tail`)
@@ -60,30 +60,30 @@ class FlashinferNvlinkOneSided(Backend):
         (``nvlink_one_sided/communication.py:99-104`` in 0.7.2) with the tail as its
         ``extra_payload_bytes_per_token``.
         """
-        return workload.value_bytes + workload.scale_bytes + self.extra_payload_bytes(workload) + 8 * workload.top_k
+        return point.value_bytes + point.scale_bytes + self.extra_payload_bytes(point) + 8 * point.top_k
 
     @staticmethod
-    def extra_payload_bytes(workload) -> int:
+    def extra_payload_bytes(point) -> int:
         """Bytes per token beyond the format's own (the token index tail)."""
-        return fi.index_tail(workload.scale_bytes or workload.value_bytes)
+        return fi.index_tail(point.scale_bytes or point.value_bytes)
 
-    def setup(self, ctx, workload):
+    def setup(self, ctx, point):
         """Create the communicator for this shape (collective; first use JIT-builds the kernel)."""
-        if workload.top_k not in SUPPORTED_TOP_K:
-            raise ValueError(f"top_k {workload.top_k} is not compiled into the one-sided kernel "
+        if point.top_k not in SUPPORTED_TOP_K:
+            raise ValueError(f"top_k {point.top_k} is not compiled into the one-sided kernel "
                              f"({', '.join(map(str, SUPPORTED_TOP_K))})")
-        self.ctx, self.w, self._staged = ctx, workload, None
+        self.ctx, self.w, self._staged = ctx, point, None
         self.comm = self.a2a = None
         self.use_moe_ep = (ctx.world_size > 1 and fi.has_moe_ep()) or not fi.has_legacy_one_sided()
-        t, h = workload.tokens_per_rank, workload.hidden
+        t, h = point.tokens_per_rank, point.hidden
         if self.use_moe_ep:
             import flashinfer.moe_ep as ep
 
             # As vLLM 0.33's FlashInferNVLinkOneSidedManager.initialize builds it.
-            params = ep.MoEEpCommParams(num_experts=workload.experts, top_k=workload.top_k,
+            params = ep.MoEEpCommParams(num_experts=point.experts, top_k=point.top_k,
                                         max_tokens_per_rank=t, hidden_size=h, dtype=torch.bfloat16,
-                                        dispatch_format=fi.quant_format(workload.dtype))
-            config = ep.NVLinkOneSidedConfig(extra_payload_bytes_per_token=self.extra_payload_bytes(workload),
+                                        dispatch_format=fi.quant_format(point.dtype))
+            config = ep.NVLinkOneSidedConfig(extra_payload_bytes_per_token=self.extra_payload_bytes(point),
                                              comm_backend=fi.mnnvl_config(ctx).comm_backend)
             device = torch.cuda.current_device() if ctx.device == "cuda" else ctx.local_rank
             bootstrap = ep.BootstrapConfig(world_size=ctx.world_size, rank=ctx.rank,
@@ -95,11 +95,11 @@ class FlashinferNvlinkOneSided(Backend):
 
             # Per-token sizes in bytes (trtllm_moe_alltoall.py: "Sum (in bytes) of all per-token
             # payloads"); combine rows are bf16, 2·H, as NVLinkOneSidedAlltoAll sizes them.
-            size = moe_a2a_get_workspace_size_per_rank(ctx.world_size, t, self.dispatch_row_bytes(workload), 2 * h)
+            size = moe_a2a_get_workspace_size_per_rank(ctx.world_size, t, self.dispatch_row_bytes(point), 2 * h)
             with warnings.catch_warnings():  # 0.7.x deprecates the class it still builds on
                 warnings.filterwarnings("ignore", "MoeAlltoAll is deprecated", DeprecationWarning)
-                self.a2a = MoeAlltoAll(fi.mapping(ctx), max_num_tokens=t, top_k=workload.top_k,
-                                       num_experts=workload.experts, workspace_size_per_rank=size,
+                self.a2a = MoeAlltoAll(fi.mapping(ctx), max_num_tokens=t, top_k=point.top_k,
+                                       num_experts=point.experts, workspace_size_per_rank=size,
                                        mnnvl_config=fi.mnnvl_config(ctx))
         self._poison_receive_rows()
         if ctx.world_size > 1:

@@ -33,7 +33,7 @@ class FlashinferNvlinkTwoSided(Backend):
                     "flashinfer_nvlink_two_sided calls (present in 0.6.x-0.7.2)")
         return None
 
-    def setup(self, ctx, workload):
+    def setup(self, ctx, point):
         """Get the (process-wide) workspaces; check the kernel's routing limits."""
         import warnings
 
@@ -41,15 +41,15 @@ class FlashinferNvlinkTwoSided(Backend):
 
         # MnnvlMoe.compute_target_rank_id asserts experts % ep == 0; moe_prepare needs
         # experts % 4 == 0 and 1 <= top_k <= 32 (csrc/trtllm_alltoall_prepare.cu).
-        if workload.experts % ctx.world_size or workload.experts % 4 or workload.top_k > 32:
+        if point.experts % ctx.world_size or point.experts % 4 or point.top_k > 32:
             raise ValueError("two-sided needs experts % world size == 0, experts % 4 == 0 and top_k <= 32")
-        self.ctx, self.w, self.moe, self._staged = ctx, workload, MnnvlMoe, None
+        self.ctx, self.w, self.moe, self._staged = ctx, point, MnnvlMoe, None
         mapping, config = fi.mapping(ctx), fi.mnnvl_config(ctx)
         with warnings.catch_warnings():  # 0.7.x deprecates the getters (the kernels stay)
             warnings.filterwarnings("ignore", "MnnvlMoe is deprecated", DeprecationWarning)
             self.workspace = MnnvlMoe.get_moe_workspaces(mapping, config)
             self.prepare_workspace = MnnvlMoe.get_moe_prepare_workspace(mapping, config)
-        self.rows = torch.arange(workload.tokens_per_rank * ctx.world_size, device=ctx.torch_device)
+        self.rows = torch.arange(point.tokens_per_rank * ctx.world_size, device=ctx.torch_device)
 
     def dispatch(self, batch):
         """Prepare (routing exchange) then one all-to-all-v per activation tensor, as vLLM does."""

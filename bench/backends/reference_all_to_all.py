@@ -24,15 +24,15 @@ class ReferenceAllToAll(Backend):
         """Always available: it needs only torch.distributed."""
         return None
 
-    def setup(self, ctx, workload):
+    def setup(self, ctx, point):
         """Allocate the packed row buffer and the count tensors."""
-        self.ctx, self.w = ctx, workload
-        t, k, dev = workload.tokens_per_rank, workload.top_k, ctx.torch_device
-        self.xb, self.sfb = workload.value_bytes, workload.scale_bytes
+        self.ctx, self.w = ctx, point
+        t, k, dev = point.tokens_per_rank, point.top_k, ctx.torch_device
+        self.xb, self.sfb = point.value_bytes, point.scale_bytes
         self.row = 8 * k + 4 + self.xb + self.sfb
         self.packed = torch.empty((t, self.row), dtype=torch.uint8, device=dev)
         self.recv_counts = torch.empty(ctx.world_size, dtype=torch.int64, device=dev)
-        first = torch.tensor([workload.expert_range(r)[0] for r in range(ctx.world_size)], device=dev)
+        first = torch.tensor([point.expert_range(r)[0] for r in range(ctx.world_size)], device=dev)
         self.first_expert = first
         self.ranks = torch.arange(ctx.world_size, device=dev)
 

@@ -78,7 +78,7 @@ class SetupRaises(ReferenceAllToAll):
 
     name = "test_setup_raises"
 
-    def setup(self, ctx, workload):
+    def setup(self, ctx, point):
         raise ValueError("this shape is not supported by the test adapter")
 
 
@@ -130,15 +130,15 @@ class OneSidedNvfp4Workspace:
         class _Undersized(FlashinferNvlinkOneSided):
             name = "test_one_sided_nvfp4_workspace"
 
-            def dispatch_row_bytes(self, workload):
-                h = workload.hidden
-                return h // 2 + h // 16 + 8 * workload.top_k
+            def dispatch_row_bytes(self, point):
+                h = point.hidden
+                return h // 2 + h // 16 + 8 * point.top_k
 
-            def setup(self, ctx, workload):
+            def setup(self, ctx, point):
                 import bench.backends._flashinfer as fi
 
                 if ctx.world_size > 1 and fi.has_moe_ep():
                     raise ValueError("the undersized-workspace check runs on the legacy API (world size 1)")
-                super().setup(ctx, workload)
+                super().setup(ctx, point)
 
         return _Undersized()
