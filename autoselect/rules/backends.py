@@ -1,0 +1,283 @@
+"""The capability table: one row per ``--all2all-backend`` value, and the queries on it.
+
+Every version below was verified in the released vLLM wheels/sdists from PyPI
+(``vllm/config/parallel.py``, ``vllm/envs.py``, ``vllm/engine/arg_utils.py`` and
+``fused_moe/all2all_utils.py`` of each release from 0.11.0 to 0.33.0): the first release whose
+code carries the PR's change. Sources (PR number, merge date) are recorded on each row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoselect.errors import UserError
+from autoselect.rules.limits import (
+    DEEPEP_HT_MAX_LOCAL_EXPERTS,
+    DEEPEP_HT_ROW_BYTES,
+    DEEPEP_HT_WORLD_SIZES,
+    DEEPEP_LL_SLOTS_MULTIPLE_OF,
+    DEEPEP_LL_TOKENS_PER_RANK,
+    DEEPEP_WORLD_SIZE_GROUPING,
+    Limit,
+)
+from autoselect.rules.versions import NEWEST_VLLM, parse_version, version_in
+
+DEFAULT_BACKEND = "allgather_reducescatter"
+
+FLAG_SINCE = "0.11.1"
+
+class UnknownBackend(UserError):
+    "The backend name is not an --all2all-backend value autoselect knows."
+
+
+class BackendUnknownToVersion(UserError):
+    "The backend has no --all2all-backend spelling in the vLLM version asked for."
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How vLLM spells a backend in a version range, and where that came from."""
+
+    value: str
+    since: str | None  # None: not researched (known to be present in NEWEST_VLLM)
+    until: str | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Capability:
+    """Everything autoselect checks about one all2all backend."""
+
+    backend: str
+    mechanism: str
+    spellings: tuple[Spelling, ...]
+    recommendable: bool = True  # autoselect benchmarks it and may recommend it
+    dispatch_dtypes: frozenset | None = None  # None: vLLM's prepare step adapts to any dtype
+    experts_divisible_by_ep: bool = False
+    experts_multiple_of: int | None = None
+    top_k_allowed: frozenset | None = None
+    top_k_max: int | None = None
+    hidden_sizes: tuple[int, ...] | None = None  # supported sizes; vLLM rounds up to the next
+    block_fp8_hidden_multiple: int | None = None  # fp8_block128 dispatch needs hidden % this == 0
+    max_world_size: int | None = None
+    world_sizes: Limit | None = None  # value: the EP sizes the kernels run at (beyond 1)
+    world_size_grouping: Limit | None = None  # value n: fewer than n ranks or a multiple of n
+    max_local_experts: Limit | None = None  # value: most experts one rank holds
+    max_row_bytes: Limit | None = None  # value: a RowBytes
+    max_tokens_per_rank: Limit | None = None  # value: a QueueDepth
+    slots_multiple_of: Limit | None = None  # value n: EP size x max tokens per rank % n == 0
+    needs_all_nvlinks: bool = False  # every P2P NVLink of each GPU up (at world size > 1)
+    needs_fabric_across_nodes: bool = False  # beyond one node only over an MNNVL fabric
+    archs: frozenset = frozenset({"sm90", "sm100"})
+    package: str | None = None  # key in HostFingerprint.versions
+    install_hint: str = ""
+    supports_dbo: bool = False
+    replaced_by: str | None = None  # removed upstream: what vLLM runs instead
+    removed_in: str | None = None
+    removal_source: str = ""
+    notes: tuple[str, ...] = ()  # open upstream reports worth a warning
+
+    def spelling(self, vllm_version: str) -> Spelling | None:
+        """The spelling vLLM ``vllm_version`` uses for this backend, or None if it has none."""
+        for s in self.spellings:
+            if s.since is None or version_in(vllm_version, s.since, s.until):
+                return s
+        return None
+
+_FI_HINT = "pip install flashinfer-python (vLLM pins it)"
+_DEEPEP_HINT = "install DeepEP from github.com/deepseek-ai/DeepEP (not a vLLM dependency)"
+_FLAG = "PR #26732 (merged 2025-10-13; first in v0.11.1) added --all2all-backend"
+_PARSER = "first in the --all2all-backend choices of the vLLM {} wheel"
+
+#: backend -> Capability. Canonical names are the current flag values.
+BACKENDS: dict[str, Capability] = {
+    c.backend: c
+    for c in (
+        Capability(
+            "allgather_reducescatter",
+            "all-gather for dispatch, reduce-scatter for combine (vLLM's default)",
+            (Spelling("allgather_reducescatter", FLAG_SINCE, None, _FLAG),),
+        ),
+        Capability(
+            "flashinfer_nvlink_one_sided",
+            "FlashInfer MoE A2A one-sided NVLink kernels (TRT-LLM MoeAlltoAll)",
+            (Spelling("flashinfer_nvlink_one_sided", "0.18.0", None,
+                      "PR #36022 (merged 2026-03-04; first in v0.18.0) added it, nvfp4-only"),),
+            dispatch_dtypes=frozenset({"nvfp4"}),
+            top_k_allowed=frozenset({1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 22}),
+            max_world_size=64,
+            needs_all_nvlinks=True,
+            needs_fabric_across_nodes=True,
+            package="flashinfer",
+            install_hint=_FI_HINT,
+            notes=("open upstream report #40373: accuracy drop with one-sided on prefill (P/D)",),
+        ),
+        Capability(
+            "flashinfer_nvlink_two_sided",
+            "FlashInfer MnnvlMoe two-sided all-to-all-v over NVLink",
+            (
+                Spelling("flashinfer_all2allv", FLAG_SINCE, "0.18.0",
+                         "PR #21003 (2025-09) added it as flashinfer_all2allv"),
+                Spelling("flashinfer_nvlink_two_sided", "0.18.0", None,
+                         "PR #36022 (merged 2026-03-04; first in v0.18.0) renamed it"),
+            ),
+            experts_divisible_by_ep=True,
+            experts_multiple_of=4,
+            top_k_max=32,
+            needs_all_nvlinks=True,
+            needs_fabric_across_nodes=True,
+            package="flashinfer",
+            install_hint=_FI_HINT,
+            notes=("open upstream report #39722: gibberish with two-sided on GB200/arm64",),
+        ),
+        Capability(
+            "deepep_high_throughput",
+            "DeepEP normal (high-throughput) kernels",
+            (Spelling("deepep_high_throughput", FLAG_SINCE, None, _FLAG),),
+            # fp16 models fail: vLLM asserts a bf16 expert output before Buffer.combine (deepep_ht.py
+            # _finalize); every other dtype crosses as bf16 or (block fp8) fp8 + fp32 scales.
+            dispatch_dtypes=frozenset({"bf16", "fp8", "fp8_block128", "nvfp4", "mxfp8", "mxfp4"}),
+            experts_divisible_by_ep=True,
+            top_k_max=32,  # DeepEP 2.1 intranode.cu/internode.cu: EP_DEVICE_ASSERT(num_topk <= 32)
+            block_fp8_hidden_multiple=128,
+            world_sizes=DEEPEP_HT_WORLD_SIZES,  # at most 160 ranks
+            world_size_grouping=DEEPEP_WORLD_SIZE_GROUPING,
+            max_local_experts=DEEPEP_HT_MAX_LOCAL_EXPERTS,
+            max_row_bytes=DEEPEP_HT_ROW_BYTES,
+            package="deep_ep",
+            install_hint=_DEEPEP_HINT,
+            supports_dbo=True,
+        ),
+        Capability(
+            "deepep_low_latency",
+            "DeepEP low-latency kernels (masked layout, CUDA-graph friendly)",
+            (Spelling("deepep_low_latency", FLAG_SINCE, None, _FLAG),),
+            # fp16 models fail: low_latency_dispatch asserts bf16 input (csrc/legacy/buffer.hpp).
+            dispatch_dtypes=frozenset({"bf16", "fp8", "fp8_block128", "nvfp4", "mxfp8", "mxfp4"}),
+            experts_divisible_by_ep=True,
+            top_k_max=11,  # DeepEP 2.1 internode_ll.cu dispatch/combine: kNumMaxTopK = 11
+            # DeepEP 2.1 csrc/kernels/legacy/launch.cuh:113-134 SWITCH_HIDDEN ('Unsupported hidden');
+            # vLLM deepep_ll.py SUPPORTED_HIDDEN_SIZES pads up to the next one.
+            hidden_sizes=(2048, 2560, 3072, 4096, 5120, 6144, 7168, 8192),
+            block_fp8_hidden_multiple=128,
+            world_size_grouping=DEEPEP_WORLD_SIZE_GROUPING,
+            max_tokens_per_rank=DEEPEP_LL_TOKENS_PER_RANK,
+            slots_multiple_of=DEEPEP_LL_SLOTS_MULTIPLE_OF,
+            package="deep_ep",
+            install_hint=_DEEPEP_HINT,
+            supports_dbo=True,
+        ),
+        # Known to vLLM 0.33.0 but not benchmarked by autoselect: checked, never recommended.
+        Capability("deepep_v2", "DeepEP v2", (Spelling("deepep_v2", "0.24.0", None, _PARSER.format("0.24.0")),),
+                   recommendable=False, package="deep_ep", install_hint=_DEEPEP_HINT),
+        Capability("nixl_ep", "NIXL EP kernels", (Spelling("nixl_ep", "0.18.0", None, _PARSER.format("0.18.0")),),
+                   recommendable=False, supports_dbo=True),
+        Capability("moonep", "MoonEP balanced EP (NVLink)", (Spelling("moonep", "0.31.0", None, _PARSER.format("0.31.0")),),
+                   recommendable=False),
+        Capability("mori", "MoRI EP (ROCm), before the split into two modes",
+                   (Spelling("mori", "0.15.0", "0.23.0", _PARSER.format("0.15.0") + "; split in v0.23.0"),),
+                   recommendable=False),
+        Capability("mori_high_throughput", "MoRI EP (ROCm)",
+                   (Spelling("mori_high_throughput", "0.23.0", None, _PARSER.format("0.23.0")),), recommendable=False),
+        Capability("mori_low_latency", "MoRI EP low latency (ROCm)",
+                   (Spelling("mori_low_latency", "0.23.0", None, _PARSER.format("0.23.0")),), recommendable=False),
+        # Removed upstream: still accepted by the parser, silently replaced.
+        Capability(
+            "pplx", "pplx-kernels (removed)", (Spelling("pplx", FLAG_SINCE, None, _FLAG),),
+            recommendable=False, replaced_by="allgather_reducescatter", removed_in="0.17.0",
+            removal_source="PR #33724 removed pplx (first release without it: v0.17.0)",
+        ),
+        Capability(
+            "naive", "broadcast-based all2all (removed)", (Spelling("naive", FLAG_SINCE, None, _FLAG),),
+            recommendable=False, replaced_by="allgather_reducescatter", removed_in="0.19.0",
+            removal_source="PR #33728 maps naive to allgather_reducescatter (first in v0.19.0)",
+        ),
+    )
+}
+
+#: Old flag values that name a current backend: value -> (backend, deprecated since, source).
+ALIASES = {
+    "flashinfer_all2allv": ("flashinfer_nvlink_two_sided", "0.18.0",
+                            "PR #36022 renamed it to flashinfer_nvlink_two_sided (v0.18.0)"),
+}
+
+#: Every --all2all-backend value some vLLM release accepted.
+ALL_FLAG_VALUES = frozenset(s.value for c in BACKENDS.values() for s in c.spellings) | frozenset(ALIASES)
+
+
+def parser_choices(vllm_version=None) -> list[str]:
+    """The ``--all2all-backend`` choices of ``vllm_version`` (default NEWEST_VLLM), sorted."""
+    version = vllm_version or NEWEST_VLLM
+    return sorted(v for v in ALL_FLAG_VALUES if value_known_to(v, version))
+
+
+def value_known_to(value: str, vllm_version: str) -> bool:
+    """True when vLLM ``vllm_version``'s parser accepts ``--all2all-backend value``."""
+    if not version_in(vllm_version, FLAG_SINCE, None):
+        return False
+    if value in ALIASES and version_in(vllm_version, ALIASES[value][1], None):
+        return True
+    return any(s.value == value and (s.since is None or version_in(vllm_version, s.since, s.until))
+               for c in BACKENDS.values() for s in c.spellings)
+
+
+#: The parser choices of NEWEST_VLLM (vllm serve --help): anything else exits with status 2.
+PARSER_CHOICES = frozenset(parser_choices(NEWEST_VLLM))
+
+
+#: Backends that support dual-batch overlap / micro-batching on CUDA (an assert in vLLM).
+DBO_BACKENDS = tuple(b for b, c in BACKENDS.items() if c.supports_dbo)
+#: Backends that lower the default --max-num-batched-tokens to 256 (batched DP MoE).
+BATCHED_BACKENDS = ("deepep_low_latency", "nixl_ep")
+
+
+def resolve(value: str) -> str:
+    """The canonical backend for a flag value (``flashinfer_all2allv`` -> two-sided).
+
+    :raises UnknownBackend: for a value autoselect does not know.
+    """
+    if value in BACKENDS:
+        return value
+    if value in ALIASES:
+        return ALIASES[value][0]
+    if value.startswith("reference_"):
+        return value
+    raise UnknownBackend(
+        f"unknown all2all backend {value!r}; vLLM {NEWEST_VLLM} accepts: {', '.join(parser_choices())}"
+    )
+
+
+def known_to(backend: str, vllm_version: str) -> bool:
+    """True when vLLM ``vllm_version`` has an ``--all2all-backend`` spelling for ``backend``."""
+    return BACKENDS[resolve(backend)].spelling(vllm_version) is not None
+
+
+def recommendable_backends(vllm_version) -> list[str]:
+    """The backends autoselect may recommend on ``vllm_version`` (canonical names, table order).
+
+    Empty before v0.11.1, which had no ``--all2all-backend`` flag.
+    """
+    version = vllm_version or NEWEST_VLLM
+    parse_version(version)
+    return [b for b, c in BACKENDS.items() if c.recommendable and c.spelling(version) is not None]
+
+
+def flag_value(backend, vllm_version) -> str:
+    """How ``--all2all-backend`` spells ``backend`` on ``vllm_version``.
+
+    ``flashinfer_nvlink_two_sided`` is ``flashinfer_all2allv`` before v0.18.0.
+    :raises BackendUnknownToVersion: when that version has no spelling for it.
+    """
+    version = vllm_version or NEWEST_VLLM
+    canonical = resolve(backend)
+    if canonical.startswith("reference_"):
+        raise BackendUnknownToVersion(f"{backend} is a benchmark-only baseline, not a vLLM backend")
+    s = BACKENDS[canonical].spelling(version)
+    if s is None:
+        firsts = [x.since for x in BACKENDS[canonical].spellings if x.since]
+        raise BackendUnknownToVersion(
+            f"vLLM {version} has no --all2all-backend value for {canonical}"
+            + (f" (first in v{min(firsts, key=parse_version)})" if firsts else "")
+            + "; upgrade vLLM or pick another backend"
+        )
+    return s.value
