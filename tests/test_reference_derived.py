@@ -1,0 +1,75 @@
+"""allgather_reducescatter derived from NCCL timings: the message sizes and the interpolation."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoselect.reference import agrs_messages, default
+from autoselect.reference.derived import MAX_EXTRAPOLATION, Collective, agrs_estimate, read_time
+
+
+def test_message_sizes_follow_vllms_agrs_path():
+    # DeepSeek-V3 shape, bf16, 8 ranks x 128 tokens: gathered hidden (2H) + int32 ids + fp32 weights
+    m = agrs_messages(hidden=7168, top_k=8, dtype="bf16", world_size=8, tokens_per_rank=128)
+    assert m.all_gather_bytes == 8 * 128 * (2 * 7168 + 4 * 8 + 4 * 8) == 14_745_600
+    assert m.reduce_scatter_bytes == 8 * 128 * 2 * 7168 == 14_680_064
+    assert m.all_gather_parts == {"hidden_states": 14_680_064, "scales": 0, "topk_ids": 32_768, "topk_weights": 32_768}
+    # nvfp4: packed values H/2 + one byte scale per 16 values are gathered; the combine stays bf16
+    fp4 = agrs_messages(hidden=7168, top_k=8, dtype="nvfp4", world_size=4, tokens_per_rank=256)
+    assert fp4.all_gather_parts["hidden_states"] == 4 * 256 * 3584
+    assert fp4.all_gather_parts["scales"] == 4 * 256 * 448
+    assert fp4.reduce_scatter_bytes == 4 * 256 * 14336
+    # per-tensor fp8: a 0-dim static scale is not gathered; block fp8 gathers fp32 scales per 128
+    assert agrs_messages(hidden=4096, top_k=6, dtype="fp8", world_size=2, tokens_per_rank=1).all_gather_parts["scales"] == 0
+    assert agrs_messages(hidden=4096, top_k=6, dtype="fp8_block128", world_size=2,
+                         tokens_per_rank=1).all_gather_parts["scales"] == 2 * 4 * 32
+    with pytest.raises(ValueError):
+        agrs_messages(hidden=7168, top_k=8, dtype="int4", world_size=8, tokens_per_rank=1)
+    with pytest.raises(ValueError):
+        agrs_messages(hidden=7168, top_k=8, dtype="bf16", world_size=8, tokens_per_rank=0)
+
+
+def test_hand_computed_h200_case():
+    """8×H200, DeepSeek-V3 shape, bf16, 128 tokens per rank, from the published NCCL 2.29.2 rows.
+
+    all_gather 14,745,600 B lies between the 8 MiB (0.04317 ms) and 16 MiB (0.06691 ms) rows:
+    43.17 + (66.91 - 43.17) * (14,745,600 - 8,388,608) / 8,388,608 = 61.16046875 us.
+    reduce_scatter 14,680,064 B between 0.04472 and 0.06945 ms: 44.72 + 24.73 * 0.75 = 63.2675 us.
+    """
+    p = default().query("ref-h200_sxm-x8", "allgather_reducescatter", hidden=7168, top_k=8, experts=256,
+                        dtype="bf16", tokens=[128])[0]
+    assert p.dispatch_us == pytest.approx(61.16046875, abs=1e-9)
+    assert p.combine_us == pytest.approx(63.2675, abs=1e-9)
+    assert p.latency_us == pytest.approx(124.42796875, abs=1e-9)
+    d = p.derivation
+    assert d["all_gather_read"] == {"how": "interpolated", "points": [[8388608, 43.17], [16777216, 66.91]]}
+    assert d["reduce_scatter_read"]["points"] == [[8388608, 44.720000000000006], [16777216, 69.45]]
+    assert "naive_dp_ep.py" in d["vllm_source"] and "all2all.py" in d["vllm_source"]
+
+
+def test_reading_a_collective():
+    c = Collective("all_gather", 8, (512, 1024, 2048), (10.0, 12.0, 20.0))
+    assert read_time(c, 1024).time_us == 12.0 and read_time(c, 1024).how == "measured"
+    assert read_time(c, 1536).time_us == 16.0
+    low = read_time(c, 100)
+    assert low.time_us == 10.0 and low.how.startswith("below")
+    high = read_time(c, 4096)
+    assert high.time_us == 40.0 and high.how.startswith("extrapolated")
+    assert read_time(c, int(2048 * MAX_EXTRAPOLATION)) is not None
+    assert read_time(c, int(2048 * MAX_EXTRAPOLATION) + 1) is None
+
+
+def test_estimate_refuses_far_outside_and_wrong_gpu_count():
+    ag = Collective("all_gather", 2, (512, 1024), (5.0, 6.0))
+    rs = Collective("reduce_scatter", 2, (512, 1024), (5.0, 6.0))
+    assert agrs_estimate(ag, rs, hidden=128, top_k=1, dtype="bf16", world_size=2, tokens_per_rank=1) is not None
+    assert agrs_estimate(ag, rs, hidden=7168, top_k=8, dtype="bf16", world_size=2, tokens_per_rank=4096) is None
+    with pytest.raises(ValueError):
+        agrs_estimate(ag, rs, hidden=128, top_k=1, dtype="bf16", world_size=4, tokens_per_rank=1)
+
+
+def test_derived_rows_grow_with_tokens_and_stop_past_the_cap():
+    rows = default().query("ref-h200_sxm-x8", "allgather_reducescatter", hidden=7168, top_k=8, experts=256,
+                           dtype="bf16", tokens=[1, 1024, 65536, 262144])
+    assert [p.tokens_per_rank for p in rows] == [1, 1024, 65536]  # 262144: >16x the largest NCCL message
+    assert rows[0].latency_us < rows[1].latency_us < rows[2].latency_us
