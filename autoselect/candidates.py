@@ -1,0 +1,103 @@
+"""Which backends may run a model: one legality filter for every command.
+
+``recommend`` (which backends to compare), ``tune`` (which to race), ``bench`` (which points to
+measure or mark illegal) and ``confirm`` (which to run end to end) all judge a backend through
+:func:`candidate_backends` over a :class:`Target`, so they all judge against the same vLLM
+version: ``--vllm-version`` where the command has it, else the version
+:func:`autoselect.vllm_target.target_version` resolves (the vllm of ``$AUTOSELECT_VLLM_PYTHON``,
+else this environment's, else the newest the rules know), and never the host fingerprint's
+own package list. The rules themselves are :func:`autoselect.rules.legal`'s; nothing here
+re-implements one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from autoselect import rules
+from autoselect.errors import UnknownBackend
+from autoselect.hardware import HostFingerprint
+from autoselect.model import GPU_ARCHS, MoeProfile, normalize_arch
+from autoselect.rules import Verdict
+from autoselect.vllm_target import SOURCE_FLAG, target_version
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a backend is judged for: a model on an arch at an EP size under one vLLM version.
+
+    ``gpu_arch`` None (a CPU host without ``--gpu-arch``) judges on every known arch: a backend is
+    illegal only where it is illegal on all of them. ``host`` None leaves the hardware and package
+    rules unchecked (a ``--device cpu`` run; ``legal`` says so in a warning).
+    ``max_tokens_per_rank`` and ``environ`` feed the per-token kernel limits (vLLM's
+    ``--max-num-batched-tokens``; an exported ``NVSHMEM_QP_DEPTH``).
+    """
+
+    profile: MoeProfile
+    world_size: int
+    vllm_version: str
+    vllm_version_source: str = SOURCE_FLAG
+    gpu_arch: str | None = None
+    host: HostFingerprint | None = None
+    max_tokens_per_rank: int | None = None
+    environ: Mapping[str, str] | None = dataclasses.field(default=None, compare=False)
+
+    def with_tokens(self, max_tokens_per_rank: int | None) -> "Target":
+        """The same target for a deployment that runs ``max_tokens_per_rank`` tokens per rank."""
+        return dataclasses.replace(self, max_tokens_per_rank=max_tokens_per_rank)
+
+
+def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None = None,
+                   host: HostFingerprint | None = None, vllm_version: str | None = None,
+                   vllm_version_source: str | None = None, max_tokens_per_rank: int | None = None,
+                   environ: Mapping[str, str] | None = None, problems: list[str] | None = None) -> Target:
+    """A :class:`Target`, the vLLM version resolved as every command resolves it.
+
+    :param gpu_arch: the target arch (any spelling); default ``host.gpu_arch``; None: every known arch.
+    :param host: the host whose hardware rules apply, or None (unchecked).
+    :param vllm_version: ``--vllm-version``; None: :func:`autoselect.vllm_target.target_version`.
+    :param vllm_version_source: where an explicit ``vllm_version`` came from (default ``--vllm-version``).
+    :param problems: collects a sentence for a ``$AUTOSELECT_VLLM_PYTHON`` that could not be read.
+    :raises autoselect.rules.InvalidVllmVersion: an explicit version that does not parse.
+    """
+    if vllm_version:
+        version, source = target_version(vllm_version)
+        source = vllm_version_source or source
+    else:
+        version, source = target_version(problems=problems)
+    gpu_arch = gpu_arch or (host.gpu_arch if host is not None else None)
+    return Target(profile=profile, world_size=world_size, vllm_version=version, vllm_version_source=source,
+                  gpu_arch=normalize_arch(gpu_arch) if gpu_arch else None, host=host,
+                  max_tokens_per_rank=max_tokens_per_rank, environ=environ)
+
+
+def judge(target: Target, backend: str) -> Verdict | None:
+    """:func:`autoselect.rules.legal`'s verdict on ``backend`` for ``target``.
+
+    None for a name the rules table does not know (a third-party benchmark adapter): it is
+    measured unjudged, never recommended. Without a target arch the first arch that accepts the
+    backend answers, else the first arch's verdict (its reasons).
+    """
+    archs = (target.gpu_arch,) if target.gpu_arch else GPU_ARCHS
+    try:
+        verdicts = [rules.legal(backend, target.profile, target.host, target.world_size, target.vllm_version,
+                                gpu_arch=arch, max_tokens_per_rank=target.max_tokens_per_rank,
+                                environ=target.environ) for arch in archs]
+    except UnknownBackend:
+        return None
+    return next((v for v in verdicts if v.ok), verdicts[0])
+
+
+def candidate_backends(target: Target, backends: Iterable[str] | None = None) -> dict[str, Verdict | None]:
+    """``{backend: verdict}`` for ``backends`` (default: every backend vLLM ``target.vllm_version``
+    has an ``--all2all-backend`` value for, in the rules table's order), judged by :func:`judge`."""
+    names = rules.recommendable_backends(target.vllm_version) if backends is None else list(backends)
+    return {name: judge(target, name) for name in names}
+
+
+def legal_backends(target: Target, backends: Iterable[str] | None = None) -> list[str]:
+    """The backends :func:`candidate_backends` accepts (a verdict that is ok), in order."""
+    return [name for name, verdict in candidate_backends(target, backends).items()
+            if verdict is not None and verdict.ok]

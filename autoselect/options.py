@@ -1,0 +1,220 @@
+"""The grammars of autoselect's list and duration options, and the defaults several commands share.
+
+Every command that takes one of these parses it here, so ``bench --tokens``, ``fleet run
+--tokens``, ``confirm --tokens`` and ``recommend --tokens`` accept and refuse the same text, and
+``tune --budget``, ``fleet run --budget`` and ``fleet schedule --every`` read the same durations.
+
+The grammars (each written once, here):
+
+**Integer list** (:func:`parse_int_list`): ``ITEM[,ITEM...]``. An item is one or more ASCII digits
+``0-9``, optionally with spaces around it; no sign, no ``_``, no exponent, no other script's
+digits. Every item lies in ``[minimum, maximum]`` (default ``1`` .. :data:`MAX_INT`). An empty item
+(``1,,2``, a trailing comma) or an empty list is refused. Order and repeats are kept.
+
+**Weighted token list** (:func:`parse_weighted_tokens`): ``TOKENS[:WEIGHT][,...]``. ``TOKENS`` is
+an integer-list item (at least 1); ``WEIGHT`` is an ASCII decimal (``0.5``, ``.5``, ``3``, ``1e-3``),
+finite and not negative. Either every item has a weight or none has (then each counts 1).
+Weights are relative: the caller normalizes them; zero-weight items are dropped, and a list whose
+weights sum to zero is refused.
+
+**Duration** (:func:`parse_duration`): a number of seconds (``90``) or one or more
+``NUMBER UNIT`` groups with the units ``d``, ``h``, ``m``, ``s`` in that order, each at most once:
+``90s``, ``15m``, ``1h30m``, ``7d``, ``2d12h``. ``NUMBER`` is an ASCII decimal (``1.5h``). Letters
+may be upper case. Zero is refused unless the option allows it (``--jitter 0s``); negatives,
+``nan``, ``inf``, an empty text, unknown units, a repeated or out-of-order unit and anything
+above :data:`MAX_DURATION_S` are refused.
+
+Each grammar raises one error class (:class:`BadList`, :class:`BadDuration`) whose message names
+the option, the offending item and an example of what works. Stdlib only: this module is on
+every command's fast path.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+from autoselect.errors import UserError
+
+#: The largest integer any count option takes (a C ``int``): what torch sizes, CUDA launch
+#: parameters and SQLite integers hold with room to spare; larger values are typing mistakes.
+MAX_INT = 2**31 - 1
+#: The longest duration any option takes (a year): budgets, schedules and timeouts beyond it
+#: are typing mistakes, and ``time.sleep`` overflows on large enough values.
+MAX_DURATION_S = 365 * 86400.0
+
+#: Token counts per rank ``autoselect bench`` sweeps when --tokens is not given: the decode grid.
+DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: Token counts per rank a periodic fleet run measures by default: a cheap subset of the decode
+#: grid (four points per backend per node), enough for drift checks.
+FLEET_TOKENS = (1, 8, 64, 256)
+#: Tokens per rank ``autoselect confirm`` runs by default: a decode batch, a large decode batch
+#: and a prefill chunk of vLLM's forward pass.
+CONFIRM_TOKENS = (32, 256, 4096)
+
+
+class BadList(UserError):
+    "A list option (token counts, weights) that does not follow its grammar."
+
+
+class BadDuration(UserError):
+    "A duration that is not a positive number with a unit (90s, 15m, 1h30m, 7d)."
+
+
+class BadStoppingRule(UserError):
+    "A stopping-rule option (--max-noise, --min-samples, --min-time, --timeout) out of range."
+
+
+# --------------------------------------------------------------------------------------
+# Integer lists
+# --------------------------------------------------------------------------------------
+
+_DIGITS = re.compile(r"[0-9]+")
+_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _items(text: str, what: str, example: str) -> list[str]:
+    """The comma-separated items of ``text``, stripped; refuses an empty list or item."""
+    if not str(text).strip():
+        raise BadList(f"{what} {text!r} is empty; pass e.g. {example}")
+    items = [item.strip(" ") for item in str(text).split(",")]
+    if any(not item for item in items):
+        raise BadList(f"{what} {text!r} has an empty item; separate the values by single commas, e.g. {example}")
+    return items
+
+
+def _integer(item: str, what: str, noun: str, minimum: int, maximum: int, example: str,
+             digits: str | None = None) -> int:
+    """The value of ``digits`` (default: the whole ``item``), in range; the message names ``item``."""
+    digits = item if digits is None else digits
+    if not _DIGITS.fullmatch(digits):
+        raise BadList(f"{what} item {item!r} is not a whole number written in digits 0-9; e.g. {example}")
+    # int() refuses texts over 4300 digits (sys.int_info): such a value is out of range anyway
+    value = int(digits) if len(digits) <= 40 else maximum + 1
+    if value < minimum:
+        raise BadList(f"{what} item {item!r}: {noun} must be at least {minimum}")
+    if value > maximum:
+        raise BadList(f"{what} item {item!r}: {noun} must be at most {maximum}")
+    return value
+
+
+def parse_int_list(text: str, *, what: str = "--tokens", noun: str = "token counts per rank",
+                   minimum: int = 1, maximum: int = MAX_INT, example: str = "1,16,256") -> list[int]:
+    """``"1,16,256"`` -> ``[1, 16, 256]`` (the integer-list grammar in the module docstring).
+
+    :param what: the option, for the message (``--tokens``).
+    :param noun: what the values are, for the message (``token counts per rank``).
+    :raises BadList: naming the first item that is wrong and why.
+    """
+    return [_integer(item, what, noun, minimum, maximum, example) for item in _items(text, what, example)]
+
+
+def parse_weighted_tokens(text: str, *, what: str = "--tokens",
+                          maximum: int = MAX_INT) -> list[tuple[int, float]]:
+    """``"1:0.5,64:0.3,8192:0.2"`` -> ``[(1, 0.5), (64, 0.3), (8192, 0.2)]``; ``"1,64"`` -> weights 1.
+
+    The weighted-token-list grammar of the module docstring. Zero-weight items are dropped; the
+    weights are returned as given (relative), not normalized.
+
+    :raises BadList: for an empty list or item, a malformed item, a token count below 1, a
+        negative or non-finite weight, weighted and unweighted items mixed, or weights summing to 0.
+    """
+    example = "1:0.5,64:0.3,8192:0.2"
+    if not str(text).strip():
+        raise BadList(f"{what} {text!r} is empty; pass e.g. 1,64,8192 or 1:0.5,64:0.5")
+    items = _items(text, what, example)
+    weighted = [":" in item for item in items]
+    if any(weighted) and not all(weighted):
+        raise BadList(f"{what} {text!r} mixes weighted and unweighted items; give every item a weight")
+    pairs = []
+    for item in items:
+        tokens_text, _, weight_text = (part.strip(" ") for part in item.partition(":"))
+        if not _DIGITS.fullmatch(tokens_text) or (weighted[0] and not _DECIMAL.fullmatch(weight_text)):
+            raise BadList(f"{what} item {item!r} is not TOKENS or TOKENS:WEIGHT; e.g. {example}")
+        tokens = _integer(item, what, "token counts per rank", 1, maximum, example, digits=tokens_text)
+        weight = float(weight_text) if weighted[0] else 1.0
+        if not math.isfinite(weight):
+            raise BadList(f"{what} item {item!r}: weights must be finite and non-negative")
+        pairs.append((tokens, weight))
+    if sum(w for _, w in pairs) <= 0:
+        raise BadList(f"{what} {text!r}: the weights sum to zero; give some bucket a weight")
+    return [(t, w) for t, w in pairs if w > 0]
+
+
+# --------------------------------------------------------------------------------------
+# Durations
+# --------------------------------------------------------------------------------------
+
+#: Seconds per duration unit, longest first (the order the units must be written in).
+DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+_DURATION = re.compile("".join(rf"(?:(?P<{u}>{_NUMBER}){u})?" for u in DURATION_UNITS))
+
+
+def parse_duration(text: str, *, what: str = "duration", allow_zero: bool = False,
+                   maximum: float = MAX_DURATION_S) -> float:
+    """Seconds in ``90``, ``90s``, ``15m``, ``1h30m``, ``7d`` or ``2d12h`` (the duration grammar).
+
+    :param what: the option, for the message (``--budget``).
+    :param allow_zero: accept a zero duration (``--jitter 0s``).
+    :raises BadDuration: for anything the grammar refuses, zero (unless allowed) or above ``maximum``.
+    """
+    s = str(text).strip().lower()
+    example = "90s, 15m, 1h30m or 7d"
+    if re.fullmatch(_NUMBER, s):
+        seconds = float(s)
+    else:
+        m = _DURATION.fullmatch(s) if s else None
+        if m is None or not any(m.groupdict().values()):
+            raise BadDuration(f"{what} {text!r} is not a duration; write e.g. {example}")
+        seconds = sum(float(n) * DURATION_UNITS[u] for u, n in m.groupdict().items() if n is not None)
+    if seconds == 0 and not allow_zero:
+        raise BadDuration(f"{what} {text!r} must be longer than zero; write e.g. {example}")
+    if seconds > maximum:
+        raise BadDuration(f"{what} {text!r} is longer than {maximum / 86400:g} days; write a shorter duration")
+    return seconds
+
+
+# --------------------------------------------------------------------------------------
+# The stopping rule of one measured point
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """When the sampling of one point stops (nvbench's ``stdrel`` criterion and its defaults).
+
+    A point is sampled for at least ``min_samples`` samples and ``min_time_s`` seconds of sample
+    time, then until the relative standard error of its median is below ``max_noise``, or until
+    ``timeout_s`` seconds (the noise target is then recorded as not met).
+    """
+
+    max_noise: float = 0.005
+    min_samples: int = 10
+    min_time_s: float = 0.5
+    timeout_s: float = 15.0
+
+    def validate(self) -> None:
+        """Refuse a rule that cannot stop sensibly.
+
+        :raises BadStoppingRule: naming the option and the value.
+        """
+        if not (0 < self.max_noise < 1):
+            raise BadStoppingRule(f"--max-noise must be a fraction in (0, 1), got {self.max_noise}")
+        if isinstance(self.min_samples, bool) or not isinstance(self.min_samples, int) \
+                or not 1 <= self.min_samples <= MAX_INT:
+            raise BadStoppingRule(f"--min-samples must be a whole number of at least 1, got {self.min_samples}")
+        if not (0 <= self.min_time_s <= MAX_DURATION_S):
+            raise BadStoppingRule(f"--min-time must be 0 or more seconds, got {self.min_time_s}")
+        if not (0 < self.timeout_s <= MAX_DURATION_S):
+            raise BadStoppingRule(f"--timeout must be a positive number of seconds, got {self.timeout_s}")
+
+    def to_dict(self) -> dict:
+        """``{"max_noise", "min_samples", "min_time_s", "timeout_s"}``."""
+        return asdict(self)
+
+
+#: The stopping rule of ``bench`` and ``fleet`` (and their --max-noise/--min-samples/--min-time/
+#: --timeout defaults): 10 samples, 0.5 s, 0.5 % noise, 15 s per point.
+STOPPING = StoppingRule()

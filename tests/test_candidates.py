@@ -1,0 +1,81 @@
+"""One legality filter: every command judges a backend against the same target vLLM version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autoselect.candidates import Target, candidate_backends, judge, legal_backends, resolve_target
+from autoselect.hardware import fingerprint
+from autoselect.model import load_profile
+from autoselect.vllm_target import SOURCE_FLAG, SOURCE_INSTALLED, SOURCE_NEWEST
+
+MODELS = Path(__file__).parent / "fixtures" / "models"
+NVFP4 = str(MODELS / "deepseek-r1-nvfp4")
+ONE_SIDED = "flashinfer_nvlink_one_sided"  # first in vLLM 0.18.0
+
+
+@pytest.fixture
+def vllm_0_15(tmp_path, monkeypatch):
+    """This environment has vLLM 0.15.0 installed (its metadata only), older than the one-sided flag."""
+    site = tmp_path / "site"
+    (site / "vllm-0.15.0.dist-info").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(site))
+    return "0.15.0"
+
+
+def test_without_a_version_the_target_is_the_installed_vllm(vllm_0_15):
+    target = resolve_target(load_profile(NVFP4), world_size=8, gpu_arch="sm100")
+    assert (target.vllm_version, target.vllm_version_source) == ("0.15.0", SOURCE_INSTALLED)
+    assert resolve_target(load_profile(NVFP4), world_size=8, gpu_arch="sm100", vllm_version="0.33.0"
+                          ).vllm_version_source == SOURCE_FLAG
+
+
+def test_without_vllm_the_target_is_the_newest_known():
+    target = resolve_target(load_profile(NVFP4), world_size=8, gpu_arch="sm100")
+    assert target.vllm_version_source == SOURCE_NEWEST
+
+
+def test_tune_bench_and_recommend_judge_against_the_same_vllm_version(vllm_0_15, tmp_path):
+    from autoselect.selector import recommend_for
+    from autoselect.tune import prepare
+    from bench.sweep import SweepSpec, legality
+
+    # recommend: vLLM 0.15.0 has no value for one-sided, so it is not even a candidate
+    rec = recommend_for(NVFP4, db_path=tmp_path / "none.db", dp=4, gpu_arch="sm100")
+    assert (rec.vllm_version, rec.vllm_version_source) == ("0.15.0", SOURCE_INSTALLED)
+    assert ONE_SIDED not in {c.backend for c in rec.candidates} | {r.backend for r in rec.rejected}
+    why = "vLLM 0.15.0 has no --all2all-backend value for flashinfer_nvlink_one_sided (first in v0.18.0)"
+
+    # tune races only what that vLLM can serve (it used to judge against the host's packages)
+    spec, excluded = prepare(NVFP4, db_path=tmp_path / "r.db", device="cpu", world_size=4, gpu_arch="sm100",
+                             backends=["allgather_reducescatter", ONE_SIDED], search_knobs=False)
+    assert spec.vllm_version == rec.vllm_version
+    assert excluded[ONE_SIDED] == f"illegal: {why}"
+    assert spec.backends == ["allgather_reducescatter"]
+
+    # bench skips it for the same reason
+    verdicts = legality(SweepSpec(backends=[ONE_SIDED], tokens=[8], hidden=7168, top_k=8, experts=256,
+                                  dtype="nvfp4", world_size=4, device="cpu", gpu_arch="sm100"), fingerprint())
+    assert verdicts[ONE_SIDED].reasons == (why,)
+
+
+def test_candidates_are_the_versions_backends_in_table_order_each_with_its_verdict():
+    target = Target(profile=load_profile(NVFP4), world_size=8, vllm_version="0.33.0", gpu_arch="sm100")
+    verdicts = candidate_backends(target)
+    assert list(verdicts)[0] == "allgather_reducescatter"
+    assert verdicts[ONE_SIDED].ok
+    assert legal_backends(target) == [b for b, v in verdicts.items() if v.ok]
+
+
+def test_an_adapter_the_rules_do_not_know_is_not_judged():
+    target = Target(profile=load_profile(NVFP4), world_size=8, vllm_version="0.33.0", gpu_arch="sm100")
+    assert judge(target, "my_vendor_a2a") is None
+
+
+def test_without_an_arch_a_backend_is_illegal_only_where_every_arch_refuses_it():
+    bf16 = load_profile(str(MODELS / "qwen3-30b-a3b"))
+    target = Target(profile=bf16, world_size=8, vllm_version="0.33.0")  # a CPU host, no --gpu-arch
+    assert not judge(target, ONE_SIDED).ok  # bf16 is refused on every arch
+    assert judge(target, "allgather_reducescatter").ok
