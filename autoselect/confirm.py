@@ -29,10 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from autoselect import rules, vllm_bridge
+from autoselect.candidates import judge, legal_backends, resolve_target
 from autoselect.errors import UserError
+from autoselect.hardware import fingerprint
+from autoselect.model import MoeProfile, load_profile, normalize_arch
+from autoselect.options import CONFIRM_TOKENS, parse_int_list
+from autoselect.vllm_flags import serve_flags
+from autoselect.workload import Deployment, resolve_deployment
+from db import default_path
+from db.queries import connect_readonly, results_for
+from db.records import Result
 
-#: Tokens per rank confirmed by default: a decode batch, a large decode batch, a prefill chunk.
-DEFAULT_TOKENS = (32, 256, 4096)
 #: Above this many tokens per rank a case is one prefill request; at or below, that many decodes.
 DECODE_MAX_TOKENS = 256
 DEFAULT_KV_LEN = 4096
@@ -43,10 +51,6 @@ DEFAULT_TIMEOUT_S = 1800.0
 STABLE_SPREAD_PCT = 0.5
 #: How much faster (relative) an e2e winner must be before recommend warns about it.
 E2E_MARGIN = 0.01
-
-
-class BadConfirmTokens(UserError):
-    "--tokens for confirm is not a list of positive integers."
 
 
 class BadConfirmSetting(UserError):
@@ -104,8 +108,8 @@ class ConfirmPlan:
     """Everything ``confirm`` will run, decided and validated before anything is started."""
 
     model: str
-    profile: Any  # autoselect.model.MoeProfile
-    deployment: Any  # autoselect.selector.Deployment
+    profile: MoeProfile
+    deployment: Deployment
     gpu_arch: str
     vllm_version: str
     backends: tuple[str, ...]
@@ -127,8 +131,6 @@ class ConfirmPlan:
 
     def serve_flags(self, backend: str) -> list[str]:
         """The `vllm serve` flags recommend would emit for ``backend`` on this deployment."""
-        from autoselect.vllm_flags import serve_flags
-
         return serve_flags(backend, self.deployment, self.vllm_version)
 
     def argv(self, backend: str, output_json: str | os.PathLike) -> list[str]:
@@ -159,22 +161,15 @@ class ConfirmPlan:
         }
 
 
-def parse_tokens(text: str | None) -> tuple[int, ...]:
-    """``"32,256,4096"`` -> (32, 256, 4096), sorted and unique; None -> :data:`DEFAULT_TOKENS`.
+def case_tokens(text: str | None) -> tuple[int, ...]:
+    """``--tokens "32,256,4096"`` -> (32, 256, 4096), sorted and unique; None -> :data:`CONFIRM_TOKENS`.
 
-    :raises BadConfirmTokens: anything but positive integers.
+    The integer-list grammar of :func:`autoselect.options.parse_int_list`.
+    :raises autoselect.options.BadList: anything but a list of positive integers.
     """
     if text is None:
-        return DEFAULT_TOKENS
-    values = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item.isdigit() or int(item) < 1:
-            raise BadConfirmTokens(
-                f"--tokens {text!r}: {item!r} is not a positive integer; pass tokens per rank like 32,256,4096"
-            )
-        values.append(int(item))
-    return tuple(sorted(set(values)))
+        return CONFIRM_TOKENS
+    return tuple(sorted(set(parse_int_list(text, what="--tokens", example="32,256,4096"))))
 
 
 def plan_confirm(model: str, *, backends: list[str] | None = None, tokens: str | None = None,
@@ -188,11 +183,7 @@ def plan_confirm(model: str, *, backends: list[str] | None = None, tokens: str |
     :param host: the :class:`~autoselect.hardware.HostFingerprint` the run targets.
     :raises UserError: bad tokens, settings, deployment, arch, or a backend illegal for the model.
     """
-    from autoselect import rules
-    from autoselect.model import load_profile, normalize_arch
-    from autoselect.selector import resolve_deployment, target_vllm_version
-
-    cases_tokens = parse_tokens(tokens)
+    cases_tokens = case_tokens(tokens)
     for name, value, low in (("--kv-len", kv_len, 1), ("--iters", iters, 1), ("--samples", samples, 1)):
         if value < low:
             raise BadConfirmSetting(f"{name} {value} must be at least {low}")
@@ -206,16 +197,18 @@ def plan_confirm(model: str, *, backends: list[str] | None = None, tokens: str |
         )
     profile = load_profile(model)
     deployment = resolve_deployment(dp, tp, None, getattr(host, "gpu_count", None) or None)
-    version = target_vllm_version(vllm_version)
     # On a host without GPUs (a --dry-run with --gpu-arch) the hardware rules cannot be checked.
     rules_host = host if getattr(host, "device", None) == "cuda" else None
+    target = resolve_target(profile, world_size=deployment.world_size, gpu_arch=arch, host=rules_host,
+                            vllm_version=vllm_version)
     if backends is not None and not backends:
         raise BadConfirmSetting("--backends names no backend; pass e.g. allgather_reducescatter,deepep_low_latency "
                                 "or leave it out for every legal one")
     if backends:
         chosen = []
         for backend in backends:
-            verdict = rules.legal(backend, profile, rules_host, deployment.world_size, version, gpu_arch=arch)
+            rules.resolve(backend)  # an unknown name: UnknownBackend
+            verdict = judge(target, backend)
             if not verdict.ok:
                 raise ConfirmBackendIllegal(
                     f"{backend} cannot run {model} here: {'; '.join(verdict.reasons)}; "
@@ -223,10 +216,10 @@ def plan_confirm(model: str, *, backends: list[str] | None = None, tokens: str |
                 )
             chosen.append(rules.resolve(backend))
     else:
-        chosen = rules.legal_alternatives(profile, rules_host, deployment.world_size, version, gpu_arch=arch)
+        chosen = legal_backends(target)
     cases = tuple(ForwardCase(t, max(kv_len, t)) for t in cases_tokens)
     return ConfirmPlan(model=model, profile=profile, deployment=deployment, gpu_arch=arch,
-                       vllm_version=version, backends=tuple(dict.fromkeys(chosen)), cases=cases,
+                       vllm_version=target.vllm_version, backends=tuple(dict.fromkeys(chosen)), cases=cases,
                        iters=iters, samples=samples, timeout_s=timeout_s, python=python)
 
 
@@ -271,8 +264,6 @@ def parse_forward_output(data: Any, plan: ConfirmPlan, backend: str, *, source: 
 
     :raises BadForwardOutput: when the document is not in that format.
     """
-    from db.records import Result
-
     if not isinstance(data, list):
         raise _shape_error(source, "the top level is not a list")
     by_name = {c.name: c for c in plan.cases}
@@ -389,8 +380,6 @@ def run_backend(plan: ConfirmPlan, backend: str, *, versions: dict | None = None
     A crash or a timeout is recorded (one ``error``/``timeout`` row per case), not raised:
     the other backends still run.
     """
-    from db.records import Result
-
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="autoselect-confirm-") as tmp:
         out = Path(tmp) / f"{backend}.json"
@@ -461,9 +450,6 @@ def confirm(model: str, *, db_path=None, backends: list[str] | None = None, toke
     With ``dry_run`` only the plan is made (no vLLM, GPU or database needed).
     :raises UserError: bad input, no vLLM / no ``bench forward`` / too few GPUs (nothing written).
     """
-    from autoselect import vllm_bridge
-    from autoselect.hardware import fingerprint
-
     host = fingerprint()
     python = vllm_bridge.vllm_python()
     plan = plan_confirm(model, backends=backends, tokens=tokens, dp=dp, tp=tp, gpu_arch=gpu_arch,
@@ -474,7 +460,7 @@ def confirm(model: str, *, db_path=None, backends: list[str] | None = None, toke
     check_runnable(plan, host)
     vllm = vllm_bridge.vllm_info(python=vllm_bridge.require_vllm())
     check_runnable(plan, host, vllm)
-    from db.store import Store
+    from db.store import Store  # heavy (sqlite_utils): only a run that measured pays for it
 
     with Store(db_path) as store:
         report = run_confirm(plan, store=store, host=host, vllm_version=vllm.version,
@@ -507,13 +493,9 @@ def e2e_evidence(rec, db_path) -> E2eEvidence | None:
     than :data:`E2E_MARGIN`. None when there is no database or no e2e row.
     """
     if db_path is None:
-        from db import default_path
-
         db_path = default_path()
     if not os.path.exists(db_path):
         return None
-    from db.queries import connect_readonly, results_for
-
     conn = connect_readonly(db_path)
     try:
         rows = results_for(conn, hidden=rec.profile["hidden_size"], top_k=rec.profile["top_k"],
@@ -590,8 +572,6 @@ def recommend_extras(rec, *, db_path=None, validate: bool = False) -> RecommendE
         rec.warnings.extend(evidence.warnings)
     validation = None
     if validate:
-        from autoselect import vllm_bridge
-
         validation = vllm_bridge.validate_serve_flags([["vllm", "serve", rec.model, *rec.vllm_args]],
                                                       python=vllm_bridge.require_vllm())
         vllm_bridge.ensure_accepted(validation, what="the recommended command line")

@@ -24,6 +24,7 @@ Reads only (stdlib ``sqlite3`` through :mod:`db.queries`); no torch, numpy or sq
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -31,6 +32,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from autoselect.errors import UserError
+from autoselect.model import load_profile
+from autoselect.selector import recommend
+from autoselect.workload import Deployment, Shape, equal_workload
+from db.queries import all_results, connect_readonly, newest_host, runs
 
 
 class BadThreshold(UserError):
@@ -43,40 +48,34 @@ NOISE_K = 3.0
 #: scale of the median absolute deviation to a standard deviation (normal data)
 MAD_SCALE = 1.4826
 
-#: the fields that identify one measured point across runs and nodes
-POINT_FIELDS = (
-    "backend", "world_size", "tokens_per_rank", "hidden", "top_k", "experts",
-    "dispatch_dtype", "combine_dtype", "routing", "kind", "device",
-)
+#: the fields besides the shape that identify one measured point across runs and nodes
+POINT_FIELDS = ("backend", "world_size", "tokens_per_rank", "combine_dtype", "routing", "kind", "device")
 
 
 @dataclass(frozen=True)
 class Point:
-    """One measured point, independent of node and run."""
+    """One measured point, independent of node and run: a backend at a shape, EP size and tokens."""
 
     backend: str
+    shape: Shape
     world_size: int
     tokens_per_rank: int
-    hidden: int
-    top_k: int
-    experts: int
-    dispatch_dtype: str
     combine_dtype: str
     routing: str
     kind: str
     device: str
     knobs: str = "{}"  # canonical JSON of the tuned knobs
 
-    def shape(self) -> str:
+    def label(self) -> str:
         """A short human label: ``H7168 top8 E256 fp8_block128 ws8 T64``."""
-        return (f"H{self.hidden} top{self.top_k} E{self.experts} {self.dispatch_dtype} "
-                f"ws{self.world_size} T{self.tokens_per_rank}")
+        return f"{self.shape.label()} ws{self.world_size} T{self.tokens_per_rank}"
 
 
 def point_of(result: Any) -> Point:
-    """The :class:`Point` a stored result measured."""
-    knobs = getattr(result, "knobs", None) or {}
-    return Point(*(getattr(result, f) for f in POINT_FIELDS), knobs=json.dumps(knobs, sort_keys=True))
+    """The :class:`Point` a stored result (a :class:`db.queries.StoredResult`) measured."""
+    shape = Shape(hidden=result.hidden, top_k=result.top_k, experts=result.experts, dtype=result.dispatch_dtype)
+    return Point(shape=shape, knobs=json.dumps(result.knobs or {}, sort_keys=True),
+                 **{f: getattr(result, f) for f in POINT_FIELDS})
 
 
 @dataclass(frozen=True)
@@ -248,7 +247,8 @@ def node_drift(obs: list[Observation], *, min_slowdown: float = MIN_SLOWDOWN,
 
 
 def _point_order(p: Point) -> tuple:
-    return (p.hidden, p.top_k, p.experts, p.dispatch_dtype, p.world_size, p.backend, p.tokens_per_rank, p.knobs)
+    s = p.shape
+    return (s.hidden, s.top_k, s.experts, s.dtype, p.world_size, p.backend, p.tokens_per_rank, p.knobs)
 
 
 def _judge(nd: NodeDrift, o: Observation, versus: str, ref: Reference, min_slowdown: float, noise_k: float) -> None:
@@ -257,7 +257,7 @@ def _judge(nd: NodeDrift, o: Observation, versus: str, ref: Reference, min_slowd
     if slowdown > threshold:
         nd.slow.append(SlowPoint(
             machine_id=o.machine_id, hostname=o.hostname, host_class=o.host_class, versus=versus,
-            backend=o.point.backend, shape=o.point.shape(), tokens_per_rank=o.point.tokens_per_rank,
+            backend=o.point.backend, shape=o.point.label(), tokens_per_rank=o.point.tokens_per_rank,
             latency_us=o.latency_us, reference_us=ref.latency_us, slowdown=slowdown,
             threshold=threshold, reference_count=ref.count,
         ))
@@ -358,10 +358,6 @@ def recommendation_changes(conn: Any, results: list[Any], run_rows: list[dict], 
     :param run_rows: every run (``db.queries.runs``); ``meta.models`` names the known models.
     :param models: the models to check (default: every model named in a run's meta).
     """
-    from autoselect.model import load_profile
-    from autoselect.selector import Deployment, parse_tokens, recommend
-    from db.queries import newest_host
-
     fleet_of = {r["id"]: fleet_run_of(r) for r in run_rows}
     started = {}
     for r in run_rows:
@@ -391,9 +387,9 @@ def recommendation_changes(conn: Any, results: list[Any], run_rows: list[dict], 
             arch = next((r.gpu_arch for r in rows if r.gpu_arch), None)
             if arch is None:
                 continue  # a CPU class: nothing vLLM would serve on
-            dtype = profile.activation_dtype(arch)
+            shape = Shape.of(profile, arch)
             shape_rows = [r for r in rows if (r.hidden, r.top_k, r.experts, r.dispatch_dtype)
-                          == (profile.hidden_size, profile.top_k, profile.num_experts, dtype)]
+                          == (shape.hidden, shape.top_k, shape.experts, shape.dtype)]
             fleets = sorted({fleet_of[r.run_id] for r in shape_rows}, key=lambda f: started[f])
             if len(fleets) < 2:
                 continue
@@ -404,7 +400,7 @@ def recommendation_changes(conn: Any, results: list[Any], run_rows: list[dict], 
             dep = Deployment(dp=ws, tp=1)
             # compared on the token counts the newest fleet run measured, equally weighted
             measured = sorted({r.tokens_per_rank for r in shape_rows if fleet_of[r.run_id] == now_f})
-            workload = parse_tokens(",".join(str(t) for t in measured))
+            workload = equal_workload(measured)
             newest = newest_host(conn, host_class)
             picks = []
             for use in (before_rows, shape_rows):
@@ -428,8 +424,6 @@ def _host_as_of(host: Any, rows: list[Any]) -> Any:
     with the target's flashinfer / driver)."""
     if host is None or not rows:
         return host
-    import dataclasses
-
     newest = max(rows, key=lambda r: (r.run_started_at, r.id))
     versions = dict(newest.versions or {})
     return dataclasses.replace(host, versions={**host.versions, **{k: v for k, v in versions.items()
@@ -480,8 +474,6 @@ def analyze(conn: Any, *, models: Iterable[str] | None = None, host_class: str |
     :param models: models whose recommendation to re-check (default: those fleet runs measured).
     :param host_class: only this host class.
     """
-    from db.queries import all_results, runs
-
     check_thresholds(min_slowdown, noise_k)
     results = all_results(conn, kind="micro", statuses=("ok",), host_class=host_class)
     obs = observations(results)
@@ -505,8 +497,6 @@ def check_thresholds(min_slowdown: float, noise_k: float) -> None:
 
 def analyze_at(path: Any = None, **kwargs: Any) -> DriftReport:
     """:func:`analyze` on the database at ``path`` (default: ``db.default_path()``), read-only."""
-    from db.queries import connect_readonly
-
     check_thresholds(kwargs.get("min_slowdown", MIN_SLOWDOWN), kwargs.get("noise_k", NOISE_K))
     conn = connect_readonly(path)
     try:
@@ -524,8 +514,6 @@ def node_status(conn: Any) -> list[dict]:
     ``health``: ``ok`` (last run complete), ``failed`` (``error`` says why), ``interrupted`` or
     ``running``. ``flagged``/``worst_slowdown``/``slow_points`` come from :func:`node_drift`.
     """
-    from db.queries import all_results, runs
-
     last: dict[str, dict] = {}
     for r in runs(conn):
         last[r["machine_id"]] = r  # oldest first: the last one wins
@@ -555,8 +543,6 @@ def node_status(conn: Any) -> list[dict]:
 
 def status_at(path: Any = None) -> list[dict]:
     """:func:`node_status` of the database at ``path``, read-only."""
-    from db.queries import connect_readonly
-
     conn = connect_readonly(path)
     try:
         return node_status(conn)

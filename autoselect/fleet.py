@@ -25,38 +25,35 @@ one-raylet-per-machine clusters.
 from __future__ import annotations
 
 import hashlib
+import queue
 import random
 import re
 import shlex
+import socket
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from autoselect.errors import UserError
+from autoselect.errors import MissingShape, UserError
+from autoselect.hardware import HostFingerprint, fingerprint
+from autoselect.model import DenseModel, load_profile
+from autoselect.options import FLEET_TOKENS, STOPPING, BadDuration, StoppingRule
+from autoselect.workload import Shape
+from bench.backends import available, check_names
+from bench.sweep import SweepSpec, run_sweep
 from db.errors import (DatabaseDamaged, DatabaseNeedsUpgrade, DatabaseNotWritable, DatabaseTooNew, ForeignDatabase,
                        NotADatabase)
+from db.records import Result
+from db.schema import check_path
 
 #: --only-idle: a GPU above either fraction is busy (serving traffic is never disturbed)
 BUSY_THRESHOLDS = {"utilization": 0.10, "memory_used": 0.10}
 
-#: token counts per rank measured by default (vLLM decode batches)
-DEFAULT_TOKENS = (1, 8, 64, 256)
-
-#: duration suffixes for --every / --jitter
-DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
 
 class BadFleetOption(UserError):
     "A fleet option that cannot work (node count, retries, budget, thresholds)."
-
-
-class BadDuration(UserError):
-    "A duration that is not a number with a unit (30s, 15m, 24h, 7d)."
-
-
-class NoShape(UserError):
-    "No model and no explicit shape to measure."
 
 
 class RayUnavailable(UserError):
@@ -80,7 +77,7 @@ class FleetSpec:
 
     ``models`` are resolved on the driver (config files only); each node picks the activation
     dtype for its own GPU arch (a CPU node uses the ``cpu_arch`` dtype). ``shapes`` are explicit
-    ``(hidden, top_k, experts, dtype)`` tuples. ``budget_s`` bounds each node's measuring time:
+    :class:`autoselect.workload.Shape` s (one dtype on every arch). ``budget_s`` bounds each node's measuring time:
     no new backend is started after it (the first one always runs). ``world_size`` defaults to ``gpus_per_node``.
     """
 
@@ -91,18 +88,18 @@ class FleetSpec:
     world_size: int | None = None
     device: str = "cuda"
     models: list[str] = field(default_factory=list)
-    shapes: list[tuple[int, int, int, str]] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=lambda: list(DEFAULT_TOKENS))
+    shapes: list[Shape] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=lambda: list(FLEET_TOKENS))
     backends: list[str] | None = None
     budget_s: float | None = None
     retries: int = 1
     only_idle: bool = False
     busy_utilization: float = BUSY_THRESHOLDS["utilization"]
     busy_memory: float = BUSY_THRESHOLDS["memory_used"]
-    max_noise: float = 0.005
-    min_samples: int = 10
-    min_time_s: float = 0.5
-    timeout_s: float = 15.0
+    max_noise: float = STOPPING.max_noise
+    min_samples: int = STOPPING.min_samples
+    min_time_s: float = STOPPING.min_time_s
+    timeout_s: float = STOPPING.timeout_s
     setup_timeout_s: float = 300.0
     start_timeout_s: float = 120.0
     reschedule_wait_s: float = 10.0
@@ -116,8 +113,6 @@ def validate(spec: FleetSpec) -> list[dict]:
 
     Returns the workloads: ``{"model", "hidden", "top_k", "experts", "dtypes": {arch: dtype}}``.
     """
-    from autoselect.payload import ACTIVATION_DTYPES
-
     if spec.nodes is not None and spec.nodes < 1:
         raise BadFleetOption(f"--nodes must be at least 1, got {spec.nodes}")
     if spec.gpus_per_node is not None and spec.gpus_per_node < 0:
@@ -139,51 +134,23 @@ def validate(spec: FleetSpec) -> list[dict]:
             raise BadFleetOption(f"{name} must be a fraction between 0 and 1, got {value}")
     if not spec.tokens or any(t < 1 for t in spec.tokens):
         raise BadFleetOption(f"--tokens must be positive integers, got {spec.tokens}")
-    if not 0 < spec.max_noise < 1:
-        raise BadFleetOption(f"--max-noise must be a fraction in (0, 1), got {spec.max_noise}")
-    if spec.timeout_s <= 0 or spec.min_time_s < 0 or spec.min_samples < 1:
-        raise BadFleetOption(f"the stopping rule needs --timeout > 0 (got {spec.timeout_s}), --min-time >= 0 "
-                             f"(got {spec.min_time_s}) and --min-samples >= 1 (got {spec.min_samples})")
+    StoppingRule(spec.max_noise, spec.min_samples, spec.min_time_s, spec.timeout_s).validate()
     if spec.backends is not None:
-        from bench.backends import check_names
-
         check_names(spec.backends)
     if not spec.models and not spec.shapes:
-        raise NoShape("nothing to measure; pass --model NAME (repeatable) or --hidden/--top-k/--experts/--dtype")
+        raise MissingShape("nothing to measure; pass --model NAME (repeatable) or --hidden/--top-k/--experts/--dtype")
     workloads = []
     for model in spec.models:
-        from autoselect.model import load_profile
-
         p = load_profile(model)
         if p.num_experts <= 0:
-            from autoselect.model import DenseModel
-
             raise DenseModel(f"{model} has no routed experts: a dense model has no MoE all2all to measure")
         workloads.append({"model": model, "hidden": p.hidden_size, "top_k": p.top_k, "experts": p.num_experts,
                           "dtypes": dict(p.activation_dtypes)})
-    for hidden, top_k, experts, dtype in spec.shapes:
-        from autoselect.model import MoeProfile
-
-        if dtype not in ACTIVATION_DTYPES:
-            raise BadFleetOption(f"unknown --dtype {dtype!r}; use one of {', '.join(ACTIVATION_DTYPES)}")
-        p = MoeProfile.from_shape(hidden, experts, top_k, dtype)
-        workloads.append({"model": p.model, "hidden": hidden, "top_k": top_k, "experts": experts,
+    for shape in spec.shapes:
+        p = shape.profile()
+        workloads.append({"model": p.model, "hidden": shape.hidden, "top_k": shape.top_k, "experts": shape.experts,
                           "dtypes": dict(p.activation_dtypes)})
     return workloads
-
-
-def parse_duration(text: str, *, what: str = "duration") -> float:
-    """Seconds in ``30s``, ``15m``, ``24h``, ``7d`` or a plain number of seconds."""
-    s = str(text).strip().lower()
-    unit = DURATION_UNITS.get(s[-1:]) if s else None
-    number = s[:-1] if unit else s
-    try:
-        value = float(number) * (unit or 1)
-    except ValueError:
-        raise BadDuration(f"{what} {text!r} is not a duration; write e.g. 30s, 15m, 24h or 7d") from None
-    if value < 0:
-        raise BadDuration(f"{what} {text!r} is negative; write e.g. 30s, 15m, 24h or 7d")
-    return value
 
 
 # -- busy GPUs (--only-idle) ------------------------------------------------------------------------
@@ -260,8 +227,6 @@ def probe_node(spec: dict) -> dict:
     """On a node: its Ray node id, host fingerprint, GPU load and busy verdict."""
     import ray
 
-    from autoselect.hardware import fingerprint
-
     host = fingerprint()
     indices = None
     try:
@@ -281,13 +246,6 @@ def bench_node(spec: dict, workloads: list[dict], host: dict):
     ``{"event": "done", "budget_exhausted": bool, "seconds": float}``. The sweep runs in a
     thread and hands results over a queue, so each one leaves the node as soon as it exists.
     """
-    import queue
-    import threading
-
-    from autoselect.hardware import HostFingerprint
-    from bench.backends import available
-    from bench.sweep import SweepSpec, run_sweep
-
     fp = HostFingerprint.from_dict(host)
     arch = fp.gpu_arch or spec["cpu_arch"]
     world = spec["world_size"]
@@ -439,8 +397,6 @@ def _bundle_node(ray, pg, bundle: int, wait_s: float) -> str | None:
 def check_reachable(address: str | None, timeout_s: float = 5.0) -> None:
     """Fail fast on a ``host:port`` (or ``ray://host:port``) nobody listens on: ``ray.init`` itself
     waits minutes for a GCS that will never answer. ``auto``/None (a local cluster) is not checked."""
-    import socket
-
     if not address or address == "auto":
         return
     hostport = address.split("://", 1)[-1]
@@ -475,8 +431,6 @@ def run_fleet(spec: FleetSpec, db_path=None, *, progress: Callable[[dict], None]
     reasons).
     """
     workloads = validate(spec)
-    from db.schema import check_path
-
     check_path(db_path)  # a garbage or newer --db fails here, not after the cluster was reached
     emit = progress or (lambda event: None)
     try:
@@ -541,8 +495,7 @@ def run_fleet(spec: FleetSpec, db_path=None, *, progress: Callable[[dict], None]
         hosts = [next(hosts_by_bundle) if p is not None else None for p in probes]
         seen_machines = {p["host"]["machine_id"] for p in probes if p is not None}
 
-        from db.records import Result
-        from db.store import Store
+        from db.store import Store  # heavy (sqlite_utils): only a run that reached the cluster pays for it
 
         fleet_run = uuid.uuid4().hex[:12]
         outcomes = [NodeOutcome(bundle=b, status="running") for b in range(n)]

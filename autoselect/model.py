@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoselect.errors import UserError
+from autoselect.errors import InvalidShape, UserError  # InvalidShape: shared (autoselect.workload.Shape)
 from autoselect.payload import ACTIVATION_DTYPES
 
 #: GPU architecture families autoselect distinguishes.
@@ -57,10 +57,6 @@ class MoeFieldsMissing(UserError):
 
 class UnsupportedQuantization(UserError):
     "The checkpoint's quantization scheme is not one autoselect can map to an activation dtype."
-
-
-class InvalidShape(UserError):
-    "An explicit MoE shape has a value that is not a positive integer or a known dtype."
 
 
 # --------------------------------------------------------------------------------------

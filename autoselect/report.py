@@ -28,7 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from autoselect.errors import UserError
+from autoselect import drift
+from autoselect.errors import GpuArchRequired, UnknownBackend, UnknownHostClass, UserError
+from autoselect.model import load_profile, normalize_arch
+from autoselect.selector import recommend
+from autoselect.workload import BadDeployment, Deployment, UnknownWorkload, workload_from_kind, workload_from_tokens
+from db.queries import connect_readonly, host_classes, newest_host, results_for
 
 # --------------------------------------------------------------------------------------------
 # Errors
@@ -44,10 +49,6 @@ class ReportOutputNotWritable(UserError):
 
 class ReportPackagesMissing(UserError):
     "matplotlib / plotext (the `report` extra) is not installed."
-
-
-class UnknownFleetBackend(UserError):
-    "--fleet-backend names a backend with no timed measurement of this shape."
 
 
 # --------------------------------------------------------------------------------------------
@@ -982,10 +983,6 @@ def _resolve_host_class(conn, profile, host_class: str | None, gpu_arch: str | N
     Default: the host class whose newest row of this shape is the most recent. Raises
     :class:`NothingToReport` when no host class measured the shape.
     """
-    from autoselect.model import normalize_arch
-    from autoselect.selector import NoGpuArch, UnknownHostClass
-    from db.queries import host_classes, results_for
-
     classes = host_classes(conn)
     known = {c["host_class"]: c for c in classes}
     if host_class is not None and host_class not in known:
@@ -1011,7 +1008,7 @@ def _resolve_host_class(conn, profile, host_class: str | None, gpu_arch: str | N
             found.append((newest, c["host_class"], arch, dtype, rows))
     if not found:
         if no_arch and not gpu_arch:
-            raise NoGpuArch(
+            raise GpuArchRequired(
                 f"host class {', '.join(no_arch)} has no GPU architecture (a CPU host); pass --gpu-arch "
                 "sm90|sm100 to say which arch's activation dtype its measurements stand for"
             )
@@ -1025,11 +1022,9 @@ def _resolve_host_class(conn, profile, host_class: str | None, gpu_arch: str | N
 
 
 def _workload(text: str, deployment):
-    from autoselect.selector import UnknownWorkload, parse_tokens, workload_from_kind
-
     text = text.strip()
     if text[:1].isdigit():
-        return parse_tokens(text)
+        return workload_from_tokens(text, what="--workload")
     if text not in WORKLOAD_KINDS:
         raise UnknownWorkload(
             f"unknown --workload {text!r}; use {', '.join(WORKLOAD_KINDS)} or token counts per rank like 1,8,64"
@@ -1073,10 +1068,6 @@ def collect(
     :param fleet_backend: backend of the per-node figure (default: the recommended one).
     :param fleet_tokens: tokens per rank of the per-node figure (default: most measured).
     """
-    from autoselect.model import load_profile
-    from autoselect.selector import BadDeployment, Deployment, recommend
-    from db.queries import connect_readonly, newest_host
-
     if world_size is not None and world_size < 1:
         raise BadDeployment(f"--world-size {world_size} must be at least 1")
     profile = load_profile(model)
@@ -1146,7 +1137,7 @@ def fleet_view(rows: Sequence[Any], series: Sequence[BackendSeries], recommended
     machines = {r.machine_id for r in rows}
     if len(machines) < 2:
         if backend is not None or tokens is not None:
-            raise UnknownFleetBackend(
+            raise UnknownBackend(
                 "--fleet-backend / --fleet-tokens need a fleet database (measurements from two or more "
                 "machines of the host class); this one has one machine"
             )
@@ -1158,7 +1149,7 @@ def fleet_view(rows: Sequence[Any], series: Sequence[BackendSeries], recommended
         if backend is None:
             return None
     elif backend not in timed:
-        raise UnknownFleetBackend(
+        raise UnknownBackend(
             f"--fleet-backend {backend} has no timed measurement of this shape; "
             f"use one of: {', '.join(sorted(timed)) or 'none'}"
         )
@@ -1203,8 +1194,6 @@ def flag_drift(view: FleetView, rows: Sequence[Any]) -> None:
     and token count, against its own history or the other nodes of its class; a node slow only
     at other points of this shape gets a note naming how many, but no red bar.
     """
-    from autoselect import drift
-
     verdicts = {nd.machine_id: nd for nd in drift.node_drift(drift.observations(rows))}
     for node in view.nodes:
         nd = verdicts.get(node.machine_id)

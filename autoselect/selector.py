@@ -1,9 +1,10 @@
 """Pick the fastest legal all2all backend for a model, deployment and workload.
 
-The decision rules (``../shared/DESIGN.md``, "Decision rules") in code:
+The decision rules in code:
 
-1. **Candidates** are the backends :func:`autoselect.rules.legal` accepts for the model's
-   activation dtype on the target GPU arch, world size and vLLM version. The one-sided
+1. **Candidates** are the backends :func:`autoselect.candidates.candidate_backends` accepts for
+   the model's activation dtype on the target GPU arch, world size and vLLM version (the one
+   legality filter every command uses, over :func:`autoselect.rules.legal`). The one-sided
    nvfp4-only rule lives in ``rules``; this module never re-implements it and asserts, belt
    and braces, that whatever it picks is legal.
 2. **Evidence** is every ``micro`` result of this host class (all machines of the class) for
@@ -18,8 +19,8 @@ The decision rules (``../shared/DESIGN.md``, "Decision rules") in code:
    ``latency = a + bytes / bandwidth`` (:func:`fit_latency`), fitted on the measured points
    nearest in log-tokens; estimates are marked, extrapolation beyond the measured range is
    flagged, and beyond :data:`EXTRAPOLATION_LIMIT` times the range it is refused.
-4. **Comparison** (:func:`compare`): every expected latency carries a half-width (the noise
-   band, :func:`point_rel_halfwidth`, widened to the run-to-run spread when several runs
+4. **Comparison** (:func:`autoselect.noise.band_compare`): every expected latency carries a
+   half-width (the noise band, :func:`autoselect.noise.point_rel_halfwidth`, widened to the run-to-run spread when several runs
    measured the point); the workload-weighted latency of a candidate is
    ``L = sum(w_i * latency_i)`` with band ``H = sum(w_i * halfwidth_i)``. A candidate beats
    the default only when ``L_c + H_c < L_d - H_d`` (the bands do not overlap); otherwise it
@@ -40,40 +41,37 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
-from autoselect.errors import UserError
+from autoselect import rules, vllm_flags
+from autoselect.candidates import candidate_backends, judge, resolve_target
+from autoselect.errors import GpuArchRequired, UnknownHostClass, UserError
+from autoselect.hardware import fingerprint
+from autoselect.model import load_profile, normalize_arch
+from autoselect.noise import REL_FLOOR, Z, band_compare, point_rel_halfwidth
 from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
+from autoselect.vllm_target import target_version
+# Deployment, WorkloadSpec, Z, REL_FLOOR, ... are also re-exported for the selector's callers.
+from autoselect.workload import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    WORKLOAD_TABLE,
+    BadDeployment,
+    BadWorkloadOption,
+    Deployment,
+    NoAll2All,
+    UnknownWorkload,
+    WorkloadSpec,
+    check_deployment_flags,
+    check_workload_kind,
+    resolve_deployment,
+    workload_from_kind,
+    workload_from_tokens,
+)
+from db import default_path
+from db.queries import connect_readonly, host_classes, newest_host, results_for
+from db.tuned import best_tuned
 
 #: Version of the JSON ``recommend --format json`` prints; bump on incompatible changes.
 SCHEMA_VERSION = 1
-
-# --------------------------------------------------------------------------------------
-# Errors (one class per mistake)
-# --------------------------------------------------------------------------------------
-
-
-class BadDeployment(UserError):
-    "The --dp / --tp / --world-size combination is inconsistent or out of range."
-
-
-class BadTokens(UserError):
-    "The --tokens list could not be parsed into token counts and weights."
-
-
-class UnknownWorkload(UserError):
-    "The --workload name is not one of decode, prefill, mixed."
-
-
-class UnknownHostClass(UserError):
-    "The --host-class is not present in the results database."
-
-
-class NoGpuArch(UserError):
-    "No GPU architecture could be determined for the target host."
-
-
-class NoAll2All(UserError):
-    "The deployment (dp = 1) uses no all2all, so no backend choice exists."
-
 
 class NoLegalBackend(UserError):
     "No all2all backend is legal for this model, deployment and vLLM version."
@@ -83,242 +81,12 @@ class BadWorkspaceAllowance(UserError):
     "The --max-workspace-gib allowance is not a positive number."
 
 
-# --------------------------------------------------------------------------------------
-# Deployment
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """How vLLM is launched: ``dp`` data-parallel engines of ``tp`` tensor-parallel ranks.
-
-    The EP group (and the all2all) spans ``world_size = dp * tp`` ranks.
-    """
-
-    dp: int = 1
-    tp: int = 1
-
-    @property
-    def world_size(self) -> int:
-        """The EP size: ``dp * tp``."""
-        return self.dp * self.tp
-
-    def to_dict(self) -> dict[str, int]:
-        """``{"dp", "tp", "world_size"}``."""
-        return {"dp": self.dp, "tp": self.tp, "world_size": self.world_size}
-
-
-def resolve_deployment(
-    dp: int | None, tp: int | None, world_size: int | None, local_gpus: int | None
-) -> Deployment:
-    """The deployment from the user's flags; defaults: all ``local_gpus`` as dp, tp 1.
-
-    :param dp: ``--dp`` or None.
-    :param tp: ``--tp`` or None (1).
-    :param world_size: ``--world-size`` (EP size = dp * tp) or None.
-    :param local_gpus: GPUs of the target host, used when neither dp nor world size is given.
-    """
-    for name, value in (("--dp", dp), ("--tp", tp), ("--world-size", world_size)):
-        if value is not None and value < 1:
-            raise BadDeployment(f"{name} {value} must be at least 1")
-    tp = tp or 1
-    if dp is None:
-        if world_size is not None:
-            if world_size % tp:
-                raise BadDeployment(
-                    f"--world-size {world_size} is not a multiple of --tp {tp}; "
-                    "pass a world size that dp x tp can make"
-                )
-            dp = world_size // tp
-        elif local_gpus:
-            if local_gpus % tp:
-                raise BadDeployment(
-                    f"--tp {tp} does not divide the host's {local_gpus} GPUs; pass --dp explicitly"
-                )
-            dp = local_gpus // tp
-        else:
-            raise BadDeployment(
-                "the target host has no GPUs to default to; pass --dp (or --world-size) "
-                "or --host-class of a GPU host in the database"
-            )
-    if world_size is not None and world_size != dp * tp:
-        raise BadDeployment(
-            f"--world-size {world_size} != --dp {dp} x --tp {tp}; pass two of the three consistently"
-        )
-    if dp < 2:
-        raise NoAll2All(
-            f"dp={dp}: vLLM only uses an all2all backend with --data-parallel-size > 1 "
-            "(tensor-parallel-only expert parallelism has no all2all); pass --dp 2 or more"
-        )
-    return Deployment(dp=dp, tp=tp)
-
-
-# --------------------------------------------------------------------------------------
-# Workload: token buckets per rank
-# --------------------------------------------------------------------------------------
-
-#: vLLM's scheduler defaults, used when the user does not say.
-DEFAULT_CONCURRENCY = 256  # running requests over the whole deployment
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # vllm serve's per-engine default on >= 70 GiB GPUs
-
-#: How ``--workload`` becomes token buckets. Each row is ``(step, fraction, weight)``:
-#: ``step`` "decode" = one token per running request of an engine, ``concurrency / dp``;
-#: ``step`` "prefill" = a full chunked-prefill step, ``max_num_batched_tokens`` (vLLM's
-#: budget is per engine, i.e. per DP rank). ``fraction`` scales that step (load below peak);
-#: ``weight`` is the share of forward steps of that size. With tp > 1, sequence-parallel
-#: MoE splits an engine's tokens over its tp ranks: tokens per rank = ceil(step * fraction / tp).
-WORKLOAD_TABLE: dict[str, tuple[tuple[str, float, float], ...]] = {
-    "decode": (("decode", 1.0, 0.5), ("decode", 0.5, 0.3), ("decode", 0.25, 0.2)),
-    "prefill": (("prefill", 1.0, 0.7), ("prefill", 0.5, 0.2), ("prefill", 0.25, 0.1)),
-    "mixed": (
-        ("decode", 1.0, 0.4),
-        ("decode", 0.5, 0.25),
-        ("decode", 0.25, 0.15),
-        ("prefill", 1.0, 0.2),
-    ),
-}
-
-
-@dataclass(frozen=True)
-class WorkloadSpec:
-    """The token counts per rank to compare on, each with its share of forward steps."""
-
-    kind: str  # "decode" | "prefill" | "mixed" | "explicit"
-    buckets: tuple[tuple[int, float], ...]  # (tokens_per_rank, weight); weights sum to 1
-
-    @property
-    def tokens(self) -> list[int]:
-        """The token counts per rank, ascending."""
-        return [t for t, _ in self.buckets]
-
-    def to_dict(self) -> dict[str, Any]:
-        """``{"kind", "buckets": [{"tokens_per_rank", "weight"}]}``."""
-        return {
-            "kind": self.kind,
-            "buckets": [{"tokens_per_rank": t, "weight": round(w, 6)} for t, w in self.buckets],
-        }
-
-
-def _normalized(kind: str, pairs: Iterable[tuple[int, float]]) -> WorkloadSpec:
-    merged: dict[int, float] = {}
-    for tokens, weight in pairs:
-        merged[tokens] = merged.get(tokens, 0.0) + weight
-    total = sum(merged.values())
-    return WorkloadSpec(kind, tuple((t, round(merged[t] / total, 12)) for t in sorted(merged)))
-
-
-def workload_from_kind(
-    kind: str,
-    deployment: Deployment,
-    *,
-    concurrency: int | None = None,
-    max_num_batched_tokens: int | None = None,
-) -> WorkloadSpec:
-    """The buckets of ``--workload decode|prefill|mixed`` (see :data:`WORKLOAD_TABLE`).
-
-    :param concurrency: running requests over the whole deployment (default 256).
-    :param max_num_batched_tokens: vLLM's per-engine token budget per step (default 8192).
-    """
-    if kind not in WORKLOAD_TABLE:
-        raise UnknownWorkload(
-            f"unknown workload {kind!r}; use one of {', '.join(WORKLOAD_TABLE)} or --tokens"
-        )
-    concurrency = DEFAULT_CONCURRENCY if concurrency is None else concurrency
-    mnbt = DEFAULT_MAX_NUM_BATCHED_TOKENS if max_num_batched_tokens is None else max_num_batched_tokens
-    if concurrency < 1 or mnbt < 1:
-        raise BadTokens("--concurrency and --max-num-batched-tokens must be at least 1")
-    step = {"decode": concurrency / deployment.dp, "prefill": float(mnbt)}
-    pairs = [
-        (max(1, math.ceil(step[source] * fraction / deployment.tp)), weight)
-        for source, fraction, weight in WORKLOAD_TABLE[kind]
-    ]
-    return _normalized(kind, pairs)
-
-
-def parse_tokens(text: str) -> WorkloadSpec:
-    """``--tokens`` per rank, e.g. ``"1,64,8192"`` (equal weights) or ``"1:0.5,64:0.3,8192:0.2"``.
-
-    Weights are relative (normalized to sum 1); a missing weight counts 1 when no item has
-    one, and is an error when others do.
-    """
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items:
-        raise BadTokens(f"--tokens {text!r} is empty; pass e.g. 1,64,8192 or 1:0.5,64:0.5")
-    weighted = [":" in item for item in items]
-    if any(weighted) and not all(weighted):
-        raise BadTokens(
-            f"--tokens {text!r} mixes weighted and unweighted items; give every item a weight"
-        )
-    pairs = []
-    for item in items:
-        tokens_text, _, weight_text = item.partition(":")
-        try:
-            tokens = int(tokens_text)
-            weight = float(weight_text) if weight_text else 1.0
-        except ValueError:
-            raise BadTokens(
-                f"--tokens item {item!r} is not TOKENS or TOKENS:WEIGHT; e.g. 1:0.5,64:0.3,8192:0.2"
-            ) from None
-        if tokens < 1:
-            raise BadTokens(f"--tokens item {item!r}: token counts per rank must be at least 1")
-        if not (weight >= 0 and math.isfinite(weight)):
-            raise BadTokens(f"--tokens item {item!r}: weights must be finite and non-negative")
-        pairs.append((tokens, weight))
-    if sum(w for _, w in pairs) <= 0:
-        raise BadTokens(f"--tokens {text!r}: the weights sum to zero; give some bucket a weight")
-    return _normalized("explicit", [(t, w) for t, w in pairs if w > 0])
-
-
-# --------------------------------------------------------------------------------------
-# Noise: the band each expected latency carries
-# --------------------------------------------------------------------------------------
-
-#: Half-width of a measured median, in standard errors (about a 95 % interval).
-Z = 2.0
-#: Run-to-run reproducibility floor: two runs of the same point differ by about this much
-#: even when each reached its 0.5 % noise target, so no band is narrower (relative).
-REL_FLOOR = 0.01
 #: Extra relative band of an estimated (not measured) latency, on top of the model's residuals.
 ESTIMATE_FLOOR = 0.03
 #: Refuse to extrapolate beyond this factor outside the measured token range.
 EXTRAPOLATION_LIMIT = 4.0
 #: How many measured points, nearest in log-tokens, the local latency fit uses.
 FIT_POINTS = 4
-
-
-def point_rel_halfwidth(result: Any) -> float:
-    """Relative half-width of one measured median: ``max(Z * stderr_rel, REL_FLOOR)``.
-
-    ``stderr_rel`` is the stored ``noise_stdrel`` (relative standard error of the median),
-    else ``1.2533 * latency_stdrel / sqrt(samples)`` (the median's standard error under
-    normal noise), else the p10..p90 spread / 2.56 / sqrt(samples); with none of these the
-    band is 10 % (an unknown-noise measurement does not decide anything by itself).
-    """
-    stderr = getattr(result, "noise_stdrel", None)
-    if stderr is None:
-        stdrel = getattr(result, "latency_stdrel", None)
-        samples = getattr(result, "samples", 0) or 0
-        p50 = getattr(result, "latency_us_p50", None)
-        p10 = getattr(result, "latency_us_p10", None)
-        p90 = getattr(result, "latency_us_p90", None)
-        if stdrel is not None and samples > 0:
-            stderr = 1.2533 * stdrel / math.sqrt(samples)
-        elif p10 is not None and p90 is not None and p50 and samples > 0:
-            stderr = 1.2533 * ((p90 - p10) / 2.5631 / p50) / math.sqrt(samples)
-        else:
-            return 0.10
-    return max(Z * stderr, REL_FLOOR)
-
-
-def compare(
-    latency_us: float, halfwidth_us: float, ref_latency_us: float, ref_halfwidth_us: float
-) -> str:
-    """``"faster"`` / ``"slower"`` when the bands ``[L - H, L + H]`` do not overlap, else ``"tie"``."""
-    if latency_us + halfwidth_us < ref_latency_us - ref_halfwidth_us:
-        return "faster"
-    if latency_us - halfwidth_us > ref_latency_us + ref_halfwidth_us:
-        return "slower"
-    return "tie"
 
 
 # --------------------------------------------------------------------------------------
@@ -700,7 +468,7 @@ def _weighted(estimates: list[Estimate], workload: WorkloadSpec) -> tuple[float 
     return latency, halfwidth
 
 
-def bench_command(
+def settle_command(
     model: str, deployment: Deployment, tokens: Iterable[int], backends: Iterable[str], device: str = "cuda"
 ) -> str:
     """The ``autoselect bench`` command that measures ``backends`` at ``tokens`` per rank."""
@@ -758,24 +526,19 @@ def recommend(
     :param vllm_version_source: where ``vllm_version`` came from (JSON ``vllm_version_source``);
         default ``"--vllm-version"`` when a version is given, else the resolution's.
     """
-    from autoselect import rules, vllm_flags
-    from autoselect.model import normalize_arch
-
     if host_class is None and host is not None:
         host_class = getattr(host, "host_class", None)
     gpu_arch = gpu_arch or (getattr(host, "gpu_arch", None) if host is not None else None)
     if not gpu_arch:
-        raise NoGpuArch(
+        raise GpuArchRequired(
             "the target host has no GPU architecture (a CPU host?); pass --gpu-arch sm90|sm100 "
             "or --host-class of a GPU host in the database"
         )
     gpu_arch = normalize_arch(gpu_arch)
-    if vllm_version:
-        vllm_version_source = vllm_version_source or "--vllm-version"
-    else:
-        from autoselect.vllm_target import target_version
-
-        vllm_version, vllm_version_source = target_version()
+    target = resolve_target(profile, world_size=deployment.world_size, gpu_arch=gpu_arch, host=host,
+                            vllm_version=vllm_version, vllm_version_source=vllm_version_source,
+                            max_tokens_per_rank=max_num_batched_tokens)
+    vllm_version, vllm_version_source = target.vllm_version, target.vllm_version_source
     workload = workload or workload_from_kind(
         "mixed", deployment, max_num_batched_tokens=max_num_batched_tokens
     )
@@ -792,8 +555,6 @@ def recommend(
     if rows is None:
         rows = []
         if conn is not None and host_class is not None:
-            from db.queries import results_for
-
             rows = results_for(
                 conn,
                 hidden=profile.hidden_size,
@@ -815,9 +576,7 @@ def recommend(
     by_backend: dict[str, list[Any]] = {}
     for r in rows:
         by_backend.setdefault(r.backend, []).append(r)
-    for backend in rules.recommendable_backends(vllm_version):
-        verdict = rules.legal(backend, profile, host, world_size, vllm_version, gpu_arch=gpu_arch,
-                              max_tokens_per_rank=max_num_batched_tokens)
+    for backend, verdict in candidate_backends(target).items():
         if not verdict.ok:
             rejected.append(Rejection(backend, "illegal", list(verdict.reasons)))
             continue
@@ -904,7 +663,7 @@ def recommend(
     elif default is not None and default.weighted_us is not None:
         for c in complete:
             if c is not default:
-                c.status = compare(c.weighted_us, c.halfwidth_us, default.weighted_us, default.halfwidth_us)
+                c.status = band_compare(c.weighted_us, c.halfwidth_us, default.weighted_us, default.halfwidth_us)
         winners = sorted((c for c in complete if c.status == "faster"), key=lambda c: c.weighted_us)
         if winners:
             pick = winners[0]
@@ -912,7 +671,7 @@ def recommend(
             close = [
                 c
                 for c in winners[1:]
-                if compare(pick.weighted_us, pick.halfwidth_us, c.weighted_us, c.halfwidth_us) == "tie"
+                if band_compare(pick.weighted_us, pick.halfwidth_us, c.weighted_us, c.halfwidth_us) == "tie"
             ]
             if close:
                 applies.add("close_call")
@@ -945,8 +704,7 @@ def recommend(
         applies.add("unmeasured_candidates")
 
     # Belt and braces: the one-sided nvfp4 rule (and every other) is the rules table's call.
-    final = rules.legal(pick.backend, profile, host, world_size, vllm_version, gpu_arch=gpu_arch,
-                        max_tokens_per_rank=max_num_batched_tokens)
+    final = judge(target, pick.backend)
     assert final.ok, f"selector picked an illegal backend {pick.backend}: {final.reasons}"
 
     decisive = [c for c in (pick, default, runner_up) if c is not None and c.weighted_us is not None]
@@ -999,15 +757,13 @@ def recommend(
     for b in need:
         need_tokens |= set(missing_buckets.get(b, workload.tokens))
     settle = (
-        bench_command(profile.model, deployment, need_tokens or workload.tokens, need)
+        settle_command(profile.model, deployment, need_tokens or workload.tokens, need)
         if need and len(candidates) > 1
         else None
     )
 
     knobs = dict(knobs or {})
     if not knobs and conn is not None and host_class is not None:
-        from db.tuned import best_tuned
-
         tuned = best_tuned(conn, host_class=host_class, hidden=profile.hidden_size, top_k=profile.top_k,
                            experts=profile.num_experts, dispatch_dtype=dtype, world_size=world_size,
                            backend=pick.backend)
@@ -1111,8 +867,6 @@ def target_vllm_version(explicit: str | None = None) -> str:
     else the newest known: :func:`autoselect.vllm_target.target_version`, which also says where
     the version came from. vllm itself is never imported.
     """
-    from autoselect.vllm_target import target_version
-
     return target_version(explicit)[0]
 
 
@@ -1140,44 +894,29 @@ def recommend_for(
     measurements (confidence ``none``), not an error, unless ``host_class`` needs it.
     """
     if workload is not None and tokens is not None:
-        raise BadTokens("pass either --workload or --tokens, not both")
-    explicit = parse_tokens(tokens) if tokens is not None else None
+        raise BadWorkloadOption("pass either --workload or --tokens, not both")
+    explicit = workload_from_tokens(tokens) if tokens is not None else None
     kind = workload or "mixed"
-    if kind not in WORKLOAD_TABLE:
-        raise UnknownWorkload(f"unknown workload {kind!r}; use one of {', '.join(WORKLOAD_TABLE)} or --tokens")
+    check_workload_kind(kind)
     if max_workspace_gib is not None and not (max_workspace_gib > 0 and math.isfinite(max_workspace_gib)):
         raise BadWorkspaceAllowance(f"--max-workspace-gib {max_workspace_gib} must be a positive number of GiB")
     for name, value in (("--concurrency", concurrency), ("--max-num-batched-tokens", max_num_batched_tokens)):
         if value is not None and value < 1:
-            raise BadTokens(f"{name} {value} must be at least 1")
-    for name, value in (("--dp", dp), ("--tp", tp), ("--world-size", world_size)):
-        if value is not None and value < 1:
-            raise BadDeployment(f"{name} {value} must be at least 1")
+            raise BadWorkloadOption(f"{name} {value} must be at least 1")
+    check_deployment_flags(dp, tp, world_size)
     if gpu_arch is not None:
-        from autoselect.model import normalize_arch
-
         gpu_arch = normalize_arch(gpu_arch)
-
-    from autoselect.model import load_profile
-    from autoselect.vllm_target import target_version
 
     version_problems: list[str] = []  # an AUTOSELECT_VLLM_PYTHON that could not be read: a warning
     version, version_source = target_version(vllm_version, problems=version_problems)
     profile = load_profile(model)
-
-    from db import default_path
-
     path = default_path() if db_path is None else db_path
     conn = None
     if os.path.exists(path):
-        from db.queries import connect_readonly
-
         conn = connect_readonly(path)
     try:
         asked_class = host_class is not None
         if asked_class:
-            from db.queries import host_classes, newest_host
-
             known = [h["host_class"] for h in host_classes(conn)] if conn is not None else []
             if host_class not in known:
                 raise UnknownHostClass(
@@ -1186,17 +925,11 @@ def recommend_for(
                 )
             host = newest_host(conn, host_class)
         else:
-            from autoselect.hardware import fingerprint
-
             host = fingerprint()
             host_class = host.host_class
         deployment = resolve_deployment(dp, tp, world_size, getattr(host, "gpu_count", None))
-        from autoselect.vllm_flags import vllm_default_max_num_batched_tokens
-
-        from autoselect.rules import DEFAULT_BACKEND
-
-        budget = max_num_batched_tokens or vllm_default_max_num_batched_tokens(
-            DEFAULT_BACKEND, _gpu_memory_mib(host)
+        budget = max_num_batched_tokens or vllm_flags.vllm_default_max_num_batched_tokens(
+            rules.DEFAULT_BACKEND, _gpu_memory_mib(host)
         )
         spec = explicit or workload_from_kind(
             kind, deployment, concurrency=concurrency, max_num_batched_tokens=budget

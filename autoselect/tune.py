@@ -57,15 +57,23 @@ reads to print the knobs and their measured gain.
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from autoselect import knobs as knobs_mod
-from autoselect.errors import UserError
-from autoselect.selector import REL_FLOOR, Z, WorkloadSpec, point_rel_halfwidth
+from autoselect.candidates import Target, candidate_backends, resolve_target
+from autoselect.errors import GpuArchRequired, InvalidWorldSize, UserError
+from autoselect.hardware import HostFingerprint, fingerprint
+from autoselect.model import MoeProfile, load_profile, normalize_arch
+from autoselect.noise import REL_FLOOR, Z, point_rel_halfwidth
+from autoselect.options import parse_duration
+from autoselect.workload import Deployment, Shape, WorkloadSpec, workload_from_kind, workload_from_tokens
+from bench.backends import BenchContext, available, check_names, load
+from bench.sweep import SweepSpec, run_sweep
+from db.schema import check_path
+from db.tuned import TunedConfig, save_tuned
 
 #: Stopping rule of the screen stage (every backend, every bucket): a short look. The wall-clock
 #: cap ends it even when a loaded machine keeps the noise above target; the band then comes
@@ -107,43 +115,8 @@ STAGES = ("screen", "refine", "knob", "knob-final")
 ProgressFn = Callable[[dict], None]
 
 
-class MissingModel(UserError):
-    "tune was called without --model."
-
-
-class BadWorldSize(UserError):
-    "A --world-size below 1."
-
-
-class BadBudget(UserError):
-    "A --budget that is not a positive duration."
-
-
 class NoCandidates(UserError):
     "Nothing to tune: no backend is legal and available for this model on this host."
-
-
-class AmbiguousGpuArch(UserError):
-    "A CPU run of a model whose activation dtype depends on the GPU arch needs --gpu-arch."
-
-
-class UnknownBackendForTune(UserError):
-    "A --backends name that no benchmark adapter provides."
-
-
-def parse_budget(text: str) -> float:
-    """``"90s"``, ``"10m"``, ``"1h"``, ``"1h30m"`` or plain seconds -> seconds."""
-    s = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", s):
-        seconds = float(s)
-    else:
-        parts = re.findall(r"(\d+(?:\.\d+)?)([hms])", s)
-        if not parts or "".join(n + u for n, u in parts) != s:
-            raise BadBudget(f"--budget {text!r} is not a duration; use e.g. 90s, 10m, 1h30m")
-        seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
-    if seconds <= 0:
-        raise BadBudget(f"--budget {text!r} must be longer than zero; use e.g. 90s or 10m")
-    return seconds
 
 
 def optuna_path(db_path: str | Path) -> Path:
@@ -157,27 +130,11 @@ def optuna_path(db_path: str | Path) -> Path:
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Shape:
-    """The all2all shape a study measures."""
-
-    hidden: int
-    top_k: int
-    experts: int
-    dtype: str  # activation (dispatch) dtype
-    world_size: int
-    device: str
-
-    def key(self) -> str:
-        """A stable text form used in study names."""
-        return (f"h{self.hidden}-k{self.top_k}-e{self.experts}-{self.dtype}"
-                f"-ws{self.world_size}-{self.device}")
-
-
-def study_name(host_class: str, shape: Shape, workload: WorkloadSpec) -> str:
-    """host class + shape + workload: the same command on the same host resumes the same study."""
+def study_name(host_class: str, shape: Shape, world_size: int, device: str, workload: WorkloadSpec) -> str:
+    """host class + shape + EP size + device + workload: the same command on the same host
+    resumes the same study (``cpu-abc|h2048-k4-e32-bf16-ws2-cpu|decode[...]``)."""
     buckets = ",".join(f"{t}:{w:.4g}" for t, w in workload.buckets)
-    return f"{host_class}|{shape.key()}|{workload.kind}[{buckets}]"
+    return f"{host_class}|{shape.key()}-ws{world_size}-{device}|{workload.kind}[{buckets}]"
 
 
 @dataclass
@@ -602,7 +559,7 @@ class Study:
     """The Optuna study that stores every measurement of one tune problem."""
 
     def __init__(self, path: Path, name: str, backends: list[str], tokens: list[int]):
-        import optuna
+        import optuna  # heavy: only a tune that measures pays for it
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self._optuna = optuna
@@ -672,10 +629,13 @@ class TuneSpec:
     """Everything a tune needs, validated before anything is written."""
 
     shape: Shape
+    world_size: int
+    device: str
     workload: WorkloadSpec
     backends: list[str]
     db_path: Path
-    host: Any  # autoselect.hardware.HostFingerprint
+    host: HostFingerprint
+    vllm_version: str  # the target vLLM legality is judged for (candidates.resolve_target)
     budget_s: float = 600.0
     model: str = ""
     knob_ctx: knobs_mod.KnobContext = field(default_factory=knobs_mod.KnobContext)
@@ -750,18 +710,16 @@ class Tuner:
         Results measured with knobs carry them in ``Result.knobs`` (``env``, ``flags``,
         ``adapter``) so the selector never takes them for the untuned backend.
         """
-        from bench.sweep import SweepSpec, run_sweep
-
         setting = setting or {}
         env, flags, adapter_args = knobs_mod.split_setting(setting)
         recorded = {"env": env, "flags": flags, "adapter": adapter_args} if setting else {}
         shape = self.spec.shape
         sweep = SweepSpec(
             backends=list(backends), tokens=list(tokens), hidden=shape.hidden, top_k=shape.top_k,
-            experts=shape.experts, dtype=shape.dtype, world_size=shape.world_size, device=shape.device,
+            experts=shape.experts, dtype=shape.dtype, world_size=self.spec.world_size, device=self.spec.device,
             routing=self.spec.routing, max_noise=rule["max_noise"], min_samples=rule["min_samples"],
             min_time_s=rule["min_time_s"], timeout_s=rule["timeout_s"], env=env, knobs=recorded,
-            gpu_arch=self.spec.gpu_arch,
+            gpu_arch=self.spec.gpu_arch, vllm_version=self.spec.vllm_version,
         )
         self.progress({"event": "measure", "stage": stage, "backends": list(backends),
                        "tokens": list(tokens), "setting": knobs_mod.describe(setting)})
@@ -985,84 +943,49 @@ class TuneOutcome:
 # --------------------------------------------------------------------------------------
 
 
-class BadShape(UserError):
-    "A --model shape:... spec that does not parse."
-
-
-_SHAPE = re.compile(r"^shape:(\d+)x(\d+)x(\d+):([a-z0-9_]+)$")
-
-
-def load_model(model: str):
+def load_model(model: str) -> MoeProfile:
     """``--model``: a checkpoint (``autoselect.model.load_profile``) or ``shape:HxEXPERTSxTOPK:DTYPE``."""
-    from autoselect.model import MoeProfile, load_profile
-
     if model.startswith("shape:"):
-        m = _SHAPE.match(model)
-        if not m:
-            raise BadShape(f"--model {model!r} is not shape:HIDDENxEXPERTSxTOPK:DTYPE; "
-                           "e.g. shape:2048x32x4:bf16")
-        h, e, k, dtype = m.groups()
-        return MoeProfile.from_shape(int(h), int(e), int(k), dtype)
+        return Shape.parse(model).profile()
     return load_profile(model)
 
 
-def _resolve_arch(profile: Any, host: Any, gpu_arch: str | None) -> str | None:
-    from autoselect.model import normalize_arch
-
+def _resolve_arch(profile: MoeProfile, host: HostFingerprint, gpu_arch: str | None) -> str | None:
     if gpu_arch:
         return normalize_arch(gpu_arch)
-    if getattr(host, "gpu_arch", None):
+    if host.gpu_arch:
         return host.gpu_arch
     if len(set(profile.activation_dtypes.values())) == 1:
         return None
-    raise AmbiguousGpuArch(
+    raise GpuArchRequired(
         f"{profile.model} dispatches {', '.join(f'{v} on {a}' for a, v in sorted(profile.activation_dtypes.items()))}; "
         "on a CPU host pass --gpu-arch sm90 or sm100 to say which to benchmark"
     )
 
 
-def _candidates(profile: Any, host: Any, device: str, world_size: int, arch: str | None,
-                backends: list[str] | None, include_reference: bool) -> tuple[list[str], dict[str, str]]:
+def _candidates(target: Target, backends: list[str] | None,
+                include_reference: bool) -> tuple[list[str], dict[str, str]]:
     """Legal backends to race, and the excluded ones with the reason (never measured).
 
-    Legality is :func:`autoselect.rules.legal` for the target arch (hardware rules only on a
-    CUDA run, as ``bench.sweep`` judges them); without an arch, or for an adapter the rules
-    table does not know, the backend is raced unjudged, like ``bench`` measures it.
+    Legality is :func:`autoselect.candidates.candidate_backends` for ``target`` (the vLLM version
+    ``recommend`` would judge against; hardware rules only on a CUDA run, as ``bench.sweep``
+    judges them); an adapter the rules table does not know is raced unjudged, like ``bench``
+    measures it.
     """
-    from bench.backends import available, check_names
-
-    from autoselect import rules
-
     names = check_names(backends) if backends else list(available())
-    vllm_version = (getattr(host, "versions", {}) or {}).get("vllm") or rules.NEWEST_VLLM
     chosen, excluded = [], {}
-    for name in names:
-        if name.startswith("reference_"):
-            if include_reference or backends:
-                chosen.append(name)
-            else:
-                excluded[name] = "benchmark-only baseline (pass --include-reference to race it)"
-            continue
-        if arch is None:
-            chosen.append(name)
-            continue
-        try:
-            verdict = rules.legal(name, profile, host if device == "cuda" else None, world_size,
-                                  vllm_version, gpu_arch=arch)
-        except rules.UnknownBackend:
-            chosen.append(name)
-            continue
-        if verdict.ok:
+    for name, verdict in candidate_backends(target, names).items():
+        if name.startswith("reference_") and not (include_reference or backends):
+            excluded[name] = "benchmark-only baseline (pass --include-reference to race it)"
+        elif verdict is None or verdict.ok:
             chosen.append(name)
         else:
             excluded[name] = "illegal: " + "; ".join(verdict.reasons)
     return chosen, excluded
 
 
-def _unavailable(names: list[str], device: str, world_size: int, host: Any) -> dict[str, str]:
+def _unavailable(names: list[str], device: str, world_size: int, host: HostFingerprint) -> dict[str, str]:
     """Ask each adapter in this process whether it can run here (saves spawning workers for nothing)."""
-    from bench.backends import BenchContext, load
-
     out = {}
     ctx = BenchContext(rank=0, world_size=world_size, device=device, torch_device=None,
                        nvlinks_all_up=getattr(host, "all_nvlinks_up", None))
@@ -1085,14 +1008,9 @@ def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens
 
     Returns the spec and the backends left out before measuring, each with its reason.
     """
-    from autoselect.hardware import fingerprint
-    from autoselect.selector import Deployment, parse_tokens, workload_from_kind
-
-    from db.schema import check_path
-
-    budget_s = parse_budget(budget)
+    budget_s = parse_duration(budget, what="--budget")
     if world_size < 1:
-        raise BadWorldSize(f"--world-size {world_size} must be at least 1 (2 or more for a real exchange)")
+        raise InvalidWorldSize(f"--world-size {world_size} must be at least 1 (2 or more for a real exchange)")
     if backends is not None and not backends:
         raise NoCandidates("--backends names no backend; pass e.g. allgather_reducescatter,deepep_low_latency "
                            "or leave it out for every legal one")
@@ -1106,36 +1024,37 @@ def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens
         raise NoCandidates(f"--world-size {world_size} exceeds this host's {host.gpu_count} GPUs")
     arch = _resolve_arch(profile, host, gpu_arch)
     dtype = profile.activation_dtype(arch) if arch else next(iter(profile.activation_dtypes.values()))
-    spec_workload = (parse_tokens(tokens) if tokens is not None else
+    spec_workload = (workload_from_tokens(tokens) if tokens is not None else
                      workload_from_kind(workload, Deployment(dp=world_size, tp=1)))
-    chosen, excluded = _candidates(profile, host, device, world_size, arch, backends, include_reference)
+    target = resolve_target(profile, world_size=world_size, gpu_arch=arch, host=host if device == "cuda" else None)
+    chosen, excluded = _candidates(target, backends, include_reference)
     excluded.update(_unavailable(chosen, device, world_size, host))
     chosen = [b for b in chosen if b not in excluded]
     if not chosen:
         detail = "; ".join(f"{b}: {why}" for b, why in excluded.items())
         raise NoCandidates(f"no backend can be measured for {profile.model} on this host ({detail}); "
                            "check `autoselect check` or pass --backends")
-    shape = Shape(profile.hidden_size, profile.top_k, profile.num_experts, dtype, world_size, device)
+    shape = Shape(hidden=profile.hidden_size, top_k=profile.top_k, experts=profile.num_experts, dtype=dtype)
     ctx = knobs_mod.KnobContext.from_host(
         host if device == "cuda" else None, world_size=world_size,
         max_tokens_per_rank=max(spec_workload.tokens), enable_dbo=enable_dbo)
-    spec = TuneSpec(shape=shape, workload=spec_workload, backends=chosen, db_path=Path(db_path),
-                    host=host, budget_s=budget_s, model=profile.model, knob_ctx=ctx,
-                    search_knobs=search_knobs, gpu_arch=arch)
+    spec = TuneSpec(shape=shape, world_size=world_size, device=device, workload=spec_workload, backends=chosen,
+                    db_path=Path(db_path), host=host, vllm_version=target.vllm_version, budget_s=budget_s,
+                    model=profile.model, knob_ctx=ctx, search_knobs=search_knobs, gpu_arch=arch)
     return spec, excluded
 
 
 def run_tune(spec: TuneSpec, *, progress: ProgressFn | None = None, command: str | None = None) -> TuneOutcome:
     """Run (or resume) the study for ``spec``; stores results, the study and the best configuration."""
-    from db.store import Store
-    from db.tuned import TunedConfig, save_tuned
+    from db.store import Store  # heavy (sqlite_utils): only a tune that writes pays for it
 
     store = Store(spec.db_path)
     try:
         with store.run(spec.host, trigger="tune", command=command,
                        meta={"model": spec.model, "workload": spec.workload.to_dict()}) as run:
             run_id = run.id
-            study = Study(optuna_path(spec.db_path), study_name(spec.host.host_class, spec.shape, spec.workload),
+            study = Study(optuna_path(spec.db_path), study_name(spec.host.host_class, spec.shape, spec.world_size, spec.device,
+                                     spec.workload),
                           spec.backends, spec.workload.tokens)
             tuner = Tuner(spec, store=store, run_id=run_id, study=study, progress=progress)
             outcome = tuner.run()
@@ -1147,7 +1066,7 @@ def run_tune(spec: TuneSpec, *, progress: ProgressFn | None = None, command: str
             save_tuned(store, TunedConfig(
                 host_class=spec.host.host_class, machine_id=spec.host.machine_id, hidden=shape.hidden,
                 top_k=shape.top_k, experts=shape.experts, dispatch_dtype=shape.dtype,
-                world_size=shape.world_size, device=shape.device, backend=outcome.recommendable,
+                world_size=spec.world_size, device=spec.device, backend=outcome.recommendable,
                 status=k["status"], stop=outcome.stop, study=outcome.study,
                 workload=spec.workload.to_dict(), knobs=setting, env=env, flags=flags,
                 gain=k.get("gain"), gain_halfwidth=k.get("gain_halfwidth"),

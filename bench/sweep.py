@@ -13,7 +13,10 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from autoselect.errors import UserError
+from autoselect.candidates import candidate_backends, resolve_target
+from autoselect.errors import GpuArchRequired, MissingShape, UserError
+from autoselect.options import DEFAULT_TOKENS, STOPPING, StoppingRule, parse_int_list
+from autoselect.workload import Shape
 from db.records import Result
 
 
@@ -47,10 +50,10 @@ class SweepSpec:
     device: str = "cuda"
     routing: str = "uniform"
     seed: int = 0
-    max_noise: float = 0.005
-    min_samples: int = 10
-    min_time_s: float = 0.5
-    timeout_s: float = 15.0
+    max_noise: float = STOPPING.max_noise
+    min_samples: int = STOPPING.min_samples
+    min_time_s: float = STOPPING.min_time_s
+    timeout_s: float = STOPPING.timeout_s
     include_illegal: bool = False
     env: dict[str, str] = field(default_factory=dict)
     knobs: dict = field(default_factory=dict)
@@ -79,10 +82,7 @@ def validate(spec: SweepSpec, host=None) -> None:
 
         parse_version(spec.vllm_version)
     validate_shape(max(spec.tokens), spec.hidden, spec.top_k, spec.experts, spec.world_size, spec.dtype)
-    if not 0 < spec.max_noise < 1:
-        raise BadSweep(f"--max-noise must be a fraction in (0, 1), got {spec.max_noise}")
-    if spec.timeout_s <= 0 or spec.min_time_s < 0 or spec.min_samples < 1:
-        raise BadSweep("the stopping rule needs timeout > 0, min time >= 0 and min samples >= 1")
+    StoppingRule(spec.max_noise, spec.min_samples, spec.min_time_s, spec.timeout_s).validate()
     if spec.device == "cpu" and spec.world_size > 64:
         raise BadSweep(f"world size {spec.world_size} on CPU starts that many processes; use at most 64")
     if spec.device == "cuda" and host is not None:
@@ -110,34 +110,27 @@ def validate(spec: SweepSpec, host=None) -> None:
 def legality(spec: SweepSpec, host, tokens: int | None = None):
     """``{backend: Verdict | None}``: None where rules cannot judge (an unknown adapter).
 
-    Without a target arch (a CPU host and no ``--gpu-arch``) the explicit dtype is judged on
-    every known arch (``model.GPU_ARCHS``): a backend is illegal only when it is illegal on
-    all of them (bf16 on one-sided is; a sm100-only backend is not), with the reasons of the
-    first. Hardware is judged only for ``--device cuda``. With ``tokens``, the per-token
+    :func:`autoselect.candidates.candidate_backends` over the spec's target: ``--vllm-version``,
+    else the version every command resolves (``candidates.resolve_target``). Without a target
+    arch (a CPU host and no ``--gpu-arch``) the explicit dtype is judged on every known arch
+    (``model.GPU_ARCHS``): a backend is illegal only when it is illegal on all of them (bf16 on
+    one-sided is; a sm100-only backend is not), with the reasons of the first. Hardware is
+    judged only for ``--device cuda``. With ``tokens``, the per-token
     kernel limits are judged too, for a deployment that runs batches of that many tokens per
     rank (:func:`point_budget`), in the environment the workers get (ours, then ``spec.env``:
     an exported ``NVSHMEM_QP_DEPTH`` counts, as it does for the adapter and for ``check``).
     """
     import os
 
-    from autoselect.model import GPU_ARCHS, MoeProfile
-    from autoselect.rules import UnknownBackend, legal
-
-    arch = spec.gpu_arch or getattr(host, "gpu_arch", None)
-    archs = (arch,) if arch else GPU_ARCHS
-    profile = MoeProfile.from_shape(spec.hidden, spec.experts, spec.top_k, spec.dtype)
-    hw = host if spec.device == "cuda" else None
-    environ = {**os.environ, **spec.env}
+    shape = Shape(hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts, dtype=spec.dtype)
+    target = resolve_target(shape.profile(), world_size=spec.world_size,
+                            gpu_arch=spec.gpu_arch or getattr(host, "gpu_arch", None),
+                            host=host if spec.device == "cuda" else None, vllm_version=spec.vllm_version,
+                            environ={**os.environ, **spec.env})
     verdicts = {}
     for name in spec.backends:
         budget = None if tokens is None else point_budget(name, tokens)
-        try:
-            judged = [legal(name, profile, hw, spec.world_size, spec.vllm_version, gpu_arch=a,
-                            max_tokens_per_rank=budget, environ=environ) for a in archs]
-        except UnknownBackend:
-            verdicts[name] = None  # a third-party adapter the rules table does not know
-            continue
-        verdicts[name] = next((v for v in judged if v.ok), judged[0])
+        verdicts.update(candidate_backends(target.with_tokens(budget), [name]))
     return verdicts
 
 
@@ -311,11 +304,7 @@ def _serve_in_process(job: dict, on_event) -> None:
 
 
 class ShapeOptions(UserError):
-    "The model shape was given both ways, or not at all."
-
-
-#: Token counts per rank swept when --tokens is not given: the decode grid of docs/facts.md.
-DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    "The model shape was given both ways: --model and --hidden/--top-k/--experts/--dtype."
 
 
 @dataclass
@@ -343,28 +332,10 @@ class BenchReport:
                 "skipped": self.skipped, "results": rows}
 
 
-def parse_int_list(text: str, what: str) -> list[int]:
-    """``"1,16,256"`` -> ``[1, 16, 256]``; a :class:`BadSweep` names the bad item."""
-    out = []
-    for item in str(text).split(","):
-        item = item.strip()
-        if not item:
-            continue
-        try:
-            value = int(item)
-        except ValueError:
-            raise BadSweep(f"{what}: {item!r} is not an integer; use a comma list like 1,16,256") from None
-        if value < 1:
-            raise BadSweep(f"{what}: {value} must be at least 1")
-        out.append(value)
-    if not out:
-        raise BadSweep(f"{what}: empty list; use a comma list like 1,16,256")
-    return out
-
-
 def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=None, dtype=None,
                   backends=None, tokens=None, world_size=None, device="cuda", routing="uniform",
-                  seed=0, max_noise=0.005, min_samples=10, min_time_s=0.5, timeout_s=15.0,
+                  seed=0, max_noise=STOPPING.max_noise, min_samples=STOPPING.min_samples,
+                  min_time_s=STOPPING.min_time_s, timeout_s=STOPPING.timeout_s,
                   setup_timeout_s=300.0, include_illegal=False, vllm_version=None, db_path=None,
                   progress=None) -> BenchReport:
     """Resolve the shape (``--model`` + arch, or explicit sizes), validate, sweep, store.
@@ -384,22 +355,21 @@ def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=Non
 
         arch = gpu_arch or host.gpu_arch
         if not arch:
-            raise ShapeOptions(f"--model {model} on a host without a GPU: pass --gpu-arch sm90|sm100 "
-                               "to choose the activation dtype")
+            raise GpuArchRequired(f"--model {model} on a host without a GPU: pass --gpu-arch sm90|sm100 "
+                                  "to choose the activation dtype")
         arch = normalize_arch(arch)
         profile = load_profile(model)
         hidden, top_k, experts = profile.hidden_size, profile.top_k, profile.num_experts
         dtype = profile.activation_dtype(arch)
         gpu_arch = arch
-    elif any(v is None for v in shape):
-        missing = [n for n, v in zip(("--hidden", "--top-k", "--experts", "--dtype"), shape) if v is None]
-        raise ShapeOptions(f"missing {', '.join(missing)}: pass --model, or all of --hidden/--top-k/--experts/--dtype")
+    elif Shape.from_options(hidden=hidden, top_k=top_k, experts=experts, dtype=dtype) is None:
+        raise MissingShape("nothing to measure: pass --model, or all of --hidden/--top-k/--experts/--dtype")
     elif gpu_arch:
         from autoselect.model import normalize_arch
 
         gpu_arch = normalize_arch(gpu_arch)
     names = [b.strip() for b in backends.split(",") if b.strip()] if backends else list(available())
-    token_list = parse_int_list(tokens, "--tokens") if tokens is not None else list(DEFAULT_TOKENS)
+    token_list = parse_int_list(tokens, what="--tokens") if tokens is not None else list(DEFAULT_TOKENS)
     if world_size is None:
         world_size = (host.gpu_count or 1) if device == "cuda" else 2
     spec = SweepSpec(backends=names, tokens=token_list, hidden=hidden, top_k=top_k, experts=experts,

@@ -15,6 +15,7 @@ from pathlib import Path
 from string import Template
 
 from autoselect.errors import UserError
+from autoselect.options import parse_duration
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -66,12 +67,10 @@ def render(kind: str, *, fleet_args: str = "", db_path: str = "/var/lib/autosele
     :param fleet_args: extra ``autoselect fleet run`` arguments (``--model ...``), shell syntax.
     :param executable: the autoselect command (default: the one on PATH, else /usr/local/bin/autoselect).
     """
-    from autoselect.fleet import parse_duration
-
     if kind not in KINDS:
         raise UnknownDeployKind(f"no templates for {kind!r}; use one of {', '.join(KINDS)}")
     every_s = parse_duration(every, what="--every")
-    jitter_s = parse_duration(jitter, what="--jitter")
+    jitter_s = parse_duration(jitter, what="--jitter", allow_zero=True)
     timeout_s = parse_duration(timeout, what="timeout")
     if every_s <= 0:
         raise UnschedulableInterval(f"--every {every!r} must be positive, e.g. 24h")

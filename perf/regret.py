@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autoselect import rules  # noqa: E402
-from autoselect.model import MoeProfile  # noqa: E402
-from autoselect.selector import Deployment, WorkloadSpec, recommend  # noqa: E402
+from autoselect.selector import recommend  # noqa: E402
+from autoselect.workload import Deployment, Shape, WorkloadSpec  # noqa: E402
 
 PRIORITY = ("flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "allgather_reducescatter")
 POLICIES = ("autoselect", "always-default", "fixed-priority")
@@ -69,7 +69,7 @@ def study(conn, vllm_version: str | None):
     skipped: dict[str, int] = defaultdict(int)
     for host_class, hidden, top_k, experts, dtype, world_size in groups(conn):
         host = newest_host(conn, host_class)
-        profile = MoeProfile.from_shape(hidden, experts, top_k, dtype)
+        profile = Shape(hidden=hidden, top_k=top_k, experts=experts, dtype=dtype).profile()
         if world_size < 2 or world_size % 2:
             skipped["odd or single-rank world size"] += 1
             continue

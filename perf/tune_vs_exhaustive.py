@@ -45,7 +45,7 @@ def exhaustive(spec, db_path):
     shape = spec.shape  # the stopping rule is the harness default: 10 samples, 0.5 s, 0.5 %, 15 s
     sweep = SweepSpec(backends=spec.backends, tokens=spec.workload.tokens, hidden=shape.hidden,
                       top_k=shape.top_k, experts=shape.experts, dtype=shape.dtype,
-                      world_size=shape.world_size, device=shape.device, gpu_arch=spec.gpu_arch)
+                      world_size=spec.world_size, device=spec.device, gpu_arch=spec.gpu_arch)
     with Store(db_path) as store:
         t0 = time.monotonic()
         results = run_sweep(sweep, store=store, host=spec.host)

@@ -165,8 +165,10 @@ def test_bench_cli_json_carries_schema_version_and_every_row(db_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--backends", "nope"], "Error: unknown backend 'nope'; known: "),
-    (["--tokens", "1,x"], "Error: --tokens: 'x' is not an integer; use a comma list like 1,16,256\n"),
-    (["--tokens", "0"], "Error: --tokens: 0 must be at least 1\n"),
+    (["--tokens", "1,x"], "Error: --tokens item 'x' is not a whole number written in digits 0-9; e.g. 1,16,256\n"),
+    (["--tokens", "0"], "Error: --tokens item '0': token counts per rank must be at least 1\n"),
+    (["--tokens", "1,,16"], "Error: --tokens '1,,16' has an empty item; separate the values by single commas, "
+                            "e.g. 1,16,256\n"),
     (["--routing", "skewed"], "Error: unknown routing 'skewed'; use uniform, zipf, zipf:S, or a .json/.npy/.pt file of expert ids\n"),
     (["--max-noise", "5"], "Error: --max-noise must be a fraction in (0, 1), got 5.0\n"),
 ])
@@ -180,8 +182,8 @@ def test_bench_cli_bad_input_is_one_line_exit_2_and_writes_nothing(db_path, args
 def test_bench_cli_needs_a_shape(db_path):
     res = CliRunner().invoke(main, ["bench", "--device", "cpu", "--hidden", "256", "--db", str(db_path)])
     assert res.exit_code == 2
-    assert res.stderr == ("Error: missing --top-k, --experts, --dtype: pass --model, or all of "
-                          "--hidden/--top-k/--experts/--dtype\n")
+    assert res.stderr == ("Error: missing --top-k, --experts, --dtype: an explicit shape needs all of --hidden, "
+                          "--top-k, --experts and --dtype (or pass --model)\n")
     assert not db_path.exists()
 
 

@@ -23,7 +23,8 @@ from autoselect import confirm as c
 from autoselect.cli import main
 from autoselect.hardware import cpu_fingerprint
 from autoselect.model import load_profile
-from autoselect.selector import Deployment
+from autoselect.options import CONFIRM_TOKENS, BadList
+from autoselect.workload import Deployment
 
 HERE = Path(__file__).parent
 MODELS = HERE / "fixtures" / "models"
@@ -109,13 +110,21 @@ def test_an_illegal_backend_is_refused_before_anything_runs():
     assert str(e.value).endswith("; drop it from --backends")
 
 
-@pytest.mark.parametrize("tokens, bad", [("32,x", "'x'"), ("0", "'0'"), ("-4", "'-4'")])
-def test_tokens_must_be_positive_integers(tokens, bad):
-    with pytest.raises(c.BadConfirmTokens) as e:
-        c.parse_tokens(tokens)
-    assert str(e.value) == (
-        f"--tokens {tokens!r}: {bad} is not a positive integer; pass tokens per rank like 32,256,4096"
-    )
+@pytest.mark.parametrize("tokens, message", [
+    ("32,x", "--tokens item 'x' is not a whole number written in digits 0-9; e.g. 32,256,4096"),
+    ("0", "--tokens item '0': token counts per rank must be at least 1"),
+    ("-4", "--tokens item '-4' is not a whole number written in digits 0-9; e.g. 32,256,4096"),
+    ("32,,256", "--tokens '32,,256' has an empty item; separate the values by single commas, e.g. 32,256,4096"),
+])
+def test_tokens_must_be_positive_integers(tokens, message):
+    with pytest.raises(BadList) as e:
+        c.case_tokens(tokens)
+    assert str(e.value) == message
+
+
+def test_case_tokens_are_sorted_and_unique_and_default_to_the_confirm_tokens():
+    assert c.case_tokens("4096,32,32") == (32, 4096)
+    assert c.case_tokens(None) == CONFIRM_TOKENS == (32, 256, 4096)
 
 
 def test_a_run_needs_as_many_cuda_gpus_as_ranks():
@@ -249,7 +258,7 @@ def test_confirm_with_an_arch_but_no_gpus_still_refuses_before_writing(db_path, 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is importable in this interpreter")
 def test_confirm_without_vllm_names_what_to_install(db_path, monkeypatch):
     monkeypatch.delenv("AUTOSELECT_VLLM_PYTHON", raising=False)
-    monkeypatch.setattr("autoselect.hardware.fingerprint", lambda nvml=None: _b200_like())
+    monkeypatch.setattr("autoselect.confirm.fingerprint", lambda nvml=None: _b200_like())
     result = invoke("--model", R1, "--dp", "8", "--db", str(db_path))
     assert result.exit_code == 2
     assert result.stderr.startswith("Error: vllm is not installed in this environment (")
@@ -266,7 +275,7 @@ def test_confirm_rejects_bad_tokens_with_one_line(db_path):
     result = invoke("--model", R1, "--tokens", "32,lots", "--db", str(db_path))
     assert result.exit_code == 2
     assert result.stderr == (
-        "Error: --tokens '32,lots': 'lots' is not a positive integer; pass tokens per rank like 32,256,4096\n"
+        "Error: --tokens item 'lots' is not a whole number written in digits 0-9; e.g. 32,256,4096\n"
     )
     assert not db_path.exists()
 

@@ -15,6 +15,8 @@ from click.testing import CliRunner
 
 from autoselect import fleet
 from autoselect.cli import main
+from autoselect.options import parse_duration
+from autoselect.workload import Shape
 from db.queries import connect_readonly, runs
 
 TINY = ["--device", "cpu", "--hidden", "128", "--top-k", "2", "--experts", "4", "--dtype", "bf16",
@@ -96,7 +98,7 @@ def test_asking_for_more_nodes_than_the_cluster_has_is_one_error_line_and_writes
 @pytest.mark.slow
 def test_a_failing_node_task_is_retried_on_its_live_node_then_recorded_failed(cluster, db_path):
     # --device cuda on nodes whose fake GPUs have no driver: the harness refuses on the node
-    spec = fleet.FleetSpec(address=cluster.address, nodes=1, device="cuda", shapes=[(128, 2, 4, "bf16")],
+    spec = fleet.FleetSpec(address=cluster.address, nodes=1, device="cuda", shapes=[Shape(hidden=128, top_k=2, experts=4, dtype="bf16")],
                            tokens=[1], backends=["allgather_reducescatter"], retries=1, world_size=2,
                            reschedule_wait_s=2.0)
     events = []
@@ -121,7 +123,7 @@ def test_a_node_killed_mid_run_is_recorded_and_the_others_finish(cluster, db_pat
             killed["node"] = event["ray_node_id"]
             cluster.remove_node(victims[event["ray_node_id"]])
 
-    spec = fleet.FleetSpec(address=cluster.address, device="cpu", shapes=[(128, 2, 4, "bf16")], tokens=[1, 4],
+    spec = fleet.FleetSpec(address=cluster.address, device="cpu", shapes=[Shape(hidden=128, top_k=2, experts=4, dtype="bf16")], tokens=[1, 4],
                            backends=["allgather_reducescatter", "reference_all_to_all"], retries=1,
                            min_samples=3, min_time_s=0.05, timeout_s=5, reschedule_wait_s=2.0)
     report = fleet.run_fleet(spec, db_path, progress=kill_on_first_result)
@@ -157,8 +159,8 @@ def test_fleet_run_without_a_shape_is_one_error_line_and_writes_nothing(db_path)
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "0"], "Error: --nodes must be at least 1, got 0\n"),
     (["--retries", "-1"], "Error: --retries must be 0 or more, got -1\n"),
-    (["--budget", "soon"], "Error: --budget 'soon' is not a duration; write e.g. 30s, 15m, 24h or 7d\n"),
-    (["--tokens", "1,x"], "Error: --tokens '1,x' is not a comma-separated list of integers; e.g. 1,8,64\n"),
+    (["--budget", "soon"], "Error: --budget 'soon' is not a duration; write e.g. 90s, 15m, 1h30m or 7d\n"),
+    (["--tokens", "1,x"], "Error: --tokens item 'x' is not a whole number written in digits 0-9; e.g. 1,16,256\n"),
     (["--busy-memory", "2"], "Error: --busy-memory must be a fraction between 0 and 1, got 2.0\n"),
     (["--world-size", "1"], "Error: --world-size must be at least 2 (an all2all needs peers), got 1\n"),
 ])
@@ -185,7 +187,7 @@ def test_an_unreachable_cluster_is_one_error_line_and_writes_nothing(db_path):
 
 
 def test_durations_take_a_unit():
-    assert [fleet.parse_duration(s) for s in ("30s", "15m", "24h", "7d", "90")] == [30, 900, 86400, 604800, 90]
+    assert [parse_duration(s) for s in ("30s", "15m", "24h", "7d", "90")] == [30, 900, 86400, 604800, 90]
 
 
 def test_busy_reasons_name_each_gpu_over_a_threshold():
@@ -241,7 +243,7 @@ def test_bench_node_streams_each_result_and_stops_starting_backends_after_the_bu
     """The node-side generator, run in this process (no Ray needed): gloo harness, world size 2."""
     from autoselect.hardware import fingerprint
 
-    spec = fleet.FleetSpec(device="cpu", shapes=[(128, 2, 4, "bf16")], tokens=[1, 4],
+    spec = fleet.FleetSpec(device="cpu", shapes=[Shape(hidden=128, top_k=2, experts=4, dtype="bf16")], tokens=[1, 4],
                            backends=["allgather_reducescatter", "reference_all_to_all"], budget_s=0.001,
                            min_samples=3, min_time_s=0.05, timeout_s=5)
     workloads = fleet.validate(spec)
@@ -250,3 +252,50 @@ def test_bench_node_streams_each_result_and_stops_starting_backends_after_the_bu
     assert [(r["backend"], r["tokens_per_rank"], r["status"]) for r in results] == [
         ("allgather_reducescatter", 1, "ok"), ("allgather_reducescatter", 4, "ok")]
     assert events[-1]["event"] == "done" and events[-1]["budget_exhausted"] is True
+
+
+def _captured_spec(monkeypatch, *argv):
+    """Run `fleet run ARGV` with run_fleet replaced by a recorder: the FleetSpec the CLI built."""
+    seen = []
+
+    def fake_run_fleet(spec, db_path, progress=None):
+        seen.append(spec)
+        return fleet.FleetReport(fleet_run="f", trigger=spec.trigger, db_path=str(db_path), nodes=[], seconds=0.0)
+
+    monkeypatch.setattr(fleet, "run_fleet", fake_run_fleet)
+    result = CliRunner().invoke(main, ["fleet", "run", *argv])
+    assert result.exit_code == 0, result.output
+    return seen[0]
+
+
+def test_the_explicit_shape_keeps_top_k_and_experts_apart(monkeypatch, db_path):
+    spec = _captured_spec(monkeypatch, "--device", "cpu", "--hidden", "2048", "--top-k", "4", "--experts", "32",
+                          "--dtype", "bf16", "--db", str(db_path))
+    assert spec.shapes == [Shape(hidden=2048, top_k=4, experts=32, dtype="bf16")]
+    (workload,) = fleet.validate(spec)
+    assert (workload["hidden"], workload["top_k"], workload["experts"]) == (2048, 4, 32)
+    assert workload["model"] == "shape:2048x32x4:bf16"  # HIDDENxEXPERTSxTOPK, as tune --model spells it
+
+
+@pytest.mark.parametrize("budget, seconds", [("1h30m", 5400.0), ("7d", 604800.0), ("90s", 90.0), ("2d12h", 216000.0)])
+def test_fleet_run_budget_takes_every_duration_tune_takes(monkeypatch, db_path, budget, seconds):
+    spec = _captured_spec(monkeypatch, *TINY, "--budget", budget, "--db", str(db_path))
+    assert spec.budget_s == seconds
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--budget", "0s"], "Error: --budget '0s' must be longer than zero; write e.g. 90s, 15m, 1h30m or 7d\n"),
+    (["--tokens", "1,,8"], "Error: --tokens '1,,8' has an empty item; separate the values by single commas, "
+                           "e.g. 1,16,256\n"),
+    (["--tokens", "1,٨"], "Error: --tokens item '٨' is not a whole number written in digits 0-9; e.g. 1,16,256\n"),
+    (["--hidden", "128", "--top-k", "2"], "Error: missing --experts, --dtype: an explicit shape needs all of "
+                                          "--hidden, --top-k, --experts and --dtype (or pass --model)\n"),
+    (["--max-noise", "nan"], "Error: --max-noise must be a fraction in (0, 1), got nan\n"),
+])
+def test_fleet_run_refuses_bad_options_in_one_line(db_path, argv, message):
+    base = ["--device", "cpu", "--hidden", "128", "--top-k", "2", "--experts", "4", "--dtype", "bf16"]
+    if argv[0] == "--hidden":
+        base = ["--device", "cpu"]
+    result = CliRunner().invoke(main, ["fleet", "run", *base, *argv, "--db", str(db_path)])
+    assert (result.exit_code, result.stderr) == (2, message)
+    assert not db_path.exists()

@@ -1,29 +1,29 @@
-"""The selector's pure parts: deployment, workload buckets, noise bands, latency model."""
+"""The decision's pure parts: deployment, workload buckets, noise bands, latency model."""
 
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 
-from autoselect.selector import (
-    EXTRAPOLATION_LIMIT,
-    REL_FLOOR,
+from autoselect.noise import REL_FLOOR, band_compare, point_rel_halfwidth
+from autoselect.options import BadList
+from autoselect.selector import EXTRAPOLATION_LIMIT, MeasuredPoint, estimate_latency, fit_latency
+from autoselect.workload import (
     BadDeployment,
-    BadTokens,
     Deployment,
-    MeasuredPoint,
     NoAll2All,
     UnknownWorkload,
-    compare,
-    estimate_latency,
-    fit_latency,
-    parse_tokens,
-    point_rel_halfwidth,
     resolve_deployment,
     workload_from_kind,
+    workload_from_tokens,
 )
+from db.records import Result
+
+
+def _result(**fields) -> Result:
+    return Result(backend="allgather_reducescatter", world_size=8, tokens_per_rank=64, hidden=7168, top_k=8,
+                  experts=256, dispatch_dtype="bf16", **fields)
 
 
 # --- deployment ---------------------------------------------------------------------
@@ -78,11 +78,11 @@ def test_unknown_workload_names_the_choices():
 
 
 def test_tokens_with_weights_are_normalized():
-    assert parse_tokens("1:1,64:3").buckets == ((1, 0.25), (64, 0.75))
+    assert workload_from_tokens("1:1,64:3").buckets == ((1, 0.25), (64, 0.75))
 
 
 def test_tokens_without_weights_weigh_equally_and_merge_duplicates():
-    assert parse_tokens("64, 1,64,8192").buckets == ((1, 0.25), (64, 0.5), (8192, 0.25))
+    assert workload_from_tokens("64, 1,64,8192").buckets == ((1, 0.25), (64, 0.5), (8192, 0.25))
 
 
 @pytest.mark.parametrize(
@@ -92,40 +92,41 @@ def test_tokens_without_weights_weigh_equally_and_merge_duplicates():
         ("abc", "is not TOKENS or TOKENS:WEIGHT"),
         ("0", "at least 1"),
         ("1:0.5,64", "mixes weighted and unweighted"),
-        ("1:-1", "finite and non-negative"),
+        ("1:-1", "is not TOKENS or TOKENS:WEIGHT"),
+        ("1:1e999", "finite and non-negative"),
         ("1:0,2:0", "sum to zero"),
     ],
 )
 def test_bad_tokens_say_what_is_wrong(text, message):
-    with pytest.raises(BadTokens, match=message):
-        parse_tokens(text)
+    with pytest.raises(BadList, match=message):
+        workload_from_tokens(text)
 
 
 # --- noise --------------------------------------------------------------------------
 
 
 def test_band_is_two_standard_errors_of_the_median():
-    assert point_rel_halfwidth(SimpleNamespace(noise_stdrel=0.02)) == pytest.approx(0.04)
+    assert point_rel_halfwidth(_result(noise_stdrel=0.02)) == pytest.approx(0.04)
 
 
 def test_band_never_narrower_than_run_to_run_floor():
-    assert point_rel_halfwidth(SimpleNamespace(noise_stdrel=0.001)) == REL_FLOOR
+    assert point_rel_halfwidth(_result(noise_stdrel=0.001)) == REL_FLOOR
 
 
 def test_band_from_stdrel_and_samples_when_no_standard_error_stored():
-    row = SimpleNamespace(noise_stdrel=None, latency_stdrel=0.2, samples=100)
+    row = _result(noise_stdrel=None, latency_stdrel=0.2, samples=100)
     assert point_rel_halfwidth(row) == pytest.approx(2 * 1.2533 * 0.2 / 10)
 
 
 def test_band_of_a_measurement_without_noise_data_is_wide():
-    row = SimpleNamespace(noise_stdrel=None, latency_stdrel=None, samples=0)
+    row = _result(noise_stdrel=None, latency_stdrel=None, samples=0)
     assert point_rel_halfwidth(row) == 0.10
 
 
-def test_compare_calls_overlapping_bands_a_tie():
-    assert compare(95, 3, 100, 3) == "tie"
-    assert compare(90, 3, 100, 3) == "faster"
-    assert compare(110, 3, 100, 3) == "slower"
+def test_band_compare_calls_overlapping_bands_a_tie():
+    assert band_compare(95, 3, 100, 3) == "tie"
+    assert band_compare(90, 3, 100, 3) == "faster"
+    assert band_compare(110, 3, 100, 3) == "slower"
 
 
 # --- latency model ------------------------------------------------------------------

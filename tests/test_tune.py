@@ -139,7 +139,7 @@ def _invoke(args):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model", SHAPE, "--budget", "5x"], "Error: --budget '5x' is not a duration; use e.g. 90s, 10m, 1h30m\n"),
+    (["--model", SHAPE, "--budget", "5x"], "Error: --budget '5x' is not a duration; write e.g. 90s, 15m, 1h30m or 7d\n"),
     (["--budget", "90s"], "Error: --model is required; pass a checkpoint, a hub id or shape:HxEXPERTSxTOPK:DTYPE\n"),
     (["--model", "shape:12x3", "--device", "cpu"],
      "Error: --model 'shape:12x3' is not shape:HIDDENxEXPERTSxTOPK:DTYPE; e.g. shape:2048x32x4:bf16\n"),

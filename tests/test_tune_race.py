@@ -6,9 +6,9 @@ import pytest
 
 import math
 
-from autoselect.selector import REL_FLOOR, WorkloadSpec
-from autoselect.tune import (BadBudget, Measurement, Noise, Race, Study, optuna_path, parse_budget, pool,
-                             study_name, Shape, t_quantile)
+from autoselect.noise import REL_FLOOR
+from autoselect.tune import Measurement, Noise, Race, Study, optuna_path, pool, study_name, t_quantile
+from autoselect.workload import Shape, WorkloadSpec
 
 DECODE = WorkloadSpec("explicit", ((8, 0.5), (64, 0.5)))
 
@@ -26,23 +26,13 @@ def race_with(*ms, backends=("a", "b")):
     return r
 
 
-def test_budget_accepts_seconds_minutes_hours_and_refuses_the_rest():
-    assert parse_budget("90s") == 90
-    assert parse_budget("10m") == 600
-    assert parse_budget("1h30m") == 5400
-    assert parse_budget("45") == 45
-    for bad in ("5x", "", "0s", "m10"):
-        with pytest.raises(BadBudget):
-            parse_budget(bad)
-
-
 def test_the_study_file_sits_beside_the_results_database(tmp_path):
     assert optuna_path(tmp_path / "results.db") == tmp_path / "results.optuna.db"
 
 
 def test_the_study_name_is_host_class_shape_and_workload():
-    shape = Shape(2048, 4, 32, "bf16", 2, "cpu")
-    assert study_name("cpu-abc", shape, DECODE) == "cpu-abc|h2048-k4-e32-bf16-ws2-cpu|explicit[8:0.5,64:0.5]"
+    shape = Shape(hidden=2048, top_k=4, experts=32, dtype="bf16")
+    assert study_name("cpu-abc", shape, 2, "cpu", DECODE) == "cpu-abc|h2048-k4-e32-bf16-ws2-cpu|explicit[8:0.5,64:0.5]"
 
 
 def test_repeated_measurements_pool_by_inverse_variance_but_not_below_the_floor():
@@ -222,15 +212,15 @@ class _FakeHarness:
 
 
 def _tuner(tmp_path, monkeypatch, harness, backends):
-    import bench.sweep
-
+    import autoselect.tune
     from autoselect.knobs import KnobContext
     from autoselect.tune import Tuner, TuneSpec
 
-    monkeypatch.setattr(bench.sweep, "run_sweep", harness)
+    monkeypatch.setattr(autoselect.tune, "run_sweep", harness)
     workload = WorkloadSpec("explicit", ((8, 0.25), (16, 0.25), (32, 0.25), (64, 0.25)))
-    spec = TuneSpec(shape=Shape(1024, 4, 32, "bf16", 2, "cpu"), workload=workload, backends=list(backends),
-                    db_path=tmp_path / "r.db", host=None, budget_s=600, knob_ctx=KnobContext(),
+    spec = TuneSpec(shape=Shape(hidden=1024, top_k=4, experts=32, dtype="bf16"), world_size=2, device="cpu",
+                    workload=workload, backends=list(backends), db_path=tmp_path / "r.db", host=None,
+                    vllm_version="0.33.0", budget_s=600, knob_ctx=KnobContext(),
                     search_knobs=False)
     study = Study(tmp_path / "r.optuna.db", "fake", list(backends), workload.tokens)
     return Tuner(spec, store=None, run_id=0, study=study)

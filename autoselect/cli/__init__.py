@@ -14,6 +14,7 @@ import click
 
 from autoselect import __version__
 from autoselect.errors import UserError
+from autoselect.options import STOPPING
 
 
 class InputError(click.ClickException):
@@ -92,6 +93,26 @@ def db_option(f):
         default=None,
         help="Results database (default: the platform's user data dir, autoselect/results.db).",
     )(f)
+
+
+def stopping_rule_options(f):
+    """``--max-noise``, ``--min-samples``, ``--min-time``, ``--timeout``: the stopping rule of each
+    measured point (``bench``, ``fleet run``, ``fleet schedule``), defaults from
+    :data:`autoselect.options.STOPPING`; parameters ``max_noise``, ``min_samples``, ``min_time_s``,
+    ``timeout_s``."""
+    options = [
+        click.option("--max-noise", type=float, default=STOPPING.max_noise, show_default=True,
+                     help="Stop a point once the relative standard error of its median is below this fraction."),
+        click.option("--min-samples", type=int, default=STOPPING.min_samples, show_default=True,
+                     help="Samples per point at least."),
+        click.option("--min-time", "min_time_s", type=float, default=STOPPING.min_time_s, show_default=True,
+                     help="Seconds of accumulated sample time per point at least."),
+        click.option("--timeout", "timeout_s", type=float, default=STOPPING.timeout_s, show_default=True,
+                     help="Seconds per point before sampling stops (noise target then recorded as not met)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
 
 
 def format_option(*choices: str, default: str = "text"):

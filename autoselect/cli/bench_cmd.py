@@ -9,7 +9,8 @@ import json
 
 import click
 
-from autoselect.cli import db_option, format_option
+from autoselect.cli import db_option, format_option, stopping_rule_options
+from autoselect.options import DEFAULT_TOKENS
 
 #: The fixed columns: (header, units, width, how to render a Result).
 COLUMNS = (
@@ -79,20 +80,15 @@ def render_text(report) -> str:
 @click.option("--experts", type=int, help="Routed experts (instead of --model).")
 @click.option("--dtype", metavar="DTYPE", help="Activation dtype crossing the all2all: bf16 fp16 fp8 fp8_block128 nvfp4 mxfp8 mxfp4.")
 @click.option("--backends", metavar="A,B", help="Comma list of backends (default: every registered adapter).")
-@click.option("--tokens", metavar="N,M", help="Comma list of tokens per rank (default: 1,2,4,...,256).")
+@click.option("--tokens", metavar="N,M",
+              help=f"Comma list of tokens per rank (default: {','.join(map(str, DEFAULT_TOKENS))}).")
 @click.option("--world-size", type=int, help="Ranks (default: every GPU; 2 on --device cpu).")
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
               help="cuda: NCCL on the local GPUs; cpu: gloo processes (tests the harness, not NVLink).")
 @click.option("--routing", default="uniform", show_default=True, metavar="SPEC",
               help="uniform, zipf, zipf:S, or a .json/.npy/.pt file of expert ids [tokens, top_k].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of payloads and routing.")
-@click.option("--max-noise", type=float, default=0.005, show_default=True,
-              help="Stop a point once the relative standard error of its median is below this fraction.")
-@click.option("--min-samples", type=int, default=10, show_default=True, help="Samples per point at least.")
-@click.option("--min-time", "min_time_s", type=float, default=0.5, show_default=True,
-              help="Seconds of accumulated sample time per point at least.")
-@click.option("--timeout", "timeout_s", type=float, default=15.0, show_default=True,
-              help="Seconds per point before sampling stops (noise target then recorded as not met).")
+@stopping_rule_options
 @click.option("--setup-timeout", "setup_timeout_s", type=float, default=300.0, show_default=True,
               help="Seconds for worker start + adapter setup per point (FlashInfer JIT builds take minutes).")
 @click.option("--include-illegal", is_flag=True, help="Also measure backends the rules reject (rows marked illegal).")

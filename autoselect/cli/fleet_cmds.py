@@ -12,19 +12,9 @@ import sys
 
 import click
 
-from autoselect.cli import db_option, format_option
-
-
-def _int_list(text: str, what: str) -> list[int]:
-    from autoselect.fleet import BadFleetOption
-
-    try:
-        values = [int(v) for v in text.replace(" ", "").split(",") if v]
-    except ValueError:
-        raise BadFleetOption(f"{what} {text!r} is not a comma-separated list of integers; e.g. 1,8,64") from None
-    if not values:
-        raise BadFleetOption(f"{what} is empty; e.g. 1,8,64")
-    return values
+from autoselect.cli import db_option, format_option, stopping_rule_options
+from autoselect.options import FLEET_TOKENS, parse_duration, parse_int_list
+from autoselect.workload import Shape
 
 
 def fleet_run_options(f):
@@ -46,7 +36,7 @@ def fleet_run_options(f):
         click.option("--top-k", type=int, default=None, help="Explicit shape: experts per token."),
         click.option("--experts", type=int, default=None, help="Explicit shape: routed experts."),
         click.option("--dtype", default=None, help="Explicit shape: activation dtype (bf16, fp8_block128, nvfp4, ...)."),
-        click.option("--tokens", default="1,8,64,256", show_default=True, metavar="LIST",
+        click.option("--tokens", default=",".join(map(str, FLEET_TOKENS)), show_default=True, metavar="LIST",
                      help="Tokens per rank to measure."),
         click.option("--backends", default=None, metavar="LIST", show_default="every registered backend",
                      help="Backends to measure, comma-separated."),
@@ -61,10 +51,7 @@ def fleet_run_options(f):
                      help="--only-idle: a GPU with more of its memory in use is busy."),
         click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
                      help="cpu runs the gloo harness (test clusters without GPUs)."),
-        click.option("--max-noise", type=float, default=0.005, show_default=True, help="Stopping rule: target noise."),
-        click.option("--min-samples", type=int, default=10, show_default=True, help="Stopping rule: minimum samples."),
-        click.option("--min-time", type=float, default=0.5, show_default=True, help="Stopping rule: minimum seconds."),
-        click.option("--timeout", type=float, default=15.0, show_default=True, help="Stopping rule: seconds per point."),
+        stopping_rule_options,
         click.option("--reschedule-wait", type=float, default=10.0, show_default=True, metavar="S",
                      help="How long a failed node's bundle may take to come back on a live node before it is lost."),
         db_option,
@@ -76,25 +63,19 @@ def fleet_run_options(f):
 
 
 def _spec(kw: dict, trigger: str):
-    from autoselect.fleet import BadFleetOption, FleetSpec, NoShape, command_line, parse_duration, validate
+    from autoselect.fleet import FleetSpec, command_line, validate
 
-    shape = [kw["hidden"], kw["top_k"], kw["experts"], kw["dtype"]]
-    shapes = []
-    if any(v is not None for v in shape):
-        if any(v is None for v in shape):
-            raise NoShape("an explicit shape needs all of --hidden, --top-k, --experts and --dtype")
-        shapes = [tuple(shape)]
+    shape = Shape.from_options(hidden=kw["hidden"], top_k=kw["top_k"], experts=kw["experts"], dtype=kw["dtype"])
     budget = parse_duration(kw["budget"], what="--budget") if kw["budget"] is not None else None
-    if budget == 0:
-        raise BadFleetOption("--budget must be a positive duration, e.g. 20m")
     spec = FleetSpec(
         address=kw["address"], nodes=kw["nodes"], gpus_per_node=kw["gpus_per_node"],
         cpus_per_node=kw["cpus_per_node"], world_size=kw["world_size"], device=kw["device"],
-        models=list(kw["models"]), shapes=shapes, tokens=_int_list(kw["tokens"], "--tokens"),
+        models=list(kw["models"]), shapes=[shape] if shape else [],
+        tokens=parse_int_list(kw["tokens"], what="--tokens"),
         backends=[b for b in kw["backends"].split(",") if b] if kw["backends"] else None,
         budget_s=budget, retries=kw["retries"], only_idle=kw["only_idle"],
         busy_utilization=kw["busy_utilization"], busy_memory=kw["busy_memory"], max_noise=kw["max_noise"],
-        min_samples=kw["min_samples"], min_time_s=kw["min_time"], timeout_s=kw["timeout"],
+        min_samples=kw["min_samples"], min_time_s=kw["min_time_s"], timeout_s=kw["timeout_s"],
         reschedule_wait_s=kw["reschedule_wait"], trigger=trigger,
         command=command_line(["autoselect", *sys.argv[1:]]) if sys.argv else "autoselect fleet run",
     )
@@ -195,10 +176,10 @@ def fleet_schedule_cmd(every, jitter, count, fmt, db_path, **kw):
     Example:
       autoselect fleet schedule --every 24h --jitter 1h --model deepseek-ai/DeepSeek-V3 --db fleet.db
     """
-    from autoselect.fleet import parse_duration, run_schedule
+    from autoselect.fleet import run_schedule
 
     every_s = parse_duration(every, what="--every")
-    jitter_s = parse_duration(jitter, what="--jitter")
+    jitter_s = parse_duration(jitter, what="--jitter", allow_zero=True)
     spec = _spec(kw, "schedule")
 
     def once():

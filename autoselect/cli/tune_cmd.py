@@ -9,6 +9,7 @@ import sys
 import click
 
 from autoselect.cli import db_option, format_option
+from autoselect.errors import MissingShape
 
 #: Version of the JSON ``tune --format json`` prints.
 SCHEMA_VERSION = 1
@@ -115,7 +116,8 @@ def _list_knobs() -> None:
 @click.command("tune")
 @click.option("--model", default=None, metavar="MODEL",
               help="Checkpoint dir, Hugging Face id, or shape:HIDDENxEXPERTSxTOPK:DTYPE.")
-@click.option("--budget", default="10m", show_default=True, help="Time budget of this invocation (90s, 10m, 1h).")
+@click.option("--budget", default="10m", show_default=True,
+              help="Time budget of this invocation (90s, 10m, 1h30m, 7d).")
 @click.option("--workload", type=click.Choice(["decode", "prefill", "mixed"]), default="decode",
               show_default=True, help="Which token buckets to compare on.")
 @click.option("--tokens", default=None, metavar="LIST",
@@ -150,13 +152,11 @@ def tune_cmd(model, budget, workload, tokens, device, world_size, gpu_arch, back
       autoselect tune --model shape:2048x32x4:bf16 --device cpu --tokens 8,64 --budget 90s
       autoselect tune --list-knobs
     """
-    from autoselect.tune import MissingModel
-
     if list_knobs:
         _list_knobs()
         return
     if not model:
-        raise MissingModel("--model is required; pass a checkpoint, a hub id or shape:HxEXPERTSxTOPK:DTYPE")
+        raise MissingShape("--model is required; pass a checkpoint, a hub id or shape:HxEXPERTSxTOPK:DTYPE")
 
     from db import default_path
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoselect.errors import UserError
+from autoselect.errors import UnknownBackend, UserError  # UnknownBackend: shared by several commands
 from autoselect.rules.limits import (
     DEEPEP_HT_MAX_LOCAL_EXPERTS,
     DEEPEP_HT_ROW_BYTES,
@@ -25,10 +25,6 @@ from autoselect.rules.versions import NEWEST_VLLM, parse_version, version_in
 DEFAULT_BACKEND = "allgather_reducescatter"
 
 FLAG_SINCE = "0.11.1"
-
-class UnknownBackend(UserError):
-    "The backend name is not an --all2all-backend value autoselect knows."
-
 
 class BackendUnknownToVersion(UserError):
     "The backend has no --all2all-backend spelling in the vLLM version asked for."

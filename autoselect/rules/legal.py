@@ -4,19 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoselect.errors import UserError
+# InvalidWorldSize and GpuArchRequired are shared by several commands (autoselect.errors)
+from autoselect.errors import GpuArchRequired, InvalidWorldSize, UserError
 from autoselect.rules.backends import ALIASES, BACKENDS, Capability, recommendable_backends, resolve
 from autoselect.rules.limits import DEEPEP_NVL_PEERS, Limit
 from autoselect.rules.one_sided import one_sided_consequence
 from autoselect.rules.versions import NEWEST_VLLM, parse_version, version_in
-
-
-class InvalidWorldSize(UserError):
-    "The world size (EP size) is not a positive integer."
-
-
-class GpuArchRequired(UserError):
-    "Neither a host fingerprint nor a GPU architecture was given, so arch rules cannot run."
 
 
 class InvalidTokensPerRank(UserError):

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import import_module
 
-from autoselect.errors import UserError
+from autoselect.errors import UnknownBackend
 
 ENTRY_POINT_GROUP = "autoselect.backends"
 
@@ -40,10 +40,6 @@ BUILTIN: dict[str, str] = {
     "deepep_high_throughput": "bench.backends.deepep_high_throughput:DeepepHighThroughput",
     "deepep_low_latency": "bench.backends.deepep_low_latency:DeepepLowLatency",
 }
-
-
-class UnknownBenchBackend(UserError):
-    "A backend name that no installed adapter registers."
 
 
 @dataclass
@@ -138,11 +134,11 @@ def available() -> dict[str, str]:
 
 
 def check_names(names) -> list[str]:
-    """Return ``names`` unchanged, or raise :class:`UnknownBenchBackend` naming the first unknown one."""
+    """Return ``names`` unchanged, or raise :class:`autoselect.errors.UnknownBackend` naming the first unknown one."""
     known = available()
     for name in names:
         if name not in known:
-            raise UnknownBenchBackend(
+            raise UnknownBackend(
                 f"unknown backend {name!r}; known: {', '.join(known)} "
                 f"(third-party adapters register in the {ENTRY_POINT_GROUP!r} entry-point group)"
             )
