@@ -9,14 +9,16 @@ from __future__ import annotations
 import math
 import time
 
+from autoselect.options import STOPPING
 from bench.measure.stats import relative_standard_error
 
-#: Stopping-rule defaults, in one place (nvbench's stdrel criterion).
+#: Stopping-rule defaults (nvbench's stdrel criterion); the four a user sets are
+#: :data:`autoselect.options.STOPPING` (bench, tune, fleet and their click options read them there).
 DEFAULTS = {
-    "min_samples": 10,  # at least this many samples
-    "min_time_s": 0.5,  # at least this much accumulated sample time
-    "max_noise": 0.005,  # stop once the relative standard error of the median is below 0.5 %
-    "timeout_s": 15.0,  # wall-clock limit per point: stop, noise_target_met = False
+    "min_samples": STOPPING.min_samples,  # at least this many samples (10)
+    "min_time_s": STOPPING.min_time_s,  # at least this much accumulated sample time (0.5 s)
+    "max_noise": STOPPING.max_noise,  # stop once the relative standard error of the median is below 0.5 %
+    "timeout_s": STOPPING.timeout_s,  # wall-clock limit per point (15 s): stop, noise_target_met = False
     "stable_window": 8,  # noise estimates compared for the "noise is stable" stop
     "stable_rel_std": 0.05,  # ... stop when they vary by less than 5 % (relative stdev)
     "max_samples": 200_000,  # memory bound
