@@ -29,19 +29,32 @@ CURVES = {
 }
 
 
-def latency_us(backend: str, tokens: int) -> float:
+#: DeepSeek-R1 in NVFP4: hidden 7168, 256 experts, top-8; bf16 activations on Hopper, nvfp4 on
+#: Blackwell. Its Hopper shape is one AIConfigurator published for DeepEP on 8 x H200.
+DSR1_NVFP4 = str(MODELS / "deepseek-r1-nvfp4")
+DSR1_SHAPE = (7168, 8, 256, "bf16")
+
+
+def bytes_per_token(shape=(HIDDEN, TOP_K, EXPERTS, DTYPE)) -> int:
+    """Dispatch + combine bytes one token moves for a (hidden, top_k, experts, dtype) shape."""
+    hidden, top_k, _, dtype = shape
+    return dispatch_bytes_per_token(dtype, hidden, top_k) + combine_bytes_per_token(hidden)
+
+
+def latency_us(backend: str, tokens: int, shape=(HIDDEN, TOP_K, EXPERTS, DTYPE)) -> float:
     """The fixture's p50 round-trip latency of a backend at a token count per rank."""
     a, gbps = CURVES[backend]
-    return a + tokens * BYTES_PER_TOKEN / (gbps * 1e3)
+    return a + tokens * bytes_per_token(shape) / (gbps * 1e3)
 
 
 def gpu_host(machine_id: str = "m-node-00", hostname: str = "node-00", host_class: str = "h200x8-test",
-             nvlink_peak_gbps: float | None = 450.0) -> HostFingerprint:
-    """An 8 x H200 NVLink host (all links up, 450 GB/s per GPU per direction, FlashInfer and DeepEP installed)."""
-    gpus = [GpuInfo(i, "NVIDIA H200", f"GPU-{machine_id}-{i}", 143771, "sm90", "9.0", 18, 18) for i in range(8)]
+             nvlink_peak_gbps: float | None = 450.0, gpu_name: str = "NVIDIA H200") -> HostFingerprint:
+    """An 8 x H200 NVLink host (all links up, 450 GB/s per GPU per direction, FlashInfer and DeepEP
+    installed): the GPUs of the reference system h200_sxm unless ``gpu_name`` says otherwise."""
+    gpus = [GpuInfo(i, gpu_name, f"GPU-{machine_id}-{i}", 143771, "sm90", "9.0", 18, 18) for i in range(8)]
     return HostFingerprint(
         hostname=hostname, machine_id=machine_id, host_class=host_class, device="cuda",
-        gpu_name="NVIDIA H200", gpu_count=8, gpu_arch="sm90", gpus=gpus,
+        gpu_name=gpu_name, gpu_count=8, gpu_arch="sm90", gpus=gpus,
         nvlink_matrix=[[0 if i == j else 18 for j in range(8)] for i in range(8)], all_nvlinks_up=True,
         nvlink_peak_gbps=nvlink_peak_gbps, driver_version="580.95.05", cuda_version="13.0",
         versions={"torch": "2.11.0+cu130", "nccl": "2.28.9", "flashinfer": "0.7.2.post1", "deep_ep": "1.2.1",
@@ -58,13 +71,14 @@ def cpu_host() -> HostFingerprint:
 
 
 def timed(backend: str, tokens: int, *, world_size: int = 8, scale: float = 1.0, device: str = "cuda",
-          illegal: bool = False) -> Result:
+          illegal: bool = False, shape=(HIDDEN, TOP_K, EXPERTS, DTYPE)) -> Result:
     """A timed (status ok) result on the fixture's curve, ``scale`` times slower."""
-    p50 = latency_us(backend, tokens) * scale
-    nbytes = tokens * BYTES_PER_TOKEN
+    p50 = latency_us(backend, tokens, shape) * scale
+    nbytes = tokens * bytes_per_token(shape)
+    hidden, top_k, experts, dtype = shape
     return Result(
-        backend=backend, world_size=world_size, tokens_per_rank=tokens, hidden=HIDDEN, top_k=TOP_K,
-        experts=EXPERTS, dispatch_dtype=DTYPE, device=device, illegal=illegal, samples=50,
+        backend=backend, world_size=world_size, tokens_per_rank=tokens, hidden=hidden, top_k=top_k,
+        experts=experts, dispatch_dtype=dtype, device=device, illegal=illegal, samples=50,
         latency_us_p50=p50, latency_us_mean=p50 * 1.01, latency_us_min=p50 * 0.95,
         latency_us_p10=p50 * 0.97, latency_us_p90=p50 * 1.05, latency_us_p99=p50 * 1.2,
         latency_stdrel=0.02, noise_stdrel=0.003, noise_target_met=True,

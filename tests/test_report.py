@@ -399,7 +399,8 @@ def test_terminal_flag_draws_the_latency_chart_and_writes_no_files(sweep_db, tmp
     lines = result.stdout.splitlines()
     assert lines[0].strip().startswith("All2all round-trip latency, µs p50 (log) vs tokens per rank (log)")
     assert any("▚ allgather_reducescatter" in line for line in lines)
-    assert any("flashinfer_nvlink_one_sided (not a candidate)" in line for line in lines)
+    assert any("▚ allgather_reducescatter — measured here" in line for line in lines)
+    assert any("flashinfer_nvlink_one_sided — measured here, not a candidate" in line for line in lines)
     assert "deepep_low_latency — INCORRECT: failed the correctness gate (4 token counts)" in lines
     assert "\x1b[" not in result.stdout
     assert not out.exists()

@@ -14,11 +14,14 @@ from pathlib import Path
 
 from autoselect.errors import GpuArchRequired, UnknownHostClass
 from autoselect.model import load_profile, normalize_arch
-from autoselect.report.errors import NothingToReport
+from autoselect.reference import ReferenceClass, get_class, is_reference_class, match_host
+from autoselect.report.errors import GpuArchNotOfReference, NothingToReport
 from autoselect.report.nodes import FleetView, fleet_view
+from autoselect.report.reference_curves import ReferenceCurve, ReferenceView, reference_view
 from autoselect.report.series import BackendSeries, build_series
 from autoselect.selector import recommend
 from autoselect.workload import BadDeployment, Deployment, UnknownWorkload, workload_from_kind, workload_from_tokens
+from db import default_path
 from db.queries import connect_readonly, host_classes, newest_host, results_for
 
 
@@ -30,6 +33,8 @@ class BucketMark:
     weight: float
     backend: str | None  # None: no candidate has an estimate for this bucket
     latency_us: float | None
+    evidence: str = "measured"  # the kind of number the latency is (the selector's evidence)
+    estimated: bool = False  # interpolated / extrapolated by the selector, not read at this count
 
 
 @dataclass
@@ -52,6 +57,13 @@ class ReportData:
     recommended: str | None = None
     recommendation: dict | None = None  # Recommendation.to_dict()
     fleet: FleetView | None = None
+    reference: ReferenceView | None = None  # NVIDIA's published curves of this shape, when a system matches
+    reference_note: str | None = None  # why there are none (no system matches, no reference wanted)
+
+    @property
+    def reference_only(self) -> bool:
+        """A report of a reference class (``--host-class ref-...``): no local measurement in it."""
+        return is_reference_class(self.host_class)
 
     @property
     def shape_text(self) -> str:
@@ -66,6 +78,9 @@ class ReportData:
         """One line naming the host class the measurements come from."""
         if self.host_class is None:
             return "all hosts"
+        if self.reference_only and self.reference is not None:
+            ref = self.reference.ref_class
+            return f"{self.world_size}×{ref.system.label} (reference class {ref.name}, published)"
         gpu = self.gpu_name or ("CPU" if self.device == "cpu" else "unknown GPU")
         return f"{gpu} (host class {self.host_class})"
 
@@ -73,6 +88,11 @@ class ReportData:
     def timed_series(self) -> list[BackendSeries]:
         """The series with at least one timed point, in drawing order."""
         return [s for s in self.series if s.timed]
+
+    @property
+    def reference_curves(self) -> list[ReferenceCurve]:
+        """The reference curves to draw (none without a matching reference system)."""
+        return self.reference.curves if self.reference is not None else []
 
     def not_timed_lines(self) -> list[str]:
         """Why there is nothing to plot, in words: the shape, the host, each backend's state."""
@@ -82,6 +102,10 @@ class ReportData:
         for s in self.series:
             lines.append(s.label())
         lines += ["", f"Run: autoselect bench --model {self.model} --world-size {self.world_size}"]
+        if self.reference is not None and self.reference.curves and not self.reference_only:
+            lines.append(f"NVIDIA's published reference of this shape: autoselect report --model {self.model} "
+                         f"--host-class {self.reference.ref_class.name}")
+        lines += self.reference.absent if self.reference is not None else []
         return lines
 
 
@@ -151,9 +175,14 @@ def bucket_marks(recommendation) -> list[BucketMark]:
         best = None
         for c in recommendation.candidates:
             e = c.buckets[i] if i < len(c.buckets) else None
-            if e is not None and e.latency_us is not None and (best is None or e.latency_us < best[1]):
-                best = (c.backend, e.latency_us)
-        marks.append(BucketMark(tokens, weight, best[0] if best else None, best[1] if best else None))
+            if e is not None and e.latency_us is not None and (best is None or e.latency_us < best[1].latency_us):
+                best = (c.backend, e)
+        if best is None:
+            marks.append(BucketMark(tokens, weight, None, None))
+            continue
+        backend, e = best
+        marks.append(BucketMark(tokens, weight, backend, e.latency_us, evidence=getattr(e, "evidence", "measured"),
+                                estimated=e.estimated))
     return marks
 
 
@@ -168,58 +197,126 @@ def collect(
     vllm_version: str | None = None,
     fleet_backend: str | None = None,
     fleet_tokens: int | None = None,
+    reference: bool = True,
 ) -> ReportData:
-    """Read everything a report draws: the model's measurements, the recommendation, the fleet.
+    """Read everything a report draws: the model's measurements, the recommendation, the fleet,
+    and NVIDIA's published reference curves of the same shape.
 
     :param model: checkpoint directory or Hugging Face id (config files only).
     :param db_path: the results database (default: ``$AUTOSELECT_DB`` / the user data dir).
-    :param host_class: whose measurements (default: the class that measured the shape last).
-    :param world_size: EP size (default: the largest measured for this shape).
+    :param host_class: whose measurements (default: the class that measured the shape last); a
+        reference class (``ref-h200_sxm-x8``) reports the published measurements alone.
+    :param world_size: EP size (default: the largest measured for this shape; a reference
+        class's own default).
     :param workload: ``decode``, ``prefill``, ``mixed`` or token counts per rank (``1,8,64``).
     :param gpu_arch: the arch whose activation dtype applies (default: the host class's).
     :param fleet_backend: backend of the per-node figure (default: the recommended one).
     :param fleet_tokens: tokens per rank of the per-node figure (default: most measured).
+    :param reference: draw the reference curves when the host class is a reference system.
     """
     if world_size is not None and world_size < 1:
         raise BadDeployment(f"--world-size {world_size} must be at least 1")
     profile = load_profile(model)
+    if is_reference_class(host_class):
+        data = _collect_reference(profile, get_class(host_class), db_path=db_path, world_size=world_size,
+                                  workload=workload, gpu_arch=gpu_arch, vllm_version=vllm_version)
+        data.fleet = fleet_view([], [], data.recommended, backend=fleet_backend, tokens=fleet_tokens)
+        return data
     conn = connect_readonly(db_path)
     try:
         hc, arch, dtype, rows = _resolve_host_class(conn, profile, host_class, gpu_arch)
         world_size = _world_size(profile, hc, rows, world_size)
         rows = [r for r in rows if r.world_size == world_size]
         host = newest_host(conn, hc)
-        deployment = Deployment(dp=world_size, tp=1)
-        spec = _workload(workload, deployment)
-        rec = None
-        if world_size >= 2:  # vLLM builds no all2all group with --data-parallel-size 1
-            rec = recommend(
-                profile, conn=conn, deployment=deployment, host_class=hc, host=host, gpu_arch=arch,
-                vllm_version=vllm_version, workload=spec,
-            )
+        rec = _recommend(profile, conn, hc, host, arch, world_size, workload, vllm_version)
     finally:
         conn.close()
 
     series = _series(rows, rec)
-    data = ReportData(
+    data = _report_data(profile, dtype, world_size, hc, rec, series=series, gpu_name=getattr(host, "gpu_name", None),
+                        device=getattr(host, "device", None),
+                        nvlink_peak_gbps=getattr(host, "nvlink_peak_gbps", None))
+    if reference:
+        data.reference, data.reference_note = _matched_reference(data, host, rec)
+    else:
+        data.reference_note = "reference curves left out (--no-reference)"
+    data.fleet = fleet_view(rows, series, data.recommended, backend=fleet_backend, tokens=fleet_tokens)
+    return data
+
+
+def _collect_reference(profile, ref_class: ReferenceClass, *, db_path, world_size: int | None, workload: str,
+                       gpu_arch: str | None, vllm_version: str | None) -> ReportData:
+    """A report of a reference class alone: its published curves and what the selector makes of it.
+
+    No local measurement is needed; a results database, when there is one, is passed to the
+    selector as ``recommend`` would read it.
+    """
+    system = ref_class.system
+    if gpu_arch is not None and normalize_arch(gpu_arch) != system.arch:
+        raise GpuArchNotOfReference(
+            f"--gpu-arch {gpu_arch}: {ref_class.name} is {system.label} hardware ({system.arch}); "
+            f"drop --gpu-arch or pass {system.arch}")
+    world_size = ref_class.check_world_size(world_size)
+    dtype = profile.activation_dtype(system.arch)
+    path = default_path() if db_path is None else Path(db_path)
+    conn = connect_readonly(path) if path.exists() else None
+    try:
+        rec = _recommend(profile, conn, ref_class.name, None, system.arch, world_size, workload, vllm_version)
+    finally:
+        if conn is not None:
+            conn.close()
+    data = _report_data(profile, dtype, world_size, ref_class.name, rec, series=[], gpu_name=system.gpu_name,
+                        device="cuda", nvlink_peak_gbps=system.nvlink_gbps)
+    data.reference = reference_view(
+        ref_class, hidden=profile.hidden_size, top_k=profile.top_k, experts=profile.num_experts, dtype=dtype,
+        world_size=world_size, how=f"--host-class {ref_class.name}: {ref_class.describe()}",
+        illegal=_rejections(rec)[0])
+    return data
+
+
+def _recommend(profile, conn, host_class: str, host, arch: str, world_size: int, workload: str, vllm_version):
+    """The selector's recommendation for the report's deployment (None at world size 1)."""
+    deployment = Deployment(dp=world_size, tp=1)
+    spec = _workload(workload, deployment)
+    if world_size < 2:  # vLLM builds no all2all group with --data-parallel-size 1
+        return None
+    return recommend(profile, conn=conn, deployment=deployment, host_class=host_class, host=host, gpu_arch=arch,
+                     vllm_version=vllm_version, workload=spec)
+
+
+def _report_data(profile, dtype: str, world_size: int, host_class: str, rec, **fields) -> ReportData:
+    return ReportData(
         model=Path(profile.model).name if Path(profile.model).exists() else profile.model,
         hidden=profile.hidden_size,
         top_k=profile.top_k,
         experts=profile.num_experts,
         dispatch_dtype=dtype,
         world_size=world_size,
-        host_class=hc,
-        gpu_name=getattr(host, "gpu_name", None),
-        device=getattr(host, "device", None),
-        nvlink_peak_gbps=getattr(host, "nvlink_peak_gbps", None),
-        series=series,
+        host_class=host_class,
         buckets=bucket_marks(rec) if rec is not None else [],
         workload_kind=rec.workload.kind if rec is not None else None,
         recommended=rec.backend if rec is not None else None,
         recommendation=rec.to_dict() if rec is not None else None,
+        **fields,
     )
-    data.fleet = fleet_view(rows, series, data.recommended, backend=fleet_backend, tokens=fleet_tokens)
-    return data
+
+
+def _matched_reference(data: ReportData, host, rec) -> tuple[ReferenceView | None, str | None]:
+    """The reference view of a measured host class whose GPUs are a reference system, or why none."""
+    match = match_host(host, data.world_size) if host is not None else None
+    if match is None:
+        what = (f"{host.gpu_count}×{host.gpu_name}" if host is not None and host.gpu_name
+                else "a CPU host" if getattr(host, "device", None) == "cpu" else "unknown GPUs")
+        return None, (f"no reference curves: host class {data.host_class} ({what}) is none of the published "
+                      "reference systems (`autoselect report --host-class ref-...` draws one on its own)")
+    timed = [t for s in data.timed_series for t in s.tokens]
+    view = reference_view(
+        match.ref_class, hidden=data.hidden, top_k=data.top_k, experts=data.experts, dtype=data.dispatch_dtype,
+        world_size=data.world_size, caveats=match.caveats, illegal=_rejections(rec)[0],
+        how=(f"host class {data.host_class} has {host.gpu_count}×{host.gpu_name}, the GPUs of "
+             f"{match.ref_class.name} ({match.ref_class.describe()})"),
+        tokens=(min(timed), max(timed)) if timed else None)
+    return view, None
 
 
 def _world_size(profile, host_class: str, rows, world_size: int | None) -> int:
@@ -235,16 +332,21 @@ def _world_size(profile, host_class: str, rows, world_size: int | None) -> int:
     return world_size
 
 
+def _rejections(rec) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """(illegal, disqualified): backend -> the selector's reasons, from its rejections."""
+    illegal: dict[str, tuple[str, ...]] = {}
+    disqualified: dict[str, tuple[str, ...]] = {}
+    for rej in rec.rejected if rec is not None else ():
+        if rej.kind == "illegal":
+            illegal[rej.backend] = tuple(rej.reasons)
+        elif rej.kind == "disqualified":
+            disqualified[rej.backend] = tuple(rej.reasons)
+    return illegal, disqualified
+
+
 def _series(rows, rec) -> list[BackendSeries]:
     """One series per backend, marked illegal / disqualified as the selector's rejections say."""
-    illegal = {}
-    disqualified = {}
-    if rec is not None:
-        for rej in rec.rejected:
-            if rej.kind == "illegal":
-                illegal[rej.backend] = tuple(rej.reasons)
-            elif rej.kind == "disqualified":
-                disqualified[rej.backend] = tuple(rej.reasons)
+    illegal, disqualified = _rejections(rec)
     series = build_series(rows, illegal)
     for s in series:
         s.disqualified_reasons = disqualified.get(s.backend, ())

@@ -21,3 +21,7 @@ class ReportPackagesMissing(UserError):
 
 class FleetTokensNotMeasured(UserError):
     "--fleet-tokens names a token count no node measured for the fleet backend."
+
+
+class GpuArchNotOfReference(UserError):
+    "--gpu-arch names another arch than the GPUs of the reference class being reported."

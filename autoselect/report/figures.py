@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
 from autoselect.report.data import ReportData
+from autoselect.report.reference_curves import ReferenceCurve
 from autoselect.report.errors import ReportPackagesMissing
 from autoselect.report.series import BackendSeries, bandwidth_gbps, crossovers
 from autoselect.report.style import (
@@ -18,6 +20,9 @@ from autoselect.report.style import (
     DPI,
     FAILED_MARKER,
     FIGSIZE_IN,
+    MEASURED_LINE,
+    NOT_CANDIDATE_LINE,
+    REFERENCE_LINE,
     backend_style,
     short_name,
 )
@@ -104,48 +109,92 @@ def _draw_failed(ax, series: BackendSeries, colour: str):
 
 
 def latency_figure(data: ReportData):
-    """Round-trip latency vs tokens per rank, one line per backend (the main figure)."""
-    timed = data.timed_series
-    if not timed:
+    """Round-trip latency vs tokens per rank, one line per backend (the main figure), NVIDIA's
+    published reference of the same shape dashed beside the local lines."""
+    if not data.timed_series and not (data.reference_only and data.reference_curves):
         title = "No backend was timed" if data.series else "No measurements"
         return message_figure(title, data.not_timed_lines())
-    caption = (
-        "Line: median (p50) round-trip latency, dispatch + combine, maximum over ranks. Band: p10–p90 of the "
-        "samples. Markers on the bottom edge: token counts where a backend was not timed "
-        "(x incorrect, | unavailable, X error, Y timeout). Circles: crossovers (labelled where the fastest "
-        "backend changes). Stars: fastest legal backend of each workload bucket."
-    )
+    parts = []
+    if data.series:
+        parts.append(
+            "Line: median (p50) round-trip latency, dispatch + combine, maximum over ranks. Band: p10–p90 of the "
+            "samples. Markers on the bottom edge: token counts where a backend was not timed "
+            "(x incorrect, | unavailable, X error, Y timeout). Circles: crossovers (labelled where the fastest "
+            "backend changes).")
+    if any(b.backend for b in data.buckets):
+        parts.append("Stars: fastest legal backend of each workload bucket.")
+    if data.reference_curves:
+        parts.append(reference_caption(data))
+    if any(s.timed and not s.is_candidate for s in data.series):
+        parts.append("Dotted: measured here but never a candidate (illegal, disqualified or a baseline).")
+    caption = " ".join(parts)
     fig, ax = _new_figure(caption=caption)
-    names = [s.backend for s in data.series]
+    names = [s.backend for s in data.series] + [c.backend for c in data.reference_curves]
     xs, ys = [], []
     for s in data.series:
         colour, marker = backend_style(s.backend, names)
-        dashed = not s.is_candidate
         if s.timed:
-            t = s.tokens
-            p50 = [r.latency_us_p50 for r in s.timed]
-            xs += t
-            ys += p50
-            ax.plot(
-                t, p50, color=colour, marker=marker, markersize=5, linewidth=1.8,
-                linestyle="--" if dashed else "-", alpha=0.55 if dashed else 1.0, label=s.label(),
-            )
-            band = [(r.tokens_per_rank, r.latency_us_p50, r.latency_us_p10, r.latency_us_p90) for r in s.timed]
-            band = [b for b in band if b[2] is not None and b[3] is not None]
-            if len(band) == 1:
-                (bt, mid, lo, hi), = band
-                ys += [lo, hi]
-                ax.errorbar([bt], [mid], yerr=[[mid - lo], [hi - mid]], color=colour, capsize=5, linewidth=1.2)
-            elif band:
-                bt, _, lo, hi = zip(*band)
-                ys += list(lo) + list(hi)
-                ax.fill_between(bt, lo, hi, color=colour, alpha=0.15, linewidth=0)
+            _draw_timed(ax, s, colour, marker, xs, ys)
         else:
             ax.plot([], [], color=colour, marker=FAILED_MARKER.get(s.state, "x"), linestyle="none",
                     markersize=9, markeredgewidth=2, label=s.label())
         _draw_failed(ax, s, colour)
+    for c in data.reference_curves:
+        colour, marker = backend_style(c.backend, names)
+        values = [p.latency_us for p in c.points]
+        xs += c.tokens
+        ys += values
+        _plot_reference(ax, c, c.tokens, values, colour, marker, label=c.label())
     _log_axes(ax, xs, ys)
+    _draw_crossovers(ax, data)
+    _draw_buckets(ax, data)
+    ax.set_xlabel("tokens per rank")
+    ax.set_ylabel("round-trip latency (µs, log scale)")
+    ax.set_title(_title("All2all latency", data), fontsize=12)
+    ax.legend(loc="upper left", fontsize=8.5, framealpha=0.92)
+    return fig
 
+
+def reference_caption(data: ReportData) -> str:
+    """The caption's sentence on the dashed curves: not measured here, and whose tables."""
+    view = data.reference
+    sources = "; ".join(dict.fromkeys(c.source_line for c in view.curves))
+    return (f"Dashed, open markers: not measured here: NVIDIA's published reference for {view.ref_class.name} "
+            f"at this shape ({sources}).")
+
+
+def _draw_timed(ax, s: BackendSeries, colour: str, marker: str, xs: list, ys: list) -> None:
+    """One local series: its median line and its p10–p90 band (an error bar for one point)."""
+    t = s.tokens
+    p50 = [r.latency_us_p50 for r in s.timed]
+    xs += t
+    ys += p50
+    ax.plot(t, p50, color=colour, marker=marker, markersize=5, linewidth=1.8, linestyle=_local_line(s),
+            alpha=1.0 if s.is_candidate else 0.55, label=s.label())
+    band = [(r.tokens_per_rank, r.latency_us_p50, r.latency_us_p10, r.latency_us_p90) for r in s.timed]
+    band = [b for b in band if b[2] is not None and b[3] is not None]
+    if len(band) == 1:
+        (bt, mid, lo, hi), = band
+        ys += [lo, hi]
+        ax.errorbar([bt], [mid], yerr=[[mid - lo], [hi - mid]], color=colour, capsize=5, linewidth=1.2)
+    elif band:
+        bt, _, lo, hi = zip(*band)
+        ys += list(lo) + list(hi)
+        ax.fill_between(bt, lo, hi, color=colour, alpha=0.15, linewidth=0)
+
+
+def _local_line(s: BackendSeries) -> str:
+    return MEASURED_LINE if s.is_candidate else NOT_CANDIDATE_LINE
+
+
+def _plot_reference(ax, curve: ReferenceCurve, xs, ys, colour: str, marker: str, label: str | None) -> None:
+    """A reference curve: the backend's colour, dashed, open markers (fainter when illegal here)."""
+    ax.plot(xs, ys, color=colour, marker=marker, markersize=5, markerfacecolor="none", linewidth=1.4,
+            linestyle=REFERENCE_LINE, alpha=0.45 if curve.illegal_reasons else 0.9, label=label)
+
+
+def _draw_crossovers(ax, data: ReportData) -> None:
+    """Circle where two local candidates cross; label the crossings where the fastest one changes."""
     labelled = 0
     for c in crossovers(data.series):
         ax.plot([c.tokens_per_rank], [c.latency_us], marker="o", markersize=11 if c.on_envelope else 7,
@@ -162,12 +211,6 @@ def latency_figure(data: ReportData):
             arrowprops={"arrowstyle": "-", "color": "#444444", "linewidth": 0.8},
             bbox={"boxstyle": "round,pad=0.25", "fc": "white", "ec": "#999999", "alpha": 0.9},
         )
-    _draw_buckets(ax, data)
-    ax.set_xlabel("tokens per rank")
-    ax.set_ylabel("round-trip latency (µs, log scale)")
-    ax.set_title(_title("All2all latency", data), fontsize=12)
-    ax.legend(loc="upper left", fontsize=8.5, framealpha=0.92)
-    return fig
 
 
 def _draw_buckets(ax, data: ReportData):
@@ -192,33 +235,44 @@ def _title(what: str, data: ReportData) -> str:
 
 
 def phases_figure(data: ReportData):
-    """Dispatch and combine latency, one panel each, one line per backend."""
+    """Dispatch and combine latency, one panel each, one line per backend (reference dashed)."""
     with_phases = [
         s for s in data.timed_series
         if any(r.dispatch_us_p50 is not None or r.combine_us_p50 is not None for r in s.timed)
     ]
-    if not with_phases:
+    if not with_phases and not (data.reference_only and data.reference_curves):
         lines = data.not_timed_lines() if not data.timed_series else [
             f"{data.model}: {data.shape_text}",
             "The stored measurements carry no separate dispatch / combine times.",
         ]
         return message_figure("No dispatch / combine times", lines)
-    fig, axes = _new_figure(2, sharey=True, caption=(
-        "Median (p50) of each phase timed on its own, maximum over ranks. Dashed: illegal here or a "
-        "benchmark-only baseline (never recommended)."))
-    names = [s.backend for s in data.series]
+    caption = ("Median (p50) of each phase timed on its own, maximum over ranks. Dotted: measured here but "
+               "never a candidate (illegal here or a benchmark-only baseline).")
+    if data.reference_curves:
+        caption += (" " + reference_caption(data) + " Reference phases: DeepEP dispatch / combine as published; "
+                    "derived allgather_reducescatter: its all_gather / reduce_scatter; TensorRT-LLM two-sided's "
+                    "prepare step is in neither panel.")
+    fig, axes = _new_figure(2, sharey=True, caption=caption)
+    names = [s.backend for s in data.series] + [c.backend for c in data.reference_curves]
     xs, ys = [], []
-    for ax, field_name, phase in zip(axes, ("dispatch_us_p50", "combine_us_p50"), ("Dispatch", "Combine")):
+    for ax, field_name, phase in zip(axes, ("dispatch", "combine"), ("Dispatch", "Combine")):
         for s in with_phases:
             colour, marker = backend_style(s.backend, names)
-            pts = [(r.tokens_per_rank, getattr(r, field_name)) for r in s.timed if getattr(r, field_name)]
+            pts = [(r.tokens_per_rank, getattr(r, f"{field_name}_us_p50")) for r in s.timed
+                   if getattr(r, f"{field_name}_us_p50")]
             if not pts:
                 continue
             t, v = zip(*pts)
             xs += t
             ys += v
-            ax.plot(t, v, color=colour, marker=marker, markersize=5, linewidth=1.6,
-                    linestyle="-" if s.is_candidate else "--", label=s.backend)
+            ax.plot(t, v, color=colour, marker=marker, markersize=5, linewidth=1.6, linestyle=_local_line(s),
+                    label=s.backend)
+        for c in data.reference_curves:
+            colour, marker = backend_style(c.backend, names)
+            v = [getattr(p, f"{field_name}_us") for p in c.points]
+            xs += c.tokens
+            ys += v
+            _plot_reference(ax, c, c.tokens, v, colour, marker, label=f"{c.backend} — {c.evidence}")
         ax.set_title(f"{phase}", fontsize=12)
         ax.set_xlabel("tokens per rank")
     for ax in axes:
@@ -229,39 +283,63 @@ def phases_figure(data: ReportData):
     return fig
 
 
+def reference_bandwidth_gbps(data: ReportData, point) -> float:
+    """Logical bandwidth of a reference point, by :data:`BANDWIDTH_FORMULA` at the report's shape."""
+    per_token = (dispatch_bytes_per_token(data.dispatch_dtype, data.hidden, data.top_k)
+                 + combine_bytes_per_token(data.hidden))
+    return point.tokens_per_rank * per_token / (point.latency_us * 1e-6) / 1e9
+
+
+def _bandwidth_lines(data: ReportData) -> list[tuple]:
+    """(label, backend, linestyle, reference curve or None, [(tokens, GB/s)]) of every line to draw."""
+    lines = []
+    for s in data.timed_series:
+        pts = [(r.tokens_per_rank, bandwidth_gbps(r)) for r in s.timed]
+        pts = [p for p in pts if p[1] is not None]
+        if pts:
+            lines.append((s.backend, s.backend, _local_line(s), None, pts))
+    for c in data.reference_curves:
+        pts = [(p.tokens_per_rank, reference_bandwidth_gbps(data, p)) for p in c.points]
+        lines.append((f"{c.backend} — {c.evidence}", c.backend, REFERENCE_LINE, c, pts))
+    return lines
+
+
 def bandwidth_figure(data: ReportData):
     """Achieved logical bandwidth: fraction of the NVLink peak, or GB/s on a host without one."""
-    series = [(s, [(r.tokens_per_rank, bandwidth_gbps(r)) for r in s.timed]) for s in data.timed_series]
-    series = [(s, [p for p in pts if p[1] is not None]) for s, pts in series]
-    series = [(s, pts) for s, pts in series if pts]
-    if not series:
-        lines = data.not_timed_lines() if not data.timed_series else [
+    lines = _bandwidth_lines(data)
+    if not any(curve is None for *_, curve, _ in lines) and not data.reference_only:
+        text = data.not_timed_lines() if not data.timed_series else [
             f"{data.model}: {data.shape_text}", "The stored measurements carry no byte counts.",
         ]
-        return message_figure("No bandwidth to show", lines)
+        return message_figure("No bandwidth to show", text)
     peak = data.nvlink_peak_gbps
+    whose = "of the reference system" if data.reference_only else "from the host fingerprint"
     if peak:
         caption = (f"fraction of peak = logical bandwidth / NVLink peak ({peak:g} GB/s per GPU per direction, "
-                   f"from the host fingerprint); {BANDWIDTH_FORMULA}. Above 100% means local traffic counted.")
+                   f"{whose}); {BANDWIDTH_FORMULA}. Above 100% means local traffic counted.")
     else:
         caption = (f"No NVLink peak on this host ({data.device or 'unknown'} device): absolute GB/s shown, "
                    f"not a fraction. {BANDWIDTH_FORMULA}.")
+    if data.reference_curves:
+        caption += " " + reference_caption(data)
     fig, ax = _new_figure(caption=caption)
-    names = [s.backend for s in data.series]
-    for s, pts in series:
-        colour, marker = backend_style(s.backend, names)
+    names = [s.backend for s in data.series] + [c.backend for c in data.reference_curves]
+    for label, backend, style, curve, pts in lines:
+        colour, marker = backend_style(backend, names)
         t, gbps = zip(*pts)
         y = [g / peak for g in gbps] if peak else list(gbps)
-        ax.plot(t, y, color=colour, marker=marker, markersize=5, linewidth=1.8,
-                linestyle="-" if s.is_candidate else "--", label=s.backend)
+        if curve is not None:
+            _plot_reference(ax, curve, t, y, colour, marker, label=label)
+        else:
+            ax.plot(t, y, color=colour, marker=marker, markersize=5, linewidth=1.8, linestyle=style, label=label)
     ax.set_xscale("log", base=2)
     from matplotlib.ticker import PercentFormatter, ScalarFormatter
 
     ax.xaxis.set_major_formatter(ScalarFormatter())
-    all_t = [t for _, pts in series for t, _ in pts]
+    all_t = [t for *_, pts in lines for t, _ in pts]
     if min(all_t) == max(all_t):
         ax.set_xlim(min(all_t) / 2, max(all_t) * 2)
-    top = max(y for _, pts in series for _, y in ([(0, g / peak) for _, g in pts] if peak else pts))
+    top = max(g / peak if peak else g for *_, pts in lines for _, g in pts)
     if peak:
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         if top > 0.25:  # the peak line only when the curves come near it; else it flattens them

@@ -43,6 +43,27 @@ STATE_LABEL: dict[str, str] = {
 #: Which non-ok status names a backend that has no timed point at all (worst first).
 FAILURE_ORDER = ("incorrect", "error", "timeout", "unavailable")
 
+#: Line styles, one meaning each: measured here and a candidate (solid), NVIDIA's published
+#: reference (dashed, open markers), measured here but never a candidate (dotted: illegal,
+#: disqualified, or a benchmark-only baseline).
+MEASURED_LINE = "-"
+REFERENCE_LINE = "--"
+NOT_CANDIDATE_LINE = ":"
+#: The terminal has no dashes: reference curves are unconnected points, one character per curve.
+REFERENCE_MARKERS = ("•", "○", "◆", "△", "□", "×")
+
+#: What kind of number a value is, as the page and the terminal say it: (mark, words). The
+#: selector's evidence kinds, strongest first; ``~`` in front of a value adds "estimated
+#: between or beyond the token counts it rests on".
+EVIDENCE_WORDS: dict[str, tuple[str, str]] = {
+    "measured": ("M", "measured here"),
+    "published": ("P", "published by NVIDIA (AIConfigurator reference tables)"),
+    "derived": ("D", "derived from published NCCL timings, not a measured all2all"),
+    "transferred": ("T", "transferred from another shape's published rows"),
+    "estimated": ("E", "estimated"),
+}
+ESTIMATED_MARK = "~"
+
 FIGSIZE_IN = (11.0, 6.5)  # every figure: 1100 x 650 px at DPI
 DPI = 100
 
