@@ -439,24 +439,31 @@ def test_fleet_figure_flags_the_node_the_drift_check_finds_slow_and_no_other(tmp
     assert "+60% vs the other nodes" in _texts(fig)
 
 
-def test_readme_report_example_produces_the_pngs_and_the_page(tmp_path, monkeypatch):
+def test_report_guide_examples_produce_the_pngs_and_the_page(tmp_path, monkeypatch):
     root = Path(__file__).parent.parent
-    readme = (root / "README.md").read_text()
-    section = readme.split("## Reports", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    guide = (root / "docs" / "report.md").read_text()
+    assert "Guide: [docs/report.md](docs/report.md)" in (root / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", guide, flags=re.S)
+    assert len(blocks) == 2  # the synthetic example, then a reference class alone
     monkeypatch.chdir(root)
-    for line in block.strip().splitlines():
-        argv = shlex.split(line.replace("example.db", str(tmp_path / "example.db"))
-                           .replace("report/", str(tmp_path / "report")))
-        assert argv[0] == "autoselect"
-        result = CliRunner().invoke(main, argv[1:])
-        assert result.exit_code == 0, (line, result.output)
-    for name in ("latency", "phases", "bandwidth"):
-        assert mpimg.imread(tmp_path / "report" / f"{name}.png").shape == (FIG_H, FIG_W, 4)
-    assert (tmp_path / "report" / "report.html").is_file()
-    # The README shows the committed docs/img/latency.png, a figure of the same size.
-    assert "![Latency vs tokens per rank" in section and "(docs/img/latency.png)" in section
-    assert mpimg.imread(root / "docs" / "img" / "latency.png").shape == (FIG_H, FIG_W, 4)
+    monkeypatch.setenv("AUTOSELECT_DB", str(tmp_path / "default.db"))  # the second block names no --db
+    for block in blocks:
+        for line in block.strip().splitlines():
+            argv = shlex.split(line.replace("example.db", str(tmp_path / "example.db"))
+                               .replace("report/", str(tmp_path / "report") + "/")
+                               .replace("report-ref/", str(tmp_path / "report-ref") + "/"))
+            assert argv[0] == "autoselect"
+            result = CliRunner().invoke(main, argv[1:])
+            assert result.exit_code == 0, (line, result.output)
+    for out in ("report", "report-ref"):
+        for name in ("latency", "phases", "bandwidth"):
+            assert mpimg.imread(tmp_path / out / f"{name}.png").shape == (FIG_H, FIG_W, 4)
+        assert (tmp_path / out / "report.html").is_file()
+    assert not (tmp_path / "default.db").exists()
+    # The guide shows the committed figures those commands draw, of the same size.
+    for image in ("latency", "latency-ref-h200"):
+        assert f"(img/{image}.png)" in guide
+        assert mpimg.imread(root / "docs" / "img" / f"{image}.png").shape == (FIG_H, FIG_W, 4)
 
 
 def test_cpu_host_measurements_need_the_gpu_arch_whose_dtype_they_stand_for(tmp_path):
