@@ -11,11 +11,12 @@ into exactly one :class:`db.records.Result`: ``ok``, ``incorrect``, ``unavailabl
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autoselect.candidates import candidate_backends, resolve_target
 from autoselect.errors import GpuArchRequired, MissingShape, UserError
 from autoselect.options import DEFAULT_TOKENS, STOPPING, StoppingRule, parse_int_list
+from autoselect.rules import CHUNK_SIZE, NEWEST_VLLM, smallest_deployment
 from autoselect.workload import Shape
 from db.records import Result
 
@@ -129,20 +130,25 @@ def legality(spec: SweepSpec, host, tokens: int | None = None):
                             environ={**os.environ, **spec.env})
     verdicts = {}
     for name in spec.backends:
-        budget = None if tokens is None else point_budget(name, tokens)
-        verdicts.update(candidate_backends(target.with_tokens(budget), [name]))
+        point = target
+        if tokens is not None:
+            # the smallest deployment that dispatches `tokens` per rank at once; which setting
+            # carries its buffer depends on the target release (rules.smallest_deployment)
+            budget, sized = smallest_deployment(name, target.vllm_version, tokens)
+            point = replace(target.with_tokens(budget), environ={**(target.environ or {}), **sized})
+        verdicts.update(candidate_backends(point, [name]))
     return verdicts
 
 
-def point_budget(backend: str, tokens: int) -> int:
-    """The ``--max-num-batched-tokens`` of the smallest deployment that runs ``tokens`` per rank.
+def point_budget(backend: str, tokens: int, vllm_version: str | None = None) -> int:
+    """The dispatch buffer (tokens per rank) of the smallest deployment that runs ``tokens`` per rank.
 
-    ``tokens`` itself, or vLLM's default for the backend when that is larger (it sizes
-    deepep_low_latency's buffers for 256 tokens: ``vllm_flags.BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS``).
+    ``tokens`` itself, or the backend's default buffer when that is larger (256 for
+    deepep_low_latency): :func:`autoselect.rules.smallest_deployment`, which also says which
+    setting carries it in ``vllm_version``'s release.
     """
-    from autoselect.vllm_flags import BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS
-
-    return max(tokens, BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS.get(backend, tokens))
+    batched, sized = smallest_deployment(backend, vllm_version or NEWEST_VLLM, tokens)
+    return int(sized.get(CHUNK_SIZE, batched))
 
 
 def plan_points(spec: SweepSpec, host) -> tuple[list[tuple[str, list[int], set[int]]], dict[str, str]]:

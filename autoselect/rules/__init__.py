@@ -10,8 +10,15 @@ One module per table, each row with the upstream source that backs it:
 * :mod:`~autoselect.rules.one_sided` — :data:`ONE_SIDED_ERAS`, what upstream vLLM does with a
   non-nvfp4 model on ``flashinfer_nvlink_one_sided`` in each version range. autoselect keeps
   one-sided **nvfp4-only in every version**; the eras only decide how bad breaking it is.
-* :mod:`~autoselect.rules.flags` — :data:`FLAG_HISTORY`, when ``--all2all-backend`` and
-  ``VLLM_ALL2ALL_BACKEND`` came and went.
+* :mod:`~autoselect.rules.selection` — :data:`SELECTION_ERAS`, how each release picks its
+  backend from ``--all2all-backend``, ``VLLM_ALL2ALL_BACKEND`` and its default.
+* :mod:`~autoselect.rules.budgets` — :data:`DISPATCH_BUDGETS`, what sizes a batched backend's
+  per-rank dispatch buffer (``VLLM_MOE_DP_CHUNK_SIZE`` up to 0.19.x, ``--max-num-batched-tokens`` after).
+* :mod:`~autoselect.rules.eplb` — :data:`EPLB_RULES`, what vLLM requires of redundant experts.
+* :mod:`~autoselect.rules.flags` — :data:`SERVE_OPTIONS` (when the related ``vllm serve``
+  options came and went) and :data:`DBO_SUPPORT` (the backends ``--enable-dbo`` takes).
+* :mod:`~autoselect.rules.reports` — :data:`UPSTREAM_REPORTS`, upstream bug reports with the
+  releases they affect and their status.
 * :mod:`~autoselect.rules.versions` — version parsing and ranges.
 
 :func:`legal` (:mod:`~autoselect.rules.legal`) evaluates every rule and returns every reason.
@@ -21,10 +28,7 @@ from autoselect.rules.backends import (
     ALIASES,
     ALL_FLAG_VALUES,
     BACKENDS,
-    BATCHED_BACKENDS,
-    DBO_BACKENDS,
     DEFAULT_BACKEND,
-    FLAG_SINCE,
     PARSER_CHOICES,
     BackendUnknownToVersion,
     Capability,
@@ -37,9 +41,32 @@ from autoselect.rules.backends import (
     resolve,
     value_known_to,
 )
-from autoselect.rules.flags import ENV_VAR_REMOVED_IN, FLAG_HISTORY, FlagEvent
+from autoselect.rules.budgets import (
+    BATCHED_TOKENS,
+    CHUNK_SIZE,
+    DISPATCH_BUDGETS,
+    Budget,
+    DispatchBudget,
+    InvalidChunkSize,
+    default_dispatch_tokens,
+    dispatch_budget,
+    lowered_batch_default,
+    smallest_deployment,
+)
+from autoselect.rules.eplb import EPLB_RULES, EplbRule, eplb_reasons
+from autoselect.rules.flags import (
+    DBO_BACKENDS,
+    DBO_SUPPORT,
+    ENV_VAR_REMOVED_IN,
+    FLAG_SINCE,
+    SERVE_OPTIONS,
+    DboSupport,
+    ServeOption,
+    dbo_backends,
+)
 from autoselect.rules.legal import (
     GpuArchRequired,
+    InvalidRedundantExperts,
     InvalidTokensPerRank,
     InvalidWorldSize,
     Verdict,
@@ -66,15 +93,35 @@ from autoselect.rules.one_sided import (
     one_sided_consequence,
     one_sided_era,
 )
+from autoselect.rules.reports import STATUS_READ, UPSTREAM_REPORTS, ReportNote, UpstreamReport, reports_for
+from autoselect.rules.selection import (
+    OLDEST_CHECKED,
+    SELECTION_ERAS,
+    VARIABLE,
+    EffectiveBackend,
+    SelectionEra,
+    default_backend,
+    effective_backend,
+    selection_era,
+)
 from autoselect.rules.versions import NEWEST_VLLM, InvalidVllmVersion, parse_version, version_in
 
+#: Backends for which vLLM lowers the default --max-num-batched-tokens (newest release).
+BATCHED_BACKENDS = tuple(b for b in BACKENDS if lowered_batch_default(b, NEWEST_VLLM) is not None)
+
 __all__ = [
-    "ALIASES", "ALL_FLAG_VALUES", "BACKENDS", "BATCHED_BACKENDS", "DBO_BACKENDS", "DEEPEP_HT_MAX_LOCAL_EXPERTS",
+    "ALIASES", "ALL_FLAG_VALUES", "BACKENDS", "BATCHED_BACKENDS", "BATCHED_TOKENS", "BackendUnknownToVersion",
+    "Budget", "CHUNK_SIZE", "Capability", "DBO_BACKENDS", "DBO_SUPPORT", "DEEPEP_HT_MAX_LOCAL_EXPERTS",
     "DEEPEP_HT_ROW_BYTES", "DEEPEP_HT_WORLD_SIZES", "DEEPEP_LL_SLOTS_MULTIPLE_OF", "DEEPEP_LL_TOKENS_PER_RANK",
-    "DEEPEP_NVL_PEERS", "DEEPEP_WORLD_SIZE_GROUPING", "DEFAULT_BACKEND", "ENV_VAR_REMOVED_IN", "FLAG_HISTORY",
-    "FLAG_SINCE", "NEWEST_VLLM", "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "PARSER_CHOICES", "BackendUnknownToVersion",
-    "Capability", "FlagEvent", "GpuArchRequired", "InvalidQueueDepth", "InvalidTokensPerRank", "InvalidVllmVersion",
-    "InvalidWorldSize", "Limit", "OneSidedEra", "QueueDepth", "RowBytes", "Spelling", "UnknownBackend", "Verdict",
-    "flag_value", "known_to", "legal", "legal_alternatives", "one_sided_consequence", "one_sided_era",
-    "parse_version", "parser_choices", "recommendable_backends", "resolve", "value_known_to", "version_in",
+    "DEEPEP_NVL_PEERS", "DEEPEP_WORLD_SIZE_GROUPING", "DEFAULT_BACKEND", "DISPATCH_BUDGETS", "DboSupport",
+    "DispatchBudget", "ENV_VAR_REMOVED_IN", "EPLB_RULES", "EffectiveBackend", "EplbRule", "FLAG_SINCE",
+    "GpuArchRequired", "InvalidChunkSize", "InvalidQueueDepth", "InvalidRedundantExperts",
+    "InvalidTokensPerRank", "InvalidVllmVersion", "InvalidWorldSize", "Limit", "NEWEST_VLLM", "OLDEST_CHECKED",
+    "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "OneSidedEra", "PARSER_CHOICES", "QueueDepth", "ReportNote",
+    "RowBytes", "SELECTION_ERAS", "SERVE_OPTIONS", "STATUS_READ", "SelectionEra", "ServeOption", "Spelling",
+    "UPSTREAM_REPORTS", "UnknownBackend", "UpstreamReport", "VARIABLE", "Verdict", "dbo_backends",
+    "default_backend", "default_dispatch_tokens", "dispatch_budget", "effective_backend", "eplb_reasons",
+    "flag_value", "known_to", "legal", "legal_alternatives", "lowered_batch_default", "one_sided_consequence",
+    "one_sided_era", "parse_version", "parser_choices", "recommendable_backends", "reports_for", "resolve",
+    "selection_era", "smallest_deployment", "value_known_to", "version_in",
 ]

@@ -20,11 +20,12 @@ from autoselect.rules.limits import (
     DEEPEP_WORLD_SIZE_GROUPING,
     Limit,
 )
+from autoselect.rules.flags import FLAG_SINCE
 from autoselect.rules.versions import NEWEST_VLLM, parse_version, version_in
 
+#: What the newest releases run without --all2all-backend (per release: selection.default_backend).
 DEFAULT_BACKEND = "allgather_reducescatter"
 
-FLAG_SINCE = "0.11.1"
 
 class BackendUnknownToVersion(UserError):
     "The backend has no --all2all-backend spelling in the vLLM version asked for."
@@ -67,11 +68,9 @@ class Capability:
     archs: frozenset = frozenset({"sm90", "sm100"})
     package: str | None = None  # key in HostFingerprint.versions
     install_hint: str = ""
-    supports_dbo: bool = False
     replaced_by: str | None = None  # removed upstream: what vLLM runs instead
     removed_in: str | None = None
     removal_source: str = ""
-    notes: tuple[str, ...] = ()  # open upstream reports worth a warning
 
     def spelling(self, vllm_version: str) -> Spelling | None:
         """The spelling vLLM ``vllm_version`` uses for this backend, or None if it has none."""
@@ -106,7 +105,6 @@ BACKENDS: dict[str, Capability] = {
             needs_fabric_across_nodes=True,
             package="flashinfer",
             install_hint=_FI_HINT,
-            notes=("open upstream report #40373: accuracy drop with one-sided on prefill (P/D)",),
         ),
         Capability(
             "flashinfer_nvlink_two_sided",
@@ -124,7 +122,6 @@ BACKENDS: dict[str, Capability] = {
             needs_fabric_across_nodes=True,
             package="flashinfer",
             install_hint=_FI_HINT,
-            notes=("open upstream report #39722: gibberish with two-sided on GB200/arm64",),
         ),
         Capability(
             "deepep_high_throughput",
@@ -142,7 +139,6 @@ BACKENDS: dict[str, Capability] = {
             max_row_bytes=DEEPEP_HT_ROW_BYTES,
             package="deep_ep",
             install_hint=_DEEPEP_HINT,
-            supports_dbo=True,
         ),
         Capability(
             "deepep_low_latency",
@@ -161,13 +157,12 @@ BACKENDS: dict[str, Capability] = {
             slots_multiple_of=DEEPEP_LL_SLOTS_MULTIPLE_OF,
             package="deep_ep",
             install_hint=_DEEPEP_HINT,
-            supports_dbo=True,
         ),
         # Known to vLLM 0.33.0 but not benchmarked by autoselect: checked, never recommended.
         Capability("deepep_v2", "DeepEP v2", (Spelling("deepep_v2", "0.24.0", None, _PARSER.format("0.24.0")),),
                    recommendable=False, package="deep_ep", install_hint=_DEEPEP_HINT),
         Capability("nixl_ep", "NIXL EP kernels", (Spelling("nixl_ep", "0.18.0", None, _PARSER.format("0.18.0")),),
-                   recommendable=False, supports_dbo=True),
+                   recommendable=False),
         Capability("moonep", "MoonEP balanced EP (NVLink)", (Spelling("moonep", "0.31.0", None, _PARSER.format("0.31.0")),),
                    recommendable=False),
         Capability("mori", "MoRI EP (ROCm), before the split into two modes",
@@ -221,10 +216,6 @@ def value_known_to(value: str, vllm_version: str) -> bool:
 PARSER_CHOICES = frozenset(parser_choices(NEWEST_VLLM))
 
 
-#: Backends that support dual-batch overlap / micro-batching on CUDA (an assert in vLLM).
-DBO_BACKENDS = tuple(b for b, c in BACKENDS.items() if c.supports_dbo)
-#: Backends that lower the default --max-num-batched-tokens to 256 (batched DP MoE).
-BATCHED_BACKENDS = ("deepep_low_latency", "nixl_ep")
 
 
 def resolve(value: str) -> str:

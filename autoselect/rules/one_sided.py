@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autoselect.rules.reports import reports_for
 from autoselect.rules.versions import version_in
 
 
@@ -32,9 +33,10 @@ ONE_SIDED_ERAS = (
 
 #: Why autoselect keeps one-sided nvfp4-only although upstream relaxed it.
 ONE_SIDED_POLICY = (
-    "autoselect treats flashinfer_nvlink_one_sided as nvfp4-only in every vLLM version: its "
-    "workspace was sized for nvfp4 payloads (PR #39717) and the later bf16/mxfp8/block-fp8 "
-    "paths (PRs #40960, #51924) still have open accuracy reports (#40373, #42118)"
+    "autoselect treats flashinfer_nvlink_one_sided as nvfp4-only in every vLLM version: it was built "
+    "for nvfp4 payloads (PR #36022; a bf16 payload silently overran its workspace until PR #39717 made "
+    "that a startup error), and the bf16/mxfp8/block-fp8 paths added since (PRs #40960, #51924) are "
+    "not validated by autoselect; mxfp8 has an open wrong-output report (#42118)"
 )
 
 
@@ -53,8 +55,13 @@ def one_sided_consequence(dtype: str, vllm_version: str) -> str:
         return f"vLLM {vllm_version} has no flashinfer_nvlink_one_sided (added in v0.18.0, PR #36022)"
     if dtype in era.upstream_accepts:
         first = next(e for e in ONE_SIDED_ERAS if dtype in e.upstream_accepts)
-        return (f"vLLM {vllm_version} accepts {dtype} here ({first.source}), but autoselect keeps "
-                f"one-sided nvfp4-only (open reports #40373, #42118)")
+        notes = [n.text for n in reports_for("flashinfer_nvlink_one_sided", vllm_version, dtype=dtype)
+                 if n.report.dtypes is not None]
+        reports = ("; " + "; ".join(notes)) if notes else (
+            f"; no upstream report covers {dtype} one-sided, and autoselect has not validated it")
+        return (f"vLLM {vllm_version} accepts this line ({first.source}), "
+                f"but autoselect refuses it on purpose: one-sided was built for nvfp4 payloads (PR #36022; a "
+                f"bf16 payload silently overran its workspace until PR #39717 made that an error){reports}")
     if era.consequence == "silent_corruption":
         return (f"on vLLM {vllm_version} this would SILENTLY CORRUPT output: the workspace is sized "
                 f"for nvfp4 and nothing checks the dtype (fixed to an error by PR #39717, v0.20.0)")

@@ -22,7 +22,6 @@ import os
 from dataclasses import dataclass
 
 from autoselect import rules
-from autoselect.vllm_flags import BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS
 from bench.backends import Received
 from bench.backends._flashinfer import has_module as _has_module
 
@@ -100,9 +99,9 @@ HT_TMA_BYTES_PER_WARP = rules.DEEPEP_HT_ROW_BYTES.value.max_bytes["sm90"] // 2 +
 LL_HIDDEN_SIZES = rules.BACKENDS[LOW_LATENCY].hidden_sizes
 #: internode_ll.cu dispatch and combine: kNumMaxTopK = 11.
 LL_MAX_TOP_K = rules.BACKENDS[LOW_LATENCY].top_k_max
-#: vLLM's num_max_dispatch_tokens_per_rank is the scheduler's max_num_batched_tokens, which
-#: vLLM lowers to 256 for deepep_low_latency (arg_utils.py, batched DP MoE).
-LL_VLLM_MAX_TOKENS = BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS[LOW_LATENCY]
+#: vLLM's num_max_dispatch_tokens_per_rank when nothing sets it: 256, from VLLM_MOE_DP_CHUNK_SIZE up
+#: to 0.19.x and from the lowered --max-num-batched-tokens after (autoselect.rules.DISPATCH_BUDGETS).
+LL_VLLM_MAX_TOKENS = rules.default_dispatch_tokens(LOW_LATENCY)
 #: NVSHMEM_QP_DEPTH default set by Buffer.__init__; low_latency_dispatch asserts
 #: nvshmem_qp_depth >= (num_max_dispatch_tokens_per_rank + 1) * 2 (legacy.py).
 LL_DEFAULT_QP_DEPTH = rules.DEEPEP_LL_TOKENS_PER_RANK.value.default
