@@ -1,0 +1,34 @@
+"""`vllm serve` command lines: reading existing ones (for ``check``) and emitting new ones.
+
+* :mod:`~autoselect.vllm_flags.command` — from pasted text or shell words to the words the
+  server receives: continuations, comments, ``export`` lines, launchers and their environment.
+* :mod:`~autoselect.vllm_flags.serve_args` — :class:`ServeArgs`, the options that matter to the
+  all2all backend, read with vLLM's spellings (old ones included).
+* :mod:`~autoselect.vllm_flags.emit` — the flags that run a chosen backend, and the one-sided
+  workspace's token budget.
+
+No vLLM import anywhere: ``check`` and ``recommend`` stay fast.
+"""
+
+from autoselect.vllm_flags.command import ENTRYPOINT_MODULES, Command, InvalidServeCommand, read_command
+from autoselect.vllm_flags.emit import (
+    BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_WORKSPACE_GIB,
+    TOKEN_ROUNDING,
+    VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    WORKSPACE_SIZED_BACKENDS,
+    one_sided_workspace_bytes,
+    serve_argv,
+    serve_flags,
+    vllm_default_max_num_batched_tokens,
+    workspace_max_num_batched_tokens,
+)
+from autoselect.vllm_flags.serve_args import FLAG_OPTIONS, KV_ROLES, VALUE_OPTIONS, ServeArgs, parse_serve_argv
+
+__all__ = [
+    "BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS", "DEFAULT_MAX_WORKSPACE_GIB", "ENTRYPOINT_MODULES", "FLAG_OPTIONS",
+    "KV_ROLES", "TOKEN_ROUNDING", "VALUE_OPTIONS", "VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS", "WORKSPACE_SIZED_BACKENDS",
+    "Command", "InvalidServeCommand", "ServeArgs", "one_sided_workspace_bytes", "parse_serve_argv",
+    "read_command", "serve_argv", "serve_flags", "vllm_default_max_num_batched_tokens",
+    "workspace_max_num_batched_tokens",
+]

@@ -1,0 +1,241 @@
+"""From what a user pasted to the words ``vllm serve`` itself receives.
+
+Published lines arrive as one pasted block (backslash continuations, comments, ``export`` lines)
+or as shell words, and often behind a launcher: ``uv run``, ``env -u X``, ``canhazgpu run --``,
+``CUDA_VISIBLE_DEVICES=… nohup``, an interpreter (``python3 -u -m vllm.entrypoints.openai.api_server``),
+an absolute path to ``vllm``, a container image (``docker run … vllm/vllm-openai:v0.17.0 MODEL …``).
+:func:`read_command` finds where the server command starts, keeps what the launcher does to the
+environment (assignments, ``env -u``, ``env -i``), and says in notes what it skipped or repaired.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from autoselect.errors import UserError
+
+
+class InvalidServeCommand(UserError):
+    "The `vllm serve` command line given to autoselect could not be read."
+
+
+#: Modules that start the OpenAI server with the same flags as `vllm serve` (cli.main needs `serve`).
+ENTRYPOINT_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main")
+_ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_PYTHON = re.compile(r"^python[0-9.]*$")
+#: The vLLM server images; the tag names the release (``v0.17.0-cu130`` -> 0.17.0).
+_IMAGE = re.compile(r"^(?:[\w.-]+(?::\d+)?/)*vllm/vllm-openai(?:-rocm)?(?::(?P<tag>[\w.-]+))?$")
+_TAG_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.\d+)?)(?:[-+].*)?$")
+#: Interpreter options that take a value (``-W error``, ``-X dev``); the others stand alone.
+_PYTHON_VALUE_OPTIONS = ("-W", "-X")
+#: Words that start a command but cannot be a model id or a model directory.
+_COMMANDS = frozenset({"uv", "env", "canhazgpu", "nohup", "exec", "time", "sudo", "numactl", "taskset", "nice",
+                       "torchrun", "docker", "podman", "srun", "mpirun", "bash", "sh", "nsys", "python", "python3"})
+#: `env` options that change the environment, and those that take a value.
+_ENV_UNSET = ("-u", "--unset")
+_ENV_CLEAR = ("-i", "--ignore-environment", "-")
+_ENV_VALUE_OPTIONS = ("-C", "--chdir", "-S", "--split-string")
+#: The unquoted `\` + blanks + `#comment` (or trailing blanks) that publishers put after continuations.
+_BROKEN_CONTINUATION = re.compile(r"(?<!\\)\\[ \t]+(#.*)?$")
+#: `vllm` subcommands (0.33.0 vllm/entrypoints/cli/): only `serve` starts the server.
+_SUBCOMMANDS = frozenset({"serve", "bench", "chat", "complete", "collect-env", "run-batch", "launch"})
+_SHELL_VARIABLE = re.compile(r"\$(\{?[A-Za-z_][A-Za-z0-9_]*\}?|\()")
+
+
+@dataclass
+class Command:
+    """The server command found in a line, and what surrounded it."""
+
+    serve_words: list  # what `vllm serve` parses: MODEL and flags (no program name, no `serve`)
+    env: dict = field(default_factory=dict)  # VAR=value assignments before the command
+    unset: list = field(default_factory=list)  # names `env -u` removes
+    clear_env: bool = False  # `env -i`: the command starts with an empty environment
+    launcher: list = field(default_factory=list)  # the words skipped before the server command
+    entrypoint: str = "vllm serve"  # how the server is started
+    image: str | None = None  # the container image, when the line runs one
+    image_version: str | None = None  # the vLLM release its tag names
+    notes: list = field(default_factory=list)  # (severity, code, message): what reading the line did
+
+
+def _logical_lines(text: str, notes: list) -> list[tuple[int, str]]:
+    """``(first line number, text)`` of each command in a pasted block, continuations joined.
+
+    A ``\\`` followed by blanks (and maybe a comment) ends the command in a shell: the backslash
+    escapes a blank, not the newline. Publishers mean a continuation there, so it is read as one,
+    with a warning.
+    """
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    out, current, start = [], [], None
+    for number, line in enumerate(lines, 1):
+        broken = _BROKEN_CONTINUATION.search(line)
+        if broken:
+            what = f"the comment {broken.group(1).strip()!r}" if broken.group(1) else "blanks"
+            notes.append(("warning", "broken-continuation",
+                          f"line {number}: {what} after the `\\` ends the command in a shell (the backslash "
+                          f"escapes a blank, not the newline), so pasted as written only the lines above run; "
+                          f"read here as the continuation it was meant to be"))
+            line = line[:broken.start()] + "\\"
+        stripped = line.rstrip()
+        if start is None:
+            if not stripped.strip() or stripped.lstrip().startswith("#"):
+                continue
+            start = number
+        if stripped.endswith("\\") and not stripped.endswith("\\\\"):
+            current.append(stripped[:-1])
+            continue
+        current.append(stripped)
+        out.append((start, " ".join(current)))
+        current, start = [], None
+    if current:
+        out.append((start, " ".join(current)))
+    return out
+
+
+def split_words(argv: list[str]) -> tuple[list[str], list]:
+    """Shell words of one command: ``argv`` as given, or the one pasted string split as a shell would.
+
+    ``export VAR=value`` lines of a pasted block become leading assignments of the command.
+    :raises InvalidServeCommand: unbalanced quotes, or more than one command in the block.
+    """
+    notes: list = []
+    argv = list(argv)
+    if len(argv) != 1 or not argv[0].strip() or (" " not in argv[0].strip() and "\n" not in argv[0]):
+        return argv, notes
+    exports, commands = [], []
+    for number, line in _logical_lines(argv[0], notes):
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError as e:
+            raise InvalidServeCommand(f"cannot split line {number} of the command: {e}; quote it as a shell would") \
+                from None
+        if not words:
+            continue
+        if words[0] == "export" and all(_ENV_ASSIGNMENT.match(w) for w in words[1:]):
+            exports += words[1:]
+        else:
+            commands.append((number, words))
+    if len(commands) > 1:
+        starts = ", ".join(str(n) for n, _ in commands)
+        raise InvalidServeCommand(f"the text holds {len(commands)} commands (lines {starts}); pass one "
+                                  f"`vllm serve` command at a time")
+    if not commands:
+        raise InvalidServeCommand("no command in the text; pass `vllm serve MODEL [flags...]`")
+    return exports + commands[0][1], notes
+
+
+def _is_vllm(word: str) -> bool:
+    return PurePosixPath(word).name == "vllm"
+
+
+def _serve_start(words: list[str]) -> tuple[int, int, str, str | None] | None:
+    """``(launcher end, serve words start, entrypoint, image)`` of the first server command, or None."""
+    for i, word in enumerate(words):
+        if _is_vllm(word) and i + 1 < len(words) and words[i + 1] in _SUBCOMMANDS:
+            if words[i + 1] == "serve":
+                return i, i + 2, "vllm serve", None
+            raise InvalidServeCommand(f"`vllm {words[i + 1]}` is not `vllm serve`; pass a `vllm serve MODEL ...` "
+                                      f"command")
+        if _IMAGE.match(word) and i > 0:
+            return i, i + 1, f"the {word} image", word
+        if word == "-m" and i + 1 < len(words) and words[i + 1] in ENTRYPOINT_MODULES:
+            module = words[i + 1]
+            begin = i
+            # the interpreter and its own options belong to the entrypoint, not to the launcher
+            j = i - 1
+            while j >= 0 and (words[j].startswith("-") or (j > 0 and words[j - 1] in _PYTHON_VALUE_OPTIONS)):
+                j -= 1
+            if j >= 0 and _PYTHON.match(PurePosixPath(words[j]).name):
+                begin = j
+            end = i + 2
+            if module.endswith("cli.main"):
+                if end < len(words) and words[end] == "serve":
+                    end += 1
+                else:
+                    raise InvalidServeCommand(f"`-m {module}` needs the `serve` subcommand; pass "
+                                              f"`python -m {module} serve MODEL ...`")
+            return begin, end, f"python -m {module}", None
+    return None
+
+
+def _environment(words: list[str], command: Command) -> None:
+    """Apply the launcher's environment changes (leading assignments, `env` words) to ``command``."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if _ENV_ASSIGNMENT.match(word):
+            key, _, value = word.partition("=")
+            command.env[key] = value
+            command.unset = [u for u in command.unset if u != key]
+        elif PurePosixPath(word).name == "env":
+            i += 1
+            while i < len(words) and (words[i].startswith("-") or _ENV_ASSIGNMENT.match(words[i])):
+                option, eq, inline = words[i].partition("=")
+                if _ENV_ASSIGNMENT.match(words[i]):
+                    key, _, value = words[i].partition("=")
+                    command.env[key] = value
+                elif option in _ENV_UNSET:
+                    name = inline if eq else (words[i + 1] if i + 1 < len(words) else "")
+                    i += 0 if eq else 1
+                    command.unset.append(name)
+                    command.env.pop(name, None)
+                elif words[i] in _ENV_CLEAR:
+                    command.clear_env = True
+                    command.env.clear()
+                elif option in _ENV_VALUE_OPTIONS and not eq:
+                    i += 1
+                i += 1
+            continue
+        i += 1
+
+
+def read_command(argv: list[str]) -> Command:
+    """The server command in ``argv``: its words, the environment the launcher gives it, and notes.
+
+    Accepts ``vllm serve MODEL ...`` (any path to ``vllm``), ``serve MODEL ...``, ``MODEL ...``,
+    ``python [interpreter options] -m vllm.entrypoints.openai.api_server ...`` (or
+    ``vllm.entrypoints.cli.main serve``), a ``vllm/vllm-openai`` image followed by the server's
+    arguments, and any launcher before those (``VAR=value``, ``env``, ``uv run``, ``canhazgpu run --``,
+    ``nohup`` ...): what it skips is said in a note.
+
+    :raises InvalidServeCommand: a block with several commands, a launcher with no server command
+        after it, ``vllm`` with another subcommand.
+    """
+    words, notes = split_words(argv)
+    command = Command(serve_words=[], notes=notes)
+    found = _serve_start(words)
+    if found is None:
+        lead = 0
+        while lead < len(words) and _ENV_ASSIGNMENT.match(words[lead]):
+            lead += 1
+        head = words[lead] if lead < len(words) else ""
+        if PurePosixPath(head).name in _COMMANDS or _is_vllm(head):
+            raise InvalidServeCommand(
+                f"found no `vllm serve` (nor `python -m vllm.entrypoints.openai.api_server`) after "
+                f"`{' '.join(words[lead:lead + 3])}`; pass the `vllm serve MODEL ...` command the launcher runs")
+        _environment(words[:lead], command)
+        rest = words[lead:]
+        command.serve_words = rest[1:] if rest[:1] == ["serve"] else rest
+        return command
+    begin, end, entrypoint, image = found
+    _environment(words[:begin], command)
+    command.launcher = [w for w in words[:begin] if not _ENV_ASSIGNMENT.match(w)]
+    command.entrypoint = entrypoint
+    command.serve_words = words[end:]
+    if image:
+        command.image = image
+        tag = _IMAGE.match(image).group("tag") or ""
+        version = _TAG_VERSION.match(tag)
+        command.image_version = version.group(1) if version else None
+    skipped = [w for w in words[:end] if not _ENV_ASSIGNMENT.match(w)]
+    if command.launcher or entrypoint != "vllm serve" or (skipped and skipped[0] != "vllm"):
+        command.notes.append(("info", "launcher", f"read the server command after `{' '.join(skipped)}`"
+                              + (f" (its tag names vLLM {command.image_version})" if command.image_version else "")))
+    variables = sorted({m.group(0) for w in command.serve_words for m in _SHELL_VARIABLE.finditer(w)})
+    if variables:
+        command.notes.append(("warning", "shell-variables",
+                              f"the line uses shell variables ({', '.join(variables)}), read here literally: "
+                              f"pass the line the shell ran (expand them, e.g. with echo) for a full check"))
+    return command

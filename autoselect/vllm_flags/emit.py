@@ -1,0 +1,154 @@
+"""The emit side: the `vllm serve` flags that run a chosen backend, and the token budget to emit."""
+
+from __future__ import annotations
+
+from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
+from autoselect.rules import NEWEST_VLLM, flag_value, lowered_batch_default
+
+
+#: The one-sided workspace the user allows per GPU when they do not say (TensorRT-LLM's
+#: default `TRTLLM_MOE_A2A_WORKSPACE_MB` is 2048 MB).
+DEFAULT_MAX_WORKSPACE_GIB = 2.0
+
+#: vLLM's default `--max-num-batched-tokens` for `vllm serve` by GPU memory (0.33.0,
+#: `arg_utils.py`): (minimum GiB, tokens), largest first; backends that lower it (batched DP
+#: MoE) are in :data:`BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS`.
+VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = ((160, 16384), (70, 8192), (0, 8192))
+#: The lowered defaults of the newest release (per release: :func:`autoselect.rules.lowered_batch_default`).
+BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS = {
+    b: t for b in ("deepep_low_latency", "nixl_ep") if (t := lowered_batch_default(b, NEWEST_VLLM)) is not None}
+
+#: Backends whose workspace grows with `--max-num-batched-tokens` and is sized from it.
+WORKSPACE_SIZED_BACKENDS = ("flashinfer_nvlink_one_sided",)
+#: FlashInfer's largest top_k for the routing tables in the one-sided aux region.
+_ONE_SIDED_MAX_TOPK = 22
+#: `--max-num-batched-tokens` values emitted to fit a workspace are multiples of this.
+TOKEN_ROUNDING = 256
+
+
+def _pad128(n: int) -> int:
+    return (n + 127) // 128 * 128
+
+
+def one_sided_workspace_bytes(
+    world_size: int, max_tokens: int, dispatch_bytes_per_token: int, combine_bytes_per_token: int
+) -> int:
+    """Bytes per rank of the one-sided all2all workspace (FlashInfer's formula, docs/facts.md).
+
+    ``pad128(aux) + pad128(ep * T * dispatch) + pad128(ep * T * combine)``, ``T`` the per-rank
+    token maximum (vLLM passes ``--max-num-batched-tokens``); ``aux`` holds the flags,
+    counters and two ``T x 22`` int32 routing tables.
+    """
+    ep = world_size
+    aux = (
+        _pad128(8)
+        + _pad128(2 * ep * 4)
+        + 2 * _pad128(ep * 4)
+        + 2 * _pad128(max_tokens * _ONE_SIDED_MAX_TOPK * 4)
+    )
+    return (
+        _pad128(aux)
+        + _pad128(ep * max_tokens * dispatch_bytes_per_token)
+        + _pad128(ep * max_tokens * combine_bytes_per_token)
+    )
+
+
+def vllm_default_max_num_batched_tokens(backend: str, gpu_memory_mib: int | None) -> int:
+    """The `--max-num-batched-tokens` vLLM would use without the flag (see the tables above)."""
+    if backend in BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS:
+        return BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS[backend]
+    gib = (gpu_memory_mib or 0) / 1024
+    return next(tokens for min_gib, tokens in VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS if gib >= min_gib)
+
+
+def workspace_max_num_batched_tokens(
+    backend: str,
+    *,
+    hidden: int,
+    top_k: int,
+    dispatch_dtype: str,
+    world_size: int,
+    max_num_batched_tokens: int | None = None,
+    max_workspace_gib: float | None = None,
+    gpu_memory_mib: int | None = None,
+) -> tuple[int | None, list[str]]:
+    """The `--max-num-batched-tokens` to emit for ``backend`` (None: leave vLLM's), with notes.
+
+    The user's value is kept when given. For a backend whose workspace is sized from it
+    (one-sided), the value (the user's, else vLLM's default for the GPU) is lowered to the
+    largest multiple of 256 whose workspace fits ``max_workspace_gib``, and a note says so.
+    """
+    notes: list[str] = []
+    if backend not in WORKSPACE_SIZED_BACKENDS:
+        return max_num_batched_tokens, notes
+    allowance = DEFAULT_MAX_WORKSPACE_GIB if max_workspace_gib is None else max_workspace_gib
+    limit = int(allowance * 2**30)
+    dispatch = dispatch_bytes_per_token(dispatch_dtype, hidden, top_k)
+    combine = combine_bytes_per_token(hidden)
+    wanted = max_num_batched_tokens or vllm_default_max_num_batched_tokens(backend, gpu_memory_mib)
+
+    def size(tokens: int) -> int:
+        return one_sided_workspace_bytes(world_size, tokens, dispatch, combine)
+
+    if size(wanted) <= limit:
+        return max_num_batched_tokens, notes
+    tokens = wanted // TOKEN_ROUNDING * TOKEN_ROUNDING
+    while tokens > 0 and size(tokens) > limit:
+        tokens -= TOKEN_ROUNDING
+    if tokens <= 0:
+        tokens = TOKEN_ROUNDING
+        notes.append(
+            f"{backend}: even {tokens} tokens need a {size(tokens) / 2**30:.2f} GiB workspace, more "
+            f"than --max-workspace-gib {allowance:g}; raise the allowance"
+        )
+        return tokens, notes
+    notes.append(
+        f"{backend}: --max-num-batched-tokens lowered from {wanted} to {tokens} so the workspace "
+        f"({size(wanted) / 2**30:.2f} -> {size(tokens) / 2**30:.2f} GiB per GPU at EP{world_size}) "
+        f"fits --max-workspace-gib {allowance:g}"
+    )
+    return tokens, notes
+
+
+def serve_flags(
+    backend: str,
+    deployment,
+    vllm_version: str,
+    *,
+    max_num_batched_tokens: int | None = None,
+    extra: list[str] | None = None,
+) -> list[str]:
+    """The `vllm serve` flags (no program, no model) that run ``backend`` on ``deployment``.
+
+    ``--tensor-parallel-size`` (when > 1), ``--data-parallel-size``,
+    ``--enable-expert-parallel``, ``--all2all-backend`` spelled for ``vllm_version``
+    (:func:`autoselect.rules.flag_value`), ``--max-num-batched-tokens`` when given, then ``extra``.
+    """
+    flags: list[str] = []
+    if deployment.tp > 1:
+        flags += ["--tensor-parallel-size", str(deployment.tp)]
+    flags += [
+        "--data-parallel-size",
+        str(deployment.dp),
+        "--enable-expert-parallel",
+        "--all2all-backend",
+        flag_value(backend, vllm_version),
+    ]
+    if max_num_batched_tokens is not None:
+        flags += ["--max-num-batched-tokens", str(max_num_batched_tokens)]
+    return flags + list(extra or [])
+
+
+def serve_argv(
+    model: str,
+    backend: str,
+    deployment,
+    vllm_version: str,
+    *,
+    extra: list[str] | None = None,
+    max_num_batched_tokens: int | None = None,
+) -> list[str]:
+    """``["vllm", "serve", model, *serve_flags(...)]``."""
+    return ["vllm", "serve", model] + serve_flags(
+        backend, deployment, vllm_version, max_num_batched_tokens=max_num_batched_tokens, extra=extra
+    )

@@ -1,0 +1,265 @@
+"""The ``vllm serve`` options that matter to the all2all backend, read from a command line.
+
+Plain functions and dataclasses, no vLLM import: the spellings are those of vLLM's parser
+(``docs/facts.md``, "Exact argparse names"), plus options older releases had (the EPLB flags
+before ``--eplb-config``) and the DBO switch's pre-release name. Options autoselect does not know
+are kept aside, in order, so nothing the user wrote is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+
+from autoselect.vllm_flags.command import Command, InvalidServeCommand, read_command
+
+#: option spelling -> (field, converter). Options that take a value.
+VALUE_OPTIONS = {
+    "--tensor-parallel-size": ("tensor_parallel_size", int),
+    "-tp": ("tensor_parallel_size", int),
+    "--data-parallel-size": ("data_parallel_size", int),
+    "-dp": ("data_parallel_size", int),
+    "--data-parallel-size-local": ("data_parallel_size_local", int),
+    "-dpl": ("data_parallel_size_local", int),
+    "--all2all-backend": ("all2all_backend", str),
+    "--max-num-batched-tokens": ("max_num_batched_tokens", int),
+    "--quantization": ("quantization", str),
+    "-q": ("quantization", str),
+    "--model": ("model", str),
+    "--eplb-config": ("eplb_config", "json"),
+    "--num-redundant-experts": ("num_redundant_experts", "count"),
+    "--kv-transfer-config": ("kv_transfer_config", "json"),
+}
+
+#: flag spelling -> (field, value). Options that take no value (argparse BooleanOptionalAction).
+FLAG_OPTIONS = {
+    "--enable-expert-parallel": ("enable_expert_parallel", True),
+    "-ep": ("enable_expert_parallel", True),
+    "--disable-expert-parallel": ("enable_expert_parallel", False),
+    "--no-enable-expert-parallel": ("enable_expert_parallel", False),
+    "--enable-eplb": ("enable_eplb", True),
+    "--disable-eplb": ("enable_eplb", False),
+    "--no-enable-eplb": ("enable_eplb", False),
+    "--enable-dbo": ("enable_dbo", True),
+    "--disable-dbo": ("enable_dbo", False),
+    "--no-enable-dbo": ("enable_dbo", False),
+    # The DBO switch's name before it was merged as --enable-dbo (no release has it).
+    "--enable-microbatching": ("enable_dbo", True),
+}
+
+#: Every long option autoselect reads, for argparse's unambiguous-prefix rule.
+_LONG_OPTIONS = sorted(o for o in (*VALUE_OPTIONS, *FLAG_OPTIONS) if o.startswith("--"))
+#: argparse also takes `--eplb-config.num_redundant_experts 2` (dotted keys of a JSON option).
+_DOTTED = re.compile(r"^(--eplb-config|--kv-transfer-config)\.([a-z_]+)$")
+#: `-word-word`: a long option typed with one dash, which vLLM's parser does not know.
+_SINGLE_DASH_LONG = re.compile(r"^-[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
+_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.I)
+#: kv_role of --kv-transfer-config -> the serving role of the instance.
+KV_ROLES = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}
+
+
+@dataclass
+class ServeArgs:
+    """The parts of a `vllm serve` command line that matter to the all2all backend."""
+
+    model: str
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    data_parallel_size_local: int | None = None
+    enable_expert_parallel: bool = False
+    all2all_backend: str | None = None
+    enable_eplb: bool = False
+    enable_dbo: bool = False
+    max_num_batched_tokens: int | None = None
+    quantization: str | None = None
+    eplb_config: dict | None = None
+    num_redundant_experts: int | None = None  # --num-redundant-experts (releases before 0.12.0)
+    kv_transfer_config: dict | None = None
+    env: dict = field(default_factory=dict)  # VAR=value assignments before the command
+    unset: list = field(default_factory=list)  # names `env -u` removes from the environment
+    clear_env: bool = False  # `env -i`
+    unknown: list = field(default_factory=list)  # every other argument, in order
+    given: list = field(default_factory=list)  # the fields the command line set explicitly
+    options: list = field(default_factory=list)  # the option spellings the line used, as vLLM reads them
+    launcher: list = field(default_factory=list)  # words skipped before the server command
+    entrypoint: str = "vllm serve"
+    image: str | None = None
+    image_version: str | None = None
+    serve_words: list = field(default_factory=list)  # what vLLM's `vllm serve` parser receives
+    notes: list = field(default_factory=list)  # (severity, code, message) from reading the line
+
+    @property
+    def world_size(self) -> int:
+        """The EP group size vLLM forms: data parallel x tensor parallel."""
+        return self.data_parallel_size * self.tensor_parallel_size
+
+    @property
+    def uses_all2all(self) -> bool:
+        """True when vLLM builds an all2all group: expert parallel and data parallel > 1."""
+        return self.enable_expert_parallel and self.data_parallel_size > 1
+
+    @property
+    def redundant_experts(self) -> int:
+        """EPLB's redundant experts, from ``--eplb-config`` or the old ``--num-redundant-experts``."""
+        if self.num_redundant_experts is not None:
+            return self.num_redundant_experts
+        value = (self.eplb_config or {}).get("num_redundant_experts")
+        return _count("--eplb-config num_redundant_experts", value) if value is not None else 0
+
+    @property
+    def role(self) -> str | None:
+        """``prefill`` / ``decode`` / ``both`` from --kv-transfer-config's kv_role; None when unknown."""
+        return KV_ROLES.get(str((self.kv_transfer_config or {}).get("kv_role", "")))
+
+    def serving_environ(self, environ: dict) -> dict:
+        """The environment the server starts with: ``environ`` after the launcher's changes."""
+        base = {} if self.clear_env else {k: v for k, v in environ.items() if k not in self.unset}
+        return {**base, **self.env}
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict, with the derived world size and all2all use."""
+        d = asdict(self)
+        d["env"] = {k: ("<redacted>" if _SECRET.search(k) else v) for k, v in self.env.items()}
+        d["notes"] = [{"severity": s, "code": c, "message": m} for s, c, m in self.notes]
+        d["world_size"] = self.world_size
+        d["uses_all2all"] = self.uses_all2all
+        d["redundant_experts"] = self.redundant_experts
+        d["role"] = self.role
+        return d
+
+
+def _count(option: str, raw) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InvalidServeCommand(f"{option} needs a whole number, got {raw!r}") from None
+    if value < 0:
+        raise InvalidServeCommand(f"{option} must be 0 or more, got {value}")
+    return value
+
+
+def _convert(option: str, conv, raw: str):
+    if conv is int:
+        if raw.startswith("$"):
+            raise InvalidServeCommand(f"{option} is the shell variable {raw}: pass the line after the shell "
+                                      f"expanded it (or the value itself)")
+        try:
+            value = int(raw)
+        except ValueError:
+            raise InvalidServeCommand(f"{option} needs an integer, got {raw!r}") from None
+        if value < 1:
+            raise InvalidServeCommand(f"{option} must be at least 1, got {value}")
+        return value
+    if conv == "count":
+        return _count(option, raw)
+    if conv == "json":
+        if raw.startswith("$"):
+            return None  # a shell variable: the shell-variables note says so
+        try:
+            value = json.loads(raw)
+        except ValueError as e:
+            raise InvalidServeCommand(f"{option} is not valid JSON ({e}): {raw!r}; vLLM would refuse it too") \
+                from None
+        if not isinstance(value, dict):
+            raise InvalidServeCommand(f"{option} must be a JSON object, got {raw!r}")
+        return value
+    return raw
+
+
+def _canonical(option: str) -> tuple[str, str | None]:
+    """``(option, note)``: underscores read as dashes, an unambiguous prefix read as its option."""
+    if not option.startswith("--"):
+        return option, None
+    name, dot, key = option[2:].partition(".")
+    option = "--" + name.replace("_", "-") + dot + key  # dotted keys keep their underscores
+    if option in VALUE_OPTIONS or option in FLAG_OPTIONS or _DOTTED.match(option):
+        return option, None
+    matches = [o for o in _LONG_OPTIONS if o.startswith(option)] if len(option) >= 8 else []
+    if len(matches) == 1:
+        return matches[0], (f"{option} is read as {matches[0]}: vLLM's parser (argparse) accepts an "
+                            f"unambiguous prefix of an option; spell it out")
+    return option, None
+
+
+def parse_serve_argv(argv: list[str]) -> ServeArgs:
+    """Read a `vllm serve MODEL [flags...]` command line (see :func:`read_command` for the forms).
+
+    Accepts ``--opt value`` and ``--opt=value``, underscores in long option names, unambiguous
+    prefixes (as argparse does), ``--eplb-config.KEY VALUE``. Options autoselect does not know
+    are kept in ``unknown``.
+
+    :raises InvalidServeCommand: no model, a missing or non-integer value, invalid JSON.
+    """
+    command: Command = read_command(argv)
+    args = command.serve_words
+    notes = list(command.notes)
+    values: dict = {}
+    given: list[str] = []
+    options: list[str] = []
+    unknown: list[str] = []
+    positional: list[str] = []
+    dotted: dict = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("-") or arg == "-" or re.match(r"^-\d", arg):
+            positional.append(arg)
+            i += 1
+            continue
+        raw_option, has_eq, inline = arg.partition("=")
+        option, note = _canonical(raw_option)
+        if note:
+            notes.append(("info", "abbreviated-option", note))
+        dot = _DOTTED.match(option)
+        if option in VALUE_OPTIONS or dot:
+            if has_eq:
+                raw = inline
+            elif i + 1 < len(args):
+                raw = args[i + 1]
+                i += 1
+            else:
+                raise InvalidServeCommand(f"{option} needs a value")
+            if dot:
+                dotted.setdefault(dot.group(1), {})[dot.group(2)] = raw
+                options.append(dot.group(1))
+            else:
+                name, conv = VALUE_OPTIONS[option]
+                values[name] = _convert(option, conv, raw)
+                given.append(name)
+                options.append(option)
+        elif option in FLAG_OPTIONS and not has_eq:
+            name, value = FLAG_OPTIONS[option]
+            values[name] = value
+            given.append(name)
+            options.append(option)
+        else:
+            if _SINGLE_DASH_LONG.match(arg):
+                notes.append(("error", "single-dash-option",
+                              f"{arg} has one dash: vLLM's parser does not know it and `vllm serve` exits with "
+                              f"'unrecognized arguments'; write -{arg}"))
+            unknown.append(arg)
+            # keep an unknown option's value with it: the next word, unless it is an option
+            if not has_eq and i + 1 < len(args) and not args[i + 1].startswith("-") and positional:
+                unknown.append(args[i + 1])
+                i += 1
+        i += 1
+    for option, keys in dotted.items():
+        name = VALUE_OPTIONS[option][0]
+        values[name] = {**(values.get(name) or {}), **keys}
+        given.append(name)
+
+    model = values.pop("model", None)
+    if positional:
+        if model is None:
+            model = positional[0]
+        unknown.extend(positional[1:] if model == positional[0] else positional)
+    if not model:
+        raise InvalidServeCommand("no model in the command line; pass `vllm serve MODEL [flags...]`")
+    redundant = (values.get("eplb_config") or {}).get("num_redundant_experts")
+    if redundant is not None:  # refused now, as vLLM's config validation would
+        _count("--eplb-config num_redundant_experts", redundant)
+    return ServeArgs(model=model, env=command.env, unset=command.unset, clear_env=command.clear_env,
+                       unknown=unknown, given=list(dict.fromkeys(given)), options=list(dict.fromkeys(options)),
+                       launcher=command.launcher, entrypoint=command.entrypoint, image=command.image,
+                       image_version=command.image_version, serve_words=list(args), notes=notes, **values)

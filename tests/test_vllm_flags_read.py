@@ -1,0 +1,168 @@
+"""Reading published `vllm serve` lines: launchers, pasted blocks, old and mistyped options."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoselect.vllm_flags import InvalidServeCommand, parse_serve_argv, read_command
+
+
+def codes(args):
+    return [c for _, c, _ in args.notes]
+
+
+@pytest.mark.parametrize(
+    "line, launcher",
+    [("uv run vllm serve org/m -dp 2 -ep", ["uv", "run"]),
+     ("uv run --with vllm vllm serve org/m -dp 2 -ep", ["uv", "run", "--with", "vllm"]),
+     ("canhazgpu run --gpus 2 -- vllm serve org/m -dp 2 -ep", ["canhazgpu", "run", "--gpus", "2", "--"]),
+     ("nohup /home/u/.local/bin/vllm serve org/m -dp 2 -ep", ["nohup"]),
+     ("env -u VLLM_ALL2ALL_BACKEND vllm serve org/m -dp 2 -ep", ["env", "-u", "VLLM_ALL2ALL_BACKEND"])],
+)
+def test_the_server_command_is_found_after_common_launchers_and_the_skipped_words_are_said(line, launcher):
+    a = parse_serve_argv([line])
+    assert (a.model, a.data_parallel_size, a.enable_expert_parallel, a.launcher) == ("org/m", 2, True, launcher)
+    [note] = [m for _, c, m in a.notes if c == "launcher"]
+    assert note.startswith(f"read the server command after `{' '.join(launcher)} ")
+
+
+def test_a_line_given_as_shell_words_is_read_the_same_as_the_pasted_string():
+    words = ["canhazgpu", "run", "--gpus", "2", "--", "vllm", "serve", "org/m", "-tp", "2"]
+    assert parse_serve_argv(words).to_dict() == parse_serve_argv([" ".join(words)]).to_dict()
+
+
+@pytest.mark.parametrize(
+    "line, entrypoint",
+    [("python3 -u -m vllm.entrypoints.openai.api_server --model org/m -dp 2 -ep",
+      "python -m vllm.entrypoints.openai.api_server"),
+     ("python -W ignore -X dev -m vllm.entrypoints.openai.api_server --model org/m -dp 2 -ep",
+      "python -m vllm.entrypoints.openai.api_server"),
+     ("torchrun --nproc-per-node=2 -m vllm.entrypoints.cli.main serve org/m -dp 2 -ep",
+      "python -m vllm.entrypoints.cli.main")],
+)
+def test_interpreter_flags_and_module_entrypoints_are_read(line, entrypoint):
+    a = parse_serve_argv([line])
+    assert (a.model, a.data_parallel_size, a.entrypoint) == ("org/m", 2, entrypoint)
+
+
+def test_a_container_image_gives_the_server_arguments_and_its_tag_the_vllm_release():
+    a = parse_serve_argv(["docker run --gpus all -p 8000:8000 --ipc=host vllm/vllm-openai:v0.17.0-cu130 "
+                          "moonshotai/Kimi-K2.5 --tensor-parallel-size 8 --trust-remote-code"])
+    assert (a.model, a.tensor_parallel_size, a.image_version) == ("moonshotai/Kimi-K2.5", 8, "0.17.0")
+    assert a.image == "vllm/vllm-openai:v0.17.0-cu130"
+    assert parse_serve_argv(["docker run vllm/vllm-openai:latest org/m"]).image_version is None
+
+
+def test_the_launchers_environment_changes_reach_the_serving_environment():
+    a = parse_serve_argv(["A=1 env -u VLLM_ALL2ALL_BACKEND B=2 CUDA_VISIBLE_DEVICES=0,1 vllm serve org/m"])
+    assert (a.env, a.unset) == ({"A": "1", "B": "2", "CUDA_VISIBLE_DEVICES": "0,1"}, ["VLLM_ALL2ALL_BACKEND"])
+    assert a.serving_environ({"VLLM_ALL2ALL_BACKEND": "pplx", "HOME": "/h"}) == {
+        "HOME": "/h", "A": "1", "B": "2", "CUDA_VISIBLE_DEVICES": "0,1"}
+    cleared = parse_serve_argv(["env -i X=1 vllm serve org/m"])
+    assert cleared.clear_env and cleared.serving_environ({"VLLM_ALL2ALL_BACKEND": "pplx"}) == {"X": "1"}
+
+
+DOCS_BLOCK = """\
+# Single node EP deployment with pplx backend
+VLLM_ALL2ALL_BACKEND=pplx VLLM_USE_DEEP_GEMM=1 \\
+    vllm serve deepseek-ai/DeepSeek-V3-0324 \\
+    --tensor-parallel-size 1 \\      # Tensor parallelism across 1 GPU
+    --data-parallel-size 8 \\         # Data parallelism across 8 processes
+    --enable-expert-parallel         # Enable expert parallelism
+"""
+
+
+def test_comments_after_a_continuation_break_the_line_in_a_shell_and_are_read_as_meant_with_a_warning():
+    a = parse_serve_argv([DOCS_BLOCK])
+    assert (a.model, a.tensor_parallel_size, a.data_parallel_size, a.enable_expert_parallel) == (
+        "deepseek-ai/DeepSeek-V3-0324", 1, 8, True)
+    assert a.env == {"VLLM_ALL2ALL_BACKEND": "pplx", "VLLM_USE_DEEP_GEMM": "1"}
+    broken = [m for s, c, m in a.notes if c == "broken-continuation"]
+    assert [m.split(":")[0] for m in broken] == ["line 4", "line 5"]
+    assert "the comment '# Tensor parallelism across 1 GPU' after the `\\` ends the command in a shell" in broken[0]
+    assert a.unknown == []  # nothing of the comments leaked into the command
+
+
+def test_trailing_blanks_after_a_backslash_are_a_broken_continuation_too():
+    a = parse_serve_argv(["vllm serve org/m \\   \n  -dp 2 -ep"])
+    assert (a.data_parallel_size, codes(a)) == (2, ["broken-continuation"])
+
+
+def test_export_lines_of_a_pasted_block_are_the_commands_environment():
+    a = parse_serve_argv(['export MODEL_ENV=1\nexport VLLM_ALL2ALL_BACKEND=deepep_low_latency\n'
+                          'vllm serve org/m -dp 2 -ep\n'])
+    assert a.env == {"MODEL_ENV": "1", "VLLM_ALL2ALL_BACKEND": "deepep_low_latency"}
+
+
+def test_a_block_with_two_commands_is_refused_naming_their_lines():
+    with pytest.raises(InvalidServeCommand, match=r"the text holds 2 commands \(lines 2, 4\); pass one"):
+        parse_serve_argv(["# node 0\nvllm serve org/m -dp 16\n# node 1\nvllm serve org/m -dp 16 --headless\n"])
+
+
+def test_a_one_dash_long_option_is_an_error_vllm_would_exit_with():
+    a = parse_serve_argv(["vllm serve org/m -dp 2 -ep -no-enable-prefix-caching --max-model-len 2048"])
+    [(severity, message)] = [(s, m) for s, c, m in a.notes if c == "single-dash-option"]
+    assert severity == "error"
+    assert message == ("-no-enable-prefix-caching has one dash: vLLM's parser does not know it and `vllm serve` "
+                       "exits with 'unrecognized arguments'; write --no-enable-prefix-caching")
+    assert "-no-enable-prefix-caching" in a.unknown and a.data_parallel_size == 2
+
+
+def test_short_aliases_and_negative_numbers_are_not_one_dash_long_options():
+    a = parse_serve_argv(["vllm serve org/m -tp 2 -dp 2 -ep -dpl 1 --seed -1 -O3"])
+    assert "single-dash-option" not in codes(a)
+
+
+def test_an_unambiguous_abbreviation_is_read_as_argparse_does():
+    a = parse_serve_argv(["vllm serve org/m --tensor-parallel-size 8 --enable-expert-paralle"])
+    assert a.enable_expert_parallel
+    assert codes(a) == ["abbreviated-option"]
+
+
+def test_eplb_settings_every_way_they_are_spelled():
+    json_config = parse_serve_argv(["vllm serve org/m -ep -dp 8 --enable-eplb --eplb-config "
+                                    "'{\"window_size\":1000,\"num_redundant_experts\":2}'"])
+    strings = parse_serve_argv(["vllm serve org/m --enable-eplb --eplb-config '{\"num_redundant_experts\":\"32\"}'"])
+    dotted = parse_serve_argv(["vllm serve org/m --enable-eplb --eplb-config.num_redundant_experts 4"])
+    old = parse_serve_argv(["vllm serve org/m --enable-eplb --num-redundant-experts 8 --eplb-window-size 200"])
+    assert [a.redundant_experts for a in (json_config, strings, dotted, old)] == [2, 32, 4, 8]
+    assert old.options == ["--enable-eplb", "--num-redundant-experts"]
+    assert "--eplb-window-size" in old.unknown
+    assert parse_serve_argv(["vllm serve org/m"]).redundant_experts == 0
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [("vllm serve org/m --eplb-config '{nope'", "--eplb-config is not valid JSON"),
+     ("vllm serve org/m --eplb-config '[1]'", "--eplb-config must be a JSON object"),
+     ("vllm serve org/m --eplb-config '{\"num_redundant_experts\": -1}'", "must be 0 or more, got -1"),
+     ("vllm serve org/m --num-redundant-experts two", "--num-redundant-experts needs a whole number, got 'two'"),
+     ("vllm serve org/m -tp $TP_SIZE", r"-tp is the shell variable \$TP_SIZE: pass the line after the shell"),
+     ("uv run python train.py", "found no `vllm serve`"),
+     ("python -m vllm.entrypoints.cli.main org/m", "needs the `serve` subcommand"),
+     ("vllm bench serve org/m", "`vllm bench` is not `vllm serve`"),
+     ("vllm serve org/m 'unbalanced", "cannot split line 1 of the command")],
+)
+def test_unreadable_lines_are_one_clear_error(line, message):
+    with pytest.raises(InvalidServeCommand, match=message):
+        parse_serve_argv([line])
+
+
+def test_the_role_comes_from_the_kv_transfer_config():
+    role = {r: parse_serve_argv([f"vllm serve org/m --kv-transfer-config '{{\"kv_connector\":\"NixlConnector\","
+                                 f"\"kv_role\":\"{r}\"}}'"]).role for r in ("kv_producer", "kv_consumer", "kv_both")}
+    assert role == {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}
+    assert parse_serve_argv(['vllm serve org/m --kv_transfer_config "$KV_TRANSFER_CONFIG"']).role is None
+
+
+def test_shell_variables_left_in_the_line_are_said():
+    a = parse_serve_argv(["vllm serve org/m -dp 8 -ep --data-parallel-address $MASTER_IP --port ${PORT}"])
+    [message] = [m for _, c, m in a.notes if c == "shell-variables"]
+    assert "($MASTER_IP, ${PORT})" in message
+
+
+def test_the_words_vllms_own_parser_receives_carry_no_launcher():
+    command = read_command(["CUDA_VISIBLE_DEVICES=0 uv run vllm serve org/m -dp 2 -ep"])
+    assert command.serve_words == ["org/m", "-dp", "2", "-ep"]
+    assert parse_serve_argv(["python3 -m vllm.entrypoints.openai.api_server --model org/m -tp 2"]).serve_words == [
+        "--model", "org/m", "-tp", "2"]
