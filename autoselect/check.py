@@ -1,9 +1,11 @@
 """``autoselect check``: what is wrong with an existing `vllm serve` command line.
 
-:func:`check_serve_command` parses the command line (:mod:`autoselect.vllm_flags`), reads the
-model's profile (:mod:`autoselect.model`), and runs the legality rules (:mod:`autoselect.rules`)
-for each GPU architecture in question. Every problem becomes a :class:`Finding` with a severity;
-any ``error`` makes the exit status 1.
+:func:`check_serve_command` reads the command line (:mod:`autoselect.vllm_flags`: launchers,
+pasted blocks, old option names), resolves the backend the target vLLM release would actually
+run from ``--all2all-backend``, ``VLLM_ALL2ALL_BACKEND`` and its default
+(:func:`autoselect.rules.effective_backend`), reads the model's profile (:mod:`autoselect.model`)
+and runs the legality rules (:mod:`autoselect.rules`) for each GPU architecture in question.
+Every problem becomes a :class:`Finding` with a severity; any ``error`` makes the exit status 1.
 
 GPU architecture: ``--gpu-arch`` when given; otherwise the local GPUs' arch when
 :func:`autoselect.hardware.fingerprint` finds one; otherwise (a CPU host) both ``sm90`` and
@@ -18,10 +20,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoselect import rules
+from autoselect.errors import UserError
 from autoselect.model import GPU_ARCHS, DenseModel, MoeProfile, load_profile, normalize_arch
+from autoselect.vllm_bridge import serve_command_check
 from autoselect.vllm_flags import ServeArgs, parse_serve_argv
+from autoselect.vllm_target import target_version
 
 SEVERITIES = ("error", "warning", "info")
+ROLES = ("prefill", "decode", "both")
+#: Where the backend vLLM runs came from (EffectiveBackend.origin), as the report says it.
+FLAG, VARIABLE, DEFAULT = "--all2all-backend", rules.VARIABLE, "vLLM's default"
+
+
+class UnknownRole(UserError):
+    "The serving role is not prefill, decode or both."
 
 
 @dataclass(frozen=True)
@@ -44,11 +56,14 @@ class CheckReport:
 
     args: ServeArgs
     vllm_version: str
-    vllm_version_source: str  # "--vllm-version", "installed vllm", "vllm at AUTOSELECT_VLLM_PYTHON", "newest known"
+    vllm_version_source: str  # "--vllm-version", "the line's image", "installed vllm", ..., "newest known"
     gpu_archs: list[str]
     gpu_arch_source: str  # "--gpu-arch", "local GPUs", "no GPU: both archs"
     profile: MoeProfile | None
-    backend: str  # the backend vLLM would run (the default when the flag is absent)
+    backend: str | None  # the backend vLLM would run, as named; None: vLLM refuses the line's choice
+    backend_origin: str  # "--all2all-backend", "VLLM_ALL2ALL_BACKEND" or "vLLM's default"
+    effective: rules.EffectiveBackend
+    role: str | None = None
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -67,9 +82,13 @@ class CheckReport:
             "gpu_archs": self.gpu_archs,
             "gpu_arch_source": self.gpu_arch_source,
             "backend": self.backend,
+            "backend_origin": self.backend_origin,
             "backend_given": self.args.all2all_backend,
+            "backend_selection": self.effective.to_dict(),
+            "role": self.role,
             "world_size": self.args.world_size,
             "uses_all2all": self.args.uses_all2all,
+            "physical_experts": (self.profile.num_experts + self.args.redundant_experts) if self.profile else None,
             "activation_dtype": (
                 {a: self.profile.activation_dtype(a) for a in self.gpu_archs} if self.profile else None
             ),
@@ -90,92 +109,194 @@ def _local_gpu_arch() -> str | None:
         return None
 
 
-def _flag_findings(args: ServeArgs, version: str, environ: dict) -> list[Finding]:
-    """Findings about the flags themselves, independent of the model."""
+def _known_value(value: str) -> bool:
+    return value in rules.ALL_FLAG_VALUES or value in rules.selection.ALL_VARIABLE_VALUES
+
+
+def flag_advice(value: str, version: str) -> str:
+    """What to write instead of ``VLLM_ALL2ALL_BACKEND=value`` on ``version``, never a removed or
+    unknown backend: ``use --all2all-backend X``, or why there is nothing to carry over."""
+    if not _known_value(value):
+        return f"{value!r} names no backend any vLLM release knows: drop the variable"
+    canonical = rules.resolve(value)
+    cap = rules.BACKENDS[canonical]
+    if cap.replaced_by and rules.version_in(version, cap.removed_in, None):
+        return (f"{canonical} itself is gone ({cap.removal_source}; vLLM {version} runs {cap.replaced_by} "
+                f"instead): drop the variable and pick a current backend (`autoselect recommend` names one)")
+    if not rules.version_in(version, rules.FLAG_SINCE, None):
+        return ""
+    try:
+        return f"use --all2all-backend {rules.flag_value(canonical, version)}"
+    except rules.BackendUnknownToVersion as e:
+        return str(e)
+
+
+def _option_findings(args: ServeArgs, version: str) -> list[Finding]:
+    """Options the target release does not have (yet, any more, or ever)."""
     out: list[Finding] = []
-    given = args.all2all_backend
-    flag_exists = rules.version_in(version, rules.FLAG_SINCE, None)
-    if given is not None and not flag_exists:
-        out.append(Finding("error", "flag-unknown-to-version",
-                           f"vLLM {version} has no --all2all-backend (added in v{rules.FLAG_SINCE}, PR #26732): "
-                           f"vllm serve would exit with 'unrecognized arguments'; set VLLM_ALL2ALL_BACKEND={given} instead"))
-    if given is not None and flag_exists:
-        if given not in rules.ALL_FLAG_VALUES:
-            out.append(Finding("error", "invalid-choice",
-                               f"--all2all-backend {given} is not a vLLM choice: vllm serve would exit with "
-                               f"'invalid choice'; use one of {', '.join(rules.parser_choices(version))}"))
-        elif not rules.value_known_to(given, version):
-            canonical = rules.resolve(given)
-            spelled = rules.BACKENDS[canonical].spelling(version)
-            hint = (f"; this version spells {canonical} as {spelled.value}" if spelled
-                    else f"; it accepts: {', '.join(rules.parser_choices(version))}")
-            out.append(Finding("error", "value-unknown-to-version",
-                               f"vLLM {version} does not accept --all2all-backend {given}: vllm serve would exit "
-                               f"with 'invalid choice'{hint}"))
-        elif given in rules.ALIASES and rules.version_in(version, rules.ALIASES[given][1], None):
-            new, _, source = rules.ALIASES[given]
-            out.append(Finding("warning", "deprecated-name",
-                               f"{given} is the deprecated old name of {new} ({source}); it still works but "
-                               f"will be removed: use --all2all-backend {new}"))
-        cap = rules.BACKENDS.get(given)
-        if cap is not None and cap.replaced_by and rules.version_in(version, cap.removed_in, None):
-            out.append(Finding("warning", "removed-backend",
-                               f"--all2all-backend {given} was removed ({cap.removal_source}): vLLM {version} "
-                               f"logs a warning and runs {cap.replaced_by}; pass {cap.replaced_by} or "
-                               f"another backend explicitly"))
-    env_value = args.env.get("VLLM_ALL2ALL_BACKEND", environ.get("VLLM_ALL2ALL_BACKEND"))
-    if env_value is not None:
-        if rules.version_in(version, rules.ENV_VAR_REMOVED_IN, None):
-            out.append(Finding("warning", "env-var-removed",
-                               f"VLLM_ALL2ALL_BACKEND={env_value} is set but vLLM {version} ignores it (removed "
-                               f"by PR #33535 in v{rules.ENV_VAR_REMOVED_IN}; it only warns 'Unknown vLLM "
-                               f"environment variable'): use --all2all-backend {env_value}"))
-        elif flag_exists:
-            out.append(Finding("warning", "env-var-deprecated",
-                               f"VLLM_ALL2ALL_BACKEND={env_value} is deprecated since v{rules.FLAG_SINCE} "
-                               f"(PR #26732): use --all2all-backend {env_value}"))
+    for option in args.options:
+        known = rules.SERVE_OPTIONS.get(option)
+        if known is None:
+            continue
+        if not known.released:
+            out.append(Finding("error", "option-never-released",
+                               f"{option} is in no vLLM release ({known.source}): vllm serve exits with "
+                               f"'unrecognized arguments'; use {known.replacement}"))
+        elif not known.accepted_by(version):
+            when = (f"added in v{known.since}" if known.since and not rules.version_in(version, known.since, None)
+                    else f"removed in v{known.until}")
+            hint = (f"set VLLM_ALL2ALL_BACKEND={args.all2all_backend} instead"
+                    if option == "--all2all-backend" else f"use {known.replacement}" if known.replacement
+                    else "upgrade vLLM or drop it")
+            if option == "--all2all-backend" and args.all2all_backend:
+                era = rules.selection_era(version)
+                if args.all2all_backend not in era.variable_values:
+                    hint = (f"vLLM {version} selects backends only through VLLM_ALL2ALL_BACKEND, which takes "
+                            f"{', '.join(sorted(era.variable_values))}")
+            code = "flag-unknown-to-version" if option == "--all2all-backend" else "option-unknown-to-version"
+            out.append(Finding("error", code, f"vLLM {version} has no {option} ({when}; {known.source}): "
+                                              f"vllm serve would exit with 'unrecognized arguments'; {hint}"))
+        elif known.deprecated_in(version):
+            out.append(Finding("warning", "deprecated-option",
+                               f"{option} is deprecated in vLLM {version} and gone in v{known.until}: use "
+                               f"{known.replacement} ({known.source})"))
     return out
 
 
-def _deployment_findings(args: ServeArgs, backend: str) -> list[Finding]:
-    """Findings about -ep/-dp/-tp, EPLB and DBO that do not depend on the model's dtype."""
+def _flag_value_findings(args: ServeArgs, version: str, effective: rules.EffectiveBackend) -> list[Finding]:
+    """Findings about the --all2all-backend value, on a release that has the flag."""
     out: list[Finding] = []
+    given = args.all2all_backend
+    if given is None or not rules.version_in(version, rules.FLAG_SINCE, None):
+        return out
+    if given not in rules.ALL_FLAG_VALUES:
+        return [Finding("error", "invalid-choice",
+                        f"--all2all-backend {given} is not a vLLM choice: vllm serve would exit with "
+                        f"'invalid choice'; use one of {', '.join(rules.parser_choices(version))}")]
+    if not rules.value_known_to(given, version):
+        canonical = rules.resolve(given)
+        spelled = rules.BACKENDS[canonical].spelling(version)
+        hint = (f"; this version spells {canonical} as {spelled.value}" if spelled
+                else f"; it accepts: {', '.join(rules.parser_choices(version))}")
+        return [Finding("error", "value-unknown-to-version",
+                        f"vLLM {version} does not accept --all2all-backend {given}: vllm serve would exit "
+                        f"with 'invalid choice'{hint}")]
+    if effective.origin != FLAG:
+        return out  # the variable wins: the flag's value never runs
+    if given in rules.ALIASES and rules.version_in(version, rules.ALIASES[given][1], None):
+        new, _, source = rules.ALIASES[given]
+        out.append(Finding("warning", "deprecated-name",
+                           f"{given} is the deprecated old name of {new} ({source}); it still works but "
+                           f"will be removed: use --all2all-backend {new}"))
+    cap = rules.BACKENDS.get(given)
+    if cap is not None and cap.replaced_by and rules.version_in(version, cap.removed_in, None):
+        out.append(Finding("warning", "removed-backend",
+                           f"--all2all-backend {given} was removed ({cap.removal_source}): vLLM {version} "
+                           f"logs a warning and runs {cap.replaced_by}; pass {cap.replaced_by} or "
+                           f"another backend explicitly"))
+    return out
+
+
+def _variable_findings(args: ServeArgs, version: str, effective: rules.EffectiveBackend) -> list[Finding]:
+    """Findings about VLLM_ALL2ALL_BACKEND: whether this release reads it, and what to write instead."""
+    value = effective.variable
+    if value is None:
+        return []
+    era = effective.era
+    advice = flag_advice(value, version)
+    tail = f": {advice}" if advice else ""
+    name = f"{VARIABLE}={value}"
+    if effective.variable_refused:
+        return [Finding("error", "env-var-invalid", f"{name}: {effective.variable_refused} "
+                                                    f"({era.source}){tail}")]
+    if effective.variable_ignored:
+        warned = (" and warns 'Unknown vLLM environment variable detected'"
+                  if era.variable == rules.selection.IGNORED_WARNED else "")
+        return [Finding("warning", "env-var-removed",
+                        f"{name} is set but vLLM {version} ignores it{warned} (removed by PR #33535 in "
+                        f"v{rules.ENV_VAR_REMOVED_IN}); it runs {effective.backend} ({effective.origin}){tail}")]
+    if era.variable == rules.selection.ONLY:
+        return [Finding("info", "env-var-backend",
+                        f"vLLM {version} has no --all2all-backend: {name} chooses the backend ({era.source})")]
+    if effective.origin == FLAG:
+        return [Finding("warning", "env-var-overridden",
+                        f"{name} is not used: in vLLM {era.releases} --all2all-backend {args.all2all_backend} wins "
+                        f"over it ({era.source}); drop the variable")]
+    if effective.overridden:
+        return [Finding("warning", "env-var-overrides-flag",
+                        f"{name} overrides --all2all-backend {args.all2all_backend} in vLLM {era.releases}: vLLM "
+                        f"{version} runs {value}, not the flag's value ({era.source}){tail}")]
+    return [Finding("warning", "env-var-deprecated",
+                    f"the backend comes from {name}, deprecated since v{rules.FLAG_SINCE} (PR #26732) and "
+                    f"ignored from v{rules.ENV_VAR_REMOVED_IN} (PR #33535){tail}")]
+
+
+def _deployment_findings(args: ServeArgs, version: str, effective: rules.EffectiveBackend,
+                         profile: MoeProfile | None, serving: dict) -> list[Finding]:
+    """Findings about -ep/-dp/-tp, EPLB, DBO and the batch defaults that do not depend on the dtype."""
+    out: list[Finding] = []
+    backend = effective.backend
+    chosen = {FLAG: f"--all2all-backend {args.all2all_backend}",
+              VARIABLE: f"{VARIABLE}={effective.variable}"}.get(effective.origin)
     if not args.uses_all2all:
-        if args.all2all_backend is not None:
+        if chosen is not None and backend is not None:
             why = ("without --enable-expert-parallel (-ep)" if not args.enable_expert_parallel
                    else f"with --data-parallel-size {args.data_parallel_size} (needs > 1)")
             out.append(Finding("warning", "flag-has-no-effect",
-                               f"--all2all-backend {args.all2all_backend} has no effect {why}: vLLM builds no "
-                               f"all2all group and silently ignores it (EP size = dp x tp = {args.world_size})"))
+                               f"{chosen} has no effect {why}: vLLM builds no all2all group and silently "
+                               f"ignores it (EP size = dp x tp = {args.world_size})"))
         if args.data_parallel_size > 1 and not args.enable_expert_parallel:
             out.append(Finding("info", "dp-without-ep",
                                "data parallel without --enable-expert-parallel: MoE layers fall back to "
                                "all-gather + reduce-scatter over DP x TP"))
-    elif args.all2all_backend is None:
+    elif effective.origin == DEFAULT:
         out.append(Finding("info", "default-backend",
-                           f"no --all2all-backend: vLLM runs its default, {rules.DEFAULT_BACKEND}"))
-    if args.enable_eplb and not args.enable_expert_parallel:
+                           f"no backend named: vLLM {version} runs its default, {backend} "
+                           f"({effective.era.default_source})"))
+    if profile is not None:
+        for reason in rules.eplb_reasons(profile.num_experts, args.redundant_experts, args.world_size, version,
+                                         enable_eplb=args.enable_eplb, expert_parallel=args.enable_expert_parallel):
+            out.append(Finding("error", "eplb", reason))
+    elif args.enable_eplb and not args.enable_expert_parallel:
         out.append(Finding("error", "eplb-without-ep",
                            "--enable-eplb needs --enable-expert-parallel: vLLM refuses to start "
                            "('enable_expert_parallel must be True to use EPLB')"))
-    if args.enable_dbo and backend not in rules.DBO_BACKENDS:
-        out.append(Finding("error", "dbo-unsupported",
-                           f"--enable-dbo works only with {', '.join(rules.DBO_BACKENDS)} on CUDA; with "
-                           f"{backend} vLLM fails an assertion at startup (issue #54493)"))
-    if args.uses_all2all and backend in rules.BATCHED_BACKENDS and args.max_num_batched_tokens is None:
-        out.append(Finding("info", "batched-token-default",
-                           f"{backend} lowers the default --max-num-batched-tokens to 256"))
+    dbo_known = rules.SERVE_OPTIONS["--enable-dbo"].accepted_by(version)
+    if args.enable_dbo and dbo_known and backend is not None:
+        canonical = rules.resolve(backend)
+        supported = rules.dbo_backends(version)
+        if canonical not in supported:
+            out.append(Finding("error", "dbo-unsupported",
+                               f"--enable-dbo works only with {', '.join(supported)} on CUDA in vLLM {version}; "
+                               f"with {backend} vLLM fails an assertion at startup ({rules.flags.DBO_ASSERT_SOURCE}; "
+                               f"issue #54493)"))
+    if args.uses_all2all and backend is not None:
+        canonical = rules.resolve(backend)
+        budget = rules.dispatch_budget(canonical, version, max_num_batched_tokens=args.max_num_batched_tokens,
+                                       environ=serving)
+        if budget is not None and not budget.given:
+            lowered = rules.lowered_batch_default(canonical, version)
+            what = (f"vLLM {version} lowers the default --max-num-batched-tokens to {lowered} for {canonical}"
+                    if lowered else f"{canonical}'s buffer holds {budget.describe()} tokens per rank; vLLM chunks "
+                                    f"larger batches")
+            out.append(Finding("info", "batched-token-default", f"{what} ({budget.row.source})"))
+    chunk = serving.get(rules.budgets.CHUNK_SIZE)
+    if chunk is not None and rules.version_in(version, rules.budgets.CHUNK_SIZE_REMOVED_IN, None):
+        out.append(Finding("warning", "env-var-removed",
+                           f"{rules.budgets.CHUNK_SIZE}={chunk} is set but vLLM {version} does not read it "
+                           f"({rules.budgets.CHUNK_SIZE_REMOVED_SOURCE}): from v{rules.budgets.CHUNK_SIZE_REMOVED_IN} "
+                           f"--max-num-batched-tokens sizes the low-latency buffers"))
     return out
 
 
 def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version: str, arch: str,
-                    environ: dict) -> list[Finding]:
+                    serving: dict, role: str | None) -> list[Finding]:
     """Findings from the legality rules for one arch.
 
-    The rules see the line's ``--max-num-batched-tokens`` as the tokens each rank dispatches at
-    most (vLLM sizes the per-rank buffers from it; absent, vLLM's default for the backend, 256 for
-    deepep_low_latency, which a lowered ``NVSHMEM_QP_DEPTH`` can still refuse) and the line's
-    environment over ``environ`` (``NVSHMEM_QP_DEPTH``).
+    The rules see the line's ``--max-num-batched-tokens`` and environment (``NVSHMEM_QP_DEPTH``,
+    ``VLLM_MOE_DP_CHUNK_SIZE``): which of them sizes a batched backend's buffer depends on the
+    release (:func:`autoselect.rules.dispatch_budget`); the EPLB redundant experts count as
+    experts; TP size and role select the upstream reports that apply.
     """
     out: list[Finding] = []
     if not args.uses_all2all:
@@ -184,21 +305,15 @@ def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version:
         canonical = rules.resolve(backend)
     except rules.UnknownBackend:
         return out  # already an invalid-choice error
-    if args.all2all_backend is not None and not rules.value_known_to(args.all2all_backend, version):
-        return out  # already reported: vllm serve would not start
-    serving = {**environ, **args.env}
-    tokens = args.max_num_batched_tokens
-    if tokens is None:
-        from autoselect.vllm_flags import BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS
-
-        tokens = BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS.get(canonical)
-    limits = {"max_tokens_per_rank": tokens, "environ": serving}
-    verdict = rules.legal(backend, profile, None, args.world_size, version, gpu_arch=arch, **limits)
+    limits = {"max_tokens_per_rank": args.max_num_batched_tokens, "environ": serving,
+              "redundant_experts": args.redundant_experts}
+    verdict = rules.legal(backend, profile, None, args.world_size, version, gpu_arch=arch,
+                          tensor_parallel_size=args.tensor_parallel_size, role=role, **limits)
     dtype = profile.activation_dtype(arch)
     alternatives = None
     for reason in verdict.reasons:
         if "has no --all2all-backend value" in reason:
-            continue
+            continue  # the option findings said it: vllm serve would not start
         if alternatives is None:
             alternatives = rules.legal_alternatives(profile, None, args.world_size, version, gpu_arch=arch,
                                                     exclude=(canonical,), **limits)
@@ -209,58 +324,85 @@ def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version:
     for warning in verdict.warnings:
         if warning.startswith(("no host fingerprint", f"{canonical} was removed", f"{backend} is the deprecated")):
             continue  # said once by the flag findings, or about hardware check cannot see
-        out.append(Finding("warning" if "open upstream report" in warning else "info", "note", warning, arch))
+        if warning.startswith("upstream report"):
+            certain = not ("is unknown" in warning or "applies " in warning)
+            out.append(Finding("warning" if certain else "info", "upstream-report", warning, arch))
+        else:
+            out.append(Finding("info", "note", warning, arch))
     if verdict.ok and canonical == "flashinfer_nvlink_one_sided":
-        out.append(Finding("info", "one-sided-ok", f"{profile.model} dispatches {dtype} on {arch}: one-sided is legal", arch))
+        out.append(Finding("info", "one-sided-ok",
+                           f"{profile.model} dispatches {dtype} on {arch}: one-sided is legal", arch))
     return out
 
 
 def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_version: str | None = None,
-                        environ: dict | None = None) -> CheckReport:
+                        environ: dict | None = None, role: str | None = None) -> CheckReport:
     """Check a `vllm serve MODEL [flags...]` command line and return every finding.
 
-    :param argv: the command line, as words (``["vllm", "serve", "MODEL", "-dp", "8", ...]``).
+    :param argv: the command line, as words (``["vllm", "serve", "MODEL", "-dp", "8", ...]``) or as
+        one pasted string (continuations, comments and ``export`` lines are read as a shell would).
     :param gpu_arch: the target arch (any spelling); default: the local GPUs', else both archs.
-    :param vllm_version: the vLLM that will run it; default: the version the vLLM that checked the
-        flags reported (``$AUTOSELECT_VLLM_PYTHON`` or this environment's), else the package
-        metadata of ``$AUTOSELECT_VLLM_PYTHON``'s environment, else this environment's, else the
-        newest known (:func:`autoselect.vllm_target.target_version`, shared with ``recommend``).
-    :param environ: the environment to look for ``VLLM_ALL2ALL_BACKEND`` and ``NVSHMEM_QP_DEPTH`` in
-        (default ``os.environ``); ``VAR=value`` words before the command win over it.
-    :raises UserError: an unreadable command line, model, version or arch (exit status 2).
+    :param vllm_version: the vLLM that will run it; default: the release the line's
+        ``vllm/vllm-openai`` image tag names, else the version the vLLM that checked the flags
+        reported (``$AUTOSELECT_VLLM_PYTHON`` or this environment's), else the package metadata
+        of ``$AUTOSELECT_VLLM_PYTHON``'s environment, else this environment's, else the newest
+        known (:func:`autoselect.vllm_target.target_version`, shared with ``recommend``).
+    :param environ: the environment the line runs in (default ``os.environ``); the line's own
+        ``VAR=value`` words and ``env -u`` / ``env -i`` apply on top.
+    :param role: ``prefill``, ``decode`` or ``both`` (what this instance serves, for reports that
+        concern one side of prefill/decode disaggregation); default: the line's
+        ``--kv-transfer-config`` kv_role, else unknown.
+    :raises UserError: an unreadable command line, model, version, arch or role (exit status 2).
     """
     if vllm_version:
         rules.parse_version(vllm_version)  # a bad --vllm-version is refused before vLLM starts
+    if role is not None and role not in ROLES:
+        raise UnknownRole(f"unknown role {role!r}; use prefill, decode or both")
     if gpu_arch:
         archs, arch_source = [normalize_arch(gpu_arch)], "--gpu-arch"
     else:
         local = _local_gpu_arch()
-        archs, arch_source = ([normalize_arch(local)], "local GPUs") if local else (list(GPU_ARCHS), "no GPU: both archs")
+        archs, arch_source = (([normalize_arch(local)], "local GPUs") if local
+                              else (list(GPU_ARCHS), "no GPU: both archs"))
     args = parse_serve_argv(argv)
-    backend = args.all2all_backend or rules.DEFAULT_BACKEND
-    # vLLM's own parser, when vLLM is installed (a subprocess; see autoselect/vllm_bridge.py);
-    # the version it reports is the one the rules judge the line against.
-    from autoselect.vllm_bridge import serve_command_check
-    from autoselect.vllm_target import target_version
-
-    answered, vllm_findings = serve_command_check(argv)
-    version, version_source = target_version(vllm_version, answered)  # the same resolution as recommend
-    environ = dict(os.environ if environ is None else environ)
-    findings = _flag_findings(args, version, environ)
-    findings += _deployment_findings(args, backend)
+    # vLLM's own parser, when vLLM is installed (a subprocess; see autoselect/vllm_bridge.py),
+    # sees the words `vllm serve` receives; the version it reports is the one the rules judge
+    # the line against, unless --vllm-version or the line's image tag name another.
+    answered, vllm_findings = serve_command_check(args.serve_words)
+    if not vllm_version and args.image_version:
+        version, version_source = args.image_version, f"the line's image, {args.image}"
+    else:
+        version, version_source = target_version(vllm_version, answered)  # the same resolution as recommend
+    serving = args.serving_environ(dict(os.environ if environ is None else environ))
+    role = role or args.role
+    effective = rules.effective_backend(version, args.all2all_backend, serving.get(VARIABLE))
+    if effective.origin == FLAG and not rules.value_known_to(effective.backend, version):
+        # vllm serve exits at parse time (an invalid-choice or unknown-value error says so)
+        effective = rules.EffectiveBackend(None, FLAG, effective.era, effective.flag, effective.variable,
+                                           effective.overridden, effective.variable_ignored, effective.variable_refused)
+    findings = [Finding(sev, code, msg) for sev, code, msg in args.notes]
+    findings += _option_findings(args, version)
+    findings += _flag_value_findings(args, version, effective)
+    findings += _variable_findings(args, version, effective)
     findings += [Finding(sev, code, msg) for sev, code, msg in vllm_findings]
     if version_source == "newest known":
         why = "vLLM did not answer" if vllm_findings else "no vLLM installed"
         findings.append(Finding("info", "assumed-version",
                                 f"{why} and no --vllm-version: assuming vLLM {version}"))
+    if not rules.version_in(version, rules.OLDEST_CHECKED, None):
+        findings.append(Finding("warning", "untested-version",
+                                f"vLLM {version} is older than anything autoselect's version tables were checked "
+                                f"against ({rules.OLDEST_CHECKED}): it is judged as {rules.OLDEST_CHECKED}"))
     try:
         profile = load_profile(args.model)
     except DenseModel as e:
         findings.append(Finding("warning", "dense-model", str(e)))
         profile = None
-    if profile is not None:
+    findings += _deployment_findings(args, version, effective, profile, serving)
+    if profile is not None and effective.backend is not None:
         for arch in archs:
-            findings += _model_findings(profile, args, backend, version, arch, environ)
+            findings += _model_findings(profile, args, effective.backend, version, arch, serving, role)
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: order[f.severity])
-    return CheckReport(args, version, version_source, archs, arch_source, profile, backend, findings)
+    return CheckReport(args, version, version_source, archs, arch_source, profile, effective.backend,
+                       effective.origin, effective, role, findings)

@@ -137,7 +137,9 @@ def test_leftover_env_var_is_a_warning():
     r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep"], gpu_arch="sm90", vllm_version="0.33.0",
                             environ={"VLLM_ALL2ALL_BACKEND": "deepep_low_latency"})
     assert codes(r, "warning") == ["env-var-removed"]
-    assert "ignores it (removed by PR #33535 in v0.16.0" in r.findings[0].message
+    assert "vLLM 0.33.0 ignores it and warns 'Unknown vLLM environment variable detected' (removed by PR #33535 " \
+           "in v0.16.0); it runs allgather_reducescatter (vLLM's default): use --all2all-backend deepep_low_latency" \
+        in r.findings[0].message
 
 
 def test_dbo_with_an_unsupporting_backend_is_an_error():
@@ -261,8 +263,8 @@ def test_low_latency_with_more_batched_tokens_than_its_queue_depth_allows_is_an_
     r = _ll("--max-num-batched-tokens", "1024")
     assert r.exit_code == 1
     assert [f.message for f in r.findings if f.severity == "error"] == [
-        "deepep_low_latency dispatches at most 511 tokens per rank with NVSHMEM_QP_DEPTH=1024, not 1024: lower "
-        "--max-num-batched-tokens to 511 or set NVSHMEM_QP_DEPTH to at least 2050 (DeepEP 2.1 "
+        "deepep_low_latency dispatches at most 511 tokens per rank with NVSHMEM_QP_DEPTH=1024, not 1024 "
+        "(--max-num-batched-tokens 1024): lower --max-num-batched-tokens to 511 or set NVSHMEM_QP_DEPTH to at least 2050 (DeepEP 2.1 "
         "deep_ep/buffers/legacy.py:609: nvshmem_qp_depth >= (num_max_dispatch_tokens_per_rank + 1) * 2); "
         "legal here: allgather_reducescatter, flashinfer_nvlink_two_sided, deepep_high_throughput"]
 
@@ -284,8 +286,9 @@ def test_low_latency_without_the_flag_is_judged_at_vllms_256_against_a_lowered_q
     r = _ll(env=["NVSHMEM_QP_DEPTH=256"])
     assert r.exit_code == 1
     assert [f.message.split(" (DeepEP")[0] for f in r.findings if f.severity == "error"] == [
-        "deepep_low_latency dispatches at most 127 tokens per rank with NVSHMEM_QP_DEPTH=256, not 256: lower "
-        "--max-num-batched-tokens to 127 or set NVSHMEM_QP_DEPTH to at least 514"]
+        "deepep_low_latency dispatches at most 127 tokens per rank with NVSHMEM_QP_DEPTH=256, not 256 (vLLM's "
+        "default --max-num-batched-tokens 256): lower --max-num-batched-tokens to 127 or set NVSHMEM_QP_DEPTH to "
+        "at least 514"]
     assert _ll(env=["NVSHMEM_QP_DEPTH=514"]).exit_code == 0
 
 
@@ -315,7 +318,7 @@ def test_cli_check_exit_1_on_illegal_one_sided():
             "-dp", "8", "-ep", "--all2all-backend", "flashinfer_nvlink_one_sided")
     assert r.exit_code == 1
     assert "ERROR   illegal-dtype [sm100]: flashinfer_nvlink_one_sided needs nvfp4 activations" in r.stdout
-    assert r.stdout.rstrip().endswith("FAIL: 1 error(s), 1 warning(s)")
+    assert r.stdout.rstrip().endswith("FAIL: 1 error(s), 0 warning(s)")
 
 
 def test_cli_check_exit_0_on_legal_command_and_json_is_data():
@@ -386,3 +389,240 @@ def test_inspect_and_check_never_import_torch():
                          text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "HEAVY []"
+
+
+# ---- the backend each release runs: flag, VLLM_ALL2ALL_BACKEND, default --------------------------
+
+MIXTRAL = str(MODELS / "mixtral-8x7b")
+
+
+def _check(*words, version="0.33.0", arch="sm90", environ=None, role=None):
+    return check_serve_command(list(words), gpu_arch=arch, vllm_version=version, environ=environ or {}, role=role)
+
+
+def test_the_variable_is_the_backend_where_vllm_reads_it_and_the_report_says_so():
+    r = _check("VLLM_ALL2ALL_BACKEND=deepep_high_throughput", "vllm", "serve", MIXTRAL, "--enable-expert-parallel",
+               "--data-parallel-size", "2", version="0.11.1")
+    assert (r.backend, r.backend_origin) == ("deepep_high_throughput", "VLLM_ALL2ALL_BACKEND")
+    assert "default-backend" not in codes(r)  # no longer "vLLM runs its default"
+    [message] = [f.message for f in r.findings if f.code == "env-var-deprecated"]
+    assert message.endswith("use --all2all-backend deepep_high_throughput")
+    assert r.to_dict()["backend_selection"]["rule"] == "read only when --all2all-backend is absent (the flag wins)"
+
+
+def test_an_illegal_backend_is_illegal_whether_the_flag_or_the_variable_names_it():
+    by_flag = _check("vllm", "serve", MIXTRAL, "-ep", "-dp", "16", "--all2all-backend", "deepep_low_latency",
+                     version="0.11.1")
+    by_variable = _check("VLLM_ALL2ALL_BACKEND=deepep_low_latency", "vllm", "serve", MIXTRAL, "-ep", "-dp", "16",
+                         version="0.11.1")
+    assert by_flag.exit_code == by_variable.exit_code == 1
+    assert codes(by_flag, "error") == codes(by_variable, "error") == ["illegal-shape", "illegal-shape"]
+
+
+def test_in_0_14_and_0_15_a_set_variable_overrides_the_flag():
+    r = _check("VLLM_ALL2ALL_BACKEND=deepep_low_latency", "vllm", "serve", FP8B, "-ep", "-dp", "8",
+               "--all2all-backend", "deepep_high_throughput", version="0.14.1")
+    assert (r.backend, r.backend_origin) == ("deepep_low_latency", "VLLM_ALL2ALL_BACKEND")
+    [message] = [f.message for f in r.findings if f.code == "env-var-overrides-flag"]
+    assert message.startswith("VLLM_ALL2ALL_BACKEND=deepep_low_latency overrides --all2all-backend "
+                              "deepep_high_throughput in vLLM 0.14.0-0.15.x: vLLM 0.14.1 runs deepep_low_latency")
+    flag_wins = _check("VLLM_ALL2ALL_BACKEND=deepep_low_latency", "vllm", "serve", FP8B, "-ep", "-dp", "8",
+                       "--all2all-backend", "deepep_high_throughput", version="0.13.0")
+    assert flag_wins.backend == "deepep_high_throughput" and "env-var-overridden" in codes(flag_wins, "warning")
+
+
+def test_before_0_11_1_the_variable_is_the_only_way_and_0_10_runs_naive_by_default():
+    r = _check("vllm", "serve", FP8B, "-ep", "-dp", "8", version="0.10.2")
+    assert (r.backend, r.backend_origin) == ("naive", "vLLM's default")
+    assert [f.message.split(" (")[0] for f in r.findings if f.code == "default-backend"] == [
+        "no backend named: vLLM 0.10.2 runs its default, naive"]
+    by_variable = _check("VLLM_ALL2ALL_BACKEND=deepep_low_latency", "vllm", "serve", FP8B, "-ep", "-dp", "8",
+                         version="0.10.2")
+    assert by_variable.exit_code == 0 and "env-var-backend" in codes(by_variable, "info")
+
+
+def test_a_variable_vllm_refuses_is_an_error_on_releases_that_read_it():
+    r = _check("VLLM_ALL2ALL_BACKEND=deepep", "vllm", "serve", FP8B, "-ep", "-dp", "8", version="0.15.0")
+    assert codes(r, "error") == ["env-var-invalid"] and r.backend is None
+    assert "names no backend any vLLM release knows: drop the variable" in r.findings[0].message
+
+
+def test_a_backend_set_by_the_variable_without_dp_or_ep_has_no_effect():
+    r = _check("VLLM_ALL2ALL_BACKEND=deepep_low_latency", "vllm", "serve", FP8B, "-tp", "8", version="0.11.1")
+    assert "flag-has-no-effect" in codes(r, "warning")
+    assert [f.message for f in r.findings if f.code == "flag-has-no-effect"][0].startswith(
+        "VLLM_ALL2ALL_BACKEND=deepep_low_latency has no effect without --enable-expert-parallel (-ep)")
+
+
+@pytest.mark.parametrize("value", ["pplx", "naive", "'garbage'", "deepep low latency"])
+def test_advice_for_an_ignored_variable_never_names_a_removed_or_unknown_backend(value):
+    r = _check(f"VLLM_ALL2ALL_BACKEND={value}", "vllm", "serve", FP8B, "-ep", "-dp", "8")
+    [message] = [f.message for f in r.findings if f.code == "env-var-removed"]
+    assert "--all2all-backend pplx" not in message and "--all2all-backend naive" not in message
+    assert "--all2all-backend" not in message.split(": ", 1)[1] or value not in message.split(": ", 1)[1]
+    assert ("itself is gone" in message) if value in ("pplx", "naive") else ("names no backend" in message)
+
+
+def test_advice_for_a_live_backend_in_the_variable_spells_it_for_the_release():
+    r = _check("VLLM_ALL2ALL_BACKEND=flashinfer_all2allv", "vllm", "serve", FP8B, "-ep", "-dp", "8")
+    assert [f.message for f in r.findings if f.code == "env-var-removed"][0].endswith(
+        "use --all2all-backend flashinfer_nvlink_two_sided")
+
+
+def test_env_u_removes_the_variable_from_the_environment_check_runs_in():
+    r = _check("env", "-u", "VLLM_ALL2ALL_BACKEND", "vllm", "serve", FP8B, "-ep", "-dp", "8", version="0.14.1",
+               environ={"VLLM_ALL2ALL_BACKEND": "pplx"})
+    assert (r.backend, r.backend_origin) == ("allgather_reducescatter", "vLLM's default")
+
+
+# ---- the low-latency buffer's setting, per release ------------------------------------------
+
+
+def test_low_latency_before_0_20_is_sized_by_the_chunk_size_not_the_batched_tokens():
+    ok = _ll("--max-num-batched-tokens", "8192")  # 0.33.0: the flag sizes the buffer: error
+    assert ok.exit_code == 1
+    chunked = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend", "deepep_low_latency",
+                                   "--max-num-batched-tokens", "8192"], gpu_arch="sm90", vllm_version="0.19.1",
+                                  environ={})
+    assert chunked.exit_code == 0  # vLLM 0.19 chunks the batch into 256-token dispatches
+    deep = check_serve_command(["VLLM_MOE_DP_CHUNK_SIZE=1024", "vllm", "serve", FP8B, "-dp", "8", "-ep",
+                                "--all2all-backend", "deepep_low_latency"], gpu_arch="sm90", vllm_version="0.19.1",
+                               environ={})
+    assert deep.exit_code == 1 and "lower VLLM_MOE_DP_CHUNK_SIZE to 511" in deep.findings[0].message
+
+
+def test_the_chunk_size_after_0_20_is_said_to_do_nothing():
+    r = _ll(env=["VLLM_MOE_DP_CHUNK_SIZE=1024"])
+    assert r.exit_code == 0 and "env-var-removed" in codes(r, "warning")
+
+
+# ---- launchers, pasted lines, old and mistyped options ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["uv run vllm serve {m} -dp 8 -ep", "env -u X vllm serve {m} -dp 8 -ep",
+     "canhazgpu run --gpus 8 -- vllm serve {m} -dp 8 -ep",
+     "python3 -u -m vllm.entrypoints.openai.api_server --model {m} -dp 8 -ep",
+     "/usr/local/bin/vllm serve {m} -dp 8 -ep", "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 vllm serve {m} -dp 8 -ep"],
+)
+def test_launch_wrappers_are_read_through(line):
+    r = _check(line.format(m=FP8B))
+    assert (r.args.model, r.args.world_size, r.exit_code) == (FP8B, 8, 0)
+
+
+def test_a_one_dash_option_and_a_broken_continuation_are_reported():
+    r = _check(f"vllm serve {FP8B} -dp 8 -ep \\  # comment\n  -no-enable-prefix-caching")
+    assert codes(r, "error") == ["single-dash-option"] and codes(r, "warning") == ["broken-continuation"]
+
+
+@pytest.mark.parametrize("version", ["0.11.0", "0.33.0"])
+def test_the_pre_release_name_of_dbo_is_an_error_naming_the_real_flag(version):
+    r = _check("vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend", "deepep_low_latency",
+               "--enable-microbatching", version=version)
+    assert "option-never-released" in codes(r, "error")
+    assert [f.message for f in r.findings if f.code == "option-never-released"][0].endswith(
+        "use --enable-dbo (v0.11.0 and later)")
+
+
+def test_options_of_other_releases_are_reported_for_the_target_release():
+    old = _check("vllm", "serve", FP8B, "-dp", "8", "-ep", "--enable-eplb", "--num-redundant-experts", "8")
+    assert "option-unknown-to-version" in codes(old, "error")
+    deprecated = _check("vllm", "serve", FP8B, "-dp", "8", "-ep", "--enable-eplb", "--num-redundant-experts", "8",
+                        version="0.11.0")
+    assert codes(deprecated, "warning") == ["deprecated-option"] and deprecated.exit_code == 0
+    dbo_too_early = _check("VLLM_ALL2ALL_BACKEND=deepep_low_latency", "vllm", "serve", FP8B, "-dp", "8", "-ep",
+                           "--enable-dbo", version="0.10.2")
+    assert codes(dbo_too_early, "error") == ["option-unknown-to-version"]
+
+
+def test_dbo_with_nixl_ep_needs_0_24():
+    assert "dbo-unsupported" in codes(_check("vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend", "nixl_ep",
+                                             "--enable-dbo", version="0.23.0"), "error")
+    assert "dbo-unsupported" not in codes(_check("vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend",
+                                                 "nixl_ep", "--enable-dbo", version="0.24.0"))
+
+
+def test_a_vllm_image_tag_names_the_release_unless_vllm_version_says_otherwise():
+    line = f"docker run --gpus all vllm/vllm-openai:v0.17.0 {FP8B} -dp 8 -ep --all2all-backend pplx"
+    r = check_serve_command([line], gpu_arch="sm90", environ={})
+    assert (r.vllm_version, r.vllm_version_source) == ("0.17.0", "the line's image, vllm/vllm-openai:v0.17.0")
+    assert "removed-backend" in codes(r, "warning")  # pplx is gone from 0.17.0
+    assert check_serve_command([line], gpu_arch="sm90", vllm_version="0.16.0", environ={}).vllm_version == "0.16.0"
+
+
+# ---- EPLB, ranks without experts --------------------------------------------------------------
+
+
+def test_eplb_redundant_experts_that_do_not_divide_over_the_ep_size_are_an_error():
+    r = _check("vllm", "serve", FP8B, "-dp", "8", "-ep", "--enable-eplb", "--eplb-config",
+               '{"window_size":1000,"step_interval":3000,"num_redundant_experts":2,"log_balancedness":true}')
+    assert codes(r, "error") == ["eplb"]
+    assert r.findings[0].message.startswith("EPLB spreads 258 physical experts (256 routed + 2 redundant) over EP "
+                                            "size 8, which does not divide them: ValueError at model load")
+    assert r.to_dict()["physical_experts"] == 258
+    fine = _check("vllm", "serve", FP8B, "-dp", "8", "-ep", "--enable-eplb", "--eplb-config",
+                  '{"num_redundant_experts": 8}', "--all2all-backend", "deepep_high_throughput")
+    assert fine.exit_code == 0
+
+
+def test_more_ranks_than_experts_is_an_error_for_every_backend():
+    r = _check("vllm", "serve", FP8B, "-dp", "512", "-ep")
+    assert r.exit_code == 1
+    assert r.findings[0].message.startswith("EP size 512 is larger than the 256 experts: 256 ranks would hold no "
+                                            "expert")
+    assert "legal here" not in r.findings[0].message
+
+
+# ---- upstream reports, where they apply ----------------------------------------------------------
+
+NVFP4_CT = str(MODELS / "qwen3-30b-a3b-nvfp4-ct")
+
+
+def test_the_double_reduce_is_reported_on_releases_before_its_fix_and_only_with_tp_above_1():
+    line = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model", NVFP4_CT, "-tp", "2", "-dp", "2",
+            "--enable-expert-parallel", "--all2all-backend", "flashinfer_nvlink_two_sided")
+    before = _check(*line, version="0.21.0", arch="sm100")
+    assert [f.message.split(" (")[0] for f in before.findings if f.code == "upstream-report"] == [
+        "upstream report #41382", "upstream report #39722"]
+    assert all(f.severity == "warning" for f in before.findings if f.code == "upstream-report")
+    after = _check(*line, version="0.22.0", arch="sm100")
+    assert [f.message.split(" (")[0] for f in after.findings if f.code == "upstream-report"] == [
+        "upstream report #39722"]
+    tp1 = _check("vllm", "serve", NVFP4_CT, "-dp", "4", "-ep", "--all2all-backend", "flashinfer_nvlink_two_sided",
+                 version="0.21.0", arch="sm100")
+    assert all("#41382" not in f.message for f in tp1.findings)
+
+
+def test_the_prefill_report_is_not_given_to_decode_lines():
+    base = ("vllm", "serve", NVFP4, "-dp", "8", "-ep", "--all2all-backend", "flashinfer_nvlink_one_sided")
+    assert [f.severity for f in _check(*base, arch="sm100", role="prefill").findings
+            if f.code == "upstream-report"] == ["warning"]
+    assert not [f for f in _check(*base, arch="sm100", role="decode").findings if f.code == "upstream-report"]
+    unknown = [f for f in _check(*base, arch="sm100").findings if f.code == "upstream-report"]
+    assert [f.severity for f in unknown] == ["info"] and unknown[0].message.endswith(
+        "applies where this instance runs prefill")
+    consumer = _check(*base, "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}',
+                      arch="sm100")
+    assert consumer.role == "decode" and "upstream-report" not in codes(consumer)
+
+
+def test_one_sided_bf16_that_vllm_accepts_is_refused_saying_so_plainly():
+    r = _check("vllm", "serve", BF16, "-dp", "4", "-ep", "--all2all-backend", "flashinfer_nvlink_one_sided",
+               arch="sm100")
+    [message] = [f.message for f in r.findings if f.code == "illegal-dtype"]
+    assert ("vLLM 0.33.0 accepts this line (PR #40960 (merged 2026-04-27; first in v0.20.1): bf16 and mxfp8 "
+            "dispatch), but autoselect refuses it on purpose: one-sided was built for nvfp4 payloads") in message
+    assert "no upstream report covers bf16 one-sided, and autoselect has not validated it" in message
+
+
+def test_cli_role_is_checked_and_json_says_where_the_backend_came_from():
+    bad = run("check", "--role", "mixed", "--", "vllm", "serve", FP8B)
+    assert bad.exit_code == 2 and bad.stderr == "Error: unknown role 'mixed'; use prefill, decode or both\n"
+    r = run("check", "--gpu-arch", "sm90", "--vllm-version", "0.11.1", "--format", "json", "--",
+            "VLLM_ALL2ALL_BACKEND=deepep_high_throughput", "vllm", "serve", FP8B, "-dp", "8", "-ep")
+    d = json.loads(r.stdout)
+    assert (d["backend"], d["backend_origin"]) == ("deepep_high_throughput", "VLLM_ALL2ALL_BACKEND")
+    text = run("check", "--gpu-arch", "sm90", "--vllm-version", "0.11.1", "--",
+               "VLLM_ALL2ALL_BACKEND=deepep_high_throughput", "vllm", "serve", FP8B, "-dp", "8", "-ep")
+    assert "backend    deepep_high_throughput (VLLM_ALL2ALL_BACKEND)   EP size 8" in text.stdout

@@ -98,20 +98,29 @@ def inspect_cmd(model, gpu_arch, fmt, cross_check=False):
               help="sm90 or sm100; default: the local GPUs', or both archs on a host without GPUs.")
 @click.option("--vllm-version", default=None, metavar="VERSION",
               help="The vLLM that will run the command; default: the installed vllm, else the newest known.")
+@click.option("--role", default=None, metavar="ROLE",
+              help="prefill, decode or both: what this instance serves in prefill/decode disaggregation "
+                   "(upstream reports about one side apply only there); default: the line's "
+                   "--kv-transfer-config kv_role, else unknown.")
 @format_option("text", "json")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def check_cmd(gpu_arch, vllm_version, fmt, command):
+def check_cmd(gpu_arch, vllm_version, role, fmt, command):
     """Check a `vllm serve` command line for illegal or ineffective all2all settings.
 
-    Reports, with a severity each: a backend illegal for the model's activation dtype
-    (flashinfer_nvlink_one_sided needs nvfp4; on vLLM before v0.20.0 anything else silently
-    corrupts output), --all2all-backend without expert parallelism or with -dp 1 (silently
-    ignored), removed or renamed values (pplx, naive, flashinfer_all2allv), a leftover
-    VLLM_ALL2ALL_BACKEND, --enable-dbo with a backend that does not support it, experts not
-    divisible by the EP size, unsupported top-k, DeepEP kernel limits (EP sizes, experts per
-    rank, row bytes, --max-num-batched-tokens against NVSHMEM_QP_DEPTH). Exit status 1 if any finding is an error,
-    0 otherwise, 2 for input that cannot be read. Without --gpu-arch on a host without GPUs,
-    both sm90 and sm100 are checked and reported separately.
+    Reads the line as the target vLLM release does: the backend it runs comes from
+    --all2all-backend, VLLM_ALL2ALL_BACKEND or the release's default, by that release's rules.
+    Launchers (uv run, env, canhazgpu run --, python -m ..., a vllm/vllm-openai image) and pasted
+    blocks are read through. Reports, with a severity each: a backend illegal for the model's
+    activation dtype (flashinfer_nvlink_one_sided needs nvfp4; on vLLM before v0.20.0 anything
+    else silently corrupts output), a backend setting without expert parallelism or with -dp 1
+    (silently ignored), removed or renamed values (pplx, naive, flashinfer_all2allv), the
+    variable where it is ignored or overrides the flag, --enable-dbo with a backend that does not
+    support it, EPLB redundant experts that do not divide over the EP size, experts not divisible
+    by the EP size, unsupported top-k, DeepEP kernel limits (EP sizes, experts per rank, row
+    bytes, the low-latency buffer against NVSHMEM_QP_DEPTH), upstream bug reports that apply to
+    the release. Exit status 1 if any finding is an error, 0 otherwise, 2 for input that cannot
+    be read. Without --gpu-arch on a host without GPUs, both sm90 and sm100 are checked and
+    reported separately.
 
     \b
     Examples:
@@ -120,7 +129,7 @@ def check_cmd(gpu_arch, vllm_version, fmt, command):
     """
     from autoselect.check import check_serve_command
 
-    report = check_serve_command(list(command), gpu_arch=gpu_arch, vllm_version=vllm_version)
+    report = check_serve_command(list(command), gpu_arch=gpu_arch, vllm_version=vllm_version, role=role)
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
@@ -129,8 +138,9 @@ def check_cmd(gpu_arch, vllm_version, fmt, command):
         click.echo(f"model      {report.args.model}")
         click.echo(f"vLLM       {report.vllm_version} ({report.vllm_version_source})")
         click.echo(f"GPU arch   {', '.join(report.gpu_archs)} ({report.gpu_arch_source})")
-        click.echo(f"backend    {report.backend}"
-                   + ("" if report.args.all2all_backend else " (vLLM default)")
+        origin = {"--all2all-backend": "", "vLLM's default": " (vLLM default)"}.get(
+            report.backend_origin, f" ({report.backend_origin})")
+        click.echo(f"backend    {report.backend or '-'}" + origin
                    + f"   EP size {report.args.world_size}"
                    + ("" if report.args.uses_all2all else "   (no all2all)"))
         click.echo(f"dispatch   {dtype}")
