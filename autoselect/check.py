@@ -208,7 +208,7 @@ def _variable_findings(args: ServeArgs, version: str, effective: rules.Effective
     name = f"{VARIABLE}={value}"
     if effective.variable_refused:
         return [Finding("error", "env-var-invalid", f"{name}: {effective.variable_refused} "
-                                                    f"({era.source}){tail}")]
+                                                    f"({era.cite}){tail}")]
     if effective.variable_ignored:
         warned = (" and warns 'Unknown vLLM environment variable detected'"
                   if era.variable == rules.selection.IGNORED_WARNED else "")
@@ -217,15 +217,17 @@ def _variable_findings(args: ServeArgs, version: str, effective: rules.Effective
                         f"v{rules.ENV_VAR_REMOVED_IN}); it runs {effective.backend} ({effective.origin}){tail}")]
     if era.variable == rules.selection.ONLY:
         return [Finding("info", "env-var-backend",
-                        f"vLLM {version} has no --all2all-backend: {name} chooses the backend ({era.source})")]
+                        f"vLLM {version} has no --all2all-backend: {name} chooses the backend ({era.cite})")]
     if effective.origin == FLAG:
         return [Finding("warning", "env-var-overridden",
                         f"{name} is not used: in vLLM {era.releases} --all2all-backend {args.all2all_backend} wins "
-                        f"over it ({era.source}); drop the variable")]
+                        f"over it ({era.cite}); drop the variable")]
     if effective.overridden:
+        keep = f"--all2all-backend {advice.rpartition(' ')[2]}" if advice.startswith("use ") else "another backend"
         return [Finding("warning", "env-var-overrides-flag",
                         f"{name} overrides --all2all-backend {args.all2all_backend} in vLLM {era.releases}: vLLM "
-                        f"{version} runs {value}, not the flag's value ({era.source}){tail}")]
+                        f"{version} runs {value}, not the flag's value ({era.cite}); unset the variable to run the "
+                        f"flag's value, or pass {keep} and unset it")]
     return [Finding("warning", "env-var-deprecated",
                     f"the backend comes from {name}, deprecated since v{rules.FLAG_SINCE} (PR #26732) and "
                     f"ignored from v{rules.ENV_VAR_REMOVED_IN} (PR #33535){tail}")]
@@ -251,8 +253,7 @@ def _deployment_findings(args: ServeArgs, version: str, effective: rules.Effecti
                                "all-gather + reduce-scatter over DP x TP"))
     elif effective.origin == DEFAULT:
         out.append(Finding("info", "default-backend",
-                           f"no backend named: vLLM {version} runs its default, {backend} "
-                           f"({effective.era.default_source})"))
+                           f"no backend named: vLLM {version} runs its default, {backend}"))
     if profile is not None:
         for reason in rules.eplb_reasons(profile.num_experts, args.redundant_experts, args.world_size, version,
                                          enable_eplb=args.enable_eplb, expert_parallel=args.enable_expert_parallel):
@@ -277,9 +278,9 @@ def _deployment_findings(args: ServeArgs, version: str, effective: rules.Effecti
         if budget is not None and not budget.given:
             lowered = rules.lowered_batch_default(canonical, version)
             what = (f"vLLM {version} lowers the default --max-num-batched-tokens to {lowered} for {canonical}"
-                    if lowered else f"{canonical}'s buffer holds {budget.describe()} tokens per rank; vLLM chunks "
-                                    f"larger batches")
-            out.append(Finding("info", "batched-token-default", f"{what} ({budget.row.source})"))
+                    if lowered else f"{canonical}'s buffer holds {budget.tokens} tokens per rank "
+                                    f"({budget.describe()}); vLLM chunks larger batches")
+            out.append(Finding("info", "batched-token-default", f"{what} ({budget.row.cite})"))
     chunk = serving.get(rules.budgets.CHUNK_SIZE)
     if chunk is not None and rules.version_in(version, rules.budgets.CHUNK_SIZE_REMOVED_IN, None):
         out.append(Finding("warning", "env-var-removed",

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoselect.errors import UserError
+from autoselect.rules.limits import env_positive_int
 from autoselect.rules.versions import version_in
 
 CHUNK_SIZE = "VLLM_MOE_DP_CHUNK_SIZE"
@@ -39,6 +40,7 @@ class DispatchBudget:
     chunked: bool  # vLLM splits a larger batch into buffer-sized chunks before dispatching
     chunking_switch_since: str | None  # from this release CHUNKING_SWITCH=0 turns the chunking off
     source: str
+    cite: str = ""  # the one source line a message quotes
 
 
 _CHUNK_SOURCE = ("fused_moe/layer.py builds FusedMoEConfig(max_num_tokens=envs.VLLM_MOE_DP_CHUNK_SIZE) "
@@ -49,11 +51,14 @@ _FLAG_SOURCE = ("0.20.0 fused_moe/layer.py:503 max_num_tokens=scheduler_config.m
                 "DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP) when the flag is absent and "
                 "parallel.py:627-636 use_batched_dp_moe; same in 0.33.0 (arg_utils.py:3167-3169)")
 
+_CHUNK_CITE = "0.19.1 fused_moe/layer.py:481"
+_FLAG_CITE = "0.20.0 fused_moe/layer.py:503, engine/arg_utils.py:2354-2358"
+
 DISPATCH_BUDGETS = (
-    DispatchBudget("deepep_low_latency", None, "0.20.0", CHUNK_SIZE, 256, True, "0.13.0", _CHUNK_SOURCE),
-    DispatchBudget("deepep_low_latency", "0.20.0", None, BATCHED_TOKENS, 256, False, None, _FLAG_SOURCE),
-    DispatchBudget("nixl_ep", None, "0.20.0", CHUNK_SIZE, 256, True, "0.13.0", _CHUNK_SOURCE),
-    DispatchBudget("nixl_ep", "0.20.0", None, BATCHED_TOKENS, 256, False, None, _FLAG_SOURCE),
+    DispatchBudget("deepep_low_latency", None, "0.20.0", CHUNK_SIZE, 256, True, "0.13.0", _CHUNK_SOURCE, _CHUNK_CITE),
+    DispatchBudget("deepep_low_latency", "0.20.0", None, BATCHED_TOKENS, 256, False, None, _FLAG_SOURCE, _FLAG_CITE),
+    DispatchBudget("nixl_ep", "0.18.0", "0.20.0", CHUNK_SIZE, 256, True, "0.18.0", _CHUNK_SOURCE, _CHUNK_CITE),
+    DispatchBudget("nixl_ep", "0.20.0", None, BATCHED_TOKENS, 256, False, None, _FLAG_SOURCE, _FLAG_CITE),
 )
 
 #: Where the chunking switch and the chunk size's removal were read.
@@ -74,20 +79,6 @@ def lowered_batch_default(backend: str, vllm_version: str) -> int | None:
     lowers it (256 for deepep_low_latency and nixl_ep from 0.20.0), else None."""
     row = budget_row(backend, vllm_version)
     return row.default if row is not None and row.setting == BATCHED_TOKENS else None
-
-
-def _positive(environ: dict, name: str) -> int | None:
-    raw = environ.get(name)
-    if raw is None:
-        return None
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InvalidChunkSize(f"{name}={raw!r} is not a positive integer; vLLM reads it with int() and "
-                               f"fails at startup: unset it (vLLM uses 256) or set a number such as 256")
-    return value
 
 
 @dataclass(frozen=True)
@@ -126,7 +117,9 @@ def dispatch_budget(backend: str, vllm_version: str, *, max_num_batched_tokens: 
     if row.setting == BATCHED_TOKENS:
         tokens = max_num_batched_tokens or row.default
         return Budget(tokens, row.setting, max_num_batched_tokens is not None, tokens, row)
-    chunk = _positive(environ, CHUNK_SIZE)
+    chunk = env_positive_int(environ, CHUNK_SIZE, InvalidChunkSize,
+                             "vLLM reads it with int() and fails at startup: unset it (vLLM uses 256) or set a "
+                             "number such as 256")
     tokens = chunk or row.default
     chunking_off = (row.chunking_switch_since is not None and version_in(vllm_version, row.chunking_switch_since, None)
                     and str(environ.get(CHUNKING_SWITCH, "1")).strip() == "0")

@@ -36,7 +36,7 @@ EPLB_RULES = (
              "AssertionError at model load: 'Redundant experts are only supported with EPLB'",
              "0.10.0 fused_moe/layer.py:681-682, 0.22.0 layer.py:214, 0.33.0 layer.py:282"),
     EplbRule("needs-expert-parallel", None, None,
-             "refused at startup: 'enable_expert_parallel must be True to use EPLB'",
+             "refuses to start: 'enable_expert_parallel must be True to use EPLB'",
              "0.10.0 vllm/config.py:2132, 0.11.0 config/parallel.py:433, 0.33.0 parallel.py:570"),
 )
 
@@ -60,7 +60,7 @@ def eplb_reasons(routed_experts: int, redundant: int, world_size: int, vllm_vers
         out.append(f"{redundant} redundant experts without --enable-eplb: {rule.consequence} ({rule.source})")
     if enable_eplb and not expert_parallel:
         rule = eplb_rule("needs-expert-parallel", vllm_version)
-        out.append(f"--enable-eplb needs --enable-expert-parallel: vLLM is {rule.consequence}")
+        out.append(f"--enable-eplb needs --enable-expert-parallel: vLLM {rule.consequence} ({rule.source})")
     physical = routed_experts + redundant
     if enable_eplb and expert_parallel and world_size > 1 and physical % world_size:
         rule = eplb_rule("even-distribution", vllm_version)

@@ -11,6 +11,23 @@ class InvalidQueueDepth(UserError):
     "NVSHMEM_QP_DEPTH is set to something other than a positive integer."
 
 
+def env_positive_int(environ, name: str, error: type[UserError], hint: str) -> int | None:
+    """The positive integer ``environ[name]`` holds, None when unset.
+
+    :raises error: the value is not a positive integer (``hint`` says what to do instead).
+    """
+    raw = (environ or {}).get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise error(f"{name}={raw!r} is not a positive integer; {hint}")
+    return value
+
+
 @dataclass(frozen=True)
 class Limit:
     """One kernel limit as data: its value, the upstream lines that impose it, and where it applies.
@@ -62,17 +79,9 @@ class QueueDepth:
 
         :raises InvalidQueueDepth: when the variable is not a positive integer.
         """
-        raw = (environ or {}).get(self.env)
-        if raw is None:
-            return self.default
-        try:
-            depth = int(str(raw).strip())
-        except ValueError:
-            depth = 0
-        if depth < 1:
-            raise InvalidQueueDepth(f"{self.env}={raw!r} is not a positive integer; unset it (DeepEP "
-                                    f"uses {self.default}) or set a number such as {self.default}")
-        return depth
+        depth = env_positive_int(environ, self.env, InvalidQueueDepth,
+                                 f"unset it (DeepEP uses {self.default}) or set a number such as {self.default}")
+        return self.default if depth is None else depth
 
     def max_tokens(self, environ=None) -> int:
         """The most tokens per rank that depth allows."""

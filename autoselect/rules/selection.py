@@ -59,6 +59,7 @@ class SelectionEra:
     bad_variable: str  # what a value outside variable_values does
     source: str
     default_source: str = ""  # where the default is set
+    cite: str = ""  # the one source line a message quotes
     variable_always_validated: bool = False  # read (and validated) even when the flag is given
 
     @property
@@ -74,6 +75,7 @@ SELECTION_ERAS = (
         source="0.10.0 vllm/envs.py:912-913 (os.getenv(..., 'naive')), "
                "distributed/device_communicators/cuda_communicator.py:73-91 (same in 0.10.1.1, 0.10.2)",
         default_source="0.10.0 vllm/envs.py:912-913, 0.10.2 envs.py:1059-1060",
+        cite="0.10.0 vllm/envs.py:912-913",
     ),
     SelectionEra(
         "0.11.0", "0.11.1", flag=False, variable=ONLY, default="allgather_reducescatter", variable_values=_V011,
@@ -81,6 +83,7 @@ SELECTION_ERAS = (
         source="0.11.0 vllm/envs.py:1240-1246 (env_with_choices, default allgather_reducescatter), "
                "envs.py:236-275, cuda_communicator.py:93-119",
         default_source="0.11.0 vllm/envs.py:1240-1241",
+        cite="0.11.0 vllm/envs.py:1240-1246",
     ),
     SelectionEra(
         "0.11.1", "0.12.0", flag=True, variable=UNLESS_FLAG, default="allgather_reducescatter",
@@ -91,6 +94,7 @@ SELECTION_ERAS = (
                "self.all2all_backend = envs.VLLM_ALL2ALL_BACKEND), "
                "engine/arg_utils.py:404 (flag default None)",
         default_source="0.11.1 vllm/envs.py:1225-1227 (the variable's default, read when the flag is absent)",
+        cite="0.11.1 vllm/config/parallel.py:466-473",
     ),
     SelectionEra(
         "0.12.0", "0.14.0", flag=True, variable=UNLESS_FLAG, default="allgather_reducescatter",
@@ -99,6 +103,7 @@ SELECTION_ERAS = (
         source="0.12.0 vllm/config/parallel.py:495-500 (flag first), parallel.py:489 (compute_hash reads the "
                "variable even when the flag is given, so a bad value fails either way); same in 0.13.0",
         default_source="0.12.0 vllm/envs.py:1270-1272 (the variable's default)",
+        cite="0.12.0 vllm/config/parallel.py:489-500",
         variable_always_validated=True,
     ),
     SelectionEra(
@@ -109,12 +114,14 @@ SELECTION_ERAS = (
                "self.all2all_backend = envs.VLLM_ALL2ALL_BACKEND; 'will be removed in v0.15.0'), "
                "0.15.0 parallel.py:542-548, envs.py:1312-1324 (+ mori); the change is PR #30363 (2025-12-09)",
         default_source="0.14.0 vllm/config/parallel.py:152 (all2all_backend field default)",
+        cite="0.14.0 vllm/config/parallel.py:529-536",
     ),
     SelectionEra(
         "0.16.0", "0.17.0", flag=True, variable=IGNORED, default="allgather_reducescatter",
         variable_values=frozenset(), bad_variable="nothing: vLLM does not read it",
         source="PR #33535 (merged 2026-02-02) removed the variable; 0.16.0 reads it nowhere",
         default_source="0.16.0 vllm/config/parallel.py:150 (all2all_backend field default)",
+        cite="PR #33535",
     ),
     SelectionEra(
         "0.17.0", None, flag=True, variable=IGNORED_WARNED, default="allgather_reducescatter",
@@ -123,6 +130,7 @@ SELECTION_ERAS = (
                "an error with --fail-on-environ-validation), engine/arg_utils.py:1459; same through 0.33.0",
         default_source="vllm/config/parallel.py all2all_backend field default (0.17.0-0.33.0; PR #53311 made "
                        "one-sided the default on main on 2026-08-21, PR #53952 reverted it: no release has it)",
+        cite="0.17.0 vllm/envs.py:1704-1710",
     ),
 )
 

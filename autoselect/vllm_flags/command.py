@@ -60,29 +60,58 @@ class Command:
     notes: list = field(default_factory=list)  # (severity, code, message): what reading the line did
 
 
+def _open_quote(text: str, quote: str | None) -> str | None:
+    """The quote still open at the end of ``text`` (a shell's rules), given the one open before it."""
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if quote == "'":
+            quote = None if c == "'" else quote
+        elif c == "\\":
+            i += 1  # escapes the next character, outside single quotes
+        elif quote == '"':
+            quote = None if c == '"' else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or text[i - 1].isspace()):
+            break  # a comment: the rest of the line is not the command
+        i += 1
+    return quote
+
+
 def _logical_lines(text: str, notes: list) -> list[tuple[int, str]]:
     """``(first line number, text)`` of each command in a pasted block, continuations joined.
 
-    A ``\\`` followed by blanks (and maybe a comment) ends the command in a shell: the backslash
-    escapes a blank, not the newline. Publishers mean a continuation there, so it is read as one,
-    with a warning.
+    A quoted string may span lines (a JSON option written over several). A ``\\`` followed by
+    blanks (and maybe a comment) ends the command in a shell: the backslash escapes a blank, not
+    the newline. Publishers mean a continuation there, so it is read as one, with a warning.
     """
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    out, current, start = [], [], None
+    out, current, start, quote, broken_at = [], [], None, None, []
     for number, line in enumerate(lines, 1):
+        if quote is not None:  # inside a quoted string that began on an earlier line
+            current[-1] += "\n" + line
+            quote = _open_quote(line, quote)
+            if quote is not None or line.rstrip().endswith("\\"):
+                if quote is None:
+                    current[-1] = current[-1].rstrip()[:-1]
+                continue
+            out.append((start, " ".join(current)))
+            current, start = [], None
+            continue
         broken = _BROKEN_CONTINUATION.search(line)
-        if broken:
-            what = f"the comment {broken.group(1).strip()!r}" if broken.group(1) else "blanks"
-            notes.append(("warning", "broken-continuation",
-                          f"line {number}: {what} after the `\\` ends the command in a shell (the backslash "
-                          f"escapes a blank, not the newline), so pasted as written only the lines above run; "
-                          f"read here as the continuation it was meant to be"))
+        if broken and _open_quote(line[:broken.start()], None) is None:
+            broken_at.append((number, bool(broken.group(1))))
             line = line[:broken.start()] + "\\"
         stripped = line.rstrip()
         if start is None:
             if not stripped.strip() or stripped.lstrip().startswith("#"):
                 continue
             start = number
+        quote = _open_quote(stripped, None)
+        if quote is not None:
+            current.append(stripped)
+            continue
         if stripped.endswith("\\") and not stripped.endswith("\\\\"):
             current.append(stripped[:-1])
             continue
@@ -91,6 +120,14 @@ def _logical_lines(text: str, notes: list) -> list[tuple[int, str]]:
         current, start = [], None
     if current:
         out.append((start, " ".join(current)))
+    if broken_at:
+        numbers = ", ".join(str(n) for n, _ in broken_at)
+        what = "a comment" if all(c for _, c in broken_at) else "a comment or blanks"
+        notes.append(("warning", "broken-continuation",
+                      f"line{'s' if len(broken_at) > 1 else ''} {numbers}: {what} after the `\\` ends the command "
+                      f"in a shell (the backslash escapes a blank, not the newline), so pasted as written the shell "
+                      f"runs the command only up to line {broken_at[0][0]}; read here as the continuation it was "
+                      f"meant to be"))
     return out
 
 
@@ -117,6 +154,9 @@ def split_words(argv: list[str]) -> tuple[list[str], list]:
             exports += words[1:]
         else:
             commands.append((number, words))
+    for _, words in commands:
+        while words and words[-1] in ("&", ";"):  # a shell control operator, not an argument
+            words.pop()
     if len(commands) > 1:
         starts = ", ".join(str(n) for n, _ in commands)
         raise InvalidServeCommand(f"the text holds {len(commands)} commands (lines {starts}); pass one "
