@@ -236,8 +236,8 @@ def parse_serve_argv(argv: list[str]) -> ServeArgs:
         else:
             if _SINGLE_DASH_LONG.match(arg):
                 notes.append(("error", "single-dash-option",
-                              f"{arg} has one dash: vLLM's parser does not know it and `vllm serve` exits with "
-                              f"'unrecognized arguments'; write -{arg}"))
+                              f"{arg} has one dash: vLLM's parser reads it as a short option with a value (-n is "
+                              f"--nnodes) or not at all, and `vllm serve` exits with an argument error; write -{arg}"))
             unknown.append(arg)
             # keep an unknown option's value with it: the next word, unless it is an option
             if not has_eq and i + 1 < len(args) and not args[i + 1].startswith("-") and positional:
