@@ -93,7 +93,7 @@ HEAVY = frozenset({
 LAZY_ALLOWED: dict[str, set[str]] = {
     # bench/* (owner: workers; bench/sweep.py and launch.py are being restructured)
     "bench/launch.py": {"bench.backends", "bench.measure", "bench.workload"},
-    "bench/sweep.py": {"autoselect.hardware", "autoselect.model", "autoselect.rules", "autoselect.vllm_flags",
+    "bench/sweep.py": {"autoselect.hardware", "autoselect.model", "autoselect.rules",
                        "bench.backends", "bench.launch", "bench.workload"},
     # service.py and db/* (owner: hostile)
     "autoselect/service.py": {"autoselect", "autoselect.drift", "autoselect.model", "autoselect.selector", "db",
@@ -102,11 +102,9 @@ LAZY_ALLOWED: dict[str, set[str]] = {
     "db/schema.py": {"db"},
     "db/store.py": {"db.queries", "db.schema", "db.transfer"},
     "db/transfer.py": {"db.errors", "db.queries", "db.tuned"},
-    # check.py, rules.py, vllm_flags.py (owner: check)
-    "autoselect/check.py": {"autoselect.hardware", "autoselect.vllm_bridge", "autoselect.vllm_flags",
-                            "autoselect.vllm_target"},
+    # check.py, rules/ (owner: check)
+    "autoselect/check.py": {"autoselect.hardware"},
     "autoselect/rules/legal.py": {"autoselect.model"},
-    "autoselect/vllm_flags.py": {"autoselect.payload", "autoselect.rules"},
     # the vLLM bridge (owner: the bridge/ package, later)
     "autoselect/vllm_bridge.py": {"autoselect.model"},
     "autoselect/vllm_target.py": {"autoselect.rules"},
