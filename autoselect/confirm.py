@@ -5,7 +5,7 @@ For each candidate backend, ``vllm bench forward`` (vLLM >= 0.33,
 MoE routing as one-shot CUDA graphs, with the flags ``recommend`` would emit. Its
 ``--output-json`` is parsed into :class:`db.records.Result` rows of kind ``"e2e"`` and
 stored next to the ``"micro"`` ones; ``recommend`` shows both and warns when their winners
-differ (:func:`e2e_evidence`).
+differ (:func:`autoselect.selector.e2e.e2e_evidence`).
 
 The output format parsed here was read from vLLM 0.33.0's source (``main.py`` writes a
 list with one entry per case: ``case``, ``requests``, ``median_us`` and ``ranks``, one
@@ -37,8 +37,6 @@ from autoselect.model import MoeProfile, load_profile, normalize_arch
 from autoselect.options import CONFIRM_TOKENS, parse_int_list
 from autoselect.vllm_flags import serve_flags
 from autoselect.workload import Deployment, resolve_deployment
-from db import default_path
-from db.queries import connect_readonly, results_for
 from db.records import Result
 
 #: Above this many tokens per rank a case is one prefill request; at or below, that many decodes.
@@ -49,8 +47,6 @@ DEFAULT_SAMPLES = 5
 DEFAULT_TIMEOUT_S = 1800.0
 #: vLLM warns about unstable timing above this spread of per-sample medians (percent).
 STABLE_SPREAD_PCT = 0.5
-#: How much faster (relative) an e2e winner must be before recommend warns about it.
-E2E_MARGIN = 0.01
 
 
 class BadConfirmSetting(UserError):
@@ -467,114 +463,3 @@ def confirm(model: str, *, db_path=None, backends: list[str] | None = None, toke
                              command=shlex.join(["autoselect", "confirm", "--model", model]), progress=progress)
         report.db_path = str(getattr(store, "path", db_path))
     return report
-
-
-# --------------------------------------------------------------------------------------
-# Reading e2e results back for recommend
-# --------------------------------------------------------------------------------------
-
-
-@dataclass
-class E2eEvidence:
-    """The stored e2e medians for a recommendation's shape, and where they disagree with it."""
-
-    latencies: dict[int, dict[str, float]]  # tokens per rank -> backend -> newest e2e median (us)
-    warnings: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form: ``{"latencies": {"32": {"backend": us}}, "warnings": [...]}``."""
-        return {"latencies": {str(t): dict(v) for t, v in self.latencies.items()}, "warnings": list(self.warnings)}
-
-
-def e2e_evidence(rec, db_path) -> E2eEvidence | None:
-    """The e2e (``vllm bench forward``) results matching ``rec``'s shape, host class and EP size.
-
-    Warns for each token count where the fastest e2e backend beats the recommended one by more
-    than :data:`E2E_MARGIN`. None when there is no database or no e2e row.
-    """
-    if db_path is None:
-        db_path = default_path()
-    if not os.path.exists(db_path):
-        return None
-    conn = connect_readonly(db_path)
-    try:
-        rows = results_for(conn, hidden=rec.profile["hidden_size"], top_k=rec.profile["top_k"],
-                           experts=rec.profile["num_experts"], dispatch_dtype=rec.dispatch_dtype,
-                           world_size=rec.deployment.world_size, host_class=rec.data_used.get("host_class"),
-                           kind="e2e", statuses=("ok",))
-    finally:
-        conn.close()
-    if not rows:
-        return None
-    latencies: dict[int, dict[str, float]] = {}
-    for row in rows:  # oldest first: the newest measurement per (tokens, backend) wins
-        latencies.setdefault(row.tokens_per_rank, {})[row.backend] = row.latency_us_p50
-    warnings = []
-    for tokens, by_backend in sorted(latencies.items()):
-        best = min(by_backend, key=by_backend.get)
-        ours = by_backend.get(rec.backend)
-        if best != rec.backend and ours is not None and by_backend[best] < ours * (1 - E2E_MARGIN):
-            warnings.append(
-                f"end to end (vllm bench forward) at {tokens} tokens/rank {best} takes "
-                f"{by_backend[best]:.1f} us and the recommended {rec.backend} {ours:.1f} us: the "
-                "microbenchmark and the model's forward pass disagree on the winner"
-            )
-    latencies = {t: dict(sorted(v.items())) for t, v in sorted(latencies.items())}
-    return E2eEvidence(latencies=latencies, warnings=warnings)
-
-
-@dataclass
-class RecommendExtras:
-    """What issue 9 adds to a recommendation: e2e evidence and vLLM's verdict on its flags."""
-
-    e2e: E2eEvidence | None = None
-    validation: Any = None  # autoselect.vllm_bridge.FlagValidation when --validate was given
-
-    def to_dict(self) -> dict[str, Any]:
-        """The keys added to ``recommend --format json``: ``e2e`` when e2e results exist,
-        ``vllm_validation`` with ``--validate`` (absent otherwise)."""
-        d = {}
-        if self.e2e:
-            d["e2e"] = self.e2e.to_dict()
-        if self.validation:
-            d["vllm_validation"] = self.validation.to_dict()
-        return d
-
-    def text_lines(self, rec) -> list[str]:
-        """Lines for the text answer: e2e medians per bucket, and who validated the flags."""
-        lines = []
-        if self.e2e:
-            backends = sorted({b for v in self.e2e.latencies.values() for b in v})
-            rows = [["e2e (vllm bench forward)"] + [f"{t} tok" for t in self.e2e.latencies]]
-            for b in backends:
-                rows.append([b + (" *" if b == rec.backend else "")] + [
-                    "-" if b not in v else f"{v[b]:.1f}" for v in self.e2e.latencies.values()])
-            widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-            lines.append("")
-            lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                      for r in rows]
-            lines.append("(us per forward pass; * the recommended backend)")
-        if self.validation:
-            lines.append("")
-            lines.append(f"validated: {self.validation.vllm.label()}'s own `vllm serve` parser accepts the flags")
-        return lines
-
-
-def recommend_extras(rec, *, db_path=None, validate: bool = False) -> RecommendExtras:
-    """Annotate ``rec`` in place: e2e disagreements join ``rec.warnings``; with ``validate``
-    the flags go through vLLM's own parser.
-
-    :raises FlagsRejectedByVllm: vLLM's parser rejects the recommended flags (its message quoted).
-    :raises VllmNotInstalled: ``validate`` without vLLM.
-    """
-    evidence = e2e_evidence(rec, db_path)
-    if evidence:
-        rec.warnings.extend(evidence.warnings)
-    validation = None
-    if validate:
-        validation = vllm_bridge.validate_serve_flags([["vllm", "serve", rec.model, *rec.vllm_args]],
-                                                      python=vllm_bridge.require_vllm())
-        vllm_bridge.ensure_accepted(validation, what="the recommended command line")
-        verdict = validation.verdicts[0]
-        rec.warnings.extend(f"{validation.vllm.label()}: {w}" for w in verdict.warnings)
-    return RecommendExtras(e2e=evidence, validation=validation)

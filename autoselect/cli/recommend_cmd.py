@@ -48,7 +48,7 @@ def recommend_options(f):
     return f
 
 
-def _recommend(kw: dict):
+def _recommend(kw: dict, validate: bool = False):
     from autoselect.selector import recommend_for
 
     return recommend_for(
@@ -65,6 +65,7 @@ def _recommend(kw: dict):
         concurrency=kw["concurrency"],
         max_num_batched_tokens=kw["max_num_batched_tokens"],
         max_workspace_gib=kw["max_workspace_gib"],
+        validate=validate,
     )
 
 
@@ -92,19 +93,16 @@ def recommend_cmd(explain, validate, fmt, **kw):
       autoselect recommend --model ./Qwen3-30B-A3B --validate
     """
     from autoselect import selector
-    from autoselect.confirm import recommend_extras
 
-    rec = _recommend(kw)
-    # e2e results (autoselect confirm) and, with --validate, vLLM's own parser (issue 9).
-    extras = recommend_extras(rec, db_path=kw["db_path"], validate=validate)
+    rec = _recommend(kw, validate=validate)  # with the stored e2e results and vLLM's verdict on the flags
     if fmt == "json":
-        click.echo(json.dumps({**rec.to_dict(), **extras.to_dict()}, indent=2))
+        click.echo(json.dumps(rec.to_dict(), indent=2))
     elif fmt == "args":
         click.echo(selector.render_args(rec))
     elif fmt == "env":
         click.echo(selector.render_env(rec))
     else:
-        click.echo("\n".join([selector.render_text(rec, explain=explain), *extras.text_lines(rec)]))
+        click.echo(selector.render_text(rec, explain=explain))
 
 
 @click.command("explain")

@@ -1,0 +1,227 @@
+"""Step 2: the evidence per backend, from one or more evidence sources.
+
+An evidence source (:class:`EvidenceSource`) answers, for one backend, with a
+:class:`BackendEvidence`: the measured points the latency model is fitted on (each point carries
+its evidence kind), the rows behind them, and what disqualifies the backend or makes it
+unavailable. :func:`collect` asks the sources strongest first (:data:`EVIDENCE_KINDS` order) and
+takes the first that has something to say about the backend; :func:`sources_for` builds the
+list. Today there is one source, :class:`MeasuredEvidence` (this host class's ``micro`` results
+from the store); published reference measurements are a second implementation of the same
+protocol, added to :func:`sources_for` after it, whose points carry kind ``published`` (or
+``derived`` / ``transferred``), and whose name the bucket values then show.
+
+:class:`MeasuredEvidence` reads every ``micro`` result of the host class for the model's
+shape at the deployment's world size, summarized (``results_for(summarize=STALENESS_KEYS)``:
+the newest row per point, status and versions, with its group's count and median range), so a
+history of repeated sweeps costs SQL work, not one Python object per stored row. An
+``incorrect`` or ``error`` row disqualifies its backend for the shape; rows measured with tuned
+knobs or marked illegal are not the backend's evidence. Per token count the newest up-to-date
+row wins (up-to-date: measured under the target's vllm / flashinfer / driver), and its band is
+widened to the run-to-run spread of the medians when several runs measured the point.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+from autoselect.noise import point_rel_halfwidth
+from autoselect.selector.estimate import MeasuredPoint
+from autoselect.selector.schema import EVIDENCE_KINDS, MEASURED
+from autoselect.selector.target import STALENESS_KEYS, RecommendTarget
+from db.queries import StoredResult, results_for
+
+#: Result statuses that disqualify a backend for the whole shape.
+DISQUALIFYING = ("incorrect", "error")
+
+
+@dataclass(frozen=True)
+class BackendEvidence:
+    """What one evidence source knows about one backend (see the module docstring).
+
+    ``points``: the chosen measurements, ascending in tokens; ``rows``: result id -> the stored
+    row behind each point; ``disqualified`` / ``unavailable``: the reason, when the source rules
+    the backend out; ``warnings``: what the candidate should say (e.g. timeouts).
+    """
+
+    backend: str
+    kind: str = MEASURED
+    source: str = "this host class's measurements"
+    points: tuple[MeasuredPoint, ...] = ()
+    rows: dict[int, StoredResult] = field(default_factory=dict)
+    disqualified: str | None = None
+    unavailable: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def decides(self) -> bool:
+        """True when this evidence says something: points, or a reason to rule the backend out."""
+        return bool(self.points or self.disqualified or self.unavailable)
+
+
+class EvidenceSource(Protocol):
+    """One kind of evidence about the backends' latency for a :class:`RecommendTarget`."""
+
+    kind: str
+
+    @property
+    def considered(self) -> int:
+        """How many stored results (or published rows) the source looked at (JSON ``results_considered``)."""
+        ...
+
+    def for_backend(self, backend: str) -> BackendEvidence:
+        """What this source knows about ``backend`` (an empty :class:`BackendEvidence` when nothing)."""
+        ...
+
+
+def collect(sources: Sequence[EvidenceSource], backend: str) -> BackendEvidence:
+    """The evidence of the strongest source that has any about ``backend`` (else the first's, empty)."""
+    ordered = sorted(sources, key=lambda s: EVIDENCE_KINDS.index(s.kind))
+    answers = [s.for_backend(backend) for s in ordered]
+    return next((a for a in answers if a.decides), answers[0])
+
+
+# --------------------------------------------------------------------------------------
+# This host class's measurements
+# --------------------------------------------------------------------------------------
+
+
+def when(row: StoredResult) -> str:
+    """When a row was measured (its own timestamp, else its run's start; '' when neither)."""
+    return str(row.created_at or row.run_started_at or "")
+
+
+def group_of(row: StoredResult) -> tuple[int, float | None, float | None]:
+    """``(count, lowest median, highest median)`` of the stored results a row stands for: a
+    summarized row (``db.queries.SUMMARY_ATTRS``) its group's; any other row, itself alone."""
+    extra = vars(row)
+    count = extra.get("group_count") or 1
+    lo, hi = extra.get("group_p50_min"), extra.get("group_p50_max")
+    if lo is None or hi is None:
+        lo = hi = row.latency_us_p50
+    return count, lo, hi
+
+
+def stale_keys(row: StoredResult, versions: dict[str, str | None]) -> list[str]:
+    """The :data:`STALENESS_KEYS` whose version in ``row`` differs from the target's."""
+    have = row.versions or {}
+    return [k for k in STALENESS_KEYS if versions.get(k) and have.get(k) and have[k] != versions[k]]
+
+
+def choose_rows(rows: list[StoredResult], versions: dict[str, str | None]) -> dict[int, StoredResult]:
+    """The row used per token count: up-to-date rows before stale ones, then the newest.
+
+    Hot path (every stored point of the shape passes here): plain loops, no helper calls.
+    """
+    targets = [(k, v) for k, v in versions.items() if v and k in STALENESS_KEYS]
+    best: dict[int, tuple] = {}
+    for row in rows:
+        have = row.versions or {}
+        fresh = True
+        for k, v in targets:
+            got = have.get(k)
+            if got and got != v:
+                fresh = False
+                break
+        key = (fresh, row.created_at or row.run_started_at or "", row.id or 0)
+        current = best.get(row.tokens_per_rank)
+        if current is None or key > current[0]:
+            best[row.tokens_per_rank] = (key, row)
+    return {t: row for t, (_, row) in best.items()}
+
+
+def run_to_run_spread(rows: list[StoredResult], chosen: dict[int, StoredResult],
+                      versions: dict[str, str | None]) -> dict[int, float]:
+    """Per token count measured by several runs (as fresh as the chosen row): the relative
+    half-range of their medians, ``(max - min) / 2 / chosen``. It widens the chosen point's
+    band when repeated runs disagree more than one run's own noise says."""
+    by_tokens: dict[int, list] = {}  # tokens -> [rows, lowest median, highest median]
+    for row in rows:
+        best = chosen.get(row.tokens_per_rank)
+        if best is not None and bool(stale_keys(row, versions)) == bool(stale_keys(best, versions)):
+            n, lo, hi = group_of(row)
+            acc = by_tokens.get(row.tokens_per_rank)
+            if acc is None:
+                by_tokens[row.tokens_per_rank] = [n, lo, hi]
+            else:
+                acc[0] += n
+                acc[1] = min(acc[1], lo)
+                acc[2] = max(acc[2], hi)
+    return {
+        t: (hi - lo) / 2 / chosen[t].latency_us_p50
+        for t, (n, lo, hi) in by_tokens.items()
+        if n > 1 and chosen[t].latency_us_p50
+    }
+
+
+class MeasuredEvidence:
+    """The ``micro`` results of the target's host class for its shape and EP size (kind ``measured``)."""
+
+    kind = MEASURED
+
+    def __init__(self, target: RecommendTarget, rows: list[StoredResult]):
+        self.target = target
+        self.rows = rows
+        self.by_backend: dict[str, list[StoredResult]] = {}
+        for r in rows:
+            self.by_backend.setdefault(r.backend, []).append(r)
+
+    @classmethod
+    def from_store(cls, target: RecommendTarget, conn: sqlite3.Connection | None) -> "MeasuredEvidence":
+        """Read the store (no rows without a connection or a host class)."""
+        rows: list[StoredResult] = []
+        if conn is not None and target.host_class is not None:
+            rows = results_for(
+                conn, hidden=target.profile.hidden_size, top_k=target.profile.top_k,
+                experts=target.profile.num_experts, dispatch_dtype=target.dispatch_dtype,
+                world_size=target.world_size, host_class=target.host_class, kind="micro",
+                summarize=STALENESS_KEYS,  # one row per point, status and versions: see results_for
+            )
+        return cls(target, rows)
+
+    @property
+    def considered(self) -> int:
+        """How many stored results the rows stand for (a summarized row counts its group)."""
+        return sum(group_of(r)[0] for r in self.rows)
+
+    def for_backend(self, backend: str) -> BackendEvidence:
+        """The chosen points of ``backend``, or why it is disqualified or unavailable here."""
+        # Rows measured with tuned knobs (``autoselect tune``) are not the untuned backend's
+        # evidence; their gain reaches the answer through db.tuned (the flags step).
+        mine = [r for r in self.by_backend.get(backend, ()) if not r.illegal and not r.knobs]
+        bad = sorted((r for r in mine if r.status in DISQUALIFYING), key=when)
+        if bad:
+            return BackendEvidence(backend, disqualified=_disqualification(bad))
+        ok_rows = [r for r in mine if r.status == "ok" and r.latency_us_p50 is not None]
+        if not ok_rows and mine and all(r.status == "unavailable" for r in mine):
+            reason = sorted(mine, key=when)[-1].error or "no reason recorded"
+            return BackendEvidence(backend, unavailable=f"unavailable on this host class: {reason}")
+        timeouts = sorted({r.tokens_per_rank for r in mine if r.status == "timeout"})
+        warnings = (f"timed out at {', '.join(map(str, timeouts))} tokens/rank",) if timeouts else ()
+        versions = self.target.versions
+        chosen = choose_rows(ok_rows, versions)
+        spread = run_to_run_spread(ok_rows, chosen, versions)
+        points = tuple(
+            MeasuredPoint(t, r.latency_us_p50, max(point_rel_halfwidth(r), spread.get(t, 0.0)), r.id)
+            for t, r in sorted(chosen.items())
+        )
+        return BackendEvidence(backend, points=points, rows={r.id: r for r in chosen.values()}, warnings=warnings)
+
+
+def _disqualification(bad: list[StoredResult]) -> str:
+    """The newest incorrect / error result, and how many more there are."""
+    r, n_bad = bad[-1], sum(group_of(b)[0] for b in bad)
+    return (
+        f"{r.status} result at {r.tokens_per_rank} tokens/rank (result {r.id}, run {r.run_id}, "
+        f"{when(r) or 'undated'}): {r.error or 'no detail recorded'}"
+        + (f"; {n_bad - 1} more such result(s)" if n_bad > 1 else "")
+    )
+
+
+def sources_for(target: RecommendTarget, conn: sqlite3.Connection | None,
+                rows: list[StoredResult] | None = None) -> list[EvidenceSource]:
+    """The evidence sources of a recommendation, strongest first: this host class's measurements
+    (``rows`` instead of the store's, for leave-one-out studies)."""
+    measured = MeasuredEvidence(target, rows) if rows is not None else MeasuredEvidence.from_store(target, conn)
+    return [measured]

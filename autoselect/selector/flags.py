@@ -1,0 +1,86 @@
+"""Step 7: what the user runs. The tuned knobs of the pick, its ``vllm serve`` flags, the launch
+environment, the command line, and the ``autoselect bench`` command that would settle an answer
+the data could not.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from autoselect import vllm_flags
+from autoselect.selector.schema import Candidate
+from autoselect.selector.target import RecommendTarget
+from autoselect.workload import Deployment
+from db.tuned import best_tuned
+
+
+@dataclass(frozen=True)
+class ServeFlags:
+    """The pick as something to run: flags, environment, the whole command, and notes."""
+
+    vllm_args: list[str]
+    env: dict[str, str]
+    command: str
+    notes: list[str]  # e.g. --max-num-batched-tokens lowered to fit the one-sided workspace
+
+
+def tuned_knobs(target: RecommendTarget, conn: sqlite3.Connection | None, backend: str) -> dict[str, Any]:
+    """The newest ``autoselect tune`` configuration with a measured gain for ``backend`` ({} when none)."""
+    if conn is None or target.host_class is None:
+        return {}
+    p = target.profile
+    tuned = best_tuned(conn, host_class=target.host_class, hidden=p.hidden_size, top_k=p.top_k,
+                       experts=p.num_experts, dispatch_dtype=target.dispatch_dtype, world_size=target.world_size,
+                       backend=backend)
+    if tuned is None:
+        return {}
+    return {"env": tuned.env, "flags": tuned.flags, "settings": tuned.knobs, "gain": tuned.gain,
+            "gain_halfwidth": tuned.gain_halfwidth, "tuned_at": tuned.created_at}
+
+
+def serve_flags(target: RecommendTarget, backend: str, knobs: dict[str, Any]) -> ServeFlags:
+    """``vllm serve`` flags, environment and command line for ``backend`` with ``knobs``."""
+    p = target.profile
+    serve_mnbt, notes = vllm_flags.workspace_max_num_batched_tokens(
+        backend, hidden=p.hidden_size, top_k=p.top_k, dispatch_dtype=target.dispatch_dtype,
+        world_size=target.world_size, max_num_batched_tokens=target.max_num_batched_tokens,
+        max_workspace_gib=target.max_workspace_gib, gpu_memory_mib=target.gpu_memory_mib,
+    )
+    vllm_args = vllm_flags.serve_flags(backend, target.deployment, target.vllm_version,
+                                       max_num_batched_tokens=serve_mnbt, extra=list(knobs.get("flags", [])))
+    knob_env = knobs.get("env") or {}
+    env = {"AUTOSELECT_ALL2ALL_BACKEND": backend, "AUTOSELECT_VLLM_ARGS": shlex.join(vllm_args)}
+    env.update({k: str(v) for k, v in knob_env.items()})
+    command = shlex.join([f"{k}={v}" for k, v in knob_env.items()] + ["vllm", "serve", p.model] + vllm_args)
+    return ServeFlags(vllm_args=vllm_args, env=env, command=command, notes=list(notes))
+
+
+def settle_command(
+    model: str, deployment: Deployment, tokens: Iterable[int], backends: Iterable[str], device: str = "cuda"
+) -> str:
+    """The ``autoselect bench`` command that measures ``backends`` at ``tokens`` per rank."""
+    argv = ["autoselect", "bench", "--model", model, "--world-size", str(deployment.world_size),
+            "--tokens", ",".join(str(t) for t in sorted(set(tokens)))]
+    backends = sorted(set(backends))
+    if backends:
+        argv += ["--backends", ",".join(backends)]
+    argv += ["--device", device]
+    return shlex.join(argv)
+
+
+def settle(target: RecommendTarget, candidates: list[Candidate], default: Candidate | None) -> str | None:
+    """The bench command for what the answer lacks: unmeasured candidates at every bucket, incomplete
+    ones at their missing buckets, an unmeasured default; None when nothing is missing or only one
+    backend is legal."""
+    missing = {c.backend: c.missing_tokens for c in candidates if c.measured and c.weighted_us is None}
+    need = {c.backend for c in candidates if not c.measured} | set(missing)
+    if default is not None and default.weighted_us is None:
+        need.add(default.backend)
+    if not need or len(candidates) < 2:
+        return None
+    tokens = target.workload.tokens
+    need_tokens = set().union(*(missing.get(b, tokens) for b in need))
+    return settle_command(target.profile.model, target.deployment, need_tokens or tokens, need)

@@ -1,0 +1,49 @@
+"""Step 3: each backend the rules know becomes a candidate (with its value per bucket) or a rejection.
+
+A backend is rejected when the rules refuse it (``illegal``), when its evidence holds an
+incorrect / error result (``disqualified``), or when every row says it cannot run here
+(``unavailable``). Otherwise it is a :class:`~autoselect.selector.schema.Candidate`: the latency
+model fills the buckets its evidence did not measure, and the workload weights them into one
+latency and band.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoselect.rules import Verdict
+from autoselect.selector.estimate import estimate_latency, fit_all, weighted
+from autoselect.selector.evidence import BackendEvidence
+from autoselect.selector.schema import Candidate, Rejection
+from autoselect.selector.target import RecommendTarget
+from db.queries import StoredResult
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One backend's outcome: a candidate (with the stored rows behind its values) or a rejection."""
+
+    candidate: Candidate | None = None
+    rejection: Rejection | None = None
+    rows: dict[int, StoredResult] = field(default_factory=dict)
+
+
+def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEvidence) -> Judged:
+    """The candidate or rejection of ``verdict.backend`` for ``target`` on ``evidence``."""
+    backend = verdict.backend
+    if not verdict.ok:
+        return Judged(rejection=Rejection(backend, "illegal", list(verdict.reasons)))
+    if evidence.disqualified:
+        return Judged(rejection=Rejection(backend, "disqualified", [evidence.disqualified]))
+    if evidence.unavailable:
+        return Judged(rejection=Rejection(backend, "unavailable", [evidence.unavailable]))
+    points = evidence.points
+    values = [estimate_latency(points, t, target.bytes_per_token) for t in target.workload.tokens]
+    fit = fit_all(points, target.bytes_per_token)
+    latency, halfwidth = weighted(values, target.workload)
+    status = "no data" if not points else "incomplete" if latency is None else "measured"
+    rows = {rid: evidence.rows[rid] for v in values for rid in v.result_ids if rid in evidence.rows}
+    candidate = Candidate(backend=backend, status=status, weighted_us=latency, halfwidth_us=halfwidth,
+                          buckets=values, fit=fit.summary() if fit is not None else None,
+                          warnings=list(verdict.warnings) + list(evidence.warnings))
+    return Judged(candidate=candidate, rows=rows)

@@ -1,0 +1,173 @@
+"""The answer as text: the human answer, the evidence per bucket, shell exports, bare flags.
+
+The CLI only prints these. The human answer puts the command line first, then the decision, the
+candidates table, rejections, warnings, the data used; ``--explain`` adds the evidence per
+token bucket; stored end-to-end results and a ``--validate`` verdict come last.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from autoselect.selector.schema import Candidate, E2eEvidence, Recommendation
+
+_STATUS_WORDS = {
+    "pick": "PICK",
+    "default": "default",
+    "faster": "faster",
+    "tie": "tie",
+    "slower": "slower",
+    "incomplete": "incomplete",
+    "no data": "no data",
+    "measured": "measured",
+}
+#: How the candidates table marks an estimated value.
+_ESTIMATE_MARKS = {"interpolated": "~", "extrapolated": "~~"}
+
+
+def _fmt_us(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1f}" if x < 1000 else f"{x:.0f}"
+
+
+def _pm(x: float | None) -> str:
+    return "" if x is None else "+-" + _fmt_us(x)
+
+
+def _table(rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))).rstrip()
+        for r in rows
+    ]
+
+
+def render_text(rec: Recommendation, *, explain: bool = False) -> str:
+    """The human answer: the command line first, then candidates, rejections, warnings, data."""
+    lines = [rec.command, ""] + _summary(rec) + _candidates(rec)
+    if rec.rejected:
+        lines += ["", "rejected:"] + [f"  {r.backend} ({r.kind}): {'; '.join(r.reasons)}" for r in rec.rejected]
+    if rec.warnings:
+        lines += ["", "warnings:"] + [f"  - {w}" for w in rec.warnings]
+    lines += ["", _data_line(rec)]
+    if rec.bench_command:
+        lines.append(f"to settle it: {rec.bench_command}")
+    if explain:
+        lines += ["", render_explain(rec)]
+    if rec.e2e is not None:
+        lines += _e2e_table(rec.e2e, rec.backend)
+    if rec.vllm_validation is not None:
+        lines += ["", f"validated: {rec.vllm_validation.vllm.label()}'s own `vllm serve` parser accepts the flags"]
+    return "\n".join(lines)
+
+
+def _summary(rec: Recommendation) -> list[str]:
+    dep, prof = rec.deployment, rec.profile
+    lines = [
+        f"backend     {rec.backend}  ({rec.decision})",
+        f"confidence  {rec.confidence}" + (f": {'; '.join(rec.confidence_reasons)}" if rec.confidence_reasons else ""),
+        f"model       {rec.model}: hidden {prof.hidden_size}, {prof.num_experts} experts, "
+        f"top-{prof.top_k}, {rec.dispatch_dtype} dispatch on {rec.gpu_arch}",
+        f"deployment  dp {dep.dp} x tp {dep.tp} = EP {dep.world_size}, vLLM {rec.vllm_version}"
+        + (f" ({rec.vllm_version_source})" if rec.vllm_version_source else ""),
+    ]
+    if rec.knobs:
+        lines.append(_knobs_line(rec.knobs))
+    lines.append(f"workload    {rec.workload.kind}: "
+                 + ", ".join(f"{t} tok/rank {w:.0%}" for t, w in rec.workload.buckets))
+    return lines
+
+
+def _knobs_line(knobs: dict) -> str:
+    settings = [f"{k}={v}" for k, v in (knobs.get("env") or {}).items()] + list(knobs.get("flags") or [])
+    gain, band = knobs.get("gain"), knobs.get("gain_halfwidth")
+    measured = ""
+    if gain is not None:
+        measured = f"  (autoselect tune: {gain:.1%} faster" + (f" +- {band:.1%}" if band is not None else "") + ")"
+    return f"tuned knobs {' '.join(settings) or '-'}" + measured
+
+
+def _candidates(rec: Recommendation) -> list[str]:
+    if not rec.candidates:
+        return []
+    header = ["candidate", "verdict", "weighted us", "+-"] + [f"{t} tok" for t in rec.workload.tokens]
+    rows = [header]
+    for c in rec.candidates:
+        cells = [_ESTIMATE_MARKS.get(b.source, "") + _fmt_us(b.latency_us) for b in c.buckets]
+        rows.append([c.backend, _STATUS_WORDS.get(c.status, c.status), _fmt_us(c.weighted_us),
+                     _fmt_us(c.halfwidth_us)] + cells)
+    lines = [""] + _table(rows, right={2, 3} | set(range(4, len(header))))
+    if rec.estimated:
+        lines.append("(~ interpolated, ~~ extrapolated with the fitted latency model; us = microseconds)")
+    return lines
+
+
+def _data_line(rec: Recommendation) -> str:
+    d = rec.data_used
+    if not d.results:
+        return f"data: no measurements for host class {d.host_class} and this shape"
+    return (f"data: host class {d.host_class} ({d.gpu_name}), {len(d.machines)} machine(s) "
+            f"({', '.join(d.machines)}), {len(d.runs)} run(s), {d.results} results, "
+            f"{(d.oldest or '?')[:10]} .. {(d.newest or '?')[:10]}")
+
+
+def _e2e_table(e2e: E2eEvidence, backend: str) -> list[str]:
+    backends = sorted({b for v in e2e.latencies.values() for b in v})
+    rows = [["e2e (vllm bench forward)"] + [f"{t} tok" for t in e2e.latencies]]
+    for b in backends:
+        rows.append([b + (" *" if b == backend else "")]
+                    + ["-" if b not in v else f"{v[b]:.1f}" for v in e2e.latencies.values()])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ([""] + ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                    for r in rows]
+            + ["(us per forward pass; * the recommended backend)"])
+
+
+def render_explain(rec: Recommendation) -> str:
+    """The evidence per token bucket: every candidate's latency, band, origin and result ids."""
+    lines = [
+        "evidence per token bucket (latency +- band; a backend leaves the default only when its "
+        "weighted band clears the default's):"
+    ]
+    for i, (tokens, weight) in enumerate(rec.workload.buckets):
+        lines.append(f"{tokens} tokens/rank (weight {weight:.0%}):")
+        lines += _bucket_rows(rec.candidates, i)
+    lines.append("weighted over the workload:")
+    rows = [["  " + c.backend, _fmt_us(c.weighted_us), _pm(c.halfwidth_us), c.status] for c in rec.candidates]
+    if rows:
+        lines += _table(rows, right={1, 2})
+    fitted = [c for c in rec.candidates if c.fit is not None]
+    if fitted:
+        lines.append("latency model per backend (latency = a + bytes / bandwidth, all measured points):")
+        for c in fitted:
+            bw = c.fit.bandwidth_gbps
+            lines.append(f"  {c.backend}: a = {c.fit.a_us:.1f} us, bandwidth = " + (f"{bw:.1f} GB/s" if bw else "-")
+                         + f", {c.fit.points} points, rms residual {c.fit.rel_rms:.1%}")
+    return "\n".join(lines)
+
+
+def _bucket_rows(candidates: list[Candidate], i: int) -> list[str]:
+    rows = []
+    for c in candidates:
+        b = c.buckets[i]
+        origin = b.source
+        if b.result_ids:
+            origin += f" (result{'s' if len(b.result_ids) > 1 else ''} {', '.join(map(str, sorted(b.result_ids)))})"
+        rows.append(["  " + c.backend, _fmt_us(b.latency_us), _pm(b.halfwidth_us), origin])
+    lines = _table(rows, right={1, 2}) if rows else []
+    for c in candidates:
+        b = c.buckets[i]
+        if b.note and b.source != "measured" and c.status != "no data":
+            lines.append(f"    {c.backend}: {b.note}")
+    return lines
+
+
+def render_env(rec: Recommendation) -> str:
+    """Shell ``export`` lines for launch scripts (``eval "$(autoselect recommend ... --format env)"``)."""
+    return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in rec.env.items())
+
+
+def render_args(rec: Recommendation) -> str:
+    """Only the flags, shell-quoted, for ``vllm serve MODEL $(autoselect recommend ... --format args)``."""
+    return shlex.join(rec.vllm_args)

@@ -1,0 +1,243 @@
+"""The recommendation as data: these dataclasses ARE the ``recommend --format json`` document.
+
+Each class's fields, in order, are its JSON object's keys (``to_dict`` walks them); a field's
+metadata says how it is written: ``round`` (digits), ``omit_none`` (left out when None) or
+``omit_default`` (left out while it has its default, so a key a newer kind of evidence needs
+appears only where it says something). Values that are vocabulary types (``Deployment``,
+``WorkloadSpec``, ``FlagValidation``) write themselves with their own ``to_dict``.
+Bump :data:`SCHEMA_VERSION` on an incompatible change; the README documents the keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoselect.vllm_bridge import FlagValidation
+from autoselect.workload import Deployment, WorkloadSpec
+
+#: Version of the JSON ``recommend --format json`` prints; bump on incompatible changes.
+SCHEMA_VERSION = 1
+
+#: Where a bucket's numbers come from, strongest first. Today's answers use ``measured``
+#: (this host class's microbenchmarks, or the latency model fitted on them); published
+#: reference measurements and what is derived or transferred from them slot in between.
+EVIDENCE_KINDS = ("measured", "published", "derived", "transferred", "estimated")
+MEASURED = "measured"
+
+
+def _rounded(digits: int) -> dict:
+    return {"round": digits}
+
+
+OMIT_NONE = {"omit_none": True}
+OMIT_DEFAULT = {"omit_default": True}
+
+
+def _json(value: Any, digits: int | None = None) -> Any:
+    if isinstance(value, _Document):
+        return value.to_dict()
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [_json(v, digits) for v in value]
+    if isinstance(value, dict):
+        return {k: _json(v, digits) for k, v in value.items()}
+    if digits is not None and isinstance(value, float):
+        return round(value, digits)
+    return value
+
+
+class _Document:
+    """A dataclass whose fields, in order, are its JSON keys (see the module docstring)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: every field in order, as its metadata says."""
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if f.metadata.get("omit_none") and value is None:
+                continue
+            if f.metadata.get("omit_default") and value == f.default:
+                continue
+            out[f.name] = _json(value, f.metadata.get("round"))
+        return out
+
+
+@dataclass(frozen=True)
+class BucketValue(_Document):
+    """The expected latency of one backend at one token count, with its band and origin.
+
+    ``source``: ``measured`` (a measurement at this token count), ``interpolated`` (inside the
+    measured token range), ``extrapolated`` (outside it, within the latency model's limit) or
+    ``missing``. ``evidence``: the kind of evidence the value rests on (:data:`EVIDENCE_KINDS`);
+    written to the JSON only when it is not ``measured``.
+    """
+
+    tokens_per_rank: int
+    latency_us: float | None = field(metadata=_rounded(3))
+    halfwidth_us: float | None = field(metadata=_rounded(3))
+    source: str
+    result_ids: tuple[int, ...] = ()
+    note: str | None = None
+    evidence: str = field(default=MEASURED, metadata=OMIT_DEFAULT)
+
+    @property
+    def estimated(self) -> bool:
+        """True for interpolated and extrapolated values."""
+        return self.source in ("interpolated", "extrapolated")
+
+
+@dataclass(frozen=True)
+class FitSummary(_Document):
+    """The latency model of one backend as the JSON shows it: ``a`` and the bandwidth."""
+
+    a_us: float = field(metadata=_rounded(3))
+    bandwidth_gbps: float | None = field(metadata=_rounded(3))
+    points: int
+    rel_rms: float = field(metadata=_rounded(4))
+
+
+@dataclass
+class Candidate(_Document):
+    """A legal backend with its expected latency per bucket and verdict against the default.
+
+    ``status``: ``pick``, ``default`` (the default, not picked), ``faster`` (beats the
+    default but is not the pick), ``tie`` (within the noise of the default), ``slower``,
+    ``measured`` (before the decision), ``incomplete`` (some bucket has no value) or ``no data``.
+    """
+
+    backend: str
+    status: str
+    weighted_us: float | None = field(metadata=_rounded(3))
+    halfwidth_us: float | None = field(metadata=_rounded(3))
+    buckets: list[BucketValue]
+    fit: FitSummary | None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def measured(self) -> bool:
+        """True when any measurement stands behind it (it has a latency model)."""
+        return self.fit is not None
+
+    @property
+    def missing_tokens(self) -> list[int]:
+        """The token counts without a value."""
+        return [b.tokens_per_rank for b in self.buckets if b.latency_us is None]
+
+
+@dataclass
+class Rejection(_Document):
+    """A backend that is not a candidate: ``kind`` ``illegal`` (rules), ``disqualified``
+    (an incorrect / error result for this shape) or ``unavailable`` (every row says so)."""
+
+    backend: str
+    kind: str
+    reasons: list[str]
+
+
+@dataclass(frozen=True)
+class EstimatedValue(_Document):
+    """One estimated (not measured) latency among the candidates (JSON ``estimated``)."""
+
+    backend: str
+    tokens_per_rank: int
+    source: str
+    note: str | None
+
+
+@dataclass(frozen=True)
+class ModelSummary(_Document):
+    """The model's MoE shape as the answer states it (JSON ``profile``)."""
+
+    hidden_size: int
+    num_experts: int
+    top_k: int
+    weight_quant: str
+
+
+@dataclass
+class RunUsed(_Document):
+    """One benchmark run the decision used results of."""
+
+    run_id: int | None
+    hostname: str | None
+    started_at: str | None
+    versions: dict[str, str]
+    results: int = 0
+
+
+@dataclass(frozen=True)
+class DataUsed(_Document):
+    """Which measurements the answer rests on (JSON ``data_used``)."""
+
+    host_class: str | None
+    gpu_name: str | None
+    gpu_arch: str
+    machines: list[str]
+    results: int
+    results_considered: int
+    runs: list[RunUsed]
+    oldest: str | None
+    newest: str | None
+    target_versions: dict[str, str]
+    stale_versions: dict[str, list[str]]
+
+
+@dataclass(frozen=True)
+class E2eEvidence(_Document):
+    """The stored e2e (``vllm bench forward``) medians for the answer's shape, and where they
+    disagree with it (JSON ``e2e``: ``{"latencies": {"32": {backend: us}}, "warnings": [...]}``)."""
+
+    latencies: dict[int, dict[str, float]]  # tokens per rank -> backend -> newest e2e median (us)
+    warnings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Token counts as string keys (JSON object keys)."""
+        return {"latencies": {str(t): dict(v) for t, v in self.latencies.items()}, "warnings": list(self.warnings)}
+
+
+@dataclass(kw_only=True)
+class Recommendation(_Document):
+    """The answer: the backend, its ``vllm serve`` flags, the evidence and the confidence.
+
+    ``knobs`` are the tuned settings found for the pick (``autoselect tune``):
+    ``{"env": {...}, "flags": [...], "settings", "gain", "gain_halfwidth", "tuned_at"}`` or ``{}``;
+    its env vars are merged into ``env`` and its flags into ``vllm_args``. ``bench_command`` is the
+    ``autoselect bench`` command line that would settle an answer the data cannot (or None).
+    ``e2e`` (stored end-to-end results) and ``vllm_validation`` (``--validate``) are left out of
+    the JSON when absent.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    profile: ModelSummary
+    deployment: Deployment
+    gpu_arch: str
+    dispatch_dtype: str
+    vllm_version: str
+    #: where vllm_version came from: "--vllm-version", "vllm at AUTOSELECT_VLLM_PYTHON",
+    #: "installed vllm" or "newest known" (as check's; autoselect.vllm_target.target_version)
+    vllm_version_source: str = ""
+    workload: WorkloadSpec
+    backend: str
+    decision: str
+    vllm_args: list[str]
+    command: str
+    env: dict[str, str]
+    knobs: dict[str, Any]
+    confidence: str
+    confidence_reasons: list[str]
+    candidates: list[Candidate]
+    rejected: list[Rejection]
+    estimated: list[EstimatedValue] = field(init=False)
+    warnings: list[str]
+    data_used: DataUsed
+    bench_command: str | None
+    e2e: E2eEvidence | None = field(default=None, metadata=OMIT_NONE)
+    vllm_validation: FlagValidation | None = field(default=None, metadata=OMIT_NONE)
+
+    def __post_init__(self) -> None:
+        self.estimated = [EstimatedValue(c.backend, b.tokens_per_rank, b.source, b.note)
+                          for c in self.candidates for b in c.buckets if b.estimated]

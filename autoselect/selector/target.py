@@ -1,0 +1,102 @@
+"""Step 1 of the pipeline: what the answer is for, resolved once and frozen.
+
+Every later step (evidence, judging, deciding, flags) reads the :class:`RecommendTarget`: the
+model and its dispatch dtype on the target arch, the deployment, the host (class) whose
+measurements count, the workload, the legality target (:class:`autoselect.candidates.Target`,
+which carries the vLLM version), and the software versions a measurement is fresh against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoselect.candidates import Target, resolve_target
+from autoselect.errors import GpuArchRequired
+from autoselect.hardware import HostFingerprint
+from autoselect.model import MoeProfile, normalize_arch
+from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
+from autoselect.workload import Deployment, WorkloadSpec, workload_from_kind
+
+#: Version keys compared between a measurement and the target for the staleness warning.
+STALENESS_KEYS = ("vllm", "flashinfer", "driver")
+
+
+@dataclass(frozen=True)
+class RecommendTarget:
+    """What one recommendation is for (see the module docstring)."""
+
+    profile: MoeProfile
+    deployment: Deployment
+    host_class: str | None
+    host: HostFingerprint | None
+    gpu_arch: str
+    dispatch_dtype: str
+    workload: WorkloadSpec
+    legality: Target
+    max_num_batched_tokens: int | None = None  # the per-engine budget the user set, if any
+    max_workspace_gib: float | None = None
+    #: the versions of :data:`STALENESS_KEYS` the answer targets (None: unknown, never stale)
+    versions: dict[str, str | None] = field(default_factory=dict, compare=False)
+
+    @property
+    def world_size(self) -> int:
+        """The EP size the all2all spans."""
+        return self.deployment.world_size
+
+    @property
+    def vllm_version(self) -> str:
+        """The vLLM version flags are judged and spelled for."""
+        return self.legality.vllm_version
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Dispatch plus combine bytes one token puts on the all2all (the latency model's x axis)."""
+        p = self.profile
+        return dispatch_bytes_per_token(self.dispatch_dtype, p.hidden_size, p.top_k) + combine_bytes_per_token(
+            p.hidden_size)
+
+    @property
+    def gpu_memory_mib(self) -> int | None:
+        """The smallest GPU memory of the host (one-sided workspace sizing), None when unknown."""
+        return gpu_memory_mib(self.host)
+
+
+def gpu_memory_mib(host: HostFingerprint | None) -> int | None:
+    """The smallest GPU memory of ``host`` in MiB (None without GPUs or host)."""
+    sizes = [g.memory_total_mib for g in (host.gpus if host is not None else []) if g.memory_total_mib]
+    return min(sizes) if sizes else None
+
+
+def resolve(profile: MoeProfile, *, deployment: Deployment, host_class: str | None = None,
+            host: HostFingerprint | None = None, gpu_arch: str | None = None, vllm_version: str | None = None,
+            vllm_version_source: str | None = None, workload: WorkloadSpec | None = None,
+            max_num_batched_tokens: int | None = None, max_workspace_gib: float | None = None) -> RecommendTarget:
+    """The :class:`RecommendTarget` of :func:`autoselect.selector.recommend`'s arguments.
+
+    Defaults: the host's class and arch, the vLLM version every command resolves
+    (:func:`autoselect.candidates.resolve_target`), the ``mixed`` workload.
+
+    :raises GpuArchRequired: no arch given and the host has none (a CPU host).
+    """
+    if host_class is None and host is not None:
+        host_class = host.host_class
+    gpu_arch = gpu_arch or (host.gpu_arch if host is not None else None)
+    if not gpu_arch:
+        raise GpuArchRequired(
+            "the target host has no GPU architecture (a CPU host?); pass --gpu-arch sm90|sm100 "
+            "or --host-class of a GPU host in the database"
+        )
+    gpu_arch = normalize_arch(gpu_arch)
+    legality = resolve_target(profile, world_size=deployment.world_size, gpu_arch=gpu_arch, host=host,
+                              vllm_version=vllm_version, vllm_version_source=vllm_version_source,
+                              max_tokens_per_rank=max_num_batched_tokens)
+    workload = workload or workload_from_kind("mixed", deployment, max_num_batched_tokens=max_num_batched_tokens)
+    versions = {
+        "vllm": legality.vllm_version,
+        "flashinfer": (host.versions or {}).get("flashinfer") if host else None,
+        "driver": host.driver_version if host else None,
+    }
+    return RecommendTarget(profile=profile, deployment=deployment, host_class=host_class, host=host,
+                           gpu_arch=gpu_arch, dispatch_dtype=profile.activation_dtype(gpu_arch), workload=workload,
+                           legality=legality, max_num_batched_tokens=max_num_batched_tokens,
+                           max_workspace_gib=max_workspace_gib, versions=versions)
