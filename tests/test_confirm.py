@@ -351,6 +351,22 @@ def test_recommend_json_carries_the_e2e_medians_only_when_there_are_some(db_with
     assert "e2e" not in json.loads(CliRunner().invoke(main, [*args, "--db", str(plain)]).stdout)
 
 
+def test_one_library_call_returns_the_whole_answer_with_its_e2e_results(db_with_e2e):
+    from autoselect.selector import recommend_for
+
+    rec = recommend_for(R1, db_path=db_with_e2e, host_class=B200, workload="decode")
+    assert sorted(rec.e2e.latencies) == [16, 32]
+    assert set(rec.e2e.warnings) <= set(rec.warnings)
+    doc = rec.to_dict()
+    assert list(doc)[-2:] == ["bench_command", "e2e"]  # no vllm_validation without --validate
+    cli = CliRunner().invoke(main, ["recommend", "--model", R1, "--host-class", B200, "--workload", "decode",
+                                    "--format", "json", "--db", str(db_with_e2e)])
+    assert json.loads(cli.stdout) == doc
+    explained = CliRunner().invoke(main, ["explain", "--model", R1, "--host-class", B200, "--workload", "decode",
+                                          "--format", "json", "--db", str(db_with_e2e)])
+    assert json.loads(explained.stdout)["e2e"] == doc["e2e"]  # explain answers from the same call
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is importable in this interpreter")
 def test_recommend_validate_without_vllm_is_an_error(db_with_e2e, monkeypatch):
     monkeypatch.delenv("AUTOSELECT_VLLM_PYTHON", raising=False)

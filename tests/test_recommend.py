@@ -124,7 +124,7 @@ def test_stale_data_counts_with_a_visible_warning(fixture_db):
         in r.warnings
     )
     assert r.confidence == "low"
-    assert r.data_used["stale_versions"] == {
+    assert r.data_used.stale_versions == {
         "driver": ["575.57.08"],
         "flashinfer": ["0.6.18.post1"],
         "vllm": ["0.31.0"],
@@ -155,7 +155,7 @@ def test_unmeasured_world_size_is_missing_data(fixture_db):
 def test_unmeasured_token_counts_are_estimated_and_marked(fixture_db):
     r = rec(fixture_db, "deepseek-r1-nvfp4", host_class=B200, tokens="100,3000")
     assert r.backend == "flashinfer_nvlink_one_sided"
-    assert {(e["backend"], e["tokens_per_rank"], e["source"]) for e in r.estimated} == {
+    assert {(e.backend, e.tokens_per_rank, e.source) for e in r.estimated} == {
         (b, t, "interpolated")
         for b in ("allgather_reducescatter", "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided")
         for t in (100, 3000)
@@ -184,11 +184,11 @@ def test_moderate_extrapolation_is_flagged_and_lowers_confidence(fixture_db):
 def test_data_used_names_host_runs_dates_and_versions(fixture_db):
     r = rec(fixture_db, "qwen3-30b-a3b", host_class=H200, tokens="8")
     d = r.data_used
-    assert d["host_class"] == H200 and d["gpu_name"] == "NVIDIA H200"
-    assert d["machines"] == ["hgx-h200-02"]  # the newest up-to-date row per point wins
-    assert d["results"] == 2 and d["results_considered"] == 60  # 2 backends x 15 points x 2 machines
-    assert d["runs"][0]["versions"]["vllm"] == "0.33.0"
-    assert d["newest"].startswith("2026-11-27")
+    assert d.host_class == H200 and d.gpu_name == "NVIDIA H200"
+    assert d.machines == ["hgx-h200-02"]  # the newest up-to-date row per point wins
+    assert d.results == 2 and d.results_considered == 60  # 2 backends x 15 points x 2 machines
+    assert d.runs[0].versions["vllm"] == "0.33.0"
+    assert d.newest.startswith("2026-11-27")
 
 
 def test_tp_and_old_vllm_spellings_reach_the_flags(fixture_db):
@@ -337,7 +337,7 @@ def test_missing_database_file_is_no_data_not_an_error(tmp_path):
     # On this GPU-less machine: ask about Blackwell with an explicit deployment.
     r = recommend_for(str(MODELS / "deepseek-r1-nvfp4"), db_path=tmp_path / "absent.db", gpu_arch="sm100", dp=8)
     assert r.backend == "allgather_reducescatter"
-    assert r.data_used["results"] == 0
+    assert r.data_used.results == 0
     assert not (tmp_path / "absent.db").exists()
 
 

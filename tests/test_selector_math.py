@@ -178,13 +178,11 @@ def test_extrapolation_is_marked_then_refused_beyond_the_limit():
 
 
 def _row(backend, p50, created_at, rid):
-    from db.records import Result
+    from db.queries import StoredResult
 
-    r = Result(backend=backend, world_size=8, tokens_per_rank=64, hidden=2048, top_k=8, experts=128,
-               dispatch_dtype="bf16", samples=200, latency_us_p50=p50, noise_stdrel=0.002,
-               versions={"vllm": "0.33.0"}, created_at=created_at)
-    r.id = rid
-    return r
+    return StoredResult(backend=backend, world_size=8, tokens_per_rank=64, hidden=2048, top_k=8, experts=128,
+                        dispatch_dtype="bf16", samples=200, latency_us_p50=p50, noise_stdrel=0.002,
+                        versions={"vllm": "0.33.0"}, created_at=created_at, id=rid)
 
 
 def test_runs_that_disagree_widen_the_band_until_a_small_gain_is_a_tie():
