@@ -55,3 +55,11 @@ class DatabaseNotWritable(UserError):
 
 class DatabaseDamaged(UserError):
     "The database file is corrupt: SQLite could not read part of it."
+
+
+class DatabaseNotReadable(UserError):
+    "The database cannot be read where it is (a WAL database in a directory this user cannot write)."
+
+
+class DropNotConfirmed(UserError):
+    "`db drop-run` without --yes where nobody can be asked, or the question was answered no."

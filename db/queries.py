@@ -7,11 +7,11 @@ it never writes, never imports sqlite-utils, numpy or torch. Runs that a dead wr
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sqlite3
 import time
+import warnings
 from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
@@ -20,8 +20,17 @@ from typing import Any
 from db import default_path
 from db.errors import DatabaseDamaged, DatabaseNeedsUpgrade, DatabaseNotFound
 from db.records import Result
-from db.rows import RESULT_COLUMNS, row_to_host_dict, row_to_result_dict
-from db.schema import BUSY_TIMEOUT_MS, check_connection, check_header, latest_version
+from db.fields import RESULT_RULES, SkippedRows, fast_check, host_problem, result_problem, run_problem, tuned_problem
+from db.rows import (
+    RESULT_COLUMNS,
+    loads,
+    row_to_host_dict,
+    row_to_result_dict,
+    row_to_run_dict,
+    row_to_tuned_dict,
+    stored_bool,
+)
+from db.schema import BUSY_TIMEOUT_MS, check_connection, check_path, latest_version
 
 #: a run whose writer has not written for this long is considered dead, whatever its host
 STALE_AFTER_S = 6 * 3600
@@ -52,11 +61,10 @@ def connect_readonly(path: str | os.PathLike | None = None) -> sqlite3.Connectio
     created: the connection is opened with ``mode=ro``.
     """
     path = Path(path) if path is not None else default_path()
-    if not path.is_file():
+    if not check_path(path, write=False):
         raise DatabaseNotFound(
             f"no results database at {path}; run `autoselect bench` to measure, or pass --db PATH"
         )
-    check_header(path)
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -79,34 +87,68 @@ class _Decoder:
     """Builds StoredResults from result rows without dataclass ``__init__`` overhead.
 
     knobs / versions JSON repeats across the rows of one query (a run shares its versions):
-    each distinct text is parsed once and every result gets its own shallow copy.
+    each distinct text is parsed once and every result gets its own shallow copy. A row that
+    breaks the schema (:mod:`db.fields`; an older autoselect imported such rows) becomes None
+    and its problem is kept in ``skipped``.
     """
 
     def __init__(self, names: tuple[str, ...], fixed: dict[str, Any], runs: dict[int, dict]):
         self.names, self.runs = names, runs
         self.base = {**fixed, "raw_samples_us": None}
-        self.parsed: dict[str, dict] = {"{}": {}}
+        self.parsed: dict[str, Any] = {"{}": {}}
         self.run_index = names.index("run_id")
+        self.skipped: list[str] = []
+        # the columns the query pinned hold the (valid) values it asked for; knobs and versions
+        # texts repeat, so their rules are judged once per distinct text (json_ok)
+        self.ok = fast_check(RESULT_RULES, skip=(*fixed, "raw_samples_us", "knobs", "versions"))
+        self.json_ok: dict[tuple[str, Any], bool] = {}
 
-    def json(self, text: str) -> dict:
+    def json(self, text: Any) -> Any:
+        if not isinstance(text, str):
+            return loads(text, {})
         d = self.parsed.get(text)
         if d is None:
-            d = self.parsed[text] = json.loads(text) if text else {}
-        return d.copy()
+            d = self.parsed[text] = loads(text, {})
+        return d.copy() if isinstance(d, dict) else d
 
-    def __call__(self, row: tuple) -> StoredResult:
+    def __call__(self, row: tuple) -> StoredResult | None:
         d = self.base.copy()
         d.update(zip(self.names, row))
-        d.update(self.runs[row[self.run_index]])
-        d["knobs"] = self.json(d["knobs"])
-        d["versions"] = self.json(d["versions"])
-        d["illegal"] = d["illegal"] == 1
-        if d["noise_target_met"] is not None:
-            d["noise_target_met"] = d["noise_target_met"] == 1
+        run = self.runs.get(row[self.run_index])
+        if run is None:  # its run or the run's host is missing (foreign keys were off)
+            self.skipped.append(f"result {d['id']}: its run {d['run_id']} or that run's host is missing")
+            return None
+        d.update(run)
+        for name in ("knobs", "versions"):
+            text = d[name]
+            d[name] = self.json(text)
+            valid = self.json_ok.get((name, text))
+            if valid is None:
+                valid = self.json_ok[(name, text)] = RESULT_RULES[name].check(d[name]) is None
+            if not valid:
+                self.skipped.append(f"result {d['id']} (run {d['run_id']}): "
+                                    f"{result_problem(d, with_samples=False) or 'breaks the schema'}")
+                return None
+        d["illegal"] = stored_bool(d["illegal"])
+        d["noise_target_met"] = stored_bool(d["noise_target_met"])
         d["raw_samples_us"] = []
+        if not self.ok(d):
+            said = result_problem(d, with_samples=False) or "breaks the schema"
+            self.skipped.append(f"result {d['id']} (run {d['run_id']}): {said}")
+            return None
         obj = StoredResult.__new__(StoredResult)
         obj.__dict__ = d
         return obj
+
+
+def warn_skipped(what: str, skipped: list[str]) -> None:
+    """Say (a :class:`db.fields.SkippedRows` warning) that a reader skipped rows breaking the schema."""
+    if not skipped:
+        return
+    first = "; ".join(skipped[:2]) + (f"; and {len(skipped) - 2} more" if len(skipped) > 2 else "")
+    warnings.warn(SkippedRows(
+        f"skipped {len(skipped)} stored {what} that break the schema ({first}); `autoselect db check` lists "
+        "them, `autoselect db drop-run RUN --yes` removes a run"), stacklevel=3)
 
 
 #: Columns that tell two results of one shape apart as evidence (``summarize``): the same
@@ -178,7 +220,10 @@ def _select_results(conn: sqlite3.Connection, equal: dict[str, Any], statuses,
         ):
             runs[rid] = {"machine_id": machine_id, "host_class": host_class, "run_started_at": started,
                          "hostname": hostname, "gpu_name": gpu_name, "gpu_arch": gpu_arch}
-    return list(map(_Decoder(names, fixed, runs), rows))
+    decode = _Decoder(names, fixed, runs)
+    out = [r for r in map(decode, rows) if r is not None]
+    warn_skipped("result rows", decode.skipped)
+    return out
 
 
 def results_for(
@@ -253,11 +298,16 @@ def runs(conn: sqlite3.Connection, *, machine_id: str | None = None) -> list[dic
         args.append(machine_id)
     cur = conn.cursor()
     cur.row_factory = sqlite3.Row
-    out = []
+    out, skipped = [], []
     for row in cur.execute(sql + " ORDER BY u.started_at, u.id", args):
         d = dict(row)
-        d["meta"] = json.loads(d["meta"]) if d["meta"] else {}
+        d["meta"] = loads(d["meta"], {})
+        said = run_problem({**d, "hostname": d["writer_hostname"]})
+        if said:
+            skipped.append(f"run {d['id']}: {said}")
+            continue
         out.append(d)
+    warn_skipped("runs", skipped)
     return out
 
 
@@ -281,18 +331,31 @@ def newest_host(conn: sqlite3.Connection, host_class: str):
     """The most recently seen machine of a host class, as a HostFingerprint (None if unknown)."""
     from autoselect.hardware import HostFingerprint
 
-    row = conn.execute(
-        "SELECT * FROM hosts WHERE host_class = ? ORDER BY last_seen DESC LIMIT 1", (host_class,)
-    ).fetchone()
-    return HostFingerprint.from_dict(row_to_host_dict(dict(row))) if row else None
+    rows = conn.execute("SELECT * FROM hosts WHERE host_class = ? ORDER BY last_seen DESC", (host_class,))
+    return _first_host(rows)
+
+
+def _first_host(rows):
+    """The first host row that keeps the schema, as a HostFingerprint (the others are skipped, and said so)."""
+    from autoselect.hardware import HostFingerprint
+
+    skipped = []
+    for row in rows:
+        d = row_to_host_dict(dict(row))
+        said = host_problem({**d, "first_seen": row["first_seen"], "last_seen": row["last_seen"]})
+        if said is None:
+            warn_skipped("hosts", skipped)
+            return HostFingerprint.from_dict(d)
+        skipped.append(f"host {row['machine_id']}: {said}")
+    warn_skipped("hosts", skipped)
+    return None
 
 
 def host(conn: sqlite3.Connection, machine_id: str):
     """The stored fingerprint of one machine (None if unknown)."""
     from autoselect.hardware import HostFingerprint
 
-    row = conn.execute("SELECT * FROM hosts WHERE machine_id = ?", (machine_id,)).fetchone()
-    return HostFingerprint.from_dict(row_to_host_dict(dict(row))) if row else None
+    return _first_host(conn.execute("SELECT * FROM hosts WHERE machine_id = ?", (machine_id,)))
 
 
 def _parse_time(s: str) -> float:
@@ -360,6 +423,8 @@ def stale_runs(conn: sqlite3.Connection, *, hostname: str | None = None, now: fl
     out = []
     for row in cur.fetchall():
         run = dict(zip(cols, row))
+        if run_problem(run, fields=("hostname", "pid", "started_at", "updated_at")):
+            continue  # a row no reader can judge: `db check` reports it
         reason = stale_reason(run, hostname=hostname, now=now)
         if reason:
             run["reason"] = reason
@@ -441,18 +506,64 @@ def check(conn: sqlite3.Connection, path: str | os.PathLike) -> dict:
         " LEFT JOIN samples s ON s.result_id = r.id GROUP BY r.id) WHERE stored > 0 AND stored != n"
     ).fetchone()[0])
     stale, _ = attempt(lambda: stale_runs(conn))
-    ok = integrity == ["ok"] and fk == 0 and partial == 0
+    schema, schema_err = attempt(lambda: schema_problems(conn))
+    violations, examples = schema if schema is not None else (None, [f"cannot run: {schema_err}"])
+    ok = integrity == ["ok"] and fk == 0 and partial == 0 and violations == 0
     return {
         "path": str(path),
         "ok": ok,
         "integrity_check": integrity,
         "foreign_key_violations": fk,
         "results_with_missing_samples": partial,
+        "schema_violations": violations,
+        "schema_violation_examples": examples,
         "schema_version": conn.execute("PRAGMA user_version").fetchone()[0],
         "latest_schema_version": latest_version(),
         "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
         "stale_running_runs": stale or [],
     }
+
+
+def schema_problems(conn: sqlite3.Connection) -> tuple[int, list[str]]:
+    """Stored rows that break the schema rules (:mod:`db.fields`): (how many, the first 20 as
+    sentences). Results, runs, hosts and tuned configurations are each decoded as the readers
+    decode them; a result whose machine or host class differs from its run's counts too."""
+    found: list[str] = []
+    count = 0
+
+    def note(what: str) -> None:
+        nonlocal count
+        count += 1
+        if len(found) < 20:
+            found.append(what)
+
+    cur = conn.cursor()
+    cur.row_factory = sqlite3.Row
+    for row in cur.execute("SELECT * FROM hosts ORDER BY machine_id"):
+        said = host_problem({**row_to_host_dict(dict(row)), "first_seen": row["first_seen"], "last_seen": row["last_seen"]})
+        if said:
+            note(f"host {row['machine_id']}: {said}")
+    for row in cur.execute("SELECT * FROM runs ORDER BY id"):
+        said = run_problem(row_to_run_dict(dict(row)))
+        if said:
+            note(f"run {row['id']}: {said}")
+    for row in cur.execute("SELECT * FROM results ORDER BY id"):
+        said = result_problem(row_to_result_dict(dict(row)), with_samples=False)
+        if said:
+            note(f"result {row['id']} (run {row['run_id']}): {said}")
+    for rid, run_id, machine, host_class, run_machine, run_class in cur.execute(
+        "SELECT r.id, r.run_id, r.machine_id, r.host_class, u.machine_id, u.host_class FROM results r"
+        " JOIN runs u ON u.id = r.run_id WHERE r.machine_id <> u.machine_id OR r.host_class <> u.host_class"
+        " ORDER BY r.id"
+    ):
+        note(f"result {rid} (run {run_id}): measured on machine {machine} (class {host_class}) but its run on "
+             f"{run_machine} (class {run_class})")
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tuned_configs'").fetchone():
+        for row in cur.execute("SELECT * FROM tuned_configs ORDER BY id"):
+            said = tuned_problem(row_to_tuned_dict(dict(row)))
+            if said:
+                note(f"tuned configuration {row['id']}: {said}")
+    return count, found
 
 
 def info_at(path: str | os.PathLike | None = None) -> dict:

@@ -22,6 +22,9 @@ RUN_STATUSES = ("running", "complete", "interrupted", "failed")
 #: ``e2e`` = ``vllm bench`` end-to-end confirmation (issue 9).
 KINDS = ("micro", "e2e")
 
+#: ``tuned_configs.status`` values; only ``gain`` rows are shown by ``recommend``.
+TUNED_STATUSES = ("gain", "no_gain", "no_legal_knobs", "budget", "not_searched")
+
 
 @dataclass
 class Result:

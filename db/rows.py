@@ -41,6 +41,19 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
+def loads(text: Any, empty: Any) -> Any:
+    """A JSON column's value: ``empty`` for NULL / empty text, the text itself when it is not
+    JSON (so that the schema rules in :mod:`db.fields`, not a decoder, report the row)."""
+    if text is None or text == "":
+        return type(empty)()
+    if not isinstance(text, (str, bytes)):
+        return text
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+
+
 def dumps(value: Any) -> str:
     """Canonical JSON text: sorted keys, no spaces (stable for hashing and diffing)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
@@ -77,7 +90,7 @@ def row_to_tuned_dict(row: dict) -> dict:
     """The exported form of a ``tuned_configs`` row (JSON decoded, without id and run_id)."""
     out = {k: row[k] for k in TUNED_FIELDS}
     for k, empty in TUNED_JSON_FIELDS.items():
-        out[k] = json.loads(out[k]) if out[k] else type(empty)()
+        out[k] = loads(out[k], empty)
     return out
 
 
@@ -107,11 +120,20 @@ def row_to_result_dict(row: dict) -> dict:
     """The Result fields of a ``results`` row, decoded (JSON parsed, booleans restored)."""
     out = {k: row[k] for k in RESULT_COLUMNS}
     for k in JSON_FIELDS:
-        out[k] = json.loads(out[k]) if out[k] else {}
-    out["illegal"] = bool(out["illegal"])
-    if out["noise_target_met"] is not None:
-        out["noise_target_met"] = bool(out["noise_target_met"])
+        out[k] = loads(out[k], {})
+    for k in BOOL_FIELDS:
+        out[k] = stored_bool(out[k])
     return out
+
+
+def stored_bool(value: Any) -> Any:
+    """An INTEGER 0/1 column as a bool; NULL stays None and anything else stays as it is (a
+    schema violation :mod:`db.fields` reports)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if value in (0, 1) and not isinstance(value, str):
+        return value == 1
+    return value
 
 
 #: hosts columns that hold JSON text, and the fingerprint key each comes from
@@ -136,8 +158,8 @@ def row_to_host_dict(row: dict) -> dict:
     """A HostFingerprint dict from a ``hosts`` row."""
     out = {k: row[k] for k in HOST_COLUMNS}
     for k in HOST_JSON_COLUMNS:
-        out[k] = json.loads(out[k])
-    out["all_nvlinks_up"] = bool(out["all_nvlinks_up"])
+        out[k] = loads(out[k], {} if k == "versions" else [])
+    out["all_nvlinks_up"] = stored_bool(out["all_nvlinks_up"])
     return out
 
 
@@ -150,5 +172,5 @@ RUN_COLUMNS = (
 def row_to_run_dict(row: dict) -> dict:
     """A run record (as exported) from a ``runs`` row."""
     out = {k: row[k] for k in RUN_COLUMNS}
-    out["meta"] = json.loads(out["meta"]) if out["meta"] else {}
+    out["meta"] = loads(out["meta"], {})
     return out

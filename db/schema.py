@@ -8,12 +8,14 @@ autoselect is refused without creating or changing a single byte.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from db.errors import DatabaseTooNew, ForeignDatabase, NotADatabase
+from db.errors import DatabaseNotReadable, DatabaseNotWritable, DatabaseTooNew, ForeignDatabase, NotADatabase
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -93,21 +95,71 @@ def check_header(path: Path) -> int | None:
     return version
 
 
-def check_path(path: str | Path | None) -> None:
-    """Refuse, before any work starts, a database path no writer could use; read only the header.
+def _stat(path: Path) -> os.stat_result | None:
+    """``os.stat`` of a --db path: None when it does not exist; a directory, device, FIFO or
+    socket, or a path the OS refuses (a name too long, a file where a directory should be),
+    is :class:`NotADatabase`."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):  # the writer's mkdir of the parent says why
+        return None
+    except OSError as e:
+        raise NotADatabase(f"cannot use {path} as a database ({e.strerror}); pass --db with the path of a database file") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise NotADatabase(f"{path} is a directory; pass --db with the path of a database file")
+    if not stat.S_ISREG(st.st_mode):
+        raise NotADatabase(f"{path} is not a regular file (a device, FIFO or socket); pass --db with the path of a "
+                           "database file")
+    return st
 
-    A directory, a file that is not SQLite or one of a newer schema raises; a missing file is
-    fine (the writer creates it). ``None`` means the default path (``$AUTOSELECT_DB`` ...).
+
+def check_path(path: str | Path | None, *, write: bool = True) -> bool:
+    """Refuse, before any work starts, a database path no writer (``write``) or reader could
+    use; read only the header. Returns whether the file exists.
+
+    A directory, a device or FIFO, a file that is not SQLite or one of a newer schema raises; a
+    missing file is fine (the writer creates it). A writer also needs the file and its
+    directory writable: SQLite keeps ``-wal`` and ``-shm`` files beside a WAL database (and a
+    ``-journal`` while it converts one), so a read-only directory fails here, before SQLite
+    could leave a journal behind. ``None`` means the default path (``$AUTOSELECT_DB`` ...).
     """
     if path is None:
         from db import default_path
 
         path = default_path()
     path = Path(path)
-    if path.is_dir():
-        raise NotADatabase(f"{path} is a directory; pass --db with the path of a database file")
-    if path.exists():
+    exists = _stat(path) is not None
+    if exists:
         check_header(path)
+    if write:
+        real = Path(os.path.realpath(path))
+        if exists and not os.access(real, os.W_OK):
+            raise DatabaseNotWritable(f"{path} is read-only; make it writable, or pass --db with another path")
+        directory = real.parent
+        if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
+            raise DatabaseNotWritable(
+                f"cannot write {path}: its directory {directory} is not writable (SQLite keeps {real.name}-wal and "
+                f"{real.name}-shm beside the database); make the directory writable, or pass --db with another path"
+            )
+    return exists
+
+
+def wal_directory_problem(path: Path) -> str | None:
+    """Why a reader cannot open ``path``, when the cause is its directory: a WAL database whose
+    ``-shm`` index is missing and whose directory is not writable (SQLite must create the index
+    even to read). None when that is not the case."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return None
+    real = Path(os.path.realpath(path))
+    if len(header) < 20 or header[18:20] != b"\x02\x02" or Path(f"{real}-shm").exists():
+        return None
+    if os.access(real.parent, os.W_OK | os.X_OK):
+        return None
+    return (f"{path} is a WAL database and its directory {real.parent} is not writable: SQLite must create "
+            f"{real.name}-shm there even to read it; make the directory writable, or copy the database to one that is")
 
 
 def refuse_too_new(path: Path, version: int) -> None:
@@ -125,6 +177,9 @@ def check_connection(conn: sqlite3.Connection, path: Path) -> int:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as e:
+        cause = wal_directory_problem(path)
+        if cause:
+            raise DatabaseNotReadable(cause) from None
         raise NotADatabase(
             f"{path} is not a readable SQLite database ({e}); pass --db with the path of an autoselect results database"
         ) from None

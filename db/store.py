@@ -24,11 +24,11 @@ import sqlite_utils
 
 from autoselect import __version__
 from db import default_path
-from db.errors import DatabaseLocked, DatabaseNotFound, DatabaseNotWritable, NotADatabase, UnknownRun
+from db.errors import BadImportRecord, DatabaseLocked, DatabaseNotFound, DatabaseNotWritable, UnknownRun
 from db.queries import stale_runs
 from db.records import KINDS, RUN_STATUSES, STATUSES, Result
 from db.rows import dumps, host_to_row, now_iso, result_key, result_to_row, row_to_tuned_dict, tuned_key, tuned_to_row
-from db.schema import BUSY_TIMEOUT_MS, check_connection, check_header, migrations, statements
+from db.schema import BUSY_TIMEOUT_MS, check_connection, check_path, migrations, statements
 
 #: how many imported records share one transaction
 IMPORT_BATCH = 500
@@ -69,21 +69,18 @@ class Store:
 
     def __init__(self, path: str | os.PathLike | None = None, *, create: bool = True):
         self.path = Path(path) if path is not None else default_path()
-        if self.path.is_dir():
-            raise NotADatabase(f"{self.path} is a directory; pass --db with the path of a database file")
-        if self.path.exists():
-            check_header(self.path)
-        elif not create:
-            raise DatabaseNotFound(
-                f"no results database at {self.path}; run `autoselect bench` to measure, or pass --db PATH"
-            )
-        else:
+        if not check_path(self.path, write=True):
+            if not create:
+                raise DatabaseNotFound(
+                    f"no results database at {self.path}; run `autoselect bench` to measure, or pass --db PATH"
+                )
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise DatabaseNotWritable(
                     f"cannot create {self.path.parent} ({e.strerror}); pass --db with a writable path"
                 ) from None
+            check_path(self.path, write=True)  # the directory just made, or found, must be writable
         try:
             conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000)
         except sqlite3.OperationalError as e:
@@ -96,7 +93,7 @@ class Store:
             conn.execute("PRAGMA foreign_keys = ON")
         except sqlite3.OperationalError as e:
             conn.close()
-            raise DatabaseLocked(f"{self.path}: {e}; another autoselect is writing it, try again") from None
+            raise _write_error(self.path, e) from None
         except BaseException:
             conn.close()
             raise
@@ -118,14 +115,16 @@ class Store:
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
-            raise DatabaseLocked(f"{self.path}: {e}; another autoselect is writing it, try again") from None
+            raise _write_error(self.path, e) from None
         try:
             yield
-        except BaseException:
+            self.conn.execute("COMMIT")
+        except BaseException as e:
             if self.conn.in_transaction:  # some errors (disk full, ...) already rolled it back
                 self.conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.OperationalError) and _write_error(self.path, e, None) is not None:
+                raise _write_error(self.path, e) from None
             raise
-        self.conn.execute("COMMIT")
 
     def _migrate(self) -> None:
         for m in migrations():
@@ -308,7 +307,8 @@ class Store:
 
     # -- import / merge ---------------------------------------------------------------------
 
-    def import_records(self, records: Iterable[dict], *, progress=None, total: int | None = None) -> ImportSummary:
+    def import_records(self, records: Iterable[dict], *, progress=None, total: int | None = None,
+                       runs=None) -> ImportSummary:
         """Add exported records (see :mod:`db.transfer`); records already present are skipped.
 
         Records must already be validated (:func:`db.transfer.parse_record`): result records
@@ -316,9 +316,18 @@ class Store:
         are matched by machine id, runs by uid, results by ``result_key``, tuned configurations
         by ``tuned_key``. ``progress(done, total)`` is called after each batch of
         :data:`IMPORT_BATCH` records.
+
+        :param runs: the :class:`db.transfer.RunIdentities` of the records (default: the
+            records' ``runs`` attribute, as :class:`db.transfer.ImportFile` has): a run this
+            database already holds under the same uid but on another machine or host class is
+            refused before anything is written.
         """
         if total is None and hasattr(records, "__len__"):
             total = len(records)
+        if runs is None:
+            runs = getattr(records, "runs", None)
+        if runs is not None:
+            self._refuse_other_machines(runs)
         summary = ImportSummary()
         batch: list[dict] = []
         done = 0
@@ -336,6 +345,71 @@ class Store:
             if progress:
                 progress(done, total)
         return summary
+
+    def _refuse_other_machines(self, runs) -> None:
+        """Raise :class:`BadImportRecord` when a run uid of the input is stored here with another
+        machine or host class (its results would be filed under the wrong machine)."""
+        uids = list(runs.runs)
+        for i in range(0, len(uids), 500):
+            chunk = uids[i : i + 500]
+            for uid, machine_id, host_class in self.conn.execute(
+                f"SELECT uid, machine_id, host_class FROM runs WHERE uid IN ({', '.join('?' * len(chunk))})", chunk
+            ):
+                machine, cls, where = runs.runs[uid]
+                if (machine, cls) != (machine_id, host_class):
+                    raise BadImportRecord(
+                        f"{where}: run {uid} measured on machine {machine} (class {cls}), but {self.path} holds "
+                        f"that run as measured on machine {machine_id} (class {host_class}); nothing was imported"
+                    )
+
+    def drop_run(self, run: str | int) -> dict:
+        """Delete one run: its results (with their raw samples), its tuned configurations and the
+        run itself, in one transaction; the machine's fingerprint stays. ``run`` is the run's id
+        (as ``db info`` and the errors show it) or its uid. Returns what was removed:
+        ``{"id", "uid", "results", "tuned_configs"}``.
+
+        :raises UnknownRun: no such run.
+        """
+        with self._write():
+            found = self._find_run(run)
+            if found is None:
+                raise UnknownRun(f"no run {run} in {self.path}; `autoselect db info` shows the newest run, "
+                                 "`autoselect db check` names the runs of bad rows")
+            run_id, uid = found
+            results = self.conn.execute("SELECT COUNT(*) FROM results WHERE run_id = ?", (run_id,)).fetchone()[0]
+            self.conn.execute("DELETE FROM samples WHERE result_id IN (SELECT id FROM results WHERE run_id = ?)",
+                              (run_id,))
+            self.conn.execute("DELETE FROM results WHERE run_id = ?", (run_id,))
+            tuned = 0
+            if self.schema_version >= 2:
+                tuned = self.conn.execute("DELETE FROM tuned_configs WHERE run_id = ?", (run_id,)).rowcount
+            self.conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        return {"id": run_id, "uid": uid, "results": results, "tuned_configs": tuned}
+
+    def run_summary(self, run: str | int) -> dict | None:
+        """What :meth:`drop_run` would remove (``{"id", "uid", "results", "tuned_configs",
+        "started_at", "status", "trigger", "command"}``), None when there is no such run."""
+        found = self._find_run(run)
+        if found is None:
+            return None
+        run_id, uid = found
+        started, status, trigger, command = self.conn.execute(
+            "SELECT started_at, status, \"trigger\", command FROM runs WHERE id = ?", (run_id,)).fetchone()
+        tuned = self.conn.execute("SELECT COUNT(*) FROM tuned_configs WHERE run_id = ?", (run_id,)).fetchone()[0] \
+            if self.schema_version >= 2 else 0
+        return {"id": run_id, "uid": uid,
+                "results": self.conn.execute("SELECT COUNT(*) FROM results WHERE run_id = ?", (run_id,)).fetchone()[0],
+                "tuned_configs": tuned, "started_at": started, "status": status, "trigger": trigger,
+                "command": command}
+
+    def _find_run(self, run: str | int) -> tuple[int, str] | None:
+        """(id, uid) of a run named by its id or its uid."""
+        text = str(run).strip()
+        if text.isdigit() and text.isascii() and len(text) <= 18:
+            row = self.conn.execute("SELECT id, uid FROM runs WHERE id = ?", (int(text),)).fetchone()
+            if row is not None:
+                return row
+        return self.conn.execute("SELECT id, uid FROM runs WHERE uid = ?", (text,)).fetchone()
 
     def _import_batch(self, batch: list[dict], summary: ImportSummary) -> None:
         with self._write():
@@ -400,6 +474,24 @@ class Store:
         return run_id
 
 
+def _write_error(path: Path, e: sqlite3.OperationalError, default: Any = DatabaseLocked):
+    """The user-facing error for an SQLite write failure: a lock held too long, a read-only
+    file or directory, a full disk or a failing device; ``default`` (the lock error, or None:
+    not a user error) otherwise."""
+    text = str(e).lower()
+    if "readonly" in text or "read-only" in text:
+        return DatabaseNotWritable(f"{path} cannot be written ({e}); make it and its directory writable, "
+                                   "or pass --db with another path")
+    if "full" in text or "disk i/o" in text:
+        return DatabaseNotWritable(f"{path}: {e}; free space on its device (nothing was written), or pass "
+                                   "--db with another path")
+    if "locked" in text or "busy" in text:
+        return DatabaseLocked(f"{path}: {e}; another autoselect is writing it, try again")
+    if default is None:
+        return None
+    return default(f"{path}: {e}; another autoselect is writing it, try again")
+
+
 _RUN_FIELDS = (
     "uid", "host_class", "started_at", "updated_at", "finished_at", "status", "trigger",
     "command", "hostname", "pid", "autoselect_version",
@@ -440,14 +532,23 @@ def import_file(db_path, file, progress=None) -> ImportSummary:
 def merge_into(db_path, other, progress=None) -> ImportSummary:
     """Add every run, result and tuned configuration of the database ``other`` to the one at
     ``db_path`` (idempotent)."""
-    from db.queries import connect_readonly
-    from db.transfer import count_records, iter_records
+    from db.queries import connect_readonly, schema_problems
+    from db.transfer import RunIdentities, count_records, iter_labeled_records, iter_records, parse_record
 
     src = connect_readonly(other)  # validated before the target is opened for writing
     try:
+        src.execute("BEGIN")  # one snapshot: what is validated is what is merged
+        _, problems = schema_problems(src)
+        if problems:
+            raise BadImportRecord(f"{other}: {problems[0]}; nothing was merged (`autoselect db check --db {other}` "
+                                  "lists every such row)")
+        runs = RunIdentities()
+        for label, rec in iter_labeled_records(src):  # the rules db import applies, every record
+            where = f"{other} {label}"
+            runs.add(parse_record(rec, where, hint=f"nothing was merged (`autoselect db check --db {other}`)"), where)
         total = sum(count_records(src).values())
         with Store(db_path) as store:
-            return store.import_records(iter_records(src), progress=progress, total=total)
+            return store.import_records(iter_records(src), progress=progress, total=total, runs=runs)
     finally:
         src.close()
 

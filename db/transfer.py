@@ -25,16 +25,23 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sqlite3
+import stat
+import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import MISSING, fields
+from pathlib import Path
 from typing import IO, Any
 
-from db.errors import BadImportRecord, ImportFormatTooNew
-from db.records import KINDS, RUN_STATUSES, STATUSES, Result
+from db.errors import BadImportRecord, ImportFormatTooNew, OutputNotWritable
+from db.fields import host_problem, result_problem, run_problem, tuned_problem
+from db.records import Result
 from db.rows import (
     HOST_COLUMNS,
     RESULT_COLUMNS,
+    RUN_COLUMNS,
     TUNED_FIELDS,
     VERSION_COLUMNS,
     result_key,
@@ -82,6 +89,11 @@ class _Lookup:
 
 def iter_records(conn: sqlite3.Connection) -> Iterator[dict]:
     """Every result, then every tuned configuration, as export records, in insertion order."""
+    return (rec for _, rec in iter_labeled_records(conn))
+
+
+def iter_labeled_records(conn: sqlite3.Connection) -> Iterator[tuple[str, dict]]:
+    """:func:`iter_records` with each record's row named (``result 17``, ``tuned configuration 3``)."""
     conn.row_factory = sqlite3.Row
     lookup = _Lookup(conn)
     samples_cur = conn.cursor()
@@ -89,7 +101,7 @@ def iter_records(conn: sqlite3.Connection) -> Iterator[dict]:
     for row in conn.execute("SELECT * FROM results ORDER BY id"):
         mid = row["machine_id"]
         host = lookup.host(mid)
-        run, _ = lookup.run(row["run_id"])
+        run, _ = lookup.run(row["run_id"]) or (None, None)
         result = row_to_result_dict(dict(row))
         result["raw_samples_us"] = [
             r[0]
@@ -97,7 +109,7 @@ def iter_records(conn: sqlite3.Connection) -> Iterator[dict]:
                 "SELECT latency_us FROM samples WHERE result_id = ? ORDER BY idx", (row["id"],)
             )
         ]
-        yield {
+        yield f"result {row['id']}", {
             "format": FORMAT,
             "schema_version": RECORD_VERSION,
             "result_key": row["result_key"],
@@ -105,11 +117,16 @@ def iter_records(conn: sqlite3.Connection) -> Iterator[dict]:
             "run": run,
             "result": result,
         }
-    yield from iter_tuned_records(conn, lookup)
+    for row_id, rec in _iter_tuned(conn, lookup):
+        yield f"tuned configuration {row_id}", rec
 
 
 def iter_tuned_records(conn: sqlite3.Connection, lookup: _Lookup | None = None) -> Iterator[dict]:
     """Every ``tuned_configs`` row as an export record, in insertion order (none before schema 2)."""
+    return (rec for _, rec in _iter_tuned(conn, lookup))
+
+
+def _iter_tuned(conn: sqlite3.Connection, lookup: _Lookup | None = None) -> Iterator[tuple[int, dict]]:
     conn.row_factory = sqlite3.Row
     lookup = lookup or _Lookup(conn)
     try:
@@ -122,7 +139,7 @@ def iter_tuned_records(conn: sqlite3.Connection, lookup: _Lookup | None = None) 
         tuned = row_to_tuned_dict(dict(row))
         found = lookup.run(row["run_id"]) if row["run_id"] is not None else None
         run, machine_id = found if found is not None else (None, tuned["machine_id"])
-        yield {
+        yield row["id"], {
             "format": TUNED_FORMAT,
             "schema_version": RECORD_VERSION,
             "tuned_key": tuned_key(run["uid"] if run else None, tuned),
@@ -183,34 +200,30 @@ _RESULT_DEFAULTS = {
     for f in fields(Result)
     if f.default is not MISSING or f.default_factory is not MISSING
 }
-_INT_FIELDS = ("world_size", "tokens_per_rank", "hidden", "top_k", "experts", "samples")
-_STR_FIELDS = ("backend", "dispatch_dtype", "combine_dtype", "routing", "device", "created_at")
-_FLOAT_FIELDS = tuple(
-    f for f in RESULT_COLUMNS if f.startswith(("latency_", "noise_stdrel", "dispatch_us", "combine_us")) or f.endswith("_gbps")
-)
-_HOST_REQUIRED = {"machine_id": str, "hostname": str, "host_class": str, "device": str, "gpu_count": int}
-_RUN_REQUIRED = {
-    "uid": str, "host_class": str, "started_at": str, "updated_at": str, "status": str,
-    "trigger": str, "hostname": str, "pid": int, "autoselect_version": str,
-}
+#: what an absent optional host field means (HostFingerprint's defaults)
+_HOST_DEFAULTS = {"gpus": list, "nvlink_matrix": list, "versions": dict, "all_nvlinks_up": lambda: False}
+#: what an absent optional run field means
+_RUN_DEFAULTS = {"meta": dict}
 
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+#: what an import error adds: where good records come from
+IMPORT_HINT = "import files must be written by `autoselect db export`"
 
 
-def parse_record(obj: Any, where: str) -> dict:
-    """Validate one decoded JSON record: ``{"host", "run", "result"}`` for a result record (the
-    result completed by Result defaults), ``{"host", "run", "tuned"}`` for a tuned one.
+def parse_record(obj: Any, where: str, *, hint: str = IMPORT_HINT) -> dict:
+    """Validate one decoded JSON record against the schema (:mod:`db.fields`): ``{"host", "run",
+    "result"}`` for a result record (the result completed by Result defaults), ``{"host", "run",
+    "tuned"}`` for a tuned one.
 
     :param where: ``"FILE line N"``, for the error message.
+    :param hint: the error message's advice.
     """
     def bad(msg: str) -> BadImportRecord:
-        return BadImportRecord(f"{where}: {msg}; import files must be written by `autoselect db export`")
+        return BadImportRecord(f"{where}: {msg}; {hint}")
 
     if not isinstance(obj, dict):
         raise bad("not a JSON object")
@@ -230,54 +243,42 @@ def parse_record(obj: Any, where: str) -> dict:
         raise bad(f"{kind} records exist from record format 2 on, this line says {version}")
     if kind == TUNED_FORMAT:
         return _parse_tuned(obj, bad)
-    host, run, result = obj.get("host"), obj.get("run"), obj.get("result")
-    _check_host_and_run(host, run, bad)
+    host, run = _host_and_run(obj.get("host"), obj.get("run"), bad)
+    result = obj.get("result")
     if not isinstance(result, dict):
         raise bad("'result' missing or not an object")
     unknown = sorted(set(result) - _RESULT_FIELDS)
     if unknown:
         raise bad(f"unknown result field(s) {', '.join(unknown)}")
-    for key in _INT_FIELDS:
-        if not _is_int(result.get(key)):
-            raise bad(f"result.{key} missing or not an integer")
-    for key in _STR_FIELDS:
-        if not isinstance(result.get(key), str):
-            raise bad(f"result.{key} missing or not a string")
-    for key in _FLOAT_FIELDS:
-        if result.get(key) is not None and not _is_num(result[key]):
-            raise bad(f"result.{key} is not a number")
-    if result.get("status") not in STATUSES:
-        raise bad(f"result.status {result.get('status')!r} is not one of {', '.join(STATUSES)}")
-    if result.get("kind", "micro") not in KINDS:
-        raise bad(f"result.kind {result.get('kind')!r} is not one of {', '.join(KINDS)}")
-    raw = result.get("raw_samples_us") or []
-    if not isinstance(raw, list) or not all(_is_num(v) for v in raw):
-        raise bad("result.raw_samples_us is not a list of numbers")
-    if raw and len(raw) != result["samples"]:
-        raise bad(f"result.samples is {result['samples']} but raw_samples_us has {len(raw)}")
     full = {name: default() for name, default in _RESULT_DEFAULTS.items()}
     full.update(result)
+    if full["raw_samples_us"] is None:
+        full["raw_samples_us"] = []
+    said = result_problem(full)
+    if said:
+        raise bad(said)
     key = result_key(host["machine_id"], run["uid"], full)
     if obj.get("result_key") not in (None, key):
         raise bad("result_key does not match the record's content (edited or corrupted)")
-    return {"host": _host_record(host), "run": run, "result": full}
+    return {"host": host, "run": run, "result": full}
 
 
-def _check_part(name: str, part: Any, required: dict, bad) -> None:
-    """Refuse a host or run part that is not an object with the required fields."""
+def _part(name: str, part: Any, defaults: dict, check, bad) -> dict:
+    """A host or run part completed by its defaults, refused unless every field keeps its rule."""
     if not isinstance(part, dict):
         raise bad(f"'{name}' missing or not an object")
-    for key, typ in required.items():
-        if not isinstance(part.get(key), typ) or isinstance(part.get(key), bool):
-            raise bad(f"{name}.{key} missing or not {typ.__name__}")
+    full = {**{k: make() for k, make in defaults.items()}, **{k: v for k, v in part.items() if v is not None}}
+    said = check(full)
+    if said:
+        raise bad(said)
+    return full
 
 
-def _check_host_and_run(host: Any, run: Any, bad) -> None:
-    """Refuse a host or run part that is not an object with the required fields."""
-    _check_part("host", host, _HOST_REQUIRED, bad)
-    _check_part("run", run, _RUN_REQUIRED, bad)
-    if run["status"] not in RUN_STATUSES:
-        raise bad(f"run.status {run['status']!r} is not one of {', '.join(RUN_STATUSES)}")
+def _host_and_run(host: Any, run: Any, bad) -> tuple[dict, dict]:
+    """The validated host and run parts of a record (the run's host class is the one it measured)."""
+    host = _part("host", host, _HOST_DEFAULTS, host_problem, bad)
+    run = _part("run", run, _RUN_DEFAULTS, run_problem, bad)
+    return _host_record(host), {k: run.get(k) for k in RUN_COLUMNS}
 
 
 def _host_record(host: dict) -> dict:
@@ -287,22 +288,8 @@ def _host_record(host: dict) -> dict:
     }
 
 
-#: tuned field -> the JSON type it must have (None allowed only for _TUNED_NUMBERS)
-_TUNED_TYPES = {
-    "host_class": str, "machine_id": str, "created_at": str, "hidden": int, "top_k": int, "experts": int,
-    "dispatch_dtype": str, "world_size": int, "device": str, "workload": dict, "backend": str, "knobs": dict,
-    "env": dict, "flags": list, "status": str, "stop": str, "study": str, "versions": dict,
-}
-_TYPE_WORDS = {str: "a string", int: "an integer", dict: "a JSON object", list: "a list"}
-_TUNED_NUMBERS = ("gain", "gain_halfwidth", "tuned_latency_us", "untuned_latency_us")
-#: tuned_configs.device values (the table's CHECK constraint)
-_TUNED_DEVICES = ("cuda", "cpu")
-
-
 def _parse_tuned(obj: dict, bad) -> dict:
     """Validate one ``autoselect.tuned`` record; returns ``{"host", "run", "tuned"}``."""
-    from db.tuned import TUNED_STATUSES
-
     host, run, tuned = obj.get("host"), obj.get("run"), obj.get("tuned")
     if not isinstance(tuned, dict):
         raise bad("'tuned' missing or not an object")
@@ -312,62 +299,94 @@ def _parse_tuned(obj: dict, bad) -> dict:
     missing = [k for k in TUNED_FIELDS if k not in tuned]
     if missing:
         raise bad(f"tuned field(s) {', '.join(missing)} missing")
-    for key, typ in _TUNED_TYPES.items():
-        if not isinstance(tuned[key], typ) or isinstance(tuned[key], bool):
-            raise bad(f"tuned.{key} is not {_TYPE_WORDS[typ]}")
-    for key in _TUNED_NUMBERS:
-        if tuned[key] is not None and not _is_num(tuned[key]):
-            raise bad(f"tuned.{key} is not a number")
-    if tuned["status"] not in TUNED_STATUSES:
-        raise bad(f"tuned.status {tuned['status']!r} is not one of {', '.join(TUNED_STATUSES)}")
-    if tuned["device"] not in _TUNED_DEVICES:
-        raise bad(f"tuned.device {tuned['device']!r} is not one of {', '.join(_TUNED_DEVICES)}")
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in tuned["env"].items()):
-        raise bad("tuned.env is not a map of strings")
-    if not all(isinstance(f, str) for f in tuned["flags"]):
-        raise bad("tuned.flags is not a list of strings")
+    said = tuned_problem(tuned)
+    if said:
+        raise bad(said)
     if run is not None:
-        _check_host_and_run(host, run, bad)  # the run needs its machine
+        host, run = _host_and_run(host, run, bad)  # the run needs its machine
     elif host is not None:
-        _check_part("host", host, _HOST_REQUIRED, bad)
-        if host["machine_id"] != tuned["machine_id"]:
-            raise bad("host.machine_id differs from tuned.machine_id and there is no run to explain it")
+        host = _host_record(_part("host", host, _HOST_DEFAULTS, host_problem, bad))
+    if host is not None and host["machine_id"] != tuned["machine_id"] and run is None:
+        raise bad("host.machine_id differs from tuned.machine_id and there is no run to explain it")
     # SQLite stores these as REAL: 3 reads back as 3.0, so the key is taken over floats
     tuned = {**tuned, **{k: float(tuned[k]) for k in _TUNED_NUMBERS if tuned[k] is not None}}
     key = tuned_key(run["uid"] if run is not None else None, tuned)
     if obj.get("tuned_key") not in (None, key):
         raise bad("tuned_key does not match the record's content (edited or corrupted)")
-    return {"host": None if host is None else _host_record(host), "run": run, "tuned": tuned}
+    return {"host": host, "run": run, "tuned": tuned}
 
 
-def iter_jsonl(lines: Iterable[str], name: str) -> Iterator[dict]:
-    """Parse and validate JSONL records one at a time; raises on the first bad line."""
+#: tuned fields SQLite stores as REAL
+_TUNED_NUMBERS = ("gain", "gain_halfwidth", "tuned_latency_us", "untuned_latency_us")
+
+
+class RunIdentities:
+    """The machine and host class each run uid of an input measured on: every record of one run
+    must agree (a result is stored with its run's machine and class), and so must the run the
+    target database already holds under that uid (:meth:`db.store.Store.import_records`)."""
+
+    def __init__(self):
+        self.runs: dict[str, tuple[str, str, str]] = {}  # uid -> (machine_id, host_class, where)
+
+    def add(self, rec: dict, where: str) -> None:
+        """Note the run of a parsed record; raises when an earlier record gave it another machine."""
+        run, host = rec.get("run"), rec.get("host")
+        if run is None:
+            return
+        ident = (host["machine_id"], run["host_class"])
+        seen = self.runs.setdefault(run["uid"], (*ident, where))
+        if seen[:2] != ident:
+            raise BadImportRecord(
+                f"{where}: run {run['uid']} measured on machine {ident[0]} (class {ident[1]}), but {seen[2]} "
+                f"says machine {seen[0]} (class {seen[1]}); a run has one machine: the file was edited or "
+                "put together from several exports by hand"
+            )
+
+
+def _decode_line(line: str, where: str) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise BadImportRecord(f"{where}: not JSON ({e.msg}); import files must be written by `autoselect db export`") from None
+    except RecursionError:
+        raise BadImportRecord(f"{where}: JSON nested too deeply; import files must be written by `autoselect db export`") from None
+    except ValueError as e:  # an integer literal of thousands of digits (Python's int_max_str_digits)
+        raise BadImportRecord(f"{where}: not JSON this reader accepts ({e}); import files must be written by "
+                              "`autoselect db export`") from None
+
+
+def iter_jsonl(lines: Iterable[str], name: str, runs: RunIdentities | None = None) -> Iterator[dict]:
+    """Parse and validate JSONL records one at a time; raises on the first bad line.
+
+    :param runs: collects each record's run identity (and refuses a run given two machines).
+    """
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise BadImportRecord(
-                f"{name} line {n}: not JSON ({e.msg}); import files must be written by `autoselect db export`"
-            ) from None
-        yield parse_record(obj, f"{name} line {n}")
+        where = f"{name} line {n}"
+        rec = parse_record(_decode_line(line, where), where)
+        if runs is not None:
+            runs.add(rec, where)
+        yield rec
 
 
 def read_jsonl(lines: Iterable[str], name: str) -> list[dict]:
     """Parse and validate a whole JSONL export before anything is written; raises on the first bad line."""
-    return list(iter_jsonl(lines, name))
+    return list(iter_jsonl(lines, name, RunIdentities()))
 
 
 class ImportFile:
     """A JSONL export file that has been validated completely; iterating parses it again.
 
     Two passes keep memory flat for exports of any size: the first (in :func:`read_file`)
-    only validates, the import pass re-reads the file record by record.
+    only validates, the import pass re-reads the file record by record. ``runs`` holds the
+    machine and host class of every run uid in the file, which the importer compares with
+    the runs the target database already has before it writes anything.
     """
 
-    def __init__(self, path, count: int):
+    def __init__(self, path, count: int, runs: RunIdentities | None = None):
         self.path, self.count = path, count
+        self.runs = runs or RunIdentities()
 
     def __len__(self) -> int:
         return self.count
@@ -379,52 +398,121 @@ class ImportFile:
 
 #: export format -> writer
 EXPORTERS = {"jsonl": write_jsonl, "csv": write_csv}
+#: the files SQLite keeps beside a database: an export must never replace them
+SIDECARS = ("", "-wal", "-shm", "-journal")
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output(output, db_path) -> Path:
+    """Refuse an export destination that is the database itself, one of its sidecar files, or
+    a directory; returns the path the export will write (symbolic links resolved)."""
+    from db import default_path
+
+    output = Path(output)
+    db = os.path.realpath(db_path if db_path is not None else default_path())
+    target = os.path.realpath(output)
+    for suffix in SIDECARS:
+        if _same_file(target, db + suffix) or target == db + suffix:
+            what = "the database itself" if not suffix else f"the database's {suffix} file"
+            raise OutputNotWritable(f"--output {output} is {what}; writing it would destroy the database, "
+                                    "pass another file")
+    if os.path.isdir(target):
+        raise OutputNotWritable(f"--output {output} is a directory; pass a file name")
+    if not os.path.exists(target) and not os.path.isdir(os.path.dirname(target) or "."):
+        raise OutputNotWritable(f"cannot write {output}: no directory {os.path.dirname(target)}; "
+                                "create it or pass another --output")
+    return Path(target)
+
+
+@contextmanager
+def open_output(output: Path, shown) -> Iterator[IO[str]]:
+    """A text stream onto ``output`` (from :func:`check_output`), committed only if the block succeeds.
+
+    A regular file (or a new one) is written beside itself and renamed over the old one, so a
+    failed export leaves the old file as it was; anything else -- a device such as /dev/null, a
+    FIFO, a socket -- is written in place, never replaced. Any OS error (an unwritable
+    directory, a full device) is :class:`OutputNotWritable`, and the partial file is removed.
+    """
+    try:
+        st = os.stat(output)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise OutputNotWritable(f"cannot write {shown} ({e.strerror}); pass another --output") from None
+    tmp = None
+    try:
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            with open(output, "w", newline="") as f:
+                yield f
+            return
+        fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial")
+        with os.fdopen(fd, "w", newline="") as f:
+            yield f
+        if st is not None:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, output)
+        tmp = None
+    except OSError as e:
+        raise OutputNotWritable(f"cannot write {shown} ({e.strerror or e}); pass another --output") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def export_to(db_path, fmt: str, out: IO[str] | None = None, output=None) -> dict[str, int]:
     """Export the database at ``db_path`` as ``jsonl`` or ``csv`` to ``out`` or the file ``output``.
 
     Returns what was written: ``{"results": n, "tuned_configs": m}`` (CSV carries results
-    only). The database is opened read-only; the output file
-    is only created once the database has been validated.
+    only). The database is opened read-only; the output (never the database or its sidecar
+    files, see :func:`check_output`) is only opened once the database has been validated, and
+    written as :func:`open_output` says.
     """
-    from pathlib import Path
-
-    from db.errors import OutputNotWritable
     from db.queries import connect_readonly
 
     writer = EXPORTERS[fmt]
-    if output is not None:
-        output = Path(output)
-        if output.is_dir() or not output.parent.is_dir():
-            raise OutputNotWritable(f"cannot write {output}: not a file in an existing directory; pass another --output")
+    target = check_output(output, db_path) if output is not None else None
     conn = connect_readonly(db_path)
     try:
-        if output is None:
+        if target is None:
             return writer(conn, out)
-        tmp = output.with_name(output.name + ".partial")
-        with open(tmp, "w", newline="") as f:
-            n = writer(conn, f)
-        tmp.replace(output)
-        return n
+        with open_output(target, output) as f:
+            return writer(conn, f)
     finally:
         conn.close()
 
 
 def read_file(path) -> ImportFile:
     """Validate a whole JSONL export file (nothing is written); returns it, ready to import."""
-    from pathlib import Path
-
     from db.errors import ImportFileNotFound
 
     path = Path(path)
-    if not path.is_file():
+    try:
+        regular = path.is_file()
+    except OSError as e:  # a name too long for the file system
+        raise ImportFileNotFound(f"cannot read {path} ({e.strerror}); pass a file written by `autoselect db export`") from None
+    if not regular:
         raise ImportFileNotFound(f"no file {path}; pass a file written by `autoselect db export`")
+    runs = RunIdentities()
     try:
         with open(path, encoding="utf-8") as f:
-            count = sum(1 for _ in iter_jsonl(f, str(path)))
-        return ImportFile(path, count)
+            count = sum(1 for _ in iter_jsonl(f, str(path), runs))
+        return ImportFile(path, count, runs)
     except UnicodeDecodeError:
         raise BadImportRecord(
             f"{path} is not UTF-8 text; import files must be written by `autoselect db export`"
         ) from None
+    except OSError as e:
+        raise ImportFileNotFound(f"cannot read {path} ({e.strerror}); pass a file written by `autoselect db export`") from None

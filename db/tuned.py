@@ -10,10 +10,10 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
+from db.fields import tuned_problem
+from db.queries import warn_skipped
+from db.records import TUNED_STATUSES
 from db.rows import now_iso, row_to_tuned_dict, tuned_to_row
-
-#: ``tuned_configs.status`` values; only ``gain`` rows are shown by ``recommend``.
-TUNED_STATUSES = ("gain", "no_gain", "no_legal_knobs", "budget", "not_searched")
 
 
 @dataclass
@@ -64,21 +64,29 @@ def best_tuned(conn: sqlite3.Connection, *, host_class: str, hidden: int, top_k:
                dispatch_dtype: str, world_size: int, backend: str) -> TunedConfig | None:
     """The newest ``gain`` configuration for this host class, shape, world size and backend.
 
-    None when there is none, or when the database predates the table (schema version 1).
+    None when there is none, or when the database predates the table (schema version 1). Rows
+    that break the schema are skipped (a :class:`db.fields.SkippedRows` warning says so).
     """
     try:
         cur = conn.execute(
             "SELECT * FROM tuned_configs WHERE host_class = ? AND hidden = ? AND top_k = ?"
             " AND experts = ? AND dispatch_dtype = ? AND world_size = ? AND backend = ?"
-            " AND status = 'gain' ORDER BY created_at DESC, id DESC LIMIT 1",
+            " AND status = 'gain' ORDER BY created_at DESC, id DESC",
             (host_class, hidden, top_k, experts, dispatch_dtype, world_size, backend),
         )
     except sqlite3.OperationalError as e:
         if "no such table" in str(e):
             return None
         raise
-    row = cur.fetchone()
-    if row is None:
-        return None
-    d = dict(zip([c[0] for c in cur.description], row))
-    return TunedConfig(**row_to_tuned_dict(d), run_id=d["run_id"], id=d["id"])
+    names = [c[0] for c in cur.description]
+    skipped = []
+    for row in cur:  # the newest row that keeps the schema (db.fields); older writers let others in
+        d = dict(zip(names, row))
+        tuned = row_to_tuned_dict(d)
+        said = tuned_problem(tuned)
+        if said is None:
+            warn_skipped("tuned configurations", skipped)
+            return TunedConfig(**tuned, run_id=d["run_id"], id=d["id"])
+        skipped.append(f"tuned configuration {d['id']}: {said}")
+    warn_skipped("tuned configurations", skipped)
+    return None

@@ -207,6 +207,10 @@ CASES = [
     # -- outputs ----------------------------------------------------------------------------------------
     ("db export --db {filled} -o {adir}", 2, USAGE),
     ("db export --db {filled} -o {missing_dir}/x.jsonl", 2, ONE),
+    ("db export --db {filled} -o {filled}", 2, ONE),
+    ("db drop-run 999 --yes --db {filled}", 2, ONE),
+    ("db drop-run 1 --db {filled}", 2, ONE),  # stdin is no terminal: --yes is needed
+    ("db drop-run 1 --yes --db {missing_db}", 2, ONE),
     ("db export --db {filled} --format xml", 2, USAGE),
     ("report --model {qwen} --out {afile} --db {measured}", 2, ONE),
     ("fleet deploy --kind systemd --out {afile}", 2, USAGE),

@@ -322,11 +322,11 @@ def test_merge_brings_a_run_finished_elsewhere_forward(tmp_path):
     [
         (lambda r: r.update(format="other"), BadImportRecord, "format is 'other', expected 'autoselect.result'"),
         (lambda r: r.update(schema_version=3), ImportFormatTooNew, "record format 3 is newer than this autoselect reads (2)"),
-        (lambda r: r["result"].update(hidden="7168"), BadImportRecord, "result.hidden missing or not an integer"),
-        (lambda r: r["result"].update(status="fast"), BadImportRecord, "result.status 'fast' is not one of"),
+        (lambda r: r["result"].update(hidden="7168"), BadImportRecord, "result.hidden is '7168', not an integer"),
+        (lambda r: r["result"].update(status="fast"), BadImportRecord, "result.status is 'fast', not one of"),
         (lambda r: r["result"].update(speed=1), BadImportRecord, "unknown result field(s) speed"),
         (lambda r: r["result"].update(tokens_per_rank=3), BadImportRecord, "result_key does not match"),
-        (lambda r: r["run"].pop("uid"), BadImportRecord, "run.uid missing or not str"),
+        (lambda r: r["run"].pop("uid"), BadImportRecord, "run.uid is required (it is null or missing)"),
     ],
 )
 def test_a_bad_import_line_is_refused_before_anything_is_written(tmp_path, mutate, error, message):

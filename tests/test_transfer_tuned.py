@@ -183,17 +183,17 @@ def test_integer_latencies_in_a_hand_written_record_dedupe_as_the_stored_floats(
         (lambda r: r.update(schema_version=3), ImportFormatTooNew, "record format 3 is newer than this autoselect reads (2); upgrade autoselect"),
         (lambda r: r.update(schema_version=1), BadImportRecord, "autoselect.tuned records exist from record format 2 on, this line says 1"),
         (lambda r: r.update(format="autoselect.tuning"), BadImportRecord, "format is 'autoselect.tuning', expected 'autoselect.result' or 'autoselect.tuned'"),
-        (lambda r: r["tuned"].update(status="great"), BadImportRecord, "tuned.status 'great' is not one of gain, no_gain"),
-        (lambda r: r["tuned"].update(device="tpu"), BadImportRecord, "tuned.device 'tpu' is not one of cuda, cpu"),
+        (lambda r: r["tuned"].update(status="great"), BadImportRecord, "tuned.status is 'great', not one of gain, no_gain"),
+        (lambda r: r["tuned"].update(device="tpu"), BadImportRecord, "tuned.device is 'tpu', not one of cuda, cpu"),
         (lambda r: r["tuned"].update(speedup=2), BadImportRecord, "unknown tuned field(s) speedup"),
         (lambda r: r["tuned"].pop("study"), BadImportRecord, "tuned field(s) study missing"),
-        (lambda r: r["tuned"].update(hidden="7168"), BadImportRecord, "tuned.hidden is not an integer"),
-        (lambda r: r["tuned"].update(env={"NCCL_PROTO": 1}), BadImportRecord, "tuned.env is not a map of strings"),
-        (lambda r: r["tuned"].update(flags="--x"), BadImportRecord, "tuned.flags is not a list"),
-        (lambda r: r["tuned"].update(gain="12%"), BadImportRecord, "tuned.gain is not a number"),
+        (lambda r: r["tuned"].update(hidden="7168"), BadImportRecord, "tuned.hidden is '7168', not an integer"),
+        (lambda r: r["tuned"].update(env={"NCCL_PROTO": 1}), BadImportRecord, "tuned.env is {'NCCL_PROTO': 1}, not a JSON object of strings"),
+        (lambda r: r["tuned"].update(flags="--x"), BadImportRecord, "tuned.flags is '--x', not a list of strings"),
+        (lambda r: r["tuned"].update(gain="12%"), BadImportRecord, "tuned.gain is '12%', not a finite number"),
         (lambda r: r["tuned"].update(gain=0.5), BadImportRecord, "tuned_key does not match the record's content"),
         (lambda r: r.pop("host"), BadImportRecord, "'host' missing or not an object"),
-        (lambda r: r["run"].pop("uid"), BadImportRecord, "run.uid missing or not str"),
+        (lambda r: r["run"].pop("uid"), BadImportRecord, "run.uid is required (it is null or missing)"),
     ],
 )
 def test_a_bad_tuned_line_is_refused_before_anything_is_written(tmp_path, change, error, message):
@@ -241,7 +241,7 @@ def test_db_import_of_a_bad_tuned_line_is_one_error_line_and_writes_nothing(tmp_
     bad = lines_with_tuned_line_changed(tmp_path, lambda r: r["tuned"].update(status="great"))
     r = cli("db", "import", str(bad), "--db", str(tmp_path / "new.db"))
     assert r.exit_code == 2
-    assert r.stderr.startswith(f"Error: {bad} line 2: tuned.status 'great' is not one of ") and len(r.stderr.splitlines()) == 1
+    assert r.stderr.startswith(f"Error: {bad} line 2: tuned.status is 'great', not one of ") and len(r.stderr.splitlines()) == 1
     assert not (tmp_path / "new.db").exists()
 
 

@@ -9,6 +9,7 @@ becomes one ``Error: ...`` line on stderr and exit status 2.
 from __future__ import annotations
 
 import importlib
+import warnings
 
 import click
 
@@ -57,10 +58,26 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, name)
 
     def invoke(self, ctx):
+        previous = warnings.showwarning
+        warnings.showwarning = _show_warning
         try:
             return super().invoke(ctx)
         except UserError as e:
             raise InputError(str(e)) from None
+        finally:
+            warnings.showwarning = previous
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """The project's own warnings (a reader skipped rows that break the schema, ...) as one
+    ``Warning: ...`` line on stderr; anything else as Python prints it."""
+    if issubclass(category, UserWarning) and category.__module__.split(".")[0] in ("autoselect", "db", "bench", "deploy"):
+        click.echo(f"Warning: {message}", err=True)
+        return
+    _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
+
+
+_PYTHON_SHOWWARNING = warnings.showwarning
 
 
 @click.group(cls=LazyGroup, lazy_commands=COMMANDS)

@@ -8,6 +8,7 @@ Parsing and printing only; the work is in ``db/`` and ``autoselect/hardware.py``
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -30,6 +31,7 @@ def db_group():
       autoselect db import results.jsonl --db merged.db
       autoselect db merge node7.db
       autoselect db check
+      autoselect db drop-run 12 --yes
     """
 
 
@@ -92,7 +94,10 @@ def _info_text(d: dict) -> str:
 @db_option
 @format_option("text", "json")
 def check_cmd(db_path, fmt):
-    """Verify the database: integrity, foreign keys, whole rows and schema version.
+    """Verify the database: integrity, foreign keys, whole rows, schema rules and version.
+
+    The schema rules are the ones `db import` applies to every field (types and ranges); rows
+    that break them (imported by an older autoselect) are listed, and skipped by every reader.
 
     Read-only. Exit status 0 when everything is ok, 1 when a check failed.
 
@@ -120,7 +125,12 @@ def check_cmd(db_path, fmt):
             f"integrity_check   {integrity}",
             f"foreign keys      {mark(data['foreign_key_violations'], 'violations')}",
             f"whole rows        {mark(data['results_with_missing_samples'], 'results with missing samples')}",
+            f"schema rules      {mark(data['schema_violations'], 'rows break them')}",
         ]
+        for example in data["schema_violation_examples"][:5]:
+            lines.append(f"  {example}")
+        if (data["schema_violations"] or 0) > 5:
+            lines.append(f"  ... {data['schema_violations'] - 5} more (--format json lists 20)")
         for s in data["stale_running_runs"]:
             lines.append(f"stale run #{s['id']}   {s['reason']}; the next write marks it interrupted")
         lines.append(f"verdict           {'ok' if data['ok'] else 'FAILED'}")
@@ -145,9 +155,16 @@ def export_cmd(db_path, fmt, output):
       autoselect db export > results.jsonl
       autoselect db export --format csv -o results.csv
     """
+    from db.errors import OutputNotWritable
     from db.transfer import export_to
 
-    counts = export_to(db_path, fmt, out=sys.stdout, output=output)
+    try:
+        counts = export_to(db_path, fmt, out=sys.stdout, output=output)
+        if output is None:
+            sys.stdout.flush()
+    except OSError as e:  # standard output itself: a full device, a closed pipe
+        sys.stdout = open(os.devnull, "w")  # nothing more can reach the old one, not even at exit
+        raise OutputNotWritable(f"cannot write to standard output ({e.strerror or e}); pass --output FILE") from None
     if output is not None:
         tuned = f" and {counts['tuned_configs']} tuned configurations" if counts["tuned_configs"] else ""
         click.echo(f"exported {counts['results']} results{tuned} to {output}", err=True)
@@ -192,6 +209,45 @@ def merge_cmd(other, db_path, fmt):
     with _progress("merging") as progress:
         summary = merge_into(db_path, other, progress=progress)
     _print_summary(summary, fmt)
+
+
+@db_group.command("drop-run")
+@click.argument("run")
+@db_option
+@click.option("--yes", is_flag=True, help="Drop it without asking (needed when stdin is not a terminal).")
+@format_option("text", "json")
+def drop_run_cmd(run, db_path, yes, fmt):
+    """Delete one run: its results, their raw samples and its tuned configurations.
+
+    RUN is the run's id (as `db info`, `db check` and recommend's reasons show it) or its uid.
+    Use it when a run measured something by mistake (a typo in bench's arguments, a broken
+    machine): its rows stop counting as evidence. The host's fingerprint stays. There is no
+    undo; `db export` first if in doubt.
+
+    \b
+    Example:
+      autoselect db drop-run 12 --yes --db results.db
+    """
+    from db.errors import DropNotConfirmed
+    from db.store import Store
+
+    with Store(db_path, create=False) as store:
+        found = store.run_summary(run)
+        if found is None:
+            store.drop_run(run)  # raises UnknownRun with the message
+        what = (f"run {found['id']} ({found['status']}, {found['trigger']}, started {found['started_at'][:19]}): "
+                f"{found['results']} results, {found['tuned_configs']} tuned configurations")
+        if not yes:
+            if not sys.stdin.isatty():
+                raise DropNotConfirmed(f"db drop-run deletes {what}; pass --yes to confirm")
+            if not click.confirm(f"delete {what}?", err=True):
+                raise DropNotConfirmed("nothing deleted")
+        dropped = store.drop_run(found["id"])
+    if fmt == "json":
+        click.echo(json.dumps(dropped, indent=2))
+    else:
+        click.echo(f"dropped run {dropped['id']} ({dropped['uid']}): {dropped['results']} results, "
+                   f"{dropped['tuned_configs']} tuned configurations")
 
 
 @db_group.command("upgrade")
