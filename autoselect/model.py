@@ -30,6 +30,7 @@ from typing import Any
 
 from autoselect.errors import InvalidShape, UserError  # InvalidShape: shared (autoselect.workload.Shape)
 from autoselect.payload import ACTIVATION_DTYPES
+from db.fields import MAX_EXPERTS, MAX_HIDDEN
 
 #: GPU architecture families autoselect distinguishes.
 GPU_ARCHS = ("sm90", "sm100")
@@ -306,20 +307,42 @@ class MoeProfile:
 # --------------------------------------------------------------------------------------
 
 
-def _read_json(path: Path, what: str) -> dict:
+#: The largest config.json / hf_quant_config.json read: real ones are a few KB; a bigger file is
+#: not a config, and parsing it would only cost time (serve reads configs per request).
+MAX_CONFIG_BYTES = 4 << 20
+
+
+def _read_json(path: Path, what: str, label: str | None = None) -> dict:
+    """The JSON object in ``path``; anything else (unreadable, too big, not UTF-8, not JSON,
+    nested too deeply, not an object) is one :class:`UserError` naming the file as ``label``."""
+    label = label or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
-        raise ModelConfigNotFound(f"cannot read {path}: {e.strerror}; check the path and permissions") from None
+        raise ModelConfigNotFound(f"cannot read {label}: {e.strerror}; check the path and permissions") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ModelConfigInvalid(f"{label} is larger than {MAX_CONFIG_BYTES >> 20} MiB; a {what} is a few KB, "
+                                 f"re-download it or fix the file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        kind = "UTF-16 text" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else "binary or not UTF-8"
+        raise ModelConfigInvalid(f"{label} is not UTF-8 text ({kind}, byte {e.start}); a {what} is UTF-8 JSON, "
+                                 f"re-download it or fix the file") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ModelConfigInvalid(
-            f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+            f"{label} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
             f"re-download the {what} or fix the file"
         ) from None
+    except RecursionError:
+        raise ModelConfigInvalid(f"{label} is JSON nested too deeply to be a {what}; fix the file") from None
+    except ValueError as e:  # an integer literal of thousands of digits
+        raise ModelConfigInvalid(f"{label} is not JSON this reader accepts ({e}); fix the file") from None
     if not isinstance(data, dict):
-        raise ModelConfigInvalid(f"{path} holds a JSON {type(data).__name__}, not an object; is it a {what}?")
+        raise ModelConfigInvalid(f"{label} holds a JSON {type(data).__name__}, not an object; is it a {what}?")
     return data
 
 
@@ -348,13 +371,15 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _hub_files(repo_id: str) -> tuple[Path, Path | None, list[str]]:
-    """Download (or find cached) config.json and the optional hf_quant_config.json of ``repo_id``."""
+def _hub_files(repo_id: str, *, offline: bool) -> tuple[Path, Path | None, list[str]]:
+    """Download (or find cached) config.json and the optional hf_quant_config.json of ``repo_id``.
+
+    :param offline: the cache only (``HF_HUB_OFFLINE``, or ``serve``).
+    """
     import huggingface_hub  # ~45 ms; only for hub ids
     from huggingface_hub import errors as hf_errors
 
     cache_dir = _hub_cache_dir()
-    offline = _offline()
     notes: list[str] = []
     try:
         config = huggingface_hub.hf_hub_download(
@@ -403,6 +428,30 @@ def _hub_files(repo_id: str) -> tuple[Path, Path | None, list[str]]:
     return Path(config), quant, notes
 
 
+@dataclass(frozen=True)
+class ModelSource:
+    """Which model names :func:`load_profile` resolves, and where.
+
+    The CLI's default takes what its user names: a local directory (or its config.json), or a
+    Hugging Face id (downloaded unless ``HF_HUB_OFFLINE``). ``serve`` answers strangers, so it
+    takes Hub ids from the cache only, and names under the model roots its operator gave (a
+    relative name whose real path stays inside a root): never a path a client chose.
+    """
+
+    local_paths: bool = True
+    hub: bool = True
+    offline: bool = False  # True: the Hub cache only, whatever HF_HUB_OFFLINE says
+    roots: tuple[Path, ...] = ()
+
+
+#: what the command line resolves
+CLI_SOURCE = ModelSource()
+#: a name under a model root: relative components that never start with a dot (so no "..")
+_ROOT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$")
+#: the longest model name or path taken (a Hub id is at most 96 characters)
+MAX_MODEL_NAME = 1024
+
+
 def config_dir(model: str) -> Path:
     """The local directory holding ``model``'s config.json (the Hub cache snapshot for a hub id).
 
@@ -411,23 +460,62 @@ def config_dir(model: str) -> Path:
     return _locate(model)[0].parent
 
 
-def _locate(model: str) -> tuple[Path, Path | None, list[str]]:
-    """(config.json, hf_quant_config.json or None, notes) for a local path or a hub id."""
-    path = Path(model).expanduser()
-    if path.exists():
-        directory = path if path.is_dir() else path.parent
-        config = directory / "config.json"
-        if not config.is_file():
+def _locate(model: str, source: ModelSource = CLI_SOURCE) -> tuple[Path, Path | None, list[str], str]:
+    """(config.json, hf_quant_config.json or None, notes, how messages name config.json)."""
+    if not isinstance(model, str) or not model or len(model) > MAX_MODEL_NAME or not model.isprintable():
+        raise ModelConfigNotFound(
+            f"--model {model[:80]!r} is not a model name; pass a checkpoint directory or a Hugging Face model id"
+            if isinstance(model, str) else "--model is not a model name"
+        )
+    if source.roots and _ROOT_NAME.match(model):
+        for root in source.roots:
+            found = _under_root(Path(root), model)
+            if found is not None:
+                return found
+    if source.local_paths:
+        try:
+            path = Path(model).expanduser()
+            exists = path.exists()
+        except (OSError, ValueError, RuntimeError) as e:  # a name too long, a NUL byte, no home directory
+            reason = getattr(e, "strerror", None) or str(e)
             raise ModelConfigNotFound(
-                f"no config.json in {directory}; pass a checkpoint directory or a Hugging Face model id"
-            )
-        quant = directory / "hf_quant_config.json"
-        return config, (quant if quant.is_file() else None), []
-    if _looks_like_path(model) or not _HUB_ID.match(model):
+                f"cannot use {model[:80]!r} as a path ({reason}); pass a checkpoint directory or a Hugging Face "
+                "model id (org/name)"
+            ) from None
+        if exists:
+            directory = path if path.is_dir() else path.parent
+            config = directory / "config.json"
+            if not config.is_file():
+                raise ModelConfigNotFound(
+                    f"no config.json in {directory}; pass a checkpoint directory or a Hugging Face model id"
+                )
+            quant = directory / "hf_quant_config.json"
+            return config, (quant if quant.is_file() else None), [], str(config)
+    if not source.hub or _looks_like_path(model) or not _HUB_ID.match(model):
+        if not source.local_paths:
+            raise ModelConfigNotFound(f"unknown model {model[:80]!r}; pass a Hugging Face model id (org/name)")
         raise ModelConfigNotFound(
             f"no such directory {model!r}; pass a checkpoint directory or a Hugging Face model id (org/name)"
         )
-    return _hub_files(model)
+    config, quant, notes = _hub_files(model, offline=source.offline or _offline())
+    return config, quant, notes, f"config.json of {model}"
+
+
+def _under_root(root: Path, name: str) -> tuple[Path, Path | None, list[str], str] | None:
+    """The config files of ``root/name`` when that is a checkpoint directory whose real path stays
+    inside the root's (a symbolic link out of it does not count); else None."""
+    try:
+        real_root = os.path.realpath(root)
+        directory = os.path.realpath(os.path.join(real_root, name))
+        if os.path.commonpath([real_root, directory]) != real_root:
+            return None
+        config = Path(directory) / "config.json"
+        if not config.is_file():
+            return None
+    except (OSError, ValueError):
+        return None
+    quant = Path(directory) / "hf_quant_config.json"
+    return config, (quant if quant.is_file() else None), [], f"{name}/config.json"
 
 
 # --------------------------------------------------------------------------------------
@@ -450,6 +538,158 @@ def _first(config: dict, names: tuple[str, ...]):
         if config.get(name) is not None:
             return name, config[name]
     return None, None
+
+
+# --------------------------------------------------------------------------------------
+# Validation: every field this module reads, checked once, before anything reads it
+# --------------------------------------------------------------------------------------
+
+#: The most decoder layers a config may declare (the largest MoE checkpoints have ~100):
+#: layer counting walks the layers, so a value like 1e11 must be refused, not counted.
+MAX_LAYERS = 4096
+
+#: integer fields -> (lowest, highest) value a real checkpoint can have; null means absent
+CONFIG_INTS: dict[str, tuple[int, int]] = {
+    **{f: (1, MAX_HIDDEN) for f in HIDDEN_FIELDS},
+    **{f: (0, MAX_EXPERTS) for f in EXPERT_FIELDS},  # 0: a dense model
+    **{f: (1, MAX_EXPERTS) for f in TOP_K_FIELDS},
+    "num_hidden_layers": (0, MAX_LAYERS),
+    "first_k_dense_replace": (0, MAX_LAYERS),
+    "decoder_sparse_step": (0, MAX_LAYERS),  # 0 counts as 1 (every layer), as before
+    "interleave_moe_layer_step": (0, MAX_LAYERS),  # Llama-4: 0 means no MoE layer
+}
+#: fields holding a list of layer indices
+CONFIG_LAYER_LISTS = ("mlp_only_layers", "moe_layers")
+#: fields holding a string (printed, or compared as text)
+CONFIG_TEXTS = ("model_type", "torch_dtype", "dtype")
+
+
+def _kind(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if not isinstance(value, (int, float)) or isinstance(value, bool) else json.dumps(value)
+    return text if len(text) <= 40 else f"{_kind(value)} of {len(text)} characters"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_config(config: dict, text: dict, hf_quant: dict | None, label: str) -> None:
+    """Refuse a config whose fields this module reads are of the wrong type or out of range.
+
+    Every command that loads a checkpoint goes through :func:`load_profile`, and it calls this
+    first, so a hostile or broken config.json is one :class:`ModelConfigInvalid` (or
+    :class:`UnsupportedQuantization`) naming the field, never a traceback or a wrong answer.
+    """
+    def bad(field: str, value: Any, want: str) -> ModelConfigInvalid:
+        return ModelConfigInvalid(f"{label}: {field} is {_shown(value)}, {want}; fix the config or use an explicit shape")
+
+    for part in (config, text):
+        for name, (low, high) in CONFIG_INTS.items():
+            value = part.get(name)
+            if value is None:
+                continue
+            if not _is_int(value):
+                raise bad(name, value, f"not an integer")
+            if not low <= value <= high:
+                raise bad(name, value, f"not between {low} and {high}")
+        for name in CONFIG_LAYER_LISTS:
+            value = part.get(name)
+            if value is not None and not (isinstance(value, list) and len(value) <= MAX_LAYERS
+                                          and all(_is_int(i) and 0 <= i < MAX_LAYERS for i in value)):
+                raise bad(name, value, f"not a list of layer indices (integers 0 to {MAX_LAYERS - 1})")
+        freq = part.get("moe_layer_freq")
+        if freq is not None and not (
+            (_is_int(freq) and 0 <= freq <= MAX_LAYERS)
+            or (isinstance(freq, list) and len(freq) <= MAX_LAYERS and all(f in (0, 1) for f in freq))
+        ):
+            raise bad("moe_layer_freq", freq, f"neither a layer step (0 to {MAX_LAYERS}) nor a list of 0/1 flags")
+        for name in CONFIG_TEXTS:
+            value = part.get(name)
+            if value is not None and not isinstance(value, str):
+                raise bad(name, value, "not a string")
+    for name in TEXT_CONFIG_KEYS:
+        if config.get(name) is not None and not isinstance(config[name], dict):
+            raise bad(name, config[name], "not an object")
+    experts, top_k = _first(text, EXPERT_FIELDS), _first(text, TOP_K_FIELDS)
+    if experts[1] and top_k[1] and top_k[1] > experts[1]:
+        raise ModelConfigInvalid(
+            f"{label}: {top_k[0]} ({top_k[1]}) exceeds the {experts[1]} routed experts ({experts[0]}); no router "
+            "picks more experts than exist: fix the config or use an explicit shape"
+        )
+    for where, q in (("config.json quantization_config", config.get("quantization_config")),
+                     ("config.json text config quantization_config", text.get("quantization_config"))):
+        if q is not None:
+            _check_quant_block(q, where)
+    if hf_quant is not None:
+        for key in ("producer", "quantization"):
+            if hf_quant.get(key) is not None and not isinstance(hf_quant[key], dict):
+                raise UnsupportedQuantization(f"hf_quant_config.json: {key} is {_kind(hf_quant[key])}, not an "
+                                              "object; autoselect never guesses a dtype: fix the file or use an explicit shape")
+        quant = hf_quant.get("quantization") or {}
+        _check_quant_fields(quant, "hf_quant_config.json quantization")
+
+
+def _check_quant_block(q: Any, where: str) -> None:
+    """A ``quantization_config`` must be an object autoselect can read: a string (``"fp8"``), a
+    list or an empty object names no scheme, and reading it as unquantized would be a guess."""
+    if not isinstance(q, dict):
+        raise UnsupportedQuantization(
+            f"{where} is {_kind(q)} ({_shown(q)}), not an object with a quant_method; autoselect never guesses "
+            "the activation dtype: fix the config or use an explicit shape"
+        )
+    if not q:
+        raise UnsupportedQuantization(
+            f"{where} is empty: no quant_method; autoselect never guesses the activation dtype: fix the config "
+            "or use an explicit shape"
+        )
+    _check_quant_fields(q, where)
+
+
+def _check_quant_fields(q: dict, where: str) -> None:
+    """The fields of a quantization block the readers below use, each of the type they need."""
+    def bad(field: str, value: Any, want: str) -> UnsupportedQuantization:
+        return UnsupportedQuantization(f"{where}: {field} is {_kind(value)} ({_shown(value)}), not {want}; "
+                                       "fix the config or use an explicit shape")
+
+    for name in ("quant_method", "quant_algo", "activation_scheme"):
+        if q.get(name) is not None and not isinstance(q[name], str):
+            raise bad(name, q[name], "a string")
+    if q.get("quantization") is not None:
+        if not isinstance(q["quantization"], dict):
+            raise bad("quantization", q["quantization"], "an object")
+        _check_quant_fields(q["quantization"], f"{where}.quantization")
+    block = q.get("weight_block_size")
+    if block is not None and not (isinstance(block, list) and len(block) <= 4 and all(_is_int(b) for b in block)):
+        raise bad("weight_block_size", block, "a list of integers")
+    layers = q.get("quantized_layers")
+    if layers is not None and not (isinstance(layers, dict) and all(isinstance(v, dict) for v in layers.values())):
+        raise bad("quantized_layers", layers, "an object of per-layer objects")
+    groups = q.get("config_groups")
+    if groups is None:
+        return
+    if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
+        raise bad("config_groups", groups, "an object of group objects")
+    for name, group in groups.items():
+        targets = group.get("targets")
+        if targets is not None and not (isinstance(targets, list) and all(isinstance(t, str) for t in targets)):
+            raise bad(f"config_groups.{name}.targets", targets, "a list of module names")
+        for part in ("weights", "input_activations"):
+            args = group.get(part)
+            if args is not None and not isinstance(args, dict):
+                raise bad(f"config_groups.{name}.{part}", args, "an object")
+            for key, value in (args or {}).items():
+                if key == "block_structure" and value is not None and not (
+                        isinstance(value, list) and all(_is_int(v) for v in value)):
+                    raise bad(f"config_groups.{name}.{part}.{key}", value, "a list of integers")
+                if key in ("num_bits", "group_size") and value is not None and not _is_int(value):
+                    raise bad(f"config_groups.{name}.{part}.{key}", value, "an integer")
+                if key in ("type", "strategy") and value is not None and not isinstance(value, str):
+                    raise bad(f"config_groups.{name}.{part}.{key}", value, "a string")
 
 
 def count_moe_layers(text: dict) -> int:
@@ -676,7 +916,7 @@ def _weight_quant(config: dict, text: dict, hf_quant: dict | None) -> tuple[str,
 # --------------------------------------------------------------------------------------
 
 
-def load_profile(model: str) -> MoeProfile:
+def load_profile(model: str, *, source: ModelSource = CLI_SOURCE) -> MoeProfile:
     """Read a checkpoint's config files and return its :class:`MoeProfile`.
 
     :param model: a local checkpoint directory (or its ``config.json``), or a Hugging Face
@@ -688,11 +928,14 @@ def load_profile(model: str) -> MoeProfile:
     :raises DenseModel: no routed experts.
     :raises MoeFieldsMissing: hidden size, experts or top-k missing.
     :raises UnsupportedQuantization: a quantization scheme autoselect cannot map.
+    :param source: which names resolve, and where (:class:`ModelSource`; ``serve`` passes its own).
     """
-    config_path, quant_path, notes = _locate(model)
-    config = _read_json(config_path, "config.json")
-    hf_quant = _read_json(quant_path, "hf_quant_config.json") if quant_path is not None else None
+    config_path, quant_path, notes, label = _locate(model, source)
+    config = _read_json(config_path, "config.json", label)
+    hf_quant = (_read_json(quant_path, "hf_quant_config.json", label.replace("config.json", "hf_quant_config.json"))
+                if quant_path is not None else None)
     text = _text_config(config)
+    check_config(config, text, hf_quant, label)
     model_type = text.get("model_type") or config.get("model_type")
 
     expert_field, experts = _first(text, EXPERT_FIELDS)
@@ -705,18 +948,18 @@ def load_profile(model: str) -> MoeProfile:
                 f"experts, so there is no all2all and --all2all-backend has no effect"
             )
         raise MoeFieldsMissing(
-            f"{config_path} has no MoE fields (hidden_size, one of {', '.join(EXPERT_FIELDS)}, "
+            f"{label} has no MoE fields (hidden_size, one of {', '.join(EXPERT_FIELDS)}, "
             f"num_experts_per_tok); is it a language model's config.json?"
         )
     missing = [n for n, v in (("hidden_size", hidden), ("num_experts_per_tok", top_k)) if v is None]
     if missing:
         raise MoeFieldsMissing(
-            f"{config_path} has routed experts ({expert_field}) but no {' or '.join(missing)}; "
+            f"{label} has routed experts ({expert_field}) but no {' or '.join(missing)}; "
             f"fix the config or use an explicit shape"
         )
     for name, value in ((hidden_field, hidden), (expert_field, experts), (top_k_field, top_k)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise MoeFieldsMissing(f"{config_path}: {name} is {value!r}, not a positive integer")
+            raise MoeFieldsMissing(f"{label}: {name} is {value!r}, not a positive integer")
 
     moe_layers = count_moe_layers(text)
     if moe_layers == 0 and text.get("num_hidden_layers"):
