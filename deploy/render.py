@@ -3,19 +3,30 @@
 ``render(kind, ...)`` returns ``{file name: text}``: ``systemd`` gives a service and a timer,
 ``kubernetes`` a CronJob (plus its scavenger PriorityClass), ``slurm`` a self-resubmitting
 batch script. The container image is the ``autoselect-vllm`` image built from the
-repository's Dockerfile.
+repository's Dockerfile. Every user value reaches a template through the quoting of that
+file's format (:mod:`deploy.quoting`): a space, quote, ``$`` or ``%`` cannot change what the
+unit, manifest or script does, and a control character is refused.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import shlex
 import shutil
+import tempfile
 from pathlib import Path
 from string import Template
 
 from autoselect.errors import UserError
 from autoselect.options import parse_duration
+from deploy.quoting import (
+    refuse_control,
+    shell_word,
+    systemd_command,
+    systemd_environment,
+    yaml_list,
+    yaml_scalar,
+)
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -33,6 +44,14 @@ class UnknownDeployKind(UserError):
 
 class UnschedulableInterval(UserError):
     "An interval a cron schedule cannot express."
+
+
+class RelativeDeployPath(UserError):
+    "A database path for a rendered job that is not absolute."
+
+
+class DeployOutputNotWritable(UserError):
+    "An --out directory for fleet deploy that does not exist or cannot be written."
 
 
 def cron_schedule(every_s: float) -> str:
@@ -69,6 +88,11 @@ def render(kind: str, *, fleet_args: str = "", db_path: str = "/var/lib/autosele
     """
     if kind not in KINDS:
         raise UnknownDeployKind(f"no templates for {kind!r}; use one of {', '.join(KINDS)}")
+    executable = executable or shutil.which("autoselect") or "/usr/local/bin/autoselect"
+    for what, value in (("--args", fleet_args), ("--db", db_path), ("--address", address), ("--every", every),
+                        ("--jitter", jitter), ("--image", image), ("the autoselect executable", executable),
+                        ("timeout", timeout)):
+        refuse_control(what, value)
     every_s = parse_duration(every, what="--every")
     jitter_s = parse_duration(jitter, what="--jitter", allow_zero=True)
     timeout_s = parse_duration(timeout, what="timeout")
@@ -78,24 +102,70 @@ def render(kind: str, *, fleet_args: str = "", db_path: str = "/var/lib/autosele
         extra = shlex.split(fleet_args)
     except ValueError as e:
         raise UnknownDeployKind(f"--args {fleet_args!r} is not valid shell syntax ({e}); quote it") from None
-    executable = executable or shutil.which("autoselect") or "/usr/local/bin/autoselect"
+    if not os.path.isabs(db_path):
+        raise RelativeDeployPath(f"--db {db_path!r} is not an absolute path; the job runs in a directory of its own "
+                                 "(a container, a unit's root), so give it the whole path, e.g. /var/lib/autoselect/fleet.db")
+    db_dir = str(Path(db_path).parent)
     values = {
-        "fleet_args": " ".join(shlex.quote(a) for a in extra),
-        "db_path": db_path,
-        "db_dir": str(Path(db_path).parent),
-        "address": address,
         "every": every,
         "jitter": jitter,
         "every_seconds": int(every_s),
         "jitter_seconds": int(jitter_s),
         "timeout_s": int(timeout_s),
-        "image": image,
-        "executable": executable,
         "nodes": nodes,
         "gpus_per_node": gpus_per_node,
         "slurm_time": slurm_time(timeout_s),
-        "container_args": json.dumps(["fleet", "run", "--trigger", "cronjob", "--only-idle", *extra]),
+        # systemd: the unit's Environment= assignments and ExecStart= command line
+        "systemd_env_address": systemd_environment("RAY_ADDRESS", address),
+        "systemd_env_db": systemd_environment("AUTOSELECT_DB", db_path),
+        "systemd_exec": systemd_command([executable, "fleet", "run", "--trigger", "systemd", "--only-idle", *extra]),
+        # Kubernetes: YAML scalars
+        "yaml_image": yaml_scalar(image),
+        "yaml_address": yaml_scalar(address),
+        "yaml_db": yaml_scalar(db_path),
+        "yaml_db_dir": yaml_scalar(db_dir),
+        "yaml_args": yaml_list(["fleet", "run", "--trigger", "cronjob", "--only-idle", *extra]),
+        # Slurm: bash words
+        "sh_db": shell_word(db_path),
+        "sh_executable": shell_word(executable),
+        "sh_fleet_args": " ".join(shell_word(a) for a in extra),
     }
     if kind == "kubernetes":
         values["cron"] = cron_schedule(every_s)
     return {name: Template((TEMPLATES / name).read_text()).substitute(values) for name in KINDS[kind]}
+
+
+def write_files(files: dict[str, str], out_dir: str | os.PathLike) -> list[Path]:
+    """Write rendered files into the existing directory ``out_dir``; returns their paths.
+
+    The directory must exist (nothing the user did not name is created); each file is written
+    beside its final name and renamed over it, so a failure leaves no half-written unit; any OS
+    error (an unwritable directory, a full disk) is :class:`DeployOutputNotWritable`.
+    """
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise DeployOutputNotWritable(
+            f"--out {out} is not an existing directory; create it first (fleet deploy writes its files into a "
+            "directory that exists, and creates none)"
+        )
+    written = []
+    for name, text in files.items():
+        target = out / name
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".partial")
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
+            tmp = None
+        except OSError as e:
+            raise DeployOutputNotWritable(f"cannot write {target} ({e.strerror or e}); pass another --out") from None
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+        written.append(target)
+    return written

@@ -80,3 +80,88 @@ def run_module(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedPr
         kw["capture_output"] = True
     return subprocess.run([sys.executable, "-m", "autoselect", *map(str, args)], text=True, env=env,
                           timeout=timeout, **kw)
+
+
+# --- an independent reader of what systemd makes of a unit line (systemd.syntax(7), systemd.service(5))
+
+_C_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\",
+              '"': '"', "'": "'", "s": " "}
+
+
+def _specifiers(rvalue: str) -> str:
+    """systemd resolves ``%`` specifiers on the whole value first; the renderer may only use ``%%``."""
+    out, i = [], 0
+    while i < len(rvalue):
+        if rvalue[i] == "%":
+            assert rvalue[i + 1: i + 2] == "%", f"unescaped specifier in {rvalue!r}"
+            out.append("%")
+            i += 2
+        else:
+            out.append(rvalue[i])
+            i += 1
+    return "".join(out)
+
+
+def systemd_words(rvalue: str) -> list[tuple[str, str]]:
+    """(raw text, value) of each word of a unit setting: specifiers resolved, split on blanks,
+    double / single quotes removed, C escapes decoded."""
+    text = _specifiers(rvalue)
+    words, i = [], 0
+    while i < len(text):
+        if text[i] in " \t":
+            i += 1
+            continue
+        start, value, quote = i, [], None
+        while i < len(text) and (quote or text[i] not in " \t"):
+            ch = text[i]
+            if quote and ch == quote:
+                quote = None
+            elif not quote and ch in "\"'":
+                quote = ch
+            elif ch == "\\" and quote != "'":
+                nxt = text[i + 1]
+                if nxt in _C_ESCAPES:
+                    value.append(_C_ESCAPES[nxt])
+                elif nxt == ";":
+                    value.append("\\;")  # systemd's literal semicolon, resolved by the command reader
+                else:
+                    raise AssertionError(f"unknown escape \\{nxt} in {rvalue!r}")
+                i += 1
+            else:
+                value.append(ch)
+            i += 1
+        assert quote is None, f"unbalanced quoting in {rvalue!r}"
+        words.append((text[start:i], "".join(value)))
+    return words
+
+
+def systemd_exec_argv(rvalue: str) -> list[str]:
+    """The argv systemd runs for an ``ExecStart=`` value that must hold one command."""
+    argv = []
+    for raw, value in systemd_words(rvalue):
+        assert raw != ";", f"a lone ; in {rvalue!r} starts a second command"
+        if value == "\\;":
+            argv.append(";")
+            continue
+        out, i = [], 0
+        while i < len(value):  # $$ is a literal dollar; $NAME / ${NAME} would be expanded
+            if value[i] == "$":
+                assert value[i + 1: i + 2] == "$", f"variable expansion in {rvalue!r}"
+                out.append("$")
+                i += 2
+            else:
+                out.append(value[i])
+                i += 1
+        argv.append("".join(out))
+    return argv
+
+
+def systemd_environment_of(unit: str) -> dict[str, str]:
+    """The environment the ``Environment=`` lines of a unit set."""
+    env = {}
+    for line in unit.splitlines():
+        if line.startswith("Environment="):
+            for _, word in systemd_words(line[len("Environment="):]):
+                name, _, value = word.partition("=")
+                env[name] = value
+    return env

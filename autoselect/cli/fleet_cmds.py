@@ -283,11 +283,11 @@ def fleet_status_cmd(db_path, fmt):
 @click.option("--kind", type=click.Choice(["systemd", "kubernetes", "slurm"]), required=True,
               help="What to render.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
-              help="Write the files here (default: print them).")
+              help="Write the files into this existing directory (default: print them).")
 @click.option("--args", "fleet_args", default="--model deepseek-ai/DeepSeek-V3", show_default=True,
               metavar="ARGS", help="Arguments for `autoselect fleet run` in the rendered job.")
 @click.option("--db", "db_path", default="/var/lib/autoselect/fleet.db", show_default=True, metavar="PATH",
-              help="Fleet database path inside the job.")
+              help="Fleet database path inside the job (absolute).")
 @click.option("--address", default="auto", show_default=True, metavar="ADDR", help="Ray address inside the job.")
 @click.option("--every", default="24h", show_default=True, metavar="DURATION", help="How often the job runs.")
 @click.option("--jitter", default="1h", show_default=True, metavar="DURATION", help="Random delay (systemd).")
@@ -310,13 +310,10 @@ def fleet_deploy_cmd(kind, out_dir, fleet_args, db_path, address, every, jitter,
                 click.echo(f"# --- {name}")
             click.echo(text, nl=False)
         return
-    from pathlib import Path
+    from deploy.render import write_files
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (out / name).write_text(text)
-        click.echo(str(out / name))
+    for path in write_files(files, out_dir):
+        click.echo(str(path))
 
 
 @click.command("serve")
