@@ -31,11 +31,11 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from autoselect.errors import UserError
+from autoselect.errors import UnknownHostClass, UserError
 from autoselect.model import load_profile
 from autoselect.selector import recommend
 from autoselect.workload import Deployment, Shape, equal_workload
-from db.queries import all_results, connect_readonly, newest_host, runs
+from db.queries import all_results, connect_readonly, host_classes, newest_host, runs
 
 
 class BadThreshold(UserError):
@@ -475,6 +475,11 @@ def analyze(conn: Any, *, models: Iterable[str] | None = None, host_class: str |
     :param host_class: only this host class.
     """
     check_thresholds(min_slowdown, noise_k)
+    if host_class is not None:
+        known = [h["host_class"] for h in host_classes(conn)]
+        if host_class not in known:
+            raise UnknownHostClass(f"host class {host_class!r} is not in the database; known: "
+                                   f"{', '.join(known) or 'none'} (`autoselect db info` lists them)")
     results = all_results(conn, kind="micro", statuses=("ok",), host_class=host_class)
     obs = observations(results)
     run_rows = runs(conn)

@@ -1,6 +1,6 @@
 """``autoselect serve``: a small read-only HTTP API over a results database (FastAPI).
 
-Endpoints (GET only; every other method is 405):
+Endpoints (GET, and HEAD answered like GET; every other method is 405):
 
 * ``/v1/recommend?model=...&host_class=...&workload=...`` (also ``tokens``, ``dp``, ``tp``,
   ``world_size``, ``gpu_arch``, ``vllm_version``, ``concurrency``, ``max_num_batched_tokens``,
@@ -14,6 +14,14 @@ Bad parameters get 400 with ``{"error": "..."}`` (the same sentence the CLI prin
 unknown model or host class gets 404. The database is opened read-only per request; answers
 are cached as JSON bytes per (endpoint, parameters) until the database file or its WAL
 changes; a miss is computed in the thread pool, a hit is served from the event loop.
+
+The server answers strangers, so ``model=`` never names a path: models are Hugging Face ids
+resolved from the local cache only (never downloaded), or names under the model roots the
+operator passed (``--model-root``; a name whose real path leaves its root does not exist).
+Every model the server cannot serve gets the same 404 sentence, whatever exists on its disk,
+and no answer carries a server path (the database, the roots, the Hub cache and the home
+directory are replaced by placeholders). Per request, the work is bounded by the checks of the
+config and of each parameter (at most :data:`MAX_QUERY` bytes of query string).
 """
 
 from __future__ import annotations
@@ -41,11 +49,45 @@ class BadServeOption(UserError):
     "A serve option that cannot work (port, workers)."
 
 
+#: the longest query string a request may carry (every parameter's grammar is far shorter)
+MAX_QUERY = 4096
+#: the one answer for any model= value the server cannot serve, whatever exists on its disk
+UNKNOWN_MODEL = ("unknown model: this server answers for Hugging Face model ids in its cache and for models "
+                 "under its --model-root directories")
+
+
+class PortInUse(UserError):
+    "The address serve should listen on is taken, or cannot be bound."
+
+
 def _not_found_errors() -> tuple[type, ...]:
     from autoselect.model import ModelConfigNotFound
     from autoselect.selector import UnknownHostClass
 
     return (ModelConfigNotFound, UnknownHostClass)
+
+
+class Scrubber:
+    """Replaces the server's own paths in a message by placeholders, longest first: an answer
+    tells a client what is wrong with its request, never where the server keeps its files."""
+
+    def __init__(self, db_path: Path, roots: tuple[Path, ...]):
+        from autoselect.model import _hub_cache_dir
+
+        pairs = [(db_path, "<database>"), *((r, "<model root>") for r in roots)]
+        hub = _hub_cache_dir() or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+        pairs += [(Path(hub), "<hub cache>"), (Path(os.path.expanduser("~")), "<home>")]
+        seen: dict[str, str] = {}
+        for path, word in pairs:
+            for form in (str(path), os.path.abspath(path), os.path.realpath(path)):
+                if len(form) > 1:
+                    seen.setdefault(form, word)
+        self.pairs = sorted(seen.items(), key=lambda kv: -len(kv[0]))
+
+    def __call__(self, text: str) -> str:
+        for path, word in self.pairs:
+            text = text.replace(path, word)
+        return text
 
 
 class AnswerCache:
@@ -98,8 +140,19 @@ class AnswerCache:
         return value
 
 
-def create_app(db_path: str | os.PathLike | None = None):
-    """The FastAPI application serving the database at ``db_path`` (checked readable now)."""
+def model_source(model_roots=()) -> Any:
+    """What ``serve`` resolves ``model=`` against: Hub ids from the cache, names under the roots."""
+    from autoselect.model import ModelSource
+
+    return ModelSource(local_paths=False, hub=True, offline=True, roots=tuple(Path(r) for r in model_roots))
+
+
+def create_app(db_path: str | os.PathLike | None = None, *, model_roots=()):
+    """The FastAPI application serving the database at ``db_path`` (checked readable now).
+
+    :param model_roots: directories whose checkpoint sub-directories ``model=`` may name
+        (relative names only); default none: Hugging Face ids from the local cache only.
+    """
     try:
         from fastapi import FastAPI, Request
         from fastapi.concurrency import run_in_threadpool
@@ -112,9 +165,17 @@ def create_app(db_path: str | os.PathLike | None = None):
     from db import default_path
     from db.queries import connect_readonly
 
+    from autoselect.model import ModelConfigNotFound
+
     path = Path(db_path) if db_path is not None else default_path()
     conn = connect_readonly(path)  # refuse a missing / foreign / too-new database before serving
     conn.close()
+    roots = tuple(Path(r) for r in model_roots)
+    for root in roots:
+        if not root.is_dir():
+            raise BadServeOption(f"--model-root {root} is not a directory; pass a directory of checkpoint directories")
+    source = model_source(roots)
+    scrub = Scrubber(path, roots)
     cache = AnswerCache(path)
     not_found = _not_found_errors()
 
@@ -132,11 +193,13 @@ def create_app(db_path: str | os.PathLike | None = None):
 
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError):
-        return JSONResponse({"error": str(exc)}, status_code=404 if isinstance(exc, not_found) else 400)
+        if isinstance(exc, ModelConfigNotFound):
+            return JSONResponse({"error": UNKNOWN_MODEL}, status_code=404)
+        return JSONResponse({"error": scrub(str(exc))}, status_code=404 if isinstance(exc, not_found) else 400)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+        return JSONResponse({"error": scrub(str(exc.detail))}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def bad_params(request: Request, exc: RequestValidationError):
@@ -144,9 +207,20 @@ def create_app(db_path: str | os.PathLike | None = None):
         for e in exc.errors():
             where = ".".join(str(x) for x in e.get("loc", ())[1:]) or "request"
             parts.append(f"{where}: {e.get('msg', 'invalid')}")
-        return JSONResponse({"error": "; ".join(parts)}, status_code=400)
+        return JSONResponse({"error": scrub("; ".join(parts))}, status_code=400)
 
-    @app.get("/healthz")
+    @app.middleware("http")
+    async def bounded(request: Request, call_next):
+        """Refuse a query string longer than any parameter needs before anything parses it."""
+        if len(request.url.query) > MAX_QUERY:
+            return JSONResponse({"error": f"query string longer than {MAX_QUERY} bytes"}, status_code=414)
+        return await call_next(request)
+
+    def get(route: str):
+        """A read-only route: GET, and HEAD answered the same way (headers, no body)."""
+        return app.api_route(route, methods=["GET", "HEAD"])
+
+    @get("/healthz")
     async def healthz():
         """Liveness: the database can be opened and read (re-checked whenever its files change);
         503 with the reason when it cannot."""
@@ -156,14 +230,14 @@ def create_app(db_path: str | os.PathLike | None = None):
                 version = c.execute("PRAGMA user_version").fetchone()[0]
             finally:
                 c.close()
-            return {"status": "ok", "db": str(path), "schema_version": version}
+            return {"status": "ok", "db": path.name, "schema_version": version}
 
         try:
             return await answer(("healthz",), compute)
         except UserError as e:
-            return JSONResponse({"status": "error", "db": str(path), "error": str(e)}, status_code=503)
+            return JSONResponse({"status": "error", "db": path.name, "error": scrub(str(e))}, status_code=503)
 
-    @app.get("/v1/recommend")
+    @get("/v1/recommend")
     async def recommend(model: str, host_class: str | None = None, workload: str | None = None,
                   tokens: str | None = None, dp: int | None = None, tp: int | None = None,
                   world_size: int | None = None, gpu_arch: str | None = None, vllm_version: str | None = None,
@@ -177,9 +251,9 @@ def create_app(db_path: str | os.PathLike | None = None):
               "concurrency": concurrency, "max_num_batched_tokens": max_num_batched_tokens,
               "max_workspace_gib": max_workspace_gib}
         key = ("recommend", model, tuple(sorted(kw.items())))
-        return await answer(key, lambda: recommend_for(model, db_path=path, **kw).to_dict())
+        return await answer(key, lambda: recommend_for(model, db_path=path, model_source=source, **kw).to_dict())
 
-    @app.get("/v1/hosts")
+    @get("/v1/hosts")
     async def hosts():
         """One row per host class in the database: its GPUs, how many machines, when last seen."""
         from db.queries import host_classes
@@ -193,7 +267,7 @@ def create_app(db_path: str | os.PathLike | None = None):
 
         return await answer(("hosts",), compute)
 
-    @app.get("/v1/drift")
+    @get("/v1/drift")
     async def drift(host_class: str | None = None, min_slowdown: float = 0.05, noise_k: float = 3.0):
         """``autoselect fleet drift --format json``."""
         from autoselect.drift import analyze_at
@@ -211,14 +285,62 @@ def _version() -> str:
     return __version__
 
 
+#: environment variable carrying the model roots to uvicorn workers (os.pathsep-separated)
+ROOTS_ENV = "AUTOSELECT_SERVE_MODEL_ROOTS"
+
+
 def app_from_env():
-    """uvicorn factory for ``--workers`` > 1: the database path comes from :data:`DB_ENV`."""
-    return create_app(os.environ[DB_ENV])
+    """uvicorn factory for ``--workers`` > 1: the database path and model roots come from
+    :data:`DB_ENV` and :data:`ROOTS_ENV`."""
+    roots = [r for r in os.environ.get(ROOTS_ENV, "").split(os.pathsep) if r]
+    return create_app(os.environ[DB_ENV], model_roots=roots)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int):
+    """A listening TCP socket on ``host:port``; a taken port or an address this machine does not
+    have is :class:`PortInUse` (one sentence, before uvicorn could print its own)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise BadServeOption(f"--host {host!r} is not an address of this machine ({e.strerror}); "
+                             "pass an IP address or a host name that resolves") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise PortInUse(f"cannot listen on {host}:{port} ({e.strerror}); pass another --port, or stop what "
+                        "listens there") from None
+    sock.set_inheritable(True)  # uvicorn's worker processes take it over
+    return sock
 
 
 def serve(db_path: str | os.PathLike | None = None, *, host: str = "127.0.0.1", port: int = 8765,
-          workers: int = 1) -> None:
-    """Run the API with uvicorn until interrupted (checks the database and options first)."""
+          workers: int = 1, model_roots=(), on_warning: Callable[[str], None] | None = None) -> None:
+    """Run the API with uvicorn until interrupted (checks the database, options and the address
+    first, so each mistake is one :class:`UserError`).
+
+    :param model_roots: see :func:`create_app`.
+    :param on_warning: told (one sentence) when the address is reachable from other machines:
+        the API has no authentication.
+    """
     if not 0 < port < 65536:
         raise BadServeOption(f"--port {port} is not a TCP port; use 1-65535")
     if workers < 1:
@@ -227,12 +349,21 @@ def serve(db_path: str | os.PathLike | None = None, *, host: str = "127.0.0.1", 
         import uvicorn
     except ImportError:
         raise ServeUnavailable("uvicorn is not installed; pip install 'autoselect[serve]'") from None
-    app = create_app(db_path)
-    if workers == 1:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
-        return
-    from db import default_path
+    app = create_app(db_path, model_roots=model_roots)
+    sock = bind(host, port)
+    if not is_loopback(host) and on_warning is not None:
+        on_warning(f"serving on {host}:{port}, reachable from other machines, without authentication: anyone who "
+                   "reaches it can read every recommendation and host class in the database; put it behind a "
+                   "proxy that authenticates, or bind 127.0.0.1")
+    try:
+        if workers == 1:
+            uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+            return
+        from db import default_path
 
-    os.environ[DB_ENV] = str(Path(db_path) if db_path is not None else default_path())
-    uvicorn.run("autoselect.service:app_from_env", factory=True, host=host, port=port, workers=workers,
-                log_level="warning")
+        os.environ[DB_ENV] = str(Path(db_path) if db_path is not None else default_path())
+        os.environ[ROOTS_ENV] = os.pathsep.join(str(r) for r in model_roots)
+        uvicorn.run("autoselect.service:app_from_env", factory=True, fd=sock.fileno(), workers=workers,
+                    log_level="warning")
+    finally:
+        sock.close()

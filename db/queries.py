@@ -119,20 +119,18 @@ class _Decoder:
             self.skipped.append(f"result {d['id']}: its run {d['run_id']} or that run's host is missing")
             return None
         d.update(run)
-        for name in ("knobs", "versions"):
-            text = d[name]
-            d[name] = self.json(text)
-            valid = self.json_ok.get((name, text))
-            if valid is None:
-                valid = self.json_ok[(name, text)] = RESULT_RULES[name].check(d[name]) is None
-            if not valid:
-                self.skipped.append(f"result {d['id']} (run {d['run_id']}): "
-                                    f"{result_problem(d, with_samples=False) or 'breaks the schema'}")
-                return None
         d["illegal"] = stored_bool(d["illegal"])
         d["noise_target_met"] = stored_bool(d["noise_target_met"])
         d["raw_samples_us"] = []
-        if not self.ok(d):
+        valid = True
+        for name in ("knobs", "versions"):
+            text = d[name]
+            d[name] = self.json(text)
+            known = self.json_ok.get((name, text))
+            if known is None:
+                known = self.json_ok[(name, text)] = RESULT_RULES[name].check(d[name]) is None
+            valid = valid and known
+        if not valid or not self.ok(d):
             said = result_problem(d, with_samples=False) or "breaks the schema"
             self.skipped.append(f"result {d['id']} (run {d['run_id']}): {said}")
             return None

@@ -56,13 +56,13 @@ def host_classes(path: Path) -> list[str]:
 
 def request_mix(classes: list[str]) -> list[tuple[str, dict]]:
     """The distinct requests the clients cycle through."""
-    models = [FIXTURES / "models" / m for m in ("deepseek-v3", "deepseek-r1-nvfp4", "qwen3-30b-a3b",
-                                                  "qwen3-235b-a22b-fp8")]
+    # names under the server's --model-root (serve never takes a path)
+    models = ["deepseek-v3", "deepseek-r1-nvfp4", "qwen3-30b-a3b", "qwen3-235b-a22b-fp8"]
     mix: list[tuple[str, dict]] = []
     for m in models:
         for hc in classes:
             for workload in ("decode", "prefill", "mixed"):
-                mix.append(("/v1/recommend", {"model": str(m), "host_class": hc, "workload": workload}))
+                mix.append(("/v1/recommend", {"model": m, "host_class": hc, "workload": workload}))
     mix += [("/v1/hosts", {}), ("/v1/drift", {}), ("/healthz", {})]
     return mix
 
@@ -75,7 +75,8 @@ def free_port() -> int:
 
 def start_server(db: Path, port: int) -> subprocess.Popen:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen([sys.executable, "-m", "autoselect", "serve", "--db", str(db), "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "autoselect", "serve", "--db", str(db), "--port", str(port),
+                             "--model-root", str(FIXTURES / "models")],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     import httpx
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from autoselect.cli import main
-from helpers_fleet import DEEPSEEK_V3, HOST_CLASS, SLOW_NODE, build_fleet_db
+from helpers_fleet import DEEPSEEK_V3, HOST_CLASS, MODELS, SLOW_NODE, build_fleet_db
 
 uvicorn = pytest.importorskip("uvicorn")
 
@@ -31,7 +31,7 @@ def base_url(fleet_db):
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(fleet_db), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(fleet_db, model_roots=[MODELS]), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -47,18 +47,19 @@ def base_url(fleet_db):
 def test_healthz_answers_ok(base_url, fleet_db):
     r = httpx.get(f"{base_url}/healthz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok", "db": str(fleet_db), "schema_version": r.json()["schema_version"]}
+    assert r.json() == {"status": "ok", "db": fleet_db.name, "schema_version": r.json()["schema_version"]}
 
 
 def test_recommend_returns_the_same_json_as_the_cli(base_url, fleet_db):
+    # serve names the checkpoint under its --model-root; the CLI takes the path
     r = httpx.get(f"{base_url}/v1/recommend",
-                  params={"model": DEEPSEEK_V3, "host_class": HOST_CLASS, "workload": "decode"})
+                  params={"model": "deepseek-v3", "host_class": HOST_CLASS, "workload": "decode"})
     assert r.status_code == 200, r.text
     cli = CliRunner().invoke(main, ["recommend", "--model", DEEPSEEK_V3, "--host-class", HOST_CLASS,
                                     "--workload", "decode", "--db", str(fleet_db), "--format", "json"])
     assert cli.exit_code == 0, cli.output
-    assert r.json() == json.loads(cli.stdout)
-    assert r.json()["model"] == DEEPSEEK_V3 and r.json()["workload"]["kind"] == "decode"
+    assert r.json() == json.loads(cli.stdout.replace(DEEPSEEK_V3, "deepseek-v3"))
+    assert r.json()["model"] == "deepseek-v3" and r.json()["workload"]["kind"] == "decode"
 
 
 def test_hosts_lists_the_host_classes(base_url):
@@ -74,21 +75,21 @@ def test_drift_flags_the_slow_node(base_url):
 
 
 def test_unknown_model_is_404_with_a_message(base_url, tmp_path):
-    r = httpx.get(f"{base_url}/v1/recommend", params={"model": str(tmp_path / "nowhere"), "host_class": HOST_CLASS})
+    r = httpx.get(f"{base_url}/v1/recommend", params={"model": "acme/nowhere", "host_class": HOST_CLASS})
     assert r.status_code == 404
-    assert r.json()["error"].startswith("no such directory")
+    assert r.json()["error"].startswith("unknown model: this server answers for Hugging Face model ids in its cache")
 
 
 def test_unknown_host_class_is_404(base_url):
-    r = httpx.get(f"{base_url}/v1/recommend", params={"model": DEEPSEEK_V3, "host_class": "tpu-v9"})
+    r = httpx.get(f"{base_url}/v1/recommend", params={"model": "deepseek-v3", "host_class": "tpu-v9"})
     assert r.status_code == 404
     assert "tpu-v9" in r.json()["error"]
 
 
 @pytest.mark.parametrize("params, message", [
     ({}, "model: Field required"),
-    ({"model": DEEPSEEK_V3, "dp": "two"}, "dp: Input should be a valid integer, unable to parse string as an integer"),
-    ({"model": DEEPSEEK_V3, "host_class": HOST_CLASS, "workload": "weekend"},
+    ({"model": "deepseek-v3", "dp": "two"}, "dp: Input should be a valid integer, unable to parse string as an integer"),
+    ({"model": "deepseek-v3", "host_class": HOST_CLASS, "workload": "weekend"},
      "unknown workload 'weekend'; use one of decode, prefill, mixed or --tokens"),
 ])
 def test_bad_parameters_are_400_with_a_clear_message(base_url, params, message):
@@ -133,7 +134,7 @@ def test_healthz_is_503_with_the_reason_when_the_database_goes_away(tmp_path):
         (tmp_path / f"fleet.db{extra}").unlink(missing_ok=True)
     r = client.get("/healthz")
     assert r.status_code == 503
-    assert r.json()["error"].startswith(f"no results database at {db}")
+    assert r.json()["error"].startswith("no results database at <database>")
 
 
 def test_unknown_paths_are_404_in_the_same_error_shape(base_url):

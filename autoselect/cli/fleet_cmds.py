@@ -321,18 +321,24 @@ def fleet_deploy_cmd(kind, out_dir, fleet_args, db_path, address, every, jitter,
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
 @click.option("--port", type=int, default=8765, show_default=True, help="TCP port.")
 @click.option("--workers", type=int, default=1, show_default=True, help="uvicorn worker processes.")
-def serve_cmd(db_path, host, port, workers):
+@click.option("--model-root", "model_roots", multiple=True, metavar="DIR",
+              help="A directory of checkpoint directories that model= may name by their relative name (repeatable). "
+                   "Default: none; model= is a Hugging Face id, read from the local cache only.")
+def serve_cmd(db_path, host, port, workers, model_roots):
     """Serve recommendations over a small read-only HTTP API.
 
     GET /v1/recommend?model=...&host_class=...&workload=... returns the same JSON as
     `recommend --format json`; also /v1/hosts, /v1/drift and /healthz. No write endpoints.
-    Binds to 127.0.0.1 unless --host says otherwise.
+    model= is a Hugging Face id found in the local cache (never downloaded) or a name under a
+    --model-root; never a path on the server. Binds to 127.0.0.1 unless --host says otherwise
+    (with a warning: there is no authentication).
 
     \b
     Example:
-      autoselect serve --db fleet.db --port 8765 &
+      autoselect serve --db fleet.db --port 8765 --model-root /models &
       curl 'http://127.0.0.1:8765/v1/recommend?model=deepseek-ai/DeepSeek-V3&workload=decode'
     """
     from autoselect.service import serve
 
-    serve(db_path, host=host, port=port, workers=workers)
+    serve(db_path, host=host, port=port, workers=workers, model_roots=model_roots,
+          on_warning=lambda message: click.echo(f"Warning: {message}", err=True))

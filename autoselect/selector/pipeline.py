@@ -180,8 +180,12 @@ def recommend_for(
     max_num_batched_tokens: int | None = None,
     max_workspace_gib: float | None = None,
     validate: bool = False,
+    model_source=None,
 ) -> Recommendation:
     """``autoselect recommend`` from its flags: validate, load, read the store, decide, check.
+
+    ``model_source`` (:class:`autoselect.model.ModelSource`) says which model names resolve
+    (``serve``: Hub ids from the cache, names under its roots; default: the CLI's).
 
     Every input is checked before anything is read. The target host is this machine
     (:func:`autoselect.hardware.fingerprint`) unless ``host_class`` names a class present in
@@ -195,7 +199,7 @@ def recommend_for(
     gpu_arch = normalize_arch(gpu_arch) if gpu_arch is not None else None
     version_problems: list[str] = []  # an AUTOSELECT_VLLM_PYTHON that could not be read: a warning
     version, version_source = target_version(vllm_version, problems=version_problems)
-    profile = load_profile(model)
+    profile = load_profile(model) if model_source is None else load_profile(model, source=model_source)
     path = default_path() if db_path is None else db_path
     conn = connect_readonly(path) if os.path.exists(path) else None
     try:
