@@ -68,8 +68,9 @@ def _not_found_errors() -> tuple[type, ...]:
 
 
 class Scrubber:
-    """Replaces the server's own paths in a message by placeholders, longest first: an answer
-    tells a client what is wrong with its request, never where the server keeps its files."""
+    """Replaces the server's own paths in a message or an answer by placeholders, longest first:
+    an answer tells a client what it asked (or what is wrong with its request), never where the
+    server keeps its files (a fleet run's meta may name a model by its path under a root)."""
 
     def __init__(self, db_path: Path, roots: tuple[Path, ...]):
         from autoselect.model import _hub_cache_dir
@@ -82,6 +83,7 @@ class Scrubber:
             for form in (str(path), os.path.abspath(path), os.path.realpath(path)):
                 if len(form) > 1:
                     seen.setdefault(form, word)
+                    seen.setdefault(json.dumps(form)[1:-1], word)  # as it reads inside a JSON answer
         self.pairs = sorted(seen.items(), key=lambda kv: -len(kv[0]))
 
     def __call__(self, text: str) -> str:
@@ -187,7 +189,7 @@ def create_app(db_path: str | os.PathLike | None = None, *, model_roots=()):
         SQLite and the selector never run on the event loop)."""
         body, state = cache.lookup(key)
         if body is None:
-            body = await run_in_threadpool(lambda: json.dumps(compute()).encode())
+            body = await run_in_threadpool(lambda: scrub(json.dumps(compute())).encode())
             cache.store(key, state, body)
         return Response(content=body, media_type="application/json")
 
