@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from autoselect.errors import InvalidShape, UserError  # InvalidShape: shared (autoselect.workload.Shape)
+from autoselect.options import MAX_EXPERTS, MAX_HIDDEN
 from autoselect.payload import ACTIVATION_DTYPES
-from db.fields import MAX_EXPERTS, MAX_HIDDEN
 
 #: GPU architecture families autoselect distinguishes.
 GPU_ARCHS = ("sm90", "sm100")

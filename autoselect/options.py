@@ -44,6 +44,15 @@ MAX_INT = 2**31 - 1
 #: are typing mistakes, and ``time.sleep`` overflows on large enough values.
 MAX_DURATION_S = 365 * 86400.0
 
+#: The largest MoE shape and deployment any command takes, measured or stored: beyond them a
+#: value is a typing mistake, never a model (the largest checkpoints have hidden 7168-16384,
+#: 384 experts, top-8..22, EP 64-256). Bench allocates tokens x hidden elements per rank, so
+#: these also keep a typo from reaching an allocation; db/fields.py stores nothing beyond them.
+MAX_HIDDEN = 1 << 20
+MAX_EXPERTS = 1 << 16
+MAX_WORLD_SIZE = 1 << 16
+MAX_TOKENS_PER_RANK = 1 << 24
+
 #: Token counts per rank ``autoselect bench`` sweeps when --tokens is not given: the decode grid.
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: Token counts per rank a periodic fleet run measures by default: a cheap subset of the decode

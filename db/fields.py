@@ -24,15 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from autoselect.options import MAX_EXPERTS, MAX_HIDDEN, MAX_TOKENS_PER_RANK, MAX_WORLD_SIZE
 from db.records import KINDS, RUN_STATUSES, STATUSES, TUNED_STATUSES
 
-#: The largest world size a result may have (ranks of one all2all; far above any NVLink domain).
-MAX_WORLD_SIZE = 1 << 16
-#: The largest tokens per rank, hidden size and expert count a stored point may have: bench
-#: allocates tokens x hidden elements per rank, so larger values are typos, never measurements.
-MAX_TOKENS_PER_RANK = 1 << 24
-MAX_HIDDEN = 1 << 20
-MAX_EXPERTS = 1 << 16
 #: GPUs one machine may report
 MAX_GPUS = 1 << 12
 #: a process id (pid_t is a 32-bit signed integer)

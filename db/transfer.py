@@ -35,7 +35,8 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import IO, Any
 
-from db.errors import BadImportRecord, ImportFormatTooNew, OutputNotWritable
+from db import default_path
+from db.errors import BadImportRecord, ImportFileNotFound, ImportFormatTooNew, OutputNotWritable
 from db.fields import host_problem, result_problem, run_problem, tuned_problem
 from db.records import Result
 from db.rows import (
@@ -412,8 +413,6 @@ def _same_file(a: str, b: str) -> bool:
 def check_output(output, db_path) -> Path:
     """Refuse an export destination that is the database itself, one of its sidecar files, or
     a directory; returns the path the export will write (symbolic links resolved)."""
-    from db import default_path
-
     output = Path(output)
     db = os.path.realpath(db_path if db_path is not None else default_path())
     target = os.path.realpath(output)
@@ -496,8 +495,6 @@ def export_to(db_path, fmt: str, out: IO[str] | None = None, output=None) -> dic
 
 def read_file(path) -> ImportFile:
     """Validate a whole JSONL export file (nothing is written); returns it, ready to import."""
-    from db.errors import ImportFileNotFound
-
     path = Path(path)
     try:
         regular = path.is_file()

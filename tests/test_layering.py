@@ -101,7 +101,7 @@ LAZY_ALLOWED: dict[str, set[str]] = {
     "db/queries.py": {"autoselect.hardware"},
     "db/schema.py": {"db"},
     "db/store.py": {"db.queries", "db.schema", "db.transfer"},
-    "db/transfer.py": {"db.errors", "db.queries", "db.tuned"},
+    "db/transfer.py": {"db.queries"},
     # check.py, rules/ (owner: check)
     "autoselect/check.py": {"autoselect.hardware"},
     "autoselect/rules/legal.py": {"autoselect.model"},
