@@ -358,7 +358,8 @@ def _looks_like_path(model: str) -> bool:
     )
 
 
-def _hub_cache_dir() -> str | None:
+def hub_cache_dir() -> str | None:
+    """The Hugging Face Hub cache the environment names (``HF_HUB_CACHE``, ``HF_HOME``), else None."""
     # Read at call time: huggingface_hub fixes its constants at import.
     if os.environ.get("HF_HUB_CACHE"):
         return os.environ["HF_HUB_CACHE"]
@@ -379,7 +380,7 @@ def _hub_files(repo_id: str, *, offline: bool) -> tuple[Path, Path | None, list[
     import huggingface_hub  # ~45 ms; only for hub ids
     from huggingface_hub import errors as hf_errors
 
-    cache_dir = _hub_cache_dir()
+    cache_dir = hub_cache_dir()
     notes: list[str] = []
     try:
         config = huggingface_hub.hf_hub_download(

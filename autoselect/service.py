@@ -26,14 +26,22 @@ config and of each parameter (at most :data:`MAX_QUERY` bytes of query string).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import socket
 import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
-from autoselect.errors import UserError
+from autoselect import __version__
+from autoselect.drift import analyze_at
+from autoselect.errors import UnknownHostClass, UserError
+from autoselect.model import ModelConfigNotFound, ModelSource, hub_cache_dir
+from autoselect.selector import recommend_for
+from db import default_path
+from db.queries import connect_readonly, host_classes
 
 #: answers kept per database state
 CACHE_SIZE = 256
@@ -60,11 +68,8 @@ class PortInUse(UserError):
     "The address serve should listen on is taken, or cannot be bound."
 
 
-def _not_found_errors() -> tuple[type, ...]:
-    from autoselect.model import ModelConfigNotFound
-    from autoselect.selector import UnknownHostClass
-
-    return (ModelConfigNotFound, UnknownHostClass)
+#: the mistakes that mean "no such thing here" (404) rather than a bad parameter (400)
+NOT_FOUND = (ModelConfigNotFound, UnknownHostClass)
 
 
 class Scrubber:
@@ -73,10 +78,8 @@ class Scrubber:
     server keeps its files (a fleet run's meta may name a model by its path under a root)."""
 
     def __init__(self, db_path: Path, roots: tuple[Path, ...]):
-        from autoselect.model import _hub_cache_dir
-
         pairs = [(db_path, "<database>"), *((r, "<model root>") for r in roots)]
-        hub = _hub_cache_dir() or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+        hub = hub_cache_dir() or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
         pairs += [(Path(hub), "<hub cache>"), (Path(os.path.expanduser("~")), "<home>")]
         seen: dict[str, str] = {}
         for path, word in pairs:
@@ -144,8 +147,6 @@ class AnswerCache:
 
 def model_source(model_roots=()) -> Any:
     """What ``serve`` resolves ``model=`` against: Hub ids from the cache, names under the roots."""
-    from autoselect.model import ModelSource
-
     return ModelSource(local_paths=False, hub=True, offline=True, roots=tuple(Path(r) for r in model_roots))
 
 
@@ -164,11 +165,6 @@ def create_app(db_path: str | os.PathLike | None = None, *, model_roots=()):
     except ImportError:
         raise ServeUnavailable("fastapi is not installed; pip install 'autoselect[serve]'") from None
 
-    from db import default_path
-    from db.queries import connect_readonly
-
-    from autoselect.model import ModelConfigNotFound
-
     path = Path(db_path) if db_path is not None else default_path()
     conn = connect_readonly(path)  # refuse a missing / foreign / too-new database before serving
     conn.close()
@@ -179,9 +175,8 @@ def create_app(db_path: str | os.PathLike | None = None, *, model_roots=()):
     source = model_source(roots)
     scrub = Scrubber(path, roots)
     cache = AnswerCache(path)
-    not_found = _not_found_errors()
 
-    app = FastAPI(title="autoselect", version=_version(), docs_url=None, redoc_url=None,
+    app = FastAPI(title="autoselect", version=__version__, docs_url=None, redoc_url=None,
                   description="Read-only recommendations of vLLM's --all2all-backend from measured data.")
 
     async def answer(key: tuple, compute: Callable[[], Any]) -> Response:
@@ -197,7 +192,7 @@ def create_app(db_path: str | os.PathLike | None = None, *, model_roots=()):
     async def user_error(request: Request, exc: UserError):
         if isinstance(exc, ModelConfigNotFound):
             return JSONResponse({"error": UNKNOWN_MODEL}, status_code=404)
-        return JSONResponse({"error": scrub(str(exc))}, status_code=404 if isinstance(exc, not_found) else 400)
+        return JSONResponse({"error": scrub(str(exc))}, status_code=404 if isinstance(exc, NOT_FOUND) else 400)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
@@ -246,8 +241,6 @@ def create_app(db_path: str | os.PathLike | None = None, *, model_roots=()):
                   concurrency: int | None = None, max_num_batched_tokens: int | None = None,
                   max_workspace_gib: float | None = None):
         """The same JSON as ``autoselect recommend --format json``."""
-        from autoselect.selector import recommend_for
-
         kw = {"host_class": host_class, "workload": workload, "tokens": tokens, "dp": dp, "tp": tp,
               "world_size": world_size, "gpu_arch": gpu_arch, "vllm_version": vllm_version,
               "concurrency": concurrency, "max_num_batched_tokens": max_num_batched_tokens,
@@ -258,8 +251,6 @@ def create_app(db_path: str | os.PathLike | None = None, *, model_roots=()):
     @get("/v1/hosts")
     async def hosts():
         """One row per host class in the database: its GPUs, how many machines, when last seen."""
-        from db.queries import host_classes
-
         def compute():
             c = connect_readonly(path)
             try:
@@ -272,19 +263,11 @@ def create_app(db_path: str | os.PathLike | None = None, *, model_roots=()):
     @get("/v1/drift")
     async def drift(host_class: str | None = None, min_slowdown: float = 0.05, noise_k: float = 3.0):
         """``autoselect fleet drift --format json``."""
-        from autoselect.drift import analyze_at
-
         key = ("drift", host_class, min_slowdown, noise_k)
         return await answer(key, lambda: analyze_at(path, host_class=host_class, min_slowdown=min_slowdown,
                                                      noise_k=noise_k).to_dict())
 
     return app
-
-
-def _version() -> str:
-    from autoselect import __version__
-
-    return __version__
 
 
 #: environment variable carrying the model roots to uvicorn workers (os.pathsep-separated)
@@ -300,8 +283,6 @@ def app_from_env():
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` only accepts connections from this machine."""
-    import ipaddress
-
     if host == "localhost":
         return True
     try:
@@ -313,8 +294,6 @@ def is_loopback(host: str) -> bool:
 def bind(host: str, port: int):
     """A listening TCP socket on ``host:port``; a taken port or an address this machine does not
     have is :class:`PortInUse` (one sentence, before uvicorn could print its own)."""
-    import socket
-
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
@@ -361,8 +340,6 @@ def serve(db_path: str | os.PathLike | None = None, *, host: str = "127.0.0.1", 
         if workers == 1:
             uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
             return
-        from db import default_path
-
         os.environ[DB_ENV] = str(Path(db_path) if db_path is not None else default_path())
         os.environ[ROOTS_ENV] = os.pathsep.join(str(r) for r in model_roots)
         uvicorn.run("autoselect.service:app_from_env", factory=True, fd=sock.fileno(), workers=workers,

@@ -96,8 +96,6 @@ LAZY_ALLOWED: dict[str, set[str]] = {
     "bench/sweep.py": {"autoselect.hardware", "autoselect.model", "autoselect.rules",
                        "bench.backends", "bench.launch", "bench.workload"},
     # service.py and db/* (owner: hostile)
-    "autoselect/service.py": {"autoselect", "autoselect.drift", "autoselect.model", "autoselect.selector", "db",
-                              "db.queries"},
     "db/queries.py": {"autoselect.hardware"},
     "db/schema.py": {"db"},
     "db/store.py": {"db.queries", "db.schema", "db.transfer"},
