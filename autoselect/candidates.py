@@ -32,7 +32,9 @@ class Target:
     illegal only where it is illegal on all of them. ``host`` None leaves the hardware and package
     rules unchecked (a ``--device cpu`` run; ``legal`` says so in a warning).
     ``max_tokens_per_rank`` and ``environ`` feed the per-token kernel limits (vLLM's
-    ``--max-num-batched-tokens``; an exported ``NVSHMEM_QP_DEPTH``).
+    ``--max-num-batched-tokens``; an exported ``NVSHMEM_QP_DEPTH``). ``tensor_parallel_size``
+    (the deployment's ``-tp``; None: unknown) judges the upstream reports that need TP > 1:
+    with a known tp they apply or not, unknown they are worded as a condition.
     """
 
     profile: MoeProfile
@@ -43,6 +45,7 @@ class Target:
     host: HostFingerprint | None = None
     max_tokens_per_rank: int | None = None
     environ: Mapping[str, str] | None = dataclasses.field(default=None, compare=False)
+    tensor_parallel_size: int | None = None
 
     def with_tokens(self, max_tokens_per_rank: int | None) -> "Target":
         """The same target for a deployment that runs ``max_tokens_per_rank`` tokens per rank."""
@@ -52,13 +55,15 @@ class Target:
 def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None = None,
                    host: HostFingerprint | None = None, vllm_version: str | None = None,
                    vllm_version_source: str | None = None, max_tokens_per_rank: int | None = None,
-                   environ: Mapping[str, str] | None = None, problems: list[str] | None = None) -> Target:
+                   environ: Mapping[str, str] | None = None, tensor_parallel_size: int | None = None,
+                   problems: list[str] | None = None) -> Target:
     """A :class:`Target`, the vLLM version resolved as every command resolves it.
 
     :param gpu_arch: the target arch (any spelling); default ``host.gpu_arch``; None: every known arch.
     :param host: the host whose hardware rules apply, or None (unchecked).
     :param vllm_version: ``--vllm-version``; None: :func:`autoselect.vllm_target.target_version`.
     :param vllm_version_source: where an explicit ``vllm_version`` came from (default ``--vllm-version``).
+    :param tensor_parallel_size: the deployment's ``-tp`` (None: unknown).
     :param problems: collects a sentence for a ``$AUTOSELECT_VLLM_PYTHON`` that could not be read.
     :raises autoselect.rules.InvalidVllmVersion: an explicit version that does not parse.
     """
@@ -70,7 +75,8 @@ def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None
     gpu_arch = gpu_arch or (host.gpu_arch if host is not None else None)
     return Target(profile=profile, world_size=world_size, vllm_version=version, vllm_version_source=source,
                   gpu_arch=normalize_arch(gpu_arch) if gpu_arch else None, host=host,
-                  max_tokens_per_rank=max_tokens_per_rank, environ=environ)
+                  max_tokens_per_rank=max_tokens_per_rank, environ=environ,
+                  tensor_parallel_size=tensor_parallel_size)
 
 
 def judge(target: Target, backend: str) -> Verdict | None:
@@ -84,7 +90,8 @@ def judge(target: Target, backend: str) -> Verdict | None:
     try:
         verdicts = [rules.legal(backend, target.profile, target.host, target.world_size, target.vllm_version,
                                 gpu_arch=arch, max_tokens_per_rank=target.max_tokens_per_rank,
-                                environ=target.environ) for arch in archs]
+                                environ=target.environ, tensor_parallel_size=target.tensor_parallel_size)
+                    for arch in archs]
     except UnknownBackend:
         return None
     return next((v for v in verdicts if v.ok), verdicts[0])

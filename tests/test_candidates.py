@@ -79,3 +79,19 @@ def test_without_an_arch_a_backend_is_illegal_only_where_every_arch_refuses_it()
     target = Target(profile=bf16, world_size=8, vllm_version="0.33.0")  # a CPU host, no --gpu-arch
     assert not judge(target, ONE_SIDED).ok  # bf16 is refused on every arch
     assert judge(target, "allgather_reducescatter").ok
+
+
+def test_the_deployments_tensor_parallel_size_decides_reports_that_need_tp_above_one():
+    # #41382 (vLLM 0.16.0-0.21.x) double-reduces FlashInfer's combine only with -tp > 1.
+    profile = load_profile(NVFP4)
+    base = dict(profile=profile, world_size=8, vllm_version="0.19.0", gpu_arch="sm100")
+
+    def report(target):
+        return [w for w in judge(target, ONE_SIDED).warnings if "#41382" in w]
+
+    unknown, = report(Target(**base))
+    assert "applies only with -tp >= 2" in unknown  # tp unknown: worded as a condition
+    assert report(Target(**base, tensor_parallel_size=1)) == []  # judged: does not apply
+    applies, = report(Target(**base, tensor_parallel_size=2))
+    assert "applies only" not in applies
+    assert resolve_target(profile, world_size=8, gpu_arch="sm100", tensor_parallel_size=2).tensor_parallel_size == 2
