@@ -34,7 +34,7 @@ from autoselect.selector.estimate import (ESTIMATE_FLOOR, EXTRAPOLATION_LIMIT, F
 from autoselect.selector.evidence import DISQUALIFYING, BackendEvidence, EvidenceSource, MeasuredEvidence
 from autoselect.selector.flags import settle_command
 from autoselect.selector.pipeline import (BadWorkspaceAllowance, NoLegalBackend, recommend, recommend_for,
-                                           target_vllm_version)
+                                           target_host, target_vllm_version)
 from autoselect.selector.render import render_args, render_env, render_explain, render_text
 from autoselect.selector.schema import (EVIDENCE_KINDS, SCHEMA_VERSION, BucketValue, Candidate, DataUsed, E2eEvidence,
                                         Recommendation, Rejection)
@@ -45,7 +45,7 @@ from autoselect.workload import (DEFAULT_CONCURRENCY, DEFAULT_MAX_NUM_BATCHED_TO
 
 __all__ = [
     # the entry points and the answer
-    "recommend", "recommend_for", "target_vllm_version", "Recommendation", "Candidate", "Rejection",
+    "recommend", "recommend_for", "target_host", "target_vllm_version", "Recommendation", "Candidate", "Rejection",
     "BucketValue", "DataUsed", "E2eEvidence", "SCHEMA_VERSION", "EVIDENCE_KINDS",
     "render_text", "render_explain", "render_env", "render_args", "settle_command",
     # the steps' public parts

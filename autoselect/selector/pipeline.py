@@ -151,8 +151,13 @@ def _check_flags(workload, tokens, concurrency, max_num_batched_tokens, max_work
     return explicit
 
 
-def _target_host(conn: sqlite3.Connection | None, path, host_class: str | None) -> HostFingerprint:
-    """This machine, or the newest machine of ``host_class`` in the store."""
+def target_host(conn: sqlite3.Connection | None, path, host_class: str | None) -> HostFingerprint:
+    """This machine, or the newest machine of ``host_class`` in the store (``path`` names the
+    store in the error). The one host-class lookup: ``recommend``, ``explain``, the service and
+    ``report`` resolve a ``--host-class`` through it.
+
+    :raises UnknownHostClass: ``host_class`` is not in the store (or there is no store).
+    """
     if host_class is None:
         return fingerprint()
     known = [h["host_class"] for h in host_classes(conn)] if conn is not None else []
@@ -203,7 +208,7 @@ def recommend_for(
     path = default_path() if db_path is None else db_path
     conn = connect_readonly(path) if os.path.exists(path) else None
     try:
-        host = _target_host(conn, path, host_class)
+        host = target_host(conn, path, host_class)
         deployment = resolve_deployment(dp, tp, world_size, host.gpu_count if host is not None else None)
         budget = max_num_batched_tokens or vllm_flags.vllm_default_max_num_batched_tokens(
             rules.DEFAULT_BACKEND, gpu_memory_mib(host))
