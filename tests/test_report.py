@@ -262,8 +262,8 @@ def test_missing_database_is_a_clear_error(tmp_path):
         (["--world-size", "0"], "Error: --world-size 0 must be at least 1\n"),
         (["--world-size", "4"], "Error: no measurement of {model} at --world-size 4 on host class h200x8-test "
                                 "(measured: 8); pass one of those or run autoselect bench\n"),
-        (["--host-class", "nope"], "Error: no host class 'nope' in the database; `autoselect hosts` lists the "
-                                   "known ones\n"),
+        (["--host-class", "nope"], "Error: host class 'nope' is not in {db}; known: h200x8-test (`autoselect db "
+                                   "info` lists them)\n"),
         (["--workload", "bursty"], "Error: unknown --workload 'bursty'; use decode, prefill, mixed or token "
                                    "counts per rank like 1,8,64\n"),
         (["--fleet-backend", "allgather_reducescatter"],
@@ -276,7 +276,7 @@ def test_bad_options_are_one_error_line_and_write_nothing(sweep_db, tmp_path, ar
     before = sweep_db.read_bytes()
     result = _run("--model", h.QWEN, "--db", str(sweep_db), "--out", str(out), *args)
     assert result.exit_code == 2
-    assert result.stderr == message.format(model=h.QWEN)
+    assert result.stderr == message.format(model=h.QWEN, db=sweep_db)
     assert not out.exists()
     assert sweep_db.read_bytes() == before
 

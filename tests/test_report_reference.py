@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from autoselect import report
 from autoselect.cli import main
 from autoselect.reference import default
+from autoselect.selector import EVIDENCE_KINDS
 
 sys.path.insert(0, str(Path(__file__).parent))
 import helpers_report as h  # noqa: E402
@@ -57,6 +58,10 @@ def _dsr1_db(tmp_path, host=None, tokens=(8, 32, 128, 512)):
             for t in tokens]
     rows += [h.timed("flashinfer_nvlink_one_sided", t, illegal=True, shape=h.DSR1_SHAPE) for t in tokens]
     return h.write_db(tmp_path / "dsr1.db", [(host or h.gpu_host(), rows)])
+
+
+def test_the_report_words_every_evidence_kind_of_the_selector_in_its_order():
+    assert tuple(report.EVIDENCE_WORDS) == EVIDENCE_KINDS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,3 +273,31 @@ def test_a_dtype_the_reference_did_not_publish_gets_only_the_derived_curve_and_s
                              "fp8_block128 dispatch at EP8; it has deepep_high_throughput, deepep_low_latency at")
     assert "bf16 dispatch" in absent
     assert absent in report.terminal_chart(data)
+
+
+def test_candidate_values_the_selector_rests_on_published_or_derived_rows_are_marked_so(tmp_path):
+    """The candidate table and the terminal read each bucket's ``evidence`` (the selector writes it
+    when a value is not measured here) and ``source`` (interpolated / extrapolated: estimated)."""
+    data = report.collect(h.DSR1_NVFP4, db_path=_dsr1_db(tmp_path), workload="8,128")
+    rec = data.recommendation
+    first, second = rec["candidates"][0]["buckets"]
+    first.update(evidence="published", source="measured")
+    second.update(evidence="derived", source="interpolated")
+    page = report.render_html(data, {})
+    candidates = page.split("<h2>Candidates</h2>", 1)[1].split("<h2>Published reference</h2>", 1)[0]
+    assert (f'<td class="ev-published" title="published by NVIDIA (AIConfigurator reference tables)">'
+            f'{first["latency_us"]:.1f}<sup>P</sup></td>') in candidates
+    assert (f'<td class="ev-derived" title="derived from published NCCL timings, not a measured all2all; '
+            f'estimated between or beyond the token counts it rests on">~{second["latency_us"]:.1f}<sup>D</sup></td>'
+            ) in candidates
+    # the weighted latency carries the weakest kind of what it weighs, estimated when any part is
+    weighted = rec["candidates"][0]["weighted_us"]
+    assert f"~{weighted:.1f}<sup>D</sup></td>" in candidates
+    assert ("M measured here · P published by NVIDIA (AIConfigurator reference tables) · D derived from published "
+            "NCCL timings, not a measured all2all · ~ estimated by the selector") in candidates
+
+    data.buckets[0].evidence, data.buckets[1].estimated = "published", True
+    marks = next(line for line in report.terminal_chart(data).splitlines()
+                 if line.startswith("fastest legal backend per workload bucket"))
+    assert "µs (published by NVIDIA (AIConfigurator reference tables))" in marks
+    assert "µs (~ estimated from values measured here)" in marks

@@ -12,17 +12,17 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoselect.errors import GpuArchRequired, UnknownHostClass
+from autoselect.errors import GpuArchRequired
 from autoselect.model import load_profile, normalize_arch
 from autoselect.reference import ReferenceClass, get_class, is_reference_class, match_host
 from autoselect.report.errors import GpuArchNotOfReference, NothingToReport
 from autoselect.report.nodes import FleetView, fleet_view
 from autoselect.report.reference_curves import ReferenceCurve, ReferenceView, reference_view
 from autoselect.report.series import BackendSeries, build_series
-from autoselect.selector import recommend
+from autoselect.selector import recommend, target_host
 from autoselect.workload import BadDeployment, Deployment, UnknownWorkload, workload_from_kind, workload_from_tokens
 from db import default_path
-from db.queries import connect_readonly, host_classes, newest_host, results_for
+from db.queries import connect_readonly, host_classes, results_for
 
 
 @dataclass
@@ -113,35 +113,32 @@ class ReportData:
 WORKLOAD_KINDS = ("decode", "prefill", "mixed")
 
 
-def _resolve_host_class(conn, profile, host_class: str | None, gpu_arch: str | None):
-    """(host_class, gpu_arch, dispatch dtype, rows) of the host class the report draws.
+def _resolve_host_class(conn, path, profile, host_class: str | None, gpu_arch: str | None):
+    """(host, gpu_arch, dispatch dtype, rows) of the host class the report draws.
 
-    Default: the host class whose newest row of this shape is the most recent. Raises
-    :class:`NothingToReport` when no host class measured the shape.
+    ``host_class`` is resolved by the selector's lookup (:func:`autoselect.selector.target_host`:
+    the newest machine of the class stands for it; an unknown class is its error). Default: the
+    class whose newest row of this shape is the most recent (a report is about stored data, not
+    this machine). Raises :class:`NothingToReport` when no host class measured the shape.
     """
-    classes = host_classes(conn)
-    known = {c["host_class"]: c for c in classes}
-    if host_class is not None and host_class not in known:
-        raise UnknownHostClass(
-            f"no host class {host_class!r} in the database; `autoselect hosts` lists the known ones"
-        )
-    wanted = [known[host_class]] if host_class is not None else classes
+    names = [host_class] if host_class is not None else [c["host_class"] for c in host_classes(conn)]
     found = []
     no_arch = []
-    for c in wanted:
-        arch = gpu_arch or c.get("gpu_arch")
+    for name in names:
+        host = target_host(conn, path, name)
+        arch = gpu_arch or host.gpu_arch
         if not arch:
-            no_arch.append(c["host_class"])
+            no_arch.append(name)
             continue
         arch = normalize_arch(arch)
         dtype = profile.activation_dtype(arch)
         rows = results_for(
             conn, hidden=profile.hidden_size, top_k=profile.top_k, experts=profile.num_experts,
-            dispatch_dtype=dtype, host_class=c["host_class"], kind="micro",
+            dispatch_dtype=dtype, host_class=name, kind="micro",
         )
         if rows:
             newest = max((r.created_at or r.run_started_at or "") for r in rows)
-            found.append((newest, c["host_class"], arch, dtype, rows))
+            found.append((newest, host, arch, dtype, rows))
     if not found:
         if no_arch and not gpu_arch:
             raise GpuArchRequired(
@@ -153,8 +150,8 @@ def _resolve_host_class(conn, profile, host_class: str | None, gpu_arch: str | N
             f"no measurement of {profile.model} (hidden {profile.hidden_size}, top_k {profile.top_k}, "
             f"{profile.num_experts} experts) on {where}; run `autoselect bench --model {profile.model}` first"
         )
-    _, hc, arch, dtype, rows = max(found, key=lambda f: f[0])
-    return hc, arch, dtype, rows
+    _, host, arch, dtype, rows = max(found, key=lambda f: f[0])
+    return host, arch, dtype, rows
 
 
 def _workload(text: str, deployment):
@@ -181,7 +178,7 @@ def bucket_marks(recommendation) -> list[BucketMark]:
             marks.append(BucketMark(tokens, weight, None, None))
             continue
         backend, e = best
-        marks.append(BucketMark(tokens, weight, backend, e.latency_us, evidence=getattr(e, "evidence", "measured"),
+        marks.append(BucketMark(tokens, weight, backend, e.latency_us, evidence=e.evidence,
                                 estimated=e.estimated))
     return marks
 
@@ -222,12 +219,13 @@ def collect(
                                   workload=workload, gpu_arch=gpu_arch, vllm_version=vllm_version)
         data.fleet = fleet_view([], [], data.recommended, backend=fleet_backend, tokens=fleet_tokens)
         return data
-    conn = connect_readonly(db_path)
+    path = default_path() if db_path is None else Path(db_path)
+    conn = connect_readonly(path)
     try:
-        hc, arch, dtype, rows = _resolve_host_class(conn, profile, host_class, gpu_arch)
+        host, arch, dtype, rows = _resolve_host_class(conn, path, profile, host_class, gpu_arch)
+        hc = host.host_class
         world_size = _world_size(profile, hc, rows, world_size)
         rows = [r for r in rows if r.world_size == world_size]
-        host = newest_host(conn, hc)
         rec = _recommend(profile, conn, hc, host, arch, world_size, workload, vllm_version)
     finally:
         conn.close()
