@@ -4,7 +4,7 @@
 measure or mark illegal) and ``confirm`` (which to run end to end) all judge a backend through
 :func:`candidate_backends` over a :class:`Target`, so they all judge against the same vLLM
 version: ``--vllm-version`` where the command has it, else the version
-:func:`autoselect.vllm_target.target_version` resolves (the vllm of ``$AUTOSELECT_VLLM_PYTHON``,
+:func:`autoselect.bridge.target_version` resolves (the vllm of ``$AUTOSELECT_VLLM_PYTHON``,
 else this environment's, else the newest the rules know), and never the host fingerprint's
 own package list. The rules themselves are :func:`autoselect.rules.legal`'s; nothing here
 re-implements one.
@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from autoselect import rules
+from autoselect.bridge import SOURCE_FLAG, target_version
 from autoselect.errors import UnknownBackend
 from autoselect.hardware import HostFingerprint
 from autoselect.model import GPU_ARCHS, MoeProfile, normalize_arch
 from autoselect.rules import Verdict
-from autoselect.vllm_target import SOURCE_FLAG, target_version
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None
 
     :param gpu_arch: the target arch (any spelling); default ``host.gpu_arch``; None: every known arch.
     :param host: the host whose hardware rules apply, or None (unchecked).
-    :param vllm_version: ``--vllm-version``; None: :func:`autoselect.vllm_target.target_version`.
+    :param vllm_version: ``--vllm-version``; None: :func:`autoselect.bridge.target_version`.
     :param vllm_version_source: where an explicit ``vllm_version`` came from (default ``--vllm-version``).
     :param tensor_parallel_size: the deployment's ``-tp`` (None: unknown).
     :param problems: collects a sentence for a ``$AUTOSELECT_VLLM_PYTHON`` that could not be read.

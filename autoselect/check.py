@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoselect import rules
+from autoselect.bridge import serve_command_check, target_version
 from autoselect.errors import UserError
 from autoselect.model import GPU_ARCHS, DenseModel, MoeProfile, load_profile, normalize_arch
-from autoselect.vllm_bridge import serve_command_check
 from autoselect.vllm_flags import ServeArgs, parse_serve_argv
-from autoselect.vllm_target import target_version
 
 SEVERITIES = ("error", "warning", "info")
 ROLES = ("prefill", "decode", "both")
@@ -347,7 +346,7 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
         ``vllm/vllm-openai`` image tag names, else the version the vLLM that checked the flags
         reported (``$AUTOSELECT_VLLM_PYTHON`` or this environment's), else the package metadata
         of ``$AUTOSELECT_VLLM_PYTHON``'s environment, else this environment's, else the newest
-        known (:func:`autoselect.vllm_target.target_version`, shared with ``recommend``).
+        known (:func:`autoselect.bridge.target_version`, shared with ``recommend``).
     :param environ: the environment the line runs in (default ``os.environ``); the line's own
         ``VAR=value`` words and ``env -u`` / ``env -i`` apply on top.
     :param role: ``prefill``, ``decode`` or ``both`` (what this instance serves, for reports that
@@ -366,7 +365,7 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
         archs, arch_source = (([normalize_arch(local)], "local GPUs") if local
                               else (list(GPU_ARCHS), "no GPU: both archs"))
     args = parse_serve_argv(argv)
-    # vLLM's own parser, when vLLM is installed (a subprocess; see autoselect/vllm_bridge.py),
+    # vLLM's own parser, when vLLM is installed (a subprocess; see autoselect/bridge/),
     # sees the words `vllm serve` receives; the version it reports is the one the rules judge
     # the line against, unless --vllm-version or the line's image tag name another.
     answered, vllm_findings = serve_command_check(args.serve_words)

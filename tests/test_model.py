@@ -317,12 +317,3 @@ def test_modelopt_mixed_precision_experts_in_two_formats_are_refused(tmp_path):
         "(FP8: 1 layer(s), NVFP4: 2 layer(s)): vLLM dispatches a different dtype in different layers and a "
         "profile has one; use an explicit shape for each dtype instead"
     )
-
-
-def test_the_vllm_worker_reads_modelopt_algos_with_the_same_table_as_the_model_module():
-    # _vllm_worker.py runs inside vLLM's interpreter, where autoselect may not be installed,
-    # so it keeps its own copy of the table: the two must not drift apart.
-    from autoselect import _vllm_worker
-    from autoselect.model import MODELOPT_ALGOS
-
-    assert _vllm_worker.MIXED_EXPERT_ALGOS == MODELOPT_ALGOS

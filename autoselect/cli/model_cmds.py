@@ -49,7 +49,7 @@ def inspect_cmd(model, gpu_arch, fmt, cross_check=False):
     profile = load_profile(model)
     checked = None
     if cross_check:
-        from autoselect.vllm_bridge import cross_check_model
+        from autoselect.bridge import cross_check_model
 
         checked = cross_check_model(model, profile)
     one_sided = {a: profile.activation_dtype(a) == "nvfp4" for a in archs}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from autoselect import vllm_bridge
+from autoselect import bridge
 from autoselect.selector.schema import E2eEvidence, Recommendation
 from db.queries import results_for
 
@@ -48,14 +48,14 @@ def e2e_evidence(conn: sqlite3.Connection | None, rec: Recommendation) -> E2eEvi
     return E2eEvidence(latencies=latencies, warnings=warnings)
 
 
-def validate_flags(model: str, vllm_args: list[str]) -> tuple[vllm_bridge.FlagValidation, list[str]]:
+def validate_flags(model: str, vllm_args: list[str]) -> tuple[bridge.FlagValidation, list[str]]:
     """vLLM's own parser on ``vllm serve MODEL ARGS``: the validation and its warnings.
 
-    :raises autoselect.vllm_bridge.FlagsRejectedByVllm: the parser rejects the flags (its message quoted).
-    :raises autoselect.vllm_bridge.VllmNotInstalled: no vLLM to ask.
+    :raises autoselect.bridge.FlagsRejectedByVllm: the parser rejects the flags (its message quoted).
+    :raises autoselect.bridge.VllmNotInstalled: no vLLM to ask.
     """
-    validation = vllm_bridge.validate_serve_flags([["vllm", "serve", model, *vllm_args]],
-                                                  python=vllm_bridge.require_vllm())
-    vllm_bridge.ensure_accepted(validation, what="the recommended command line")
+    validation = bridge.validate_serve_flags([["vllm", "serve", model, *vllm_args]],
+                                             python=bridge.require_vllm())
+    bridge.ensure_accepted(validation, what="the recommended command line")
     verdict = validation.verdicts[0]
     return validation, [f"{validation.vllm.label()}: {w}" for w in verdict.warnings]

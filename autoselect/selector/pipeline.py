@@ -28,7 +28,7 @@ from autoselect.selector.judge import judge_backend
 from autoselect.selector.provenance import data_used
 from autoselect.selector.schema import ModelSummary, Recommendation
 from autoselect.selector.target import RecommendTarget, gpu_memory_mib, resolve
-from autoselect.vllm_target import target_version
+from autoselect.bridge import target_version
 from autoselect.workload import (BadWorkloadOption, Deployment, WorkloadSpec, check_deployment_flags,
                                  check_workload_kind, resolve_deployment, workload_from_kind, workload_from_tokens)
 from db import default_path
@@ -129,7 +129,7 @@ def target_vllm_version(explicit: str | None = None) -> str:
     """The vLLM version to spell flags for, resolved as ``check`` resolves it (the version alone).
 
     ``--vllm-version``, else ``$AUTOSELECT_VLLM_PYTHON``'s vllm metadata, else this environment's,
-    else the newest known: :func:`autoselect.vllm_target.target_version`, which also says where
+    else the newest known: :func:`autoselect.bridge.target_version`, which also says where
     the version came from. vllm itself is never imported.
     """
     return target_version(explicit)[0]

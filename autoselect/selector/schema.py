@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoselect.vllm_bridge import FlagValidation
+from autoselect.bridge import FlagValidation
 from autoselect.workload import Deployment, WorkloadSpec
 
 #: Version of the JSON ``recommend --format json`` prints; bump on incompatible changes.
@@ -218,7 +218,7 @@ class Recommendation(_Document):
     dispatch_dtype: str
     vllm_version: str
     #: where vllm_version came from: "--vllm-version", "vllm at AUTOSELECT_VLLM_PYTHON",
-    #: "installed vllm" or "newest known" (as check's; autoselect.vllm_target.target_version)
+    #: "installed vllm" or "newest known" (as check's; autoselect.bridge.target_version)
     vllm_version_source: str = ""
     workload: WorkloadSpec
     backend: str

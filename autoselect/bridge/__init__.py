@@ -1,0 +1,62 @@
+"""The vLLM bridge: ask an installed vLLM itself, in a subprocess, and resolve which vLLM is targeted.
+
+* :mod:`~autoselect.bridge.interpreter` — which Python runs vLLM (``$AUTOSELECT_VLLM_PYTHON``, else
+  this one when it has vllm) and which vLLM version an interpreter has, without importing it.
+* :mod:`~autoselect.bridge.target` — the target vLLM version every command judges flags against.
+* :mod:`~autoselect.bridge.protocol` — the typed request/response messages (stdlib only: the
+  worker imports it from its own folder).
+* :mod:`~autoselect.bridge.worker`, :mod:`~autoselect.bridge.worker_quant` — run *inside* vLLM's
+  interpreter as a script: vLLM's parser, ``ParallelConfig`` and quantization classes.
+* :mod:`~autoselect.bridge.client` — starts the worker with one batch of questions, reads the answers.
+* :mod:`~autoselect.bridge.flags`, :mod:`~autoselect.bridge.quant` — the answers as autoselect
+  uses them (verdicts on command lines; quantization in autoselect's vocabulary and the cross-check).
+* :mod:`~autoselect.bridge.hooks` — what ``check`` and ``inspect --cross-check`` ask.
+
+Nothing here imports vLLM or torch in the caller's process.
+"""
+
+from autoselect.bridge.client import (
+    DEFAULT_TIMEOUT_S,
+    WORKER,
+    VllmFailed,
+    VllmNotInstalled,
+    VllmTimedOut,
+    ask_vllm,
+    classify_quantization,
+    require_vllm,
+    run_worker,
+    unavailable_reason,
+    validate_serve_flags,
+    validate_serve_words,
+    vllm_info,
+)
+from autoselect.bridge.flags import FlagsRejectedByVllm, FlagValidation, ensure_accepted
+from autoselect.bridge.hooks import cross_check_model, serve_command_check
+from autoselect.bridge.interpreter import (
+    CACHE_DIR_ENV,
+    VLLM_PYTHON_ENV,
+    VllmPythonInvalid,
+    installed_version,
+    interpreter_paths,
+    vllm_python,
+)
+from autoselect.bridge.protocol import FlagVerdict, VllmInfo
+from autoselect.bridge.quant import SCHEME_WEIGHT_QUANT, CrossCheck, QuantClassification, cross_check
+from autoselect.bridge.target import (
+    SOURCE_ENV_PYTHON,
+    SOURCE_FLAG,
+    SOURCE_INSTALLED,
+    SOURCE_NEWEST,
+    target_version,
+)
+
+__all__ = [
+    "CACHE_DIR_ENV", "DEFAULT_TIMEOUT_S", "SCHEME_WEIGHT_QUANT", "SOURCE_ENV_PYTHON", "SOURCE_FLAG",
+    "SOURCE_INSTALLED", "SOURCE_NEWEST", "VLLM_PYTHON_ENV", "WORKER",
+    "CrossCheck", "FlagValidation", "FlagVerdict", "FlagsRejectedByVllm", "QuantClassification", "VllmFailed",
+    "VllmInfo", "VllmNotInstalled", "VllmPythonInvalid", "VllmTimedOut",
+    "ask_vllm", "classify_quantization", "cross_check", "cross_check_model", "ensure_accepted",
+    "installed_version", "interpreter_paths", "require_vllm", "run_worker", "serve_command_check",
+    "target_version", "unavailable_reason", "validate_serve_flags", "validate_serve_words", "vllm_info",
+    "vllm_python",
+]

