@@ -208,7 +208,8 @@ def test_confirm_runs_every_backend_and_stores_ok_error_and_timeout_rows(tmp_pat
     assert report.runs[1].error == "exit 1: torch.distributed.elastic: RuntimeError: DeepEP kernels not found"
     assert report.runs[3].error == "no answer within 3 s"
     assert report.winners() == {32: "deepep_low_latency", 256: "deepep_low_latency", 4096: "allgather_reducescatter"}
-    assert [e["event"] for e in events] == ["start", "done"] * 4
+    assert [e.event for e in events] == ["start", "done"] * 4
+    assert events[-1] == c.ConfirmProgress("done", "flashinfer_nvlink_two_sided", 3, 4, "timeout")
     launched = log.read_text().splitlines()
     assert launched[0].startswith("-m torch.distributed.run --nproc-per-node=8 -m vllm.entrypoints.cli.main "
                                   "bench forward --model ")
@@ -222,6 +223,17 @@ def test_confirm_runs_every_backend_and_stores_ok_error_and_timeout_rows(tmp_pat
     assert results_for(conn, hidden=7168, top_k=8, experts=256, dispatch_dtype="nvfp4") == []  # no micro rows
     assert [(r["trigger"], r["status"]) for r in runs(conn)] == [("confirm", "complete")]
     conn.close()
+
+    report.db_path = str(db_path)
+    text = c.render_text(report).splitlines()
+    assert (text[3], text[4].split(), text[5].split()) == (
+        "", ["backend", "tokens/rank", "median", "p90", "stdrel", "status"], ["(us)", "(us)"])
+    assert len(text) == 6 + 12 + 3  # a line per stored row
+    assert text[9].split()[:6] == ["deepep_high_throughput", "32", "-", "-", "-", "error"]
+    assert text[9].endswith("  error (exit 1: torch.distributed.elastic: RuntimeError: DeepEP kernels not found)")
+    assert text[-2:] == ["e2e winner  32 tok/rank: deepep_low_latency, 256 tok/rank: deepep_low_latency, "
+                         "4096 tok/rank: allgather_reducescatter",
+                         f"stored      run {report.run_id} in {db_path} (kind e2e)"]
 
 
 # --- the command line ---------------------------------------------------------------------
@@ -258,7 +270,7 @@ def test_confirm_with_an_arch_but_no_gpus_still_refuses_before_writing(db_path, 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is importable in this interpreter")
 def test_confirm_without_vllm_names_what_to_install(db_path, monkeypatch):
     monkeypatch.delenv("AUTOSELECT_VLLM_PYTHON", raising=False)
-    monkeypatch.setattr("autoselect.confirm.fingerprint", lambda nvml=None: _b200_like())
+    monkeypatch.setattr("autoselect.confirm.run.fingerprint", lambda nvml=None: _b200_like())
     result = invoke("--model", R1, "--dp", "8", "--db", str(db_path))
     assert result.exit_code == 2
     assert result.stderr.startswith("Error: vllm is not installed in this environment (")
@@ -290,6 +302,14 @@ def test_dry_run_prints_the_commands_without_gpus_or_vllm(db_path):
     assert doc["runs"] == [] and doc["run_id"] is None
     assert "--all2all-backend deepep_low_latency" in doc["plan"]["commands"]["deepep_low_latency"]
     assert not db_path.exists()
+    text = invoke("--model", R1, "--gpu-arch", "sm100", "--dp", "8", "--backends", "deepep_low_latency",
+                  "--dry-run", "--db", str(db_path)).stdout.splitlines()
+    assert text[:5] == [
+        f"model       {R1}: hidden 7168, 256 experts, top-8, nvfp4 dispatch on sm100",
+        "deployment  dp 8 x tp 1 = EP 8, vLLM 0.33.0",
+        "cases       decode32=32*1@4096 decode256=256*1@4096 prefill4096=4096",
+        "", "dry run: the commands confirm would run, one per backend:"]
+    assert text[5] == "  " + doc["plan"]["commands"]["deepep_low_latency"] and len(text) == 6
 
 
 # --- recommend shows the e2e results ------------------------------------------------------

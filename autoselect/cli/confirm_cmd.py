@@ -32,52 +32,16 @@ class _Progress:
         if self.bar is not None:
             self.bar.__exit__(*exc)
 
-    def __call__(self, event: dict):
+    def __call__(self, event):
+        """One :class:`autoselect.confirm.ConfirmProgress`: a backend starts or is done."""
         if self.bar is None:
             return
         if self.task is None:
-            self.task = self.bar.add_task("vllm bench forward", total=event["total"])
-        if event["event"] == "start":
-            self.bar.update(self.task, description=f"vllm bench forward: {event['backend']}")
+            self.task = self.bar.add_task("vllm bench forward", total=event.total)
+        if event.event == "start":
+            self.bar.update(self.task, description=f"vllm bench forward: {event.backend}")
         else:
             self.bar.advance(self.task)
-
-
-def _text(report) -> str:
-    plan = report.plan
-    lines = [
-        f"model       {plan.model}: hidden {plan.profile.hidden_size}, {plan.profile.num_experts} experts, "
-        f"top-{plan.profile.top_k}, {plan.dispatch_dtype} dispatch on {plan.gpu_arch}",
-        f"deployment  dp {plan.deployment.dp} x tp {plan.deployment.tp} = EP {plan.deployment.world_size}, "
-        f"vLLM {report.vllm_version or plan.vllm_version}",
-        f"cases       {' '.join(c.spec for c in plan.cases)}",
-    ]
-    if not report.runs:
-        lines.append("")
-        lines.append("dry run: the commands confirm would run, one per backend:")
-        lines += [f"  {cmd}" for cmd in plan.to_dict()["commands"].values()]
-        return "\n".join(lines)
-    rows = [["backend", "tokens/rank", "median", "p90", "stdrel", "status"],
-            ["", "", "(us)", "(us)", "", ""]]
-    for run in report.runs:
-        for r in run.results:
-            rows.append([
-                r.backend, str(r.tokens_per_rank),
-                "-" if r.latency_us_p50 is None else f"{r.latency_us_p50:.1f}",
-                "-" if r.latency_us_p90 is None else f"{r.latency_us_p90:.1f}",
-                "-" if r.latency_stdrel is None else f"{r.latency_stdrel:.4f}",
-                r.status + (f" ({r.error})" if r.error else ""),
-            ])
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines.append("")
-    for row in rows:
-        lines.append("  ".join(c.rjust(w) if 1 <= i <= 4 else c.ljust(w)
-                               for i, (c, w) in enumerate(zip(row[:5], widths))) + "  " + row[5])
-    winners = report.winners()
-    lines.append("")
-    lines.append("e2e winner  " + (", ".join(f"{t} tok/rank: {b}" for t, b in winners.items()) or "none (no ok row)"))
-    lines.append(f"stored      run {report.run_id} in {report.db_path} (kind e2e)")
-    return "\n".join(lines)
 
 
 @click.command("confirm")
@@ -119,7 +83,7 @@ def confirm_cmd(model, backends, tokens, dp, tp, gpu_arch, vllm_version, kv_len,
       autoselect confirm --model ./Qwen3-30B-A3B --tokens 1,32,256 --dp 8 --format json
       autoselect confirm --model ./Qwen3-30B-A3B --gpu-arch sm90 --dp 8 --dry-run
     """
-    from autoselect.confirm import confirm
+    from autoselect.confirm import confirm, render_text
 
     with _Progress(enabled=fmt == "text") as progress:
         report = confirm(
@@ -130,4 +94,4 @@ def confirm_cmd(model, backends, tokens, dp, tp, gpu_arch, vllm_version, kv_len,
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
-        click.echo(_text(report))
+        click.echo(render_text(report))
