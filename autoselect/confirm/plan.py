@@ -168,7 +168,7 @@ def plan_confirm(model: str, *, backends: list[str] | None = None, tokens: str |
     # On a host without GPUs (a --dry-run with --gpu-arch) the hardware rules cannot be checked.
     rules_host = host if getattr(host, "device", None) == "cuda" else None
     target = resolve_target(profile, world_size=deployment.world_size, gpu_arch=arch, host=rules_host,
-                            vllm_version=vllm_version)
+                            vllm_version=vllm_version, tensor_parallel_size=deployment.tp)
     chosen = _chosen_backends(model, target, backends)
     cases = tuple(ForwardCase(t, max(kv_len, t)) for t in cases_tokens)
     return ConfirmPlan(model=model, profile=profile, deployment=deployment, gpu_arch=arch,
