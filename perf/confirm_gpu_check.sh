@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for `autoselect confirm` (issue 9): run vLLM's real `vllm bench forward` through
+# GPU check for `autoselect confirm`: run vLLM's real `vllm bench forward` through
 # confirm on a CUDA node and verify its --output-json parses into stored e2e results.
 #
 # Needs: CUDA GPU(s), vLLM >= 0.33 importable by $AUTOSELECT_VLLM_PYTHON (or this python), and
