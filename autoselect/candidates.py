@@ -18,7 +18,7 @@ from typing import Iterable, Mapping
 
 from autoselect import rules
 from autoselect.bridge import SOURCE_FLAG, target_version
-from autoselect.errors import UnknownBackend
+from autoselect.errors import UnknownBackend, UserError
 from autoselect.hardware import HostFingerprint
 from autoselect.model import GPU_ARCHS, MoeProfile, normalize_arch
 from autoselect.rules import Verdict
@@ -52,6 +52,24 @@ class Target:
         return dataclasses.replace(self, max_tokens_per_rank=max_tokens_per_rank)
 
 
+class VllmWithoutBackendFlag(UserError):
+    "A target vLLM release older than the --all2all-backend flag: there is no backend to choose."
+
+
+def check_vllm_version(version: str) -> str:
+    """``version`` when it is a release that has ``--all2all-backend``; the same refusal for every
+    command that picks or measures a backend for a target vLLM (``recommend``, ``bench``,
+    ``tune``, ``confirm``).
+
+    :raises autoselect.rules.InvalidVllmVersion: a version that does not parse.
+    :raises VllmWithoutBackendFlag: a release before :data:`autoselect.rules.FLAG_SINCE`.
+    """
+    if not rules.version_in(version, rules.FLAG_SINCE, None):
+        raise VllmWithoutBackendFlag(f"vLLM {version} has no --all2all-backend flag (it arrived in "
+                                     f"{rules.FLAG_SINCE}); pass a newer --vllm-version")
+    return version
+
+
 def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None = None,
                    host: HostFingerprint | None = None, vllm_version: str | None = None,
                    vllm_version_source: str | None = None, max_tokens_per_rank: int | None = None,
@@ -66,12 +84,14 @@ def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None
     :param tensor_parallel_size: the deployment's ``-tp`` (None: unknown).
     :param problems: collects a sentence for a ``$AUTOSELECT_VLLM_PYTHON`` that could not be read.
     :raises autoselect.rules.InvalidVllmVersion: an explicit version that does not parse.
+    :raises VllmWithoutBackendFlag: a target release without --all2all-backend.
     """
     if vllm_version:
         version, source = target_version(vllm_version)
         source = vllm_version_source or source
     else:
         version, source = target_version(problems=problems)
+    check_vllm_version(version)
     gpu_arch = gpu_arch or (host.gpu_arch if host is not None else None)
     return Target(profile=profile, world_size=world_size, vllm_version=version, vllm_version_source=source,
                   gpu_arch=normalize_arch(gpu_arch) if gpu_arch else None, host=host,

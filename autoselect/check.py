@@ -170,7 +170,7 @@ def _flag_value_findings(args: ServeArgs, version: str, effective: rules.Effecti
         return out
     if given not in rules.ALL_FLAG_VALUES:
         return [Finding("error", "invalid-choice",
-                        f"--all2all-backend {given} is not a vLLM choice: vllm serve would exit with "
+                        f"--all2all-backend {given!r} is not a vLLM choice: vllm serve would exit with "
                         f"'invalid choice'; use one of {', '.join(rules.parser_choices(version))}")]
     if not rules.value_known_to(given, version):
         canonical = rules.resolve(given)

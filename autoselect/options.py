@@ -24,8 +24,16 @@ may be upper case. Zero is refused unless the option allows it (``--jitter 0s``)
 ``nan``, ``inf``, an empty text, unknown units, a repeated or out-of-order unit and anything
 above :data:`MAX_DURATION_S` are refused.
 
-Each grammar raises one error class (:class:`BadList`, :class:`BadDuration`) whose message names
-the option, the offending item and an example of what works. Stdlib only: this module is on
+**Number** (:func:`parse_int`, :func:`parse_number`): every numeric option of every command
+(the CLI converts them all through these two). A whole number is an optional ``-`` and ASCII
+digits, within ``[-MAX_INT, MAX_INT]`` unless the option says less; a decimal is the ``WEIGHT``
+grammar with an optional ``-``, finite (``nan``, ``inf`` and ``1e400`` are refused).
+
+**Name list** (:func:`parse_name_list`): ``NAME[,NAME...]`` (``--backends``); an empty text, an
+empty item or a repeated name is refused. An empty ``--backends ''`` is a mistake, not "all".
+
+Each grammar raises one error class (:class:`BadList`, :class:`BadDuration`, :class:`BadNumber`)
+whose message names the option, the offending item and an example of what works. Stdlib only: this module is on
 every command's fast path.
 """
 
@@ -109,7 +117,7 @@ def _integer(item: str, what: str, noun: str, minimum: int, maximum: int, exampl
 
 
 def parse_int_list(text: str, *, what: str = "--tokens", noun: str = "token counts per rank",
-                   minimum: int = 1, maximum: int = MAX_INT, example: str = "1,16,256") -> list[int]:
+                   minimum: int = 1, maximum: int = MAX_TOKENS_PER_RANK, example: str = "1,16,256") -> list[int]:
     """``"1,16,256"`` -> ``[1, 16, 256]`` (the integer-list grammar in the module docstring).
 
     :param what: the option, for the message (``--tokens``).
@@ -120,7 +128,7 @@ def parse_int_list(text: str, *, what: str = "--tokens", noun: str = "token coun
 
 
 def parse_weighted_tokens(text: str, *, what: str = "--tokens",
-                          maximum: int = MAX_INT) -> list[tuple[int, float]]:
+                          maximum: int = MAX_TOKENS_PER_RANK) -> list[tuple[int, float]]:
     """``"1:0.5,64:0.3,8192:0.2"`` -> ``[(1, 0.5), (64, 0.3), (8192, 0.2)]``; ``"1,64"`` -> weights 1.
 
     The weighted-token-list grammar of the module docstring. Zero-weight items are dropped; the
@@ -149,6 +157,101 @@ def parse_weighted_tokens(text: str, *, what: str = "--tokens",
     if sum(w for _, w in pairs) <= 0:
         raise BadList(f"{what} {text!r}: the weights sum to zero; give some bucket a weight")
     return [(t, w) for t, w in pairs if w > 0]
+
+
+# --------------------------------------------------------------------------------------
+# Single numbers and name lists (every numeric command-line option goes through these)
+# --------------------------------------------------------------------------------------
+
+_SIGNED_DIGITS = re.compile(r"-?[0-9]+")
+_SIGNED_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+class BadNumber(UserError):
+    "A numeric option that is not a number in ASCII digits, or out of its range."
+
+
+def parse_int(text: str, *, what: str, minimum: int = -MAX_INT, maximum: int = MAX_INT) -> int:
+    """One whole number: an optional ``-`` and ASCII digits ``0-9`` (no other script's digits,
+    no ``_``, no ``+``, no exponent), in ``[minimum, maximum]``.
+
+    :param what: the option, for the message (``--dp``).
+    :raises BadNumber: for anything else.
+    """
+    s = str(text).strip()
+    if not _SIGNED_DIGITS.fullmatch(s):
+        raise BadNumber(f"{what} {text!r} is not a whole number written in digits 0-9")
+    value = int(s) if len(s) <= 40 else (maximum + 1 if not s.startswith("-") else minimum - 1)
+    if value < minimum:
+        raise BadNumber(f"{what} {_short(s)} is below {minimum}")
+    if value > maximum:
+        raise BadNumber(f"{what} {_short(s)} is above {maximum}")
+    return value
+
+
+def parse_number(text: str, *, what: str, minimum: float | None = None, maximum: float | None = None) -> float:
+    """One finite decimal number in ASCII (``0.5``, ``.5``, ``-2``, ``1e-3``): never ``nan``,
+    ``inf`` or a value that overflows to it (``1e400``), in ``[minimum, maximum]`` where given.
+
+    :raises BadNumber: for anything else.
+    """
+    s = str(text).strip()
+    value = float(s) if _SIGNED_DECIMAL.fullmatch(s) else None
+    if value is None or not math.isfinite(value):
+        raise BadNumber(f"{what} {text!r} is not a finite number written in digits 0-9 (e.g. 0.5, 30, 1e-3)")
+    if minimum is not None and value < minimum:
+        raise BadNumber(f"{what} {_short(s)} is below {minimum:g}")
+    if maximum is not None and value > maximum:
+        raise BadNumber(f"{what} {_short(s)} is above {maximum:g}")
+    return value
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 30 else f"{text[:12]}...{text[-6:]} ({len(text)} characters)"
+
+
+def parse_name_list(text: str, *, what: str = "--backends", example: str = "allgather_reducescatter,deepep_low_latency"
+                    ) -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]``: names separated by commas (spaces around them dropped); an
+    empty text, an empty item or a repeated name is refused (an empty --backends is a mistake,
+    never "all": leave the option out for that).
+
+    :raises BadList: naming what is wrong.
+    """
+    if not str(text).strip():
+        raise BadList(f"{what} is empty; leave the option out for the default, or pass e.g. {example}")
+    names = _items(text, what, example)
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise BadList(f"{what} {text!r} names {', '.join(repeated)} more than once")
+    return names
+
+
+def check_seconds(value: float, *, what: str, allow_zero: bool = False) -> float:
+    """``value`` when it is a finite number of seconds above zero (or zero, if allowed) and at most
+    :data:`MAX_DURATION_S`.
+
+    :raises BadNumber: otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or (value == 0 and not allow_zero) or value > MAX_DURATION_S:
+        least = "0 or more" if allow_zero else "a positive number of"
+        raise BadNumber(f"{what} must be {least} seconds (at most {MAX_DURATION_S / 86400:g} days), got {value}")
+    return value
+
+
+#: The largest --seed (every random generator the benchmark seeds takes it)
+MAX_SEED = MAX_INT
+
+
+def check_seed(value: int, *, what: str = "--seed") -> int:
+    """``value`` when it is a whole number in ``[0, MAX_SEED]``.
+
+    :raises BadNumber: otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise BadNumber(f"{what} must be a whole number from 0 to {MAX_SEED}, got {value}")
+    return value
 
 
 # --------------------------------------------------------------------------------------

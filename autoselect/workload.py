@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from autoselect.errors import InvalidShape, MissingShape, UserError
 from autoselect.model import MoeProfile
-from autoselect.options import parse_weighted_tokens
+from autoselect.options import MAX_EXPERTS, MAX_HIDDEN, MAX_WORLD_SIZE, parse_weighted_tokens
 from autoselect.payload import ACTIVATION_DTYPES
 
 
@@ -61,10 +61,12 @@ class Shape:
     dtype: str
 
     def __post_init__(self) -> None:
-        for name in ("hidden", "top_k", "experts"):
+        for name, top in (("hidden", MAX_HIDDEN), ("top_k", MAX_EXPERTS), ("experts", MAX_EXPERTS)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidShape(f"{name} must be a positive integer, got {value!r}")
+            if value > top:  # a typo, never a model: it must fail before any store or study opens
+                raise InvalidShape(f"{name} {value} is above {top}, larger than any MoE model; check the value")
         if self.top_k > self.experts:
             raise InvalidShape(f"top_k ({self.top_k}) cannot exceed the number of experts ({self.experts})")
         if self.dtype not in ACTIVATION_DTYPES:
@@ -144,10 +146,16 @@ class Deployment:
 
 
 def check_deployment_flags(dp: int | None, tp: int | None, world_size: int | None) -> None:
-    """Refuse a ``--dp`` / ``--tp`` / ``--world-size`` below 1 (each may be None)."""
+    """Refuse a ``--dp`` / ``--tp`` / ``--world-size`` below 1 or above
+    :data:`autoselect.options.MAX_WORLD_SIZE` (each may be None), and a dp x tp above it."""
     for name, value in (("--dp", dp), ("--tp", tp), ("--world-size", world_size)):
         if value is not None and value < 1:
             raise BadDeployment(f"{name} {value} must be at least 1")
+        if value is not None and value > MAX_WORLD_SIZE:
+            raise BadDeployment(f"{name} {value} is above {MAX_WORLD_SIZE} ranks, more than any deployment; "
+                                "check the value")
+    if dp is not None and tp is not None and dp * tp > MAX_WORLD_SIZE:
+        raise BadDeployment(f"--dp {dp} x --tp {tp} = {dp * tp} ranks is above {MAX_WORLD_SIZE}; check the values")
 
 
 def resolve_deployment(

@@ -13,9 +13,17 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
-from autoselect.candidates import candidate_backends, resolve_target
+from autoselect.candidates import candidate_backends, check_vllm_version, resolve_target
 from autoselect.errors import GpuArchRequired, MissingShape, UserError
-from autoselect.options import DEFAULT_TOKENS, STOPPING, StoppingRule, parse_int_list
+from autoselect.options import (
+    DEFAULT_TOKENS,
+    STOPPING,
+    StoppingRule,
+    check_seconds,
+    check_seed,
+    parse_int_list,
+    parse_name_list,
+)
 from autoselect.rules import CHUNK_SIZE, NEWEST_VLLM, smallest_deployment
 from autoselect.workload import Shape
 from db.records import Result
@@ -78,10 +86,10 @@ def validate(spec: SweepSpec, host=None) -> None:
         raise BadSweep(f"token counts must be positive integers, got {spec.tokens!r}")
     if spec.device not in ("cpu", "cuda"):
         raise BadSweep(f"unknown device {spec.device!r}; use cuda or cpu")
-    if spec.vllm_version is not None:  # a bad version fails here, before legality()
-        from autoselect.rules import parse_version
-
-        parse_version(spec.vllm_version)
+    if spec.vllm_version is not None:  # a bad or flag-less version fails here, before legality()
+        check_vllm_version(spec.vllm_version)
+    check_seed(spec.seed)
+    check_seconds(spec.setup_timeout_s, what="--setup-timeout")
     validate_shape(max(spec.tokens), spec.hidden, spec.top_k, spec.experts, spec.world_size, spec.dtype)
     StoppingRule(spec.max_noise, spec.min_samples, spec.min_time_s, spec.timeout_s).validate()
     if spec.device == "cpu" and spec.world_size > 64:
@@ -374,7 +382,7 @@ def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=Non
         from autoselect.model import normalize_arch
 
         gpu_arch = normalize_arch(gpu_arch)
-    names = [b.strip() for b in backends.split(",") if b.strip()] if backends else list(available())
+    names = parse_name_list(backends, what="--backends") if backends is not None else list(available())
     token_list = parse_int_list(tokens, what="--tokens") if tokens is not None else list(DEFAULT_TOKENS)
     if world_size is None:
         world_size = (host.gpu_count or 1) if device == "cuda" else 2

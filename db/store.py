@@ -25,6 +25,7 @@ import sqlite_utils
 from autoselect import __version__
 from db import default_path
 from db.errors import BadImportRecord, DatabaseLocked, DatabaseNotFound, DatabaseNotWritable, UnknownRun
+from db.fields import result_problem
 from db.queries import stale_runs
 from db.records import KINDS, RUN_STATUSES, STATUSES, Result
 from db.rows import dumps, host_to_row, now_iso, result_key, result_to_row, row_to_tuned_dict, tuned_key, tuned_to_row
@@ -274,6 +275,9 @@ class Store:
         _validate_result(d)
         if not d.get("created_at"):
             d["created_at"] = now_iso()
+        said = result_problem(d)  # the rules import applies hold for every writer (db/fields.py)
+        if said:
+            raise ValueError(f"refusing to store a result that breaks the schema: {said}")
         with self._write():
             uid, machine_id, host_class, status = self._run(run_id)
             if status != "running":

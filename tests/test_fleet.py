@@ -290,7 +290,7 @@ def test_fleet_run_budget_takes_every_duration_tune_takes(monkeypatch, db_path, 
     (["--tokens", "1,٨"], "Error: --tokens item '٨' is not a whole number written in digits 0-9; e.g. 1,16,256\n"),
     (["--hidden", "128", "--top-k", "2"], "Error: missing --experts, --dtype: an explicit shape needs all of "
                                           "--hidden, --top-k, --experts and --dtype (or pass --model)\n"),
-    (["--max-noise", "nan"], "Error: --max-noise must be a fraction in (0, 1), got nan\n"),
+    (["--max-noise", "nan"], "Error: --max-noise 'nan' is not a finite number written in digits 0-9 (e.g. 0.5, 30, 1e-3)\n"),
 ])
 def test_fleet_run_refuses_bad_options_in_one_line(db_path, argv, message):
     base = ["--device", "cpu", "--hidden", "128", "--top-k", "2", "--experts", "4", "--dtype", "bf16"]

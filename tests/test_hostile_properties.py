@@ -290,3 +290,79 @@ def test_any_query_is_an_answer_or_a_4xx_that_names_no_server_path(http_client, 
     if route == "/v1/recommend" and r.status_code == 200:
         assert isinstance(body.get("backend"), (str, type(None)))
         assert all(not (isinstance(v, float) and not math.isfinite(v)) for v in body.values())
+
+
+# --- command-line argument strings ------------------------------------------------------------------------
+
+#: text a user could type for a number or a list: every script's digits, signs, exponents, nan / inf,
+#: huge values, separators, blanks
+ARG_TEXT = st.one_of(
+    st.text(alphabet=st.sampled_from(list("0123456789-+.,:eE _xn ") + ["١", "٢", "໓", "٣", "²", "\u00a0", "½"]),
+            max_size=12),
+    st.sampled_from(["", " ", "nan", "inf", "-inf", "1e400", "99999999999999999999", "2147483648", "-1", "0",
+                     "1,,2", ",", "1:0.5,2", "1:nan", "0x10", "1_000", "٣٢", "8", "2", "0.5", "1e-3", "16777217"]),
+    st.integers(min_value=-(2**70), max_value=2**70).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+)
+
+RECOMMEND_OPTIONS = ["--dp", "--tp", "--world-size", "--concurrency", "--max-num-batched-tokens",
+                     "--max-workspace-gib", "--tokens", "--vllm-version"]
+CONFIRM_OPTIONS = ["--dp", "--tp", "--kv-len", "--iters", "--samples", "--timeout", "--tokens", "--backends"]
+
+
+@pytest.fixture(scope="module")
+def recommend_db(tmp_path_factory):
+    from db.store import import_file
+
+    d = tmp_path_factory.mktemp("props-args")
+    db = d / "fixtures.db"
+    import_file(db, Path(__file__).parent / "fixtures" / "results" / "h200.jsonl")
+    cli("db", "info", "--db", db)  # settle the -wal / -shm a reader leaves
+    return db
+
+
+def _keeps_the_argument_promise(result) -> None:
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    if result.exit_code == 0:
+        return
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    lines = [ln for ln in result.stderr.splitlines() if not ln.startswith("Warning: ")]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+
+
+@settings(max_examples=150, **BOUNDED)
+@given(option=st.sampled_from(RECOMMEND_OPTIONS), value=ARG_TEXT, command=st.sampled_from(["recommend", "explain"]))
+def test_any_recommend_argument_is_an_answer_or_one_error_line(recommend_db, option, value, command):
+    before = tree_state(recommend_db.parent)
+    result = cli(command, "--model", MODELS / "deepseek-v3", "--host-class", "h200x8-5d1c7e0a", "--db", recommend_db,
+                 f"{option}={value}")
+    _keeps_the_argument_promise(result)
+    assert tree_state(recommend_db.parent) == before
+    if result.exit_code == 0 and option in ("--dp", "--tp", "--world-size"):
+        assert int(value.strip()) <= 65536  # a deployment beyond any cluster is refused, never printed
+
+
+@settings(max_examples=80, **BOUNDED)
+@given(option=st.sampled_from(CONFIRM_OPTIONS), value=ARG_TEXT)
+def test_any_confirm_dry_run_argument_is_a_plan_or_one_error_line(option, value):
+    with tempfile.TemporaryDirectory() as d:
+        before = tree_state(Path(d))
+        result = cli("confirm", "--model", MODELS / "qwen3-30b-a3b", "--dry-run", "--gpu-arch", "sm90",
+                     *(["--dp", "2"] if option != "--dp" else []), f"{option}={value}", "--db", Path(d) / "x.db")
+        _keeps_the_argument_promise(result)
+        assert tree_state(Path(d)) == before
+
+
+@settings(max_examples=60, **BOUNDED)
+@given(option=st.sampled_from(["--every", "--jitter"]), value=ARG_TEXT | st.sampled_from(["1h30m", "7d", "0s", "1d1d"]))
+def test_any_deploy_duration_is_a_unit_or_one_error_line(option, value):
+    _keeps_the_argument_promise(cli("fleet", "deploy", "--kind", "systemd", f"{option}={value}"))
+
+
+@settings(max_examples=60, **BOUNDED)
+@given(option=st.sampled_from(["--min-slowdown", "--noise-k"]), value=ARG_TEXT)
+def test_any_drift_threshold_is_a_report_or_one_error_line(recommend_db, option, value):
+    before = tree_state(recommend_db.parent)
+    _keeps_the_argument_promise(cli("fleet", "drift", "--db", recommend_db, f"{option}={value}"))
+    assert tree_state(recommend_db.parent) == before

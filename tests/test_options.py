@@ -8,6 +8,7 @@ from click.testing import CliRunner
 from autoselect.cli import main
 from autoselect.options import (
     MAX_INT,
+    MAX_TOKENS_PER_RANK,
     STOPPING,
     BadDuration,
     BadList,
@@ -24,7 +25,8 @@ from autoselect.options import (
 def test_an_integer_list_keeps_order_and_repeats_and_strips_spaces():
     assert parse_int_list("1,16,256") == [1, 16, 256]
     assert parse_int_list(" 64, 1 ,64") == [64, 1, 64]
-    assert parse_int_list(str(MAX_INT)) == [MAX_INT]
+    assert parse_int_list(str(MAX_TOKENS_PER_RANK)) == [MAX_TOKENS_PER_RANK]
+    assert parse_int_list(str(MAX_INT), maximum=MAX_INT) == [MAX_INT]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -40,8 +42,9 @@ def test_an_integer_list_keeps_order_and_repeats_and_strips_spaces():
     ("1e3", "--tokens item '1e3' is not a whole number written in digits 0-9; e.g. 1,16,256"),
     ("1.0", "--tokens item '1.0' is not a whole number written in digits 0-9; e.g. 1,16,256"),
     ("0", "--tokens item '0': token counts per rank must be at least 1"),
-    ("99999999999999999999", "--tokens item '99999999999999999999': token counts per rank must be at most 2147483647"),
-    ("9" * 5000, f"--tokens item '{'9' * 5000}': token counts per rank must be at most 2147483647"),
+    ("99999999999999999999", "--tokens item '99999999999999999999': token counts per rank must be at most 16777216"),
+    ("9" * 5000, f"--tokens item '{'9' * 5000}': token counts per rank must be at most 16777216"),
+    ("16777217", "--tokens item '16777217': token counts per rank must be at most 16777216"),
 ])
 def test_an_integer_list_refuses_what_is_meaningless(text, message):
     with pytest.raises(BadList) as e:

@@ -110,7 +110,8 @@ def test_an_incorrect_result_disqualifies_the_backend_for_that_shape(fixture_db)
     assert ht.kind == "disqualified"
     assert ht.reasons[0].startswith("incorrect result at 4096 tokens/rank (result ")
     assert ht.reasons[0].endswith(
-        "rank 2: token 17 expert 3: dispatched byte 112 differs (got 0x00, want 0x3c)"
+        "rank 2: token 17 expert 3: dispatched byte 112 differs (got 0x00, want 0x3c); if run 1 measured a mistake, "
+        "`autoselect db drop-run 1 --yes` removes it"
     )
     ll = next(x for x in r.rejected if x.backend == "deepep_low_latency")
     assert ll.kind == "disqualified" and "CUDA error: an illegal memory access" in ll.reasons[0]

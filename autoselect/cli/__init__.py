@@ -3,25 +3,119 @@
 Commands live in small modules beside this one and are loaded lazily (click's
 "LazyGroup" pattern), so ``autoselect recommend --help`` never pays for the imports of
 ``bench`` or ``tune``. Every :class:`autoselect.errors.UserError` raised below a command
-becomes one ``Error: ...`` line on stderr and exit status 2.
+becomes one ``Error: ...`` line on stderr and exit status 2, and so does every mistake click
+itself finds (an unknown option, a missing argument, a bad choice): one line naming the
+command's ``--help``, not click's usage block.
+
+Numbers: every ``type=int`` / ``type=float`` option of every command (click's INT, FLOAT and
+their ranges) is converted through :func:`autoselect.options.parse_int` / ``parse_number``
+when the command is loaded (:func:`strict_numbers`): ASCII digits only, bounded, finite, so
+``--dp ١٢``, ``--timeout nan`` and ``--dp 99999999999999999999`` are one ``Error:`` line
+wherever they are typed.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
+import math
+import os
+import sys
 import warnings
 
 import click
 
 from autoselect import __version__
 from autoselect.errors import UserError
-from autoselect.options import STOPPING
+from autoselect.options import STOPPING, parse_int, parse_number
 
 
 class InputError(click.ClickException):
     "Bad input: one line on stderr, exit status 2."
 
     exit_code = 2
+
+
+class StrictInt(click.ParamType):
+    """click's INT (and IntRange) through :func:`autoselect.options.parse_int`."""
+
+    def __init__(self, base: click.types.IntParamType):
+        self.base = base
+
+    def convert(self, value, param, ctx):
+        what = _option_name(param)
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = parse_int(value, what=what)
+            except UserError as e:
+                raise InputError(str(e)) from None
+        return self.base.convert(number, param, ctx)  # IntRange's bounds, if the option has them
+
+    def get_metavar(self, param, ctx=None):
+        return self.base.get_metavar(param=param, ctx=ctx)
+
+    def __repr__(self):
+        return f"StrictInt({self.base!r})"
+
+    @property
+    def name(self):  # the base's words in --help (INTEGER, INTEGER RANGE)
+        return self.base.name
+
+
+class StrictFloat(click.ParamType):
+    """click's FLOAT (and FloatRange) through :func:`autoselect.options.parse_number`."""
+
+    def __init__(self, base: click.types.FloatParamType):
+        self.base = base
+
+    def convert(self, value, param, ctx):
+        what = _option_name(param)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+            if not math.isfinite(number):
+                raise InputError(f"{what} {value} is not a finite number")
+        else:
+            try:
+                number = parse_number(value, what=what)
+            except UserError as e:
+                raise InputError(str(e)) from None
+        return self.base.convert(number, param, ctx)
+
+    def get_metavar(self, param, ctx=None):
+        return self.base.get_metavar(param=param, ctx=ctx)
+
+    def __repr__(self):
+        return f"StrictFloat({self.base!r})"
+
+    @property
+    def name(self):
+        return self.base.name
+
+
+def _option_name(param) -> str:
+    if param is None:
+        return "value"
+    opts = [o for o in getattr(param, "opts", []) if o.startswith("--")] or getattr(param, "opts", None)
+    return opts[0] if opts else param.human_readable_name
+
+
+def strict_numbers(command: click.Command) -> click.Command:
+    """``command`` (and a group's subcommands) with every INT / FLOAT parameter converted through
+    the options grammars (:class:`StrictInt`, :class:`StrictFloat`); idempotent."""
+    if getattr(command, "_strict_numbers", False):
+        return command
+    for param in command.params:
+        if isinstance(param.type, click.types.IntParamType) and not isinstance(param.type, StrictInt):
+            param.type = StrictInt(param.type)
+        elif isinstance(param.type, click.types.FloatParamType) and not isinstance(param.type, StrictFloat):
+            param.type = StrictFloat(param.type)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            strict_numbers(sub)
+    command._strict_numbers = True
+    return command
 
 
 #: command name -> "module:attribute". Add a line here to add a command.
@@ -54,8 +148,35 @@ class LazyGroup(click.Group):
     def get_command(self, ctx, name):
         if name in self.lazy_commands:
             module_name, attr = self.lazy_commands[name].split(":")
-            return getattr(importlib.import_module(module_name), attr)
-        return super().get_command(ctx, name)
+            return strict_numbers(getattr(importlib.import_module(module_name), attr))
+        command = super().get_command(ctx, name)
+        return strict_numbers(command) if command is not None else None
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """click's main, except that a usage error is one ``Error: ...`` line (exit 2)."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as e:  # a group called alone: its help, as click shows it
+            e.show()
+            sys.exit(e.exit_code)
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx is not None else "autoselect"
+            click.echo(f"Error: {_one_line(e.format_message()).rstrip('.')}; see `{where} --help`", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except OSError as e:
+            if e.errno == errno.EPIPE:  # the reader of our stdout went away (| head): as click does
+                sys.stdout = open(os.devnull, "w")
+                sys.exit(1)
+            raise
+        sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
 
     def invoke(self, ctx):
         previous = warnings.showwarning
@@ -66,6 +187,10 @@ class LazyGroup(click.Group):
             raise InputError(str(e)) from None
         finally:
             warnings.showwarning = previous
+
+
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):

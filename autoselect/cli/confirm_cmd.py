@@ -8,6 +8,7 @@ import sys
 import click
 
 from autoselect.cli import db_option, format_option
+from autoselect.options import parse_name_list
 
 
 class _Progress:
@@ -87,7 +88,7 @@ def confirm_cmd(model, backends, tokens, dp, tp, gpu_arch, vllm_version, kv_len,
 
     with _Progress(enabled=fmt == "text") as progress:
         report = confirm(
-            model, db_path=db_path, backends=[b.strip() for b in backends.split(",") if b.strip()] if backends else None,
+            model, db_path=db_path, backends=parse_name_list(backends, what="--backends") if backends is not None else None,
             tokens=tokens, dp=dp, tp=tp, gpu_arch=gpu_arch, vllm_version=vllm_version, kv_len=kv_len,
             iters=iters, samples=samples, timeout_s=timeout_s, dry_run=dry_run, progress=progress,
         )

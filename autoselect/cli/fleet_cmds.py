@@ -13,7 +13,7 @@ import sys
 import click
 
 from autoselect.cli import db_option, format_option, stopping_rule_options
-from autoselect.options import FLEET_TOKENS, parse_duration, parse_int_list
+from autoselect.options import FLEET_TOKENS, parse_duration, parse_int_list, parse_name_list
 from autoselect.workload import Shape
 
 
@@ -72,7 +72,7 @@ def _spec(kw: dict, trigger: str):
         cpus_per_node=kw["cpus_per_node"], world_size=kw["world_size"], device=kw["device"],
         models=list(kw["models"]), shapes=[shape] if shape else [],
         tokens=parse_int_list(kw["tokens"], what="--tokens"),
-        backends=[b for b in kw["backends"].split(",") if b] if kw["backends"] else None,
+        backends=parse_name_list(kw["backends"], what="--backends") if kw["backends"] is not None else None,
         budget_s=budget, retries=kw["retries"], only_idle=kw["only_idle"],
         busy_utilization=kw["busy_utilization"], busy_memory=kw["busy_memory"], max_noise=kw["max_noise"],
         min_samples=kw["min_samples"], min_time_s=kw["min_time_s"], timeout_s=kw["timeout_s"],

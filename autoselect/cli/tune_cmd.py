@@ -10,6 +10,7 @@ import click
 
 from autoselect.cli import db_option, format_option
 from autoselect.errors import MissingShape
+from autoselect.options import parse_name_list
 
 #: Version of the JSON ``tune --format json`` prints.
 SCHEMA_VERSION = 1
@@ -163,7 +164,7 @@ def tune_cmd(model, budget, workload, tokens, device, world_size, gpu_arch, back
     from autoselect.tune import prepare, run_tune
 
     db = db_path or str(default_path())
-    names = [b.strip() for b in backends.split(",") if b.strip()] if backends else None
+    names = parse_name_list(backends, what="--backends") if backends is not None else None
     if world_size is None:
         from autoselect.hardware import fingerprint
 

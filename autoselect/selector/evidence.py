@@ -216,6 +216,8 @@ def _disqualification(bad: list[StoredResult]) -> str:
         f"{r.status} result at {r.tokens_per_rank} tokens/rank (result {r.id}, run {r.run_id}, "
         f"{when(r) or 'undated'}): {r.error or 'no detail recorded'}"
         + (f"; {n_bad - 1} more such result(s)" if n_bad > 1 else "")
+        # a run that measured a mistake (a typo in bench's arguments) must not disqualify for good
+        + f"; if run {r.run_id} measured a mistake, `autoselect db drop-run {r.run_id} --yes` removes it"
     )
 
 

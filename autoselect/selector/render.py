@@ -105,6 +105,9 @@ def _candidates(rec: Recommendation) -> list[str]:
 
 def _data_line(rec: Recommendation) -> str:
     d = rec.data_used
+    if not d.results and d.results_considered:
+        return (f"data: {d.results_considered} stored results for host class {d.host_class} and this shape, none "
+                "close enough to these token counts to use (the warnings say why)")
     if not d.results:
         return f"data: no measurements for host class {d.host_class} and this shape"
     return (f"data: host class {d.host_class} ({d.gpu_name}), {len(d.machines)} machine(s) "
