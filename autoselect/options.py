@@ -178,7 +178,7 @@ def parse_int(text: str, *, what: str, minimum: int = -MAX_INT, maximum: int = M
     :param what: the option, for the message (``--dp``).
     :raises BadNumber: for anything else.
     """
-    s = str(text).strip()
+    s = str(text).strip(" \t")  # ASCII blanks only: a no-break space is a typing accident too
     if not _SIGNED_DIGITS.fullmatch(s):
         raise BadNumber(f"{what} {text!r} is not a whole number written in digits 0-9")
     value = int(s) if len(s) <= 40 else (maximum + 1 if not s.startswith("-") else minimum - 1)
@@ -195,7 +195,7 @@ def parse_number(text: str, *, what: str, minimum: float | None = None, maximum:
 
     :raises BadNumber: for anything else.
     """
-    s = str(text).strip()
+    s = str(text).strip(" \t")
     value = float(s) if _SIGNED_DECIMAL.fullmatch(s) else None
     if value is None or not math.isfinite(value):
         raise BadNumber(f"{what} {text!r} is not a finite number written in digits 0-9 (e.g. 0.5, 30, 1e-3)")

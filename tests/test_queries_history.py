@@ -132,7 +132,7 @@ def test_the_selector_answers_the_same_from_the_summary_as_from_every_row(histor
     rejected = {r["backend"]: r for r in summarized["rejected"]}
     assert rejected["deepep_high_throughput"]["reasons"] == [
         "error result at 512 tokens/rank (result 184, run 10, 2026-11-14T01:00:00+00:00): error in sweep 4;"
-        " 1 more such result(s)"]
+        " 1 more such result(s); if run 10 measured a mistake, `autoselect db drop-run 10 --yes` removes it"]
     assert rejected["deepep_low_latency"]["reasons"] == ["unavailable on this host class: no DeepEP (sweep 5)"]
     assert summarized["data_used"]["results_considered"] == len(every)
 
