@@ -28,13 +28,13 @@ import json
 import os
 import sqlite3
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import IO, Any
 
+from autoselect.atomic import replacing
 from db import default_path
 from db.errors import BadImportRecord, ImportFileNotFound, ImportFormatTooNew, OutputNotWritable
 from db.fields import host_problem, result_problem, run_problem, tuned_problem
@@ -444,31 +444,15 @@ def open_output(output: Path, shown) -> Iterator[IO[str]]:
         st = None
     except OSError as e:
         raise OutputNotWritable(f"cannot write {shown} ({e.strerror}); pass another --output") from None
-    tmp = None
     try:
         if st is not None and not stat.S_ISREG(st.st_mode):
             with open(output, "w", newline="") as f:
                 yield f
             return
-        fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".partial")
-        with os.fdopen(fd, "w", newline="") as f:
+        with replacing(output, newline="") as f:
             yield f
-        if st is not None:
-            os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, output)
-        tmp = None
     except OSError as e:
         raise OutputNotWritable(f"cannot write {shown} ({e.strerror or e}); pass another --output") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 def export_to(db_path, fmt: str, out: IO[str] | None = None, output=None) -> dict[str, int]:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import tempfile
 from pathlib import Path
 from string import Template
 
+from autoselect.atomic import replacing
 from autoselect.errors import UserError
 from autoselect.options import parse_duration
 from deploy.quoting import (
@@ -151,21 +151,10 @@ def write_files(files: dict[str, str], out_dir: str | os.PathLike) -> list[Path]
     written = []
     for name, text in files.items():
         target = out / name
-        tmp = None
         try:
-            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".partial")
-            with os.fdopen(fd, "w") as f:
+            with replacing(target, mode=0o644) as f:
                 f.write(text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-            tmp = None
         except OSError as e:
             raise DeployOutputNotWritable(f"cannot write {target} ({e.strerror or e}); pass another --out") from None
-        finally:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
         written.append(target)
     return written
