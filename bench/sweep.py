@@ -3,29 +3,40 @@
 ``run_sweep(SweepSpec(...))`` is the API that ``autoselect bench``, ``tune`` and ``fleet``
 share. It validates everything before a worker starts or a database row is written, skips
 (or, with ``include_illegal``, marks) backends that ``autoselect.rules.legal`` rejects, runs
-each backend's points in fresh worker processes (``bench/launch.py``) and turns every point
-into exactly one :class:`db.records.Result`: ``ok``, ``incorrect``, ``unavailable``,
-``error`` or ``timeout``.
+each backend's points as one job in that backend's worker group (:mod:`bench.launch`: the
+caller's long-lived groups when it passes them, else groups of its own, one start-up per
+backend) and turns every point into exactly one :class:`db.records.Result`: ``ok``,
+``incorrect``, ``unavailable``, ``error`` or ``timeout``, stored as it arrives; or
+``harness_error`` (the harness itself failed: an allocation, an overflow), returned and
+reported but never stored as a result row, so it never counts against the backend: the
+run's meta keeps it (``harness_failures``).
 """
 
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from autoselect.candidates import candidate_backends, check_vllm_version, resolve_target
-from autoselect.errors import GpuArchRequired, MissingShape, UserError
-from autoselect.options import (
-    DEFAULT_TOKENS,
-    STOPPING,
-    StoppingRule,
-    check_seconds,
-    check_seed,
-    parse_int_list,
-    parse_name_list,
-)
-from autoselect.rules import CHUNK_SIZE, NEWEST_VLLM, smallest_deployment
+from autoselect.errors import UserError
+from autoselect.hardware import fingerprint
+from autoselect.options import STOPPING, StoppingRule, check_seconds, check_seed
+from autoselect.rules import BACKENDS, CHUNK_SIZE, NEWEST_VLLM, smallest_deployment
 from autoselect.workload import Shape
+from bench import launch
+from bench.backends import check_names
+from bench.events import (
+    BackendSkipped,
+    GroupStarted,
+    JobFinished,
+    PointMeasured,
+    PointPhase,
+    SweepFinished,
+    SweepStarted,
+)
+from bench.launch import HARNESS_ERROR, GroupConfig, Job, PointDone, WorkerGroups
+from bench.workload import load_routing_file, parse_routing, validate_shape
 from db.records import Result
 
 
@@ -45,8 +56,8 @@ class SweepSpec:
     ``NCCL_PROTO``); ``knobs``: the tuned settings recorded with each result (``env`` is
     recorded under ``knobs["env"]`` unless ``knobs`` already has it). ``gpu_arch``: the arch
     legality is judged for (defaults to the host's; on a CPU host without it, legality is
-    not checked). ``setup_timeout_s``: wall-clock limit of worker start + adapter setup per
-    point (first-use JIT builds of FlashInfer kernels take minutes).
+    not checked). ``setup_timeout_s``: wall-clock limit of a worker group's start-up and of
+    each point's adapter setup (first-use JIT builds of FlashInfer kernels take minutes).
     """
 
     backends: list[str]
@@ -73,12 +84,6 @@ class SweepSpec:
 
 def validate(spec: SweepSpec, host=None) -> None:
     """Raise a :class:`UserError` for any option that cannot work; touches nothing."""
-    import os
-
-    from autoselect.rules import BACKENDS
-    from bench.backends import check_names
-    from bench.workload import parse_routing, validate_shape
-
     if not spec.backends:
         raise BadSweep("no backends to measure; pass --backends NAME[,NAME...]")
     check_names(spec.backends)
@@ -111,8 +116,6 @@ def validate(spec: SweepSpec, host=None) -> None:
     # The routing file is read now so that a bad file fails before any worker starts.
     routing = parse_routing(spec.routing)
     if routing.kind == "file":
-        from bench.workload import load_routing_file
-
         load_routing_file(routing.path, spec.top_k, spec.experts)
 
 
@@ -129,8 +132,6 @@ def legality(spec: SweepSpec, host, tokens: int | None = None):
     rank (:func:`point_budget`), in the environment the workers get (ours, then ``spec.env``:
     an exported ``NVSHMEM_QP_DEPTH`` counts, as it does for the adapter and for ``check``).
     """
-    import os
-
     shape = Shape(hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts, dtype=spec.dtype)
     target = resolve_target(shape.profile(), world_size=spec.world_size,
                             gpu_arch=spec.gpu_arch or getattr(host, "gpu_arch", None),
@@ -199,216 +200,116 @@ def _versions(host) -> dict:
     return versions
 
 
-def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=None) -> list[Result]:
+def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=None,
+              groups: WorkerGroups | None = None) -> list[Result]:
     """Measure every (backend, tokens) point of ``spec``; returns the results in order.
 
     :param store: a :class:`db.store.Store`; each result is written as it arrives.
     :param run_id: the run to add results to; when None and a store is given, a run is
         begun here and finished (``complete``, or ``interrupted``/``failed``) at the end.
     :param host: the :class:`autoselect.hardware.HostFingerprint` (default: fingerprint()).
-    :param progress: ``progress(event: dict)`` callback: ``start`` (total), ``skip``
-        (backend, reason), ``phase`` (backend, tokens, phase), ``result`` (result), ``done``.
+    :param progress: ``progress(event)`` callback, one of :mod:`bench.events` (skipped
+        backends, start, group start-ups, phases, results, each backend's job, done).
+    :param groups: the caller's :class:`bench.launch.WorkerGroups` (the caller closes them;
+        with ``keep`` a backend's group stays up for the caller's next sweep); default: groups
+        of this sweep, each closed after its backend's job.
     Under torchrun every rank measures; only rank 0 returns results and writes the store.
     """
-    from bench import launch
-
-    if host is None:
-        from autoselect.hardware import fingerprint
-
-        host = fingerprint()
+    host = host or fingerprint()
     validate(spec, host)
     plan, skipped = plan_points(spec, host)
     emit = progress or (lambda event: None)
     for label, reason in skipped.items():
-        emit({"event": "skip", "backend": label, "reason": reason})
-    emit({"event": "start", "total": sum(len(points) for _, points, _ in plan)})
-
+        emit(BackendSkipped(label, reason))
+    emit(SweepStarted(sum(len(points) for _, points, _ in plan)))
     rank = launch.torchrun_rank()
     own_run = store is not None and run_id is None and rank == 0
     # a run begun here is finished here: complete, or interrupted / failed by what is raised
-    run_cm = (store.run(host, trigger="manual", command="bench", meta={"spec": _spec_meta(spec)})
+    run_cm = (store.run(host, trigger="manual", command="bench", meta={"spec": spec_meta(spec)})
               if own_run else nullcontext())
+    pool_cm = nullcontext(groups) if groups is not None else WorkerGroups(keep=False)
     results: list[Result] = []
-    with run_cm as run:
+    with run_cm as run, launch.signals_raise(), pool_cm as pool:
         if own_run:
             run_id = run.id
-        versions = _versions(host)
-        knobs = dict(spec.knobs)
-        if spec.env and "env" not in knobs:
-            knobs["env"] = dict(spec.env)
-        with launch.signals_raise():
-            for name, points, illegal_at in plan:
-                def on_event(ev, name=name, illegal_at=illegal_at):
-                    if ev.get("event") == "phase":
-                        emit({"event": "phase", "backend": name, "tokens": ev["tokens"], "phase": ev["phase"]})
-                        return
-                    if ev.get("event") != "result":
-                        return
-                    result = Result(
-                        backend=name, world_size=spec.world_size, tokens_per_rank=ev["tokens"],
-                        hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts,
-                        dispatch_dtype=spec.dtype, routing=_routing_label(spec.routing),
-                        status=ev["status"], error=ev.get("error"), device=spec.device,
-                        illegal=ev["tokens"] in illegal_at, knobs=knobs, versions=versions,
-                    )
-                    for key, value in (ev.get("fields") or {}).items():
-                        setattr(result, key, value)
-                    if rank == 0:
-                        results.append(result)
-                        if store is not None:
-                            store.add_result(run_id, result)
-                        emit({"event": "result", "result": result})
-
-                job = _job(spec, name, host, points)
-                if launch.under_torchrun():
-                    _serve_in_process(job, on_event)
-                else:
-                    launch.run_backend(job, on_event)
-    emit({"event": "done"})
+        record = _Recorder(spec, host, store, run_id, rank, emit, results)
+        for name, points, illegal_at in plan:
+            config, job = group_config(spec, name, host), _job(spec, points)
+            on_event = record.for_backend(name, illegal_at)
+            if launch.under_torchrun():
+                _check_torchrun(spec)
+                launch.serve_in_process(config, job, on_event)
+                continue
+            report = pool.get(config).run(job, on_event)
+            if not pool.keep:
+                pool.close(name, "its sweep job is done")
+            emit(JobFinished(name, report.points, report.seconds, len(report.startups)))
+    emit(SweepFinished())
     return results
 
 
-def _routing_label(routing: str) -> str:
-    from bench.workload import parse_routing
+class _Recorder:
+    """Turns the launcher's events for one sweep into Results (stored, returned, reported)."""
 
-    return parse_routing(routing).label
+    def __init__(self, spec: SweepSpec, host, store, run_id, rank: int, emit, results: list):
+        self.spec, self.store, self.run_id, self.rank, self.emit, self.results = spec, store, run_id, rank, emit, results
+        self.versions = _versions(host)
+        self.knobs = dict(spec.knobs)
+        if spec.env and "env" not in self.knobs:
+            self.knobs["env"] = dict(spec.env)
+        self.routing = parse_routing(spec.routing).label
+
+    def for_backend(self, name: str, illegal_at: set[int]):
+        """The ``on_event`` of one backend's job."""
+        def on_event(ev):
+            if isinstance(ev, (PointPhase, GroupStarted)):
+                self.emit(ev)
+            elif isinstance(ev, PointDone):
+                self.point(name, ev, ev.tokens in illegal_at)
+        return on_event
+
+    def point(self, name: str, done: PointDone, illegal: bool) -> None:
+        s = self.spec
+        result = Result(
+            backend=name, world_size=s.world_size, tokens_per_rank=done.tokens, hidden=s.hidden,
+            top_k=s.top_k, experts=s.experts, dispatch_dtype=s.dtype, routing=self.routing,
+            status=done.status, error=done.error, device=s.device, illegal=illegal,
+            knobs=self.knobs, versions=self.versions,
+        )
+        for key, value in (done.fields or {}).items():
+            setattr(result, key, value)
+        if self.rank == 0:
+            self.results.append(result)
+            if self.store is not None and done.status == HARNESS_ERROR:
+                # not a measurement of the backend: kept with the run, never as a result row
+                self.store.append_run_meta(self.run_id, "harness_failures", [
+                    {"backend": name, "tokens_per_rank": done.tokens, "error": done.error}])
+            elif self.store is not None:
+                self.store.add_result(self.run_id, result)
+            self.emit(PointMeasured(result))
 
 
-def _spec_meta(spec: SweepSpec) -> dict:
-    from dataclasses import asdict
-
+def spec_meta(spec: SweepSpec) -> dict:
+    """The spec as stored in a run's meta (without the recorded knobs)."""
     return {k: v for k, v in asdict(spec).items() if k not in ("knobs",)}
 
 
-def _job(spec: SweepSpec, backend: str, host, points: list[int]) -> dict:
-    from bench.workload import parse_routing
+def group_config(spec: SweepSpec, backend: str, host) -> GroupConfig:
+    """The start-up settings of ``backend``'s worker group for ``spec``."""
+    return GroupConfig.make(backend, spec.world_size, spec.device, spec.env,
+                            setup_timeout_s=spec.setup_timeout_s,
+                            nvlinks_all_up=getattr(host, "all_nvlinks_up", None))
 
+
+def _job(spec: SweepSpec, points: list[int]) -> Job:
     routing = parse_routing(spec.routing)
-    return {
-        "backend": backend, "points": points, "hidden": spec.hidden, "top_k": spec.top_k,
-        "experts": spec.experts, "world_size": spec.world_size, "dtype": spec.dtype,
-        "routing": f"file:{routing.path}" if routing.kind == "file" else spec.routing,
-        "seed": spec.seed, "device": spec.device, "max_noise": spec.max_noise,
-        "min_samples": spec.min_samples, "min_time_s": spec.min_time_s, "timeout_s": spec.timeout_s,
-        "setup_timeout_s": spec.setup_timeout_s, "env": dict(spec.env),
-        "nvlinks_all_up": getattr(host, "all_nvlinks_up", None),
-    }
+    return Job(points=tuple(points), hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts,
+               dtype=spec.dtype, routing=f"file:{routing.path}" if routing.kind == "file" else spec.routing,
+               seed=spec.seed, max_noise=spec.max_noise, min_samples=spec.min_samples,
+               min_time_s=spec.min_time_s, timeout_s=spec.timeout_s)
 
 
-def _serve_in_process(job: dict, on_event) -> None:
-    """torchrun mode: this process is one rank; no isolation (torchrun owns the processes)."""
-    import os
-
-    from bench import launch
-
+def _check_torchrun(spec: SweepSpec) -> None:
     world = int(os.environ["WORLD_SIZE"])
-    if world != job["world_size"]:
-        raise BadSweep(f"torchrun started {world} ranks but --world-size is {job['world_size']}; make them equal")
-    for key, value in job.get("env", {}).items():
-        os.environ[key] = value
-
-    def translate(event):
-        if event.get("event") == "unavailable":
-            for tokens in job["points"]:
-                on_event({"event": "result", "tokens": tokens, "status": "unavailable", "error": event["reason"]})
-        else:
-            on_event(event)
-
-    launch.serve_job(job, int(os.environ["RANK"]), world, translate)
-
-
-class ShapeOptions(UserError):
-    "The model shape was given both ways: --model and --hidden/--top-k/--experts/--dtype."
-
-
-@dataclass
-class BenchReport:
-    """What ``autoselect bench`` prints: the spec, the results, the skipped backends, where they are stored."""
-
-    spec: SweepSpec
-    results: list[Result]
-    skipped: dict[str, str]
-    run_id: int | None
-    db_path: str | None
-    host: object = None
-
-    def to_dict(self) -> dict:
-        """The JSON document (``schema_version`` 1); raw samples are left out (they are in the store)."""
-        from dataclasses import asdict
-
-        rows = []
-        for r in self.results:
-            d = r.to_dict()
-            d.pop("raw_samples_us", None)
-            rows.append(d)
-        spec = asdict(self.spec)
-        return {"schema_version": 1, "run_id": self.run_id, "db": self.db_path, "spec": spec,
-                "skipped": self.skipped, "results": rows}
-
-
-def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=None, dtype=None,
-                  backends=None, tokens=None, world_size=None, device="cuda", routing="uniform",
-                  seed=0, max_noise=STOPPING.max_noise, min_samples=STOPPING.min_samples,
-                  min_time_s=STOPPING.min_time_s, timeout_s=STOPPING.timeout_s,
-                  setup_timeout_s=300.0, include_illegal=False, vllm_version=None, db_path=None,
-                  progress=None) -> BenchReport:
-    """Resolve the shape (``--model`` + arch, or explicit sizes), validate, sweep, store.
-
-    Everything is validated before the database is opened. ``backends``/``tokens`` are
-    comma lists (default: every registered adapter; the decode grid 1..256).
-    """
-    from autoselect.hardware import fingerprint
-    from bench.backends import available
-
-    shape = (hidden, top_k, experts, dtype)
-    if model is not None and any(v is not None for v in shape):
-        raise ShapeOptions("pass either --model or --hidden/--top-k/--experts/--dtype, not both")
-    host = fingerprint()
-    if model is not None:
-        from autoselect.model import load_profile, normalize_arch
-
-        arch = gpu_arch or host.gpu_arch
-        if not arch:
-            raise GpuArchRequired(f"--model {model} on a host without a GPU: pass --gpu-arch sm90|sm100 "
-                                  "to choose the activation dtype")
-        arch = normalize_arch(arch)
-        profile = load_profile(model)
-        hidden, top_k, experts = profile.hidden_size, profile.top_k, profile.num_experts
-        dtype = profile.activation_dtype(arch)
-        gpu_arch = arch
-    elif Shape.from_options(hidden=hidden, top_k=top_k, experts=experts, dtype=dtype) is None:
-        raise MissingShape("nothing to measure: pass --model, or all of --hidden/--top-k/--experts/--dtype")
-    elif gpu_arch:
-        from autoselect.model import normalize_arch
-
-        gpu_arch = normalize_arch(gpu_arch)
-    names = parse_name_list(backends, what="--backends") if backends is not None else list(available())
-    token_list = parse_int_list(tokens, what="--tokens") if tokens is not None else list(DEFAULT_TOKENS)
-    if world_size is None:
-        world_size = (host.gpu_count or 1) if device == "cuda" else 2
-    spec = SweepSpec(backends=names, tokens=token_list, hidden=hidden, top_k=top_k, experts=experts,
-                     dtype=dtype, world_size=world_size, device=device, routing=routing, seed=seed,
-                     max_noise=max_noise, min_samples=min_samples, min_time_s=min_time_s,
-                     timeout_s=timeout_s, include_illegal=include_illegal, gpu_arch=gpu_arch,
-                     vllm_version=vllm_version, setup_timeout_s=setup_timeout_s)
-    validate(spec, host)  # bad --vllm-version / NVSHMEM_QP_DEPTH fail here, before the store opens
-    skipped: dict[str, str] = {}
-
-    def on_progress(event):
-        if event.get("event") == "skip":
-            skipped[event["backend"]] = event["reason"]
-        if progress:
-            progress(event)
-
-    from bench import launch
-
-    if launch.torchrun_rank() != 0:
-        results = run_sweep(spec, host=host, progress=on_progress)
-        return BenchReport(spec, results, skipped, None, None, host)
-    from db.store import Store
-
-    with Store(db_path) as store:
-        with store.run(host, trigger="manual", command="autoselect bench",
-                       meta={"spec": _spec_meta(spec)}) as run:
-            results = run_sweep(spec, store=store, run_id=run.id, host=host, progress=on_progress)
-        return BenchReport(spec, results, skipped, run.id, str(store.path), host)
+    if world != spec.world_size:
+        raise BadSweep(f"torchrun started {world} ranks but --world-size is {spec.world_size}; make them equal")

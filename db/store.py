@@ -256,6 +256,21 @@ class Store:
                 merged = {**(json.loads(old) if old else {}), **meta}
                 self.conn.execute("UPDATE runs SET meta = ? WHERE id = ?", (dumps(merged), run_id))
 
+    def append_run_meta(self, run_id: int, key: str, items: list) -> None:
+        """Append ``items`` to the list at ``meta[key]`` of a run (created when absent), in one write.
+
+        What a run learned that is not a result row: e.g. the points the benchmark harness
+        itself could not build or run (``harness_failures``), which must never look like a
+        backend's failure.
+        """
+        with self._write():
+            self._run(run_id)
+            old = self.conn.execute("SELECT meta FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+            meta = json.loads(old) if old else {}
+            meta[key] = list(meta.get(key) or []) + list(items)
+            self.conn.execute("UPDATE runs SET meta = ?, updated_at = ? WHERE id = ?",
+                              (dumps(meta), now_iso(), run_id))
+
     def _run(self, run_id: int) -> tuple:
         row = self.conn.execute(
             "SELECT uid, machine_id, host_class, status FROM runs WHERE id = ?", (run_id,)

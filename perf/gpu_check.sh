@@ -15,8 +15,9 @@
 # · information only: two-sided declared capturable (~15 s) · pytest -m gpu.
 # Budget: one-sided JIT ~200 s, two-sided ~44 s (first use), the rest ~3 min.
 #
-# Nothing may pass silently: every ok row must say how it was timed (the workers append to
-# $OUT/timing.jsonl, AUTOSELECT_BENCH_TIMING_LOG) and allgather_reducescatter and one-sided
+# Nothing may pass silently: every ok row must say how it was timed (the sweep appends point
+# lines, and each worker group's start-up / job / close lines, to $OUT/timing.jsonl,
+# AUTOSELECT_BENCH_TIMING_LOG) and allgather_reducescatter and one-sided
 # must have been replayed from CUDA graphs (an eager fallback prints its reason and FAILs);
 # every ok row needs >= 10 samples, device cuda, and sane times (round trip >= 1 us, dispatch
 # and combine > 0); pytest -m gpu must run all its GPU tests with none skipped.
@@ -104,8 +105,11 @@ rows = conn.execute("select dispatch_dtype, backend, tokens_per_rank, status, de
                     "order by dispatch_dtype, backend, tokens_per_rank").fetchall()
 path = os.environ["AUTOSELECT_BENCH_TIMING_LOG"]
 log = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
-timing = {}  # (dtype, backend, tokens) -> entries in run order
+timing = {}  # (dtype, backend, tokens) -> point entries in run order
 for e in log:
+    if e.get("event") != "point":  # start-up, job and close lines: how long the worker groups took
+        print(f"  group: {e}")
+        continue
     timing.setdefault((e.get("dtype"), e["backend"], e["tokens"]), []).append(e)
 want_graph = {"allgather_reducescatter", "flashinfer_nvlink_one_sided"}
 bad = []
@@ -151,7 +155,7 @@ section "information: FlashInfer two-sided declared capturable (test_two_sided_c
 timeout 120 python3 -m autoselect bench --device cuda --world-size 1 --gpu-arch sm90 \
   --hidden 2048 --top-k 8 --experts 32 --dtype bf16 --tokens 1,256 --include-illegal \
   --backends test_two_sided_captured --min-time 0.2 --timeout 5 --setup-timeout 100 || true
-grep '"test_two_sided_captured"' "$AUTOSELECT_BENCH_TIMING_LOG" | sed 's/^/INFO two-sided under capture: /' \
+grep '"event": "point", "backend": "test_two_sided_captured"' "$AUTOSELECT_BENCH_TIMING_LOG" | sed 's/^/INFO two-sided under capture: /' \
   || echo "INFO two-sided under capture: no timing line (see the bench output above)"
 
 section "pytest -m gpu"

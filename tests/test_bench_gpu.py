@@ -39,10 +39,15 @@ def plugins(monkeypatch):
 
 @pytest.fixture
 def timing_log(tmp_path, monkeypatch):
-    """A timing log the workers append to; returns a reader of its lines."""
+    """A timing log the sweep appends to; returns a reader of its point lines (``event="all"``: every line)."""
     path = tmp_path / "timing.jsonl"
     monkeypatch.setenv("AUTOSELECT_BENCH_TIMING_LOG", str(path))
-    return lambda: [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def read(event="point"):
+        lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return [e for e in lines if event == "all" or e["event"] == event]
+
+    return read
 
 
 def _spec(backends, **kw):
@@ -189,12 +194,21 @@ def test_every_cpu_point_is_logged_as_timed_on_cpu_and_a_failed_gate_as_untimed(
     assert [(r.backend, r.status) for r in results] == [
         ("reference_all_to_all", "ok"), ("reference_all_to_all", "ok"),
         ("test_wrong_byte", "incorrect"), ("test_wrong_byte", "incorrect")]
-    assert timing_log() == [
-        {"backend": "reference_all_to_all", "dtype": "bf16", "tokens": 2, "status": "ok", "timing": "cpu", "timing_note": None},
-        {"backend": "reference_all_to_all", "dtype": "bf16", "tokens": 4, "status": "ok", "timing": "cpu", "timing_note": None},
-        {"backend": "test_wrong_byte", "dtype": "bf16", "tokens": 2, "status": "incorrect", "timing": None, "timing_note": None},
-        {"backend": "test_wrong_byte", "dtype": "bf16", "tokens": 4, "status": "incorrect", "timing": None, "timing_note": None},
+    points = timing_log()
+    assert all(e.pop("seconds") > 0 for e in points)
+    assert points == [
+        {"event": "point", "backend": "reference_all_to_all", "dtype": "bf16", "tokens": 2, "status": "ok",
+         "timing": "cpu", "timing_note": None, "job": 1},
+        {"event": "point", "backend": "reference_all_to_all", "dtype": "bf16", "tokens": 4, "status": "ok",
+         "timing": "cpu", "timing_note": None, "job": 1},
+        {"event": "point", "backend": "test_wrong_byte", "dtype": "bf16", "tokens": 2, "status": "incorrect",
+         "timing": None, "timing_note": None, "job": 1},
+        {"event": "point", "backend": "test_wrong_byte", "dtype": "bf16", "tokens": 4, "status": "incorrect",
+         "timing": None, "timing_note": None, "job": 1},
     ]
+    assert [(e["event"], e["backend"]) for e in timing_log("all") if e["event"] != "point"] == [
+        ("start-up", "reference_all_to_all"), ("job", "reference_all_to_all"), ("close", "reference_all_to_all"),
+        ("start-up", "test_wrong_byte"), ("job", "test_wrong_byte"), ("close", "test_wrong_byte")]
 
 
 # --------------------------------------------------------------------------------------

@@ -76,12 +76,12 @@ def test_a_crashing_rank_is_an_error_and_the_sweep_goes_on(plugins):
 
 
 @pytest.mark.slow
-def test_a_repeated_point_is_measured_once_per_copy_in_one_worker_start(monkeypatch):
-    import bench.launch
+def test_a_repeated_point_is_measured_once_per_copy_in_one_worker_start():
+    from bench.events import GroupStarted
 
-    spawn, starts = bench.launch._spawn, []
-    monkeypatch.setattr(bench.launch, "_spawn", lambda *a: starts.append(1) or spawn(*a))
-    results = run_sweep(_spec(["reference_all_to_all"], tokens=(4, 8, 4, 8)))
+    starts = []
+    results = run_sweep(_spec(["reference_all_to_all"], tokens=(4, 8, 4, 8)),
+                        progress=lambda ev: isinstance(ev, GroupStarted) and starts.append(ev))
     assert [(r.tokens_per_rank, r.status) for r in results] == [(4, "ok"), (8, "ok"), (4, "ok"), (8, "ok")]
     assert len(starts) == 1
 
@@ -94,7 +94,7 @@ def test_a_crash_at_a_repeated_point_fails_one_copy_and_the_rest_run_on(plugins)
 
 @pytest.mark.slow
 def test_a_hanging_rank_is_a_timeout_and_the_sweep_goes_on(plugins, monkeypatch):
-    monkeypatch.setattr("bench.launch.MEASURE_GRACE_S", 1.0)
+    monkeypatch.setattr("bench.launch.group.MEASURE_GRACE_S", 1.0)
     start = time.monotonic()
     results = run_sweep(_spec(["test_rank_hangs", "allgather_reducescatter"], timeout_s=1.0))
     assert [(r.backend, r.status) for r in results] == [("test_rank_hangs", "timeout"),

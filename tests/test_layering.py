@@ -90,10 +90,6 @@ HEAVY = frozenset({
 #: Function-level imports of light project modules that other owners' files still carry:
 #: ``file -> {module, ...}``. Shrinks only: move an import to module level and delete its entry.
 LAZY_ALLOWED: dict[str, set[str]] = {
-    # bench/* (owner: workers; bench/sweep.py and launch.py are being restructured)
-    "bench/launch.py": {"bench.backends", "bench.measure", "bench.workload"},
-    "bench/sweep.py": {"autoselect.hardware", "autoselect.model", "autoselect.rules",
-                       "bench.backends", "bench.launch", "bench.workload"},
     # service.py and db/* (owner: hostile)
     "db/queries.py": {"autoselect.hardware"},
     "db/schema.py": {"db"},

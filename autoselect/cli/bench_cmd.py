@@ -1,6 +1,6 @@
 """``autoselect bench``: measure the all2all backends on this node and store the results.
 
-Parsing and printing only; the work is ``bench.sweep.run_bench``.
+Parsing and printing only; the work is ``bench.run.run_bench``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import click
 
 from autoselect.cli import db_option, format_option, stopping_rule_options
 from autoselect.options import DEFAULT_TOKENS
+from bench.events import GroupStarted, PointMeasured, PointPhase, SweepStarted
 
 #: The fixed columns: (header, units, width, how to render a Result).
 COLUMNS = (
@@ -46,12 +47,13 @@ def render_text(report) -> str:
     lines.append(("# " + " ".join(_cell(u, w) for _, u, w, _f in COLUMNS)).rstrip())
     for r in report.results:
         lines.append("  " + " ".join(_cell(f(r), w) for _, _, w, f in COLUMNS).rstrip())
-    counts = {k: 0 for k in ("ok", "incorrect", "unavailable", "error", "timeout")}
+    counts = {k: 0 for k in ("ok", "incorrect", "unavailable", "error", "timeout", "harness_error")}
     for r in report.results:
         counts[r.status] = counts.get(r.status, 0) + 1
     lines.append("#")
-    lines.append("# " + " · ".join(f"{k} {v}" for k, v in counts.items())
+    lines.append("# " + " · ".join(f"{k} {v}" for k, v in counts.items() if v or k != "harness_error")
                  + f" · skipped (illegal) {len(report.skipped)}")
+    lines.extend(_group_lines(report))
     ok = [r.busbw_gbps for r in report.results if r.status == "ok" and r.busbw_gbps is not None]
     if ok:
         lines.append(f"# Avg bus bandwidth (ok rows): {sum(ok) / len(ok):.3f} GB/s")
@@ -66,9 +68,29 @@ def render_text(report) -> str:
             failures.setdefault((r.backend, r.status, r.error), []).append(r.tokens_per_rank)
     for (backend, status, error), tokens in failures.items():
         lines.append(f"# {backend} @ {','.join(map(str, tokens))}: {status}: {error}")
+    if any(r.status == "harness_error" for r in report.results):
+        lines.append("# harness_error: the harness itself failed (memory, overflow); not stored as a result "
+                     "(the run's meta keeps it), so recommend does not count it against the backend")
     if report.run_id is not None:
         lines.append(f"# stored as run {report.run_id} in {report.db_path}")
     return "\n".join(lines)
+
+
+def _group_lines(report) -> list[str]:
+    """One line per backend: its worker group's start-ups and its points' wall time."""
+    out = []
+    for g in report.groups:
+        starts = g["startups"]
+        points = sum(j["points"] for j in g["jobs"])
+        seconds = sum(j["seconds"] for j in g["jobs"])
+        startup_s = sum(s["seconds"] for s in starts)
+        text = (f"# {g['backend']}: {len(starts)} start-up{'s' if len(starts) != 1 else ''} "
+                f"({startup_s:.1f} s), {points} point{'s' if points != 1 else ''} in {seconds:.1f} s")
+        restarts = [s["reason"] for s in starts[1:]]
+        if restarts:
+            text += "; restarted: " + "; ".join(restarts)
+        out.append(text)
+    return out
 
 
 @click.command("bench")
@@ -90,7 +112,7 @@ def render_text(report) -> str:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of payloads and routing.")
 @stopping_rule_options
 @click.option("--setup-timeout", "setup_timeout_s", type=float, default=300.0, show_default=True,
-              help="Seconds for worker start + adapter setup per point (FlashInfer JIT builds take minutes).")
+              help="Seconds for a worker group's start-up and for each point's adapter setup (FlashInfer JIT builds take minutes).")
 @click.option("--include-illegal", is_flag=True, help="Also measure backends the rules reject (rows marked illegal).")
 @click.option("--vllm-version", metavar="X.Y.Z", help="vLLM version legality is judged for (default: newest known).")
 @db_option
@@ -100,10 +122,11 @@ def bench_cmd(model, gpu_arch, hidden, top_k, experts, dtype, backends, tokens, 
               include_illegal, vllm_version, db_path, fmt):
     """Measure the all2all backends on this node (correctness first) and store every point.
 
-    Each backend runs in fresh worker processes, one per rank, with a wall-clock limit;
+    Each backend runs in one worker group (one process per rank, started once for all its
+    points, restarted only after a crash or a hang), with a wall-clock limit per point;
     every point is checked bit-exactly before it is timed, and lands in the database as
-    ok, incorrect, unavailable, error or timeout. Run it under torchrun to let torchrun own
-    the processes.
+    ok, incorrect, unavailable, error, timeout or harness_error. Run it under torchrun to
+    let torchrun own the processes.
 
     \b
     Examples:
@@ -111,7 +134,7 @@ def bench_cmd(model, gpu_arch, hidden, top_k, experts, dtype, backends, tokens, 
       autoselect bench --hidden 7168 --top-k 8 --experts 256 --dtype nvfp4 --tokens 1,16,256,4096
       autoselect bench --device cpu --world-size 2 --hidden 2048 --top-k 8 --experts 64 --dtype bf16 --tokens 1,16,256
     """
-    from bench.sweep import run_bench
+    from bench.run import run_bench
 
     with _Progress(enabled=fmt == "text") as progress:
         report = run_bench(
@@ -156,12 +179,15 @@ class _Progress:
     def __call__(self, event):
         if self.bar is None:
             return
-        kind = event.get("event")
-        if kind == "start":
-            self.task = self.bar.add_task("bench", total=event["total"])
-        elif kind == "phase" and self.task is not None:
-            self.bar.update(self.task, description=f"{event['backend']} @ {event['tokens']}: {event['phase']}")
-        elif kind == "result" and self.task is not None:
+        if isinstance(event, SweepStarted):
+            self.task = self.bar.add_task("bench", total=event.total)
+        elif self.task is None:
+            return
+        elif isinstance(event, GroupStarted):
+            self.bar.update(self.task, description=f"{event.backend}: workers ready in {event.seconds:.1f} s")
+        elif isinstance(event, PointPhase):
+            self.bar.update(self.task, description=f"{event.backend} @ {event.tokens}: {event.phase}")
+        elif isinstance(event, PointMeasured):
             self.bar.advance(self.task)
 
     def __exit__(self, *exc):

@@ -1,10 +1,18 @@
 """Backend adapters: the common interface, the context they run in, and the registry.
 
-Each adapter is one file, one class, with five methods in this order:
+Each adapter is one file, one class, with these methods in this order:
 
 - ``unavailable_reason(ctx) -> str | None``: missing package, no CUDA, no NVLink ... A
   reason means the backend is recorded ``unavailable`` for the point, not ``error``.
-- ``setup(ctx, point)``: collective; allocates workspaces for this shape.
+- ``needs_fresh_process(ctx, point) -> str | None``: optional (default None); why this point
+  cannot be set up in this process after what earlier points left in it (a buffer that
+  cannot be rebuilt in place). The worker group then restarts and runs the point in fresh
+  processes. A backend that can rebuild (DeepEP's buffers for a larger batch) does so in
+  ``setup`` instead.
+- ``setup(ctx, point)``: collective; allocates workspaces for this shape. A worker group calls
+  it for every point of every job in the same processes: state an adapter keeps between
+  points (a workspace cached per geometry) must be poisoned before reuse, so that a point
+  never passes the gate on an earlier point's bytes.
 - ``dispatch(batch) -> Received``: moves each token's payload to every rank owning one of
   its experts.
 - ``combine(expert_out) -> out``: sends the expert outputs (one bf16 row per received row,
@@ -95,6 +103,10 @@ class Backend:
 
     def unavailable_reason(self, ctx: BenchContext) -> str | None:
         """Why this backend cannot run here, or None when it can."""
+        return None
+
+    def needs_fresh_process(self, ctx: BenchContext, point) -> str | None:
+        """Why ``point`` cannot be set up in this process (the group then restarts), or None."""
         return None
 
     def setup(self, ctx: BenchContext, point) -> None:
