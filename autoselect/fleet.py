@@ -42,6 +42,8 @@ from autoselect.model import DenseModel, load_profile
 from autoselect.options import FLEET_TOKENS, STOPPING, BadDuration, StoppingRule
 from autoselect.workload import Shape
 from bench.backends import available, check_names
+from bench.events import PointMeasured
+from bench.launch import HARNESS_ERROR, WorkerGroups
 from bench.sweep import SweepSpec, run_sweep
 from db.errors import (DatabaseDamaged, DatabaseNeedsUpgrade, DatabaseNotWritable, DatabaseTooNew, ForeignDatabase,
                        NotADatabase)
@@ -242,9 +244,13 @@ def probe_node(spec: dict) -> dict:
 def bench_node(spec: dict, workloads: list[dict], host: dict):
     """On a node: run the harness for every workload and backend; yield events as they happen.
 
-    Events: ``{"event": "result", "result": Result dict}`` per measured point, then
-    ``{"event": "done", "budget_exhausted": bool, "seconds": float}``. The sweep runs in a
-    thread and hands results over a queue, so each one leaves the node as soon as it exists.
+    Events: ``{"event": "result", "result": Result dict}`` per measured point (``"harness_failure"``
+    for a point the harness itself could not build or run: not a result row), then
+    ``{"event": "done", "budget_exhausted": bool, "seconds": float, "startups": {backend:
+    [{"seconds", "reason"}]}}``. Each backend's worker group is started once for all the
+    node's workloads (:class:`bench.launch.WorkerGroups`) and closed when the task ends. The
+    sweeps run in a thread and hand results over a queue, so each one leaves the node as soon
+    as it exists.
     """
     fp = HostFingerprint.from_dict(host)
     arch = fp.gpu_arch or spec["cpu_arch"]
@@ -252,27 +258,36 @@ def bench_node(spec: dict, workloads: list[dict], host: dict):
     backends = spec["backends"] or list(available())
     q: queue.Queue = queue.Queue()
     started = time.monotonic()
-    state = {"budget_exhausted": False}
+    state = {"budget_exhausted": False, "startups": {}}
+
+    def forward(ev):
+        if isinstance(ev, PointMeasured):  # a harness failure is no result row: the run's meta keeps it
+            q.put(("harness" if ev.result.status == HARNESS_ERROR else "result", ev.result.to_dict()))
 
     def work():
         try:
-            first = True
-            for w in workloads:
-                for backend in backends:
-                    # the budget is checked between sweeps: the first one always runs
-                    if not first and spec["budget_s"] is not None and time.monotonic() - started > spec["budget_s"]:
-                        state["budget_exhausted"] = True
-                        return
-                    first = False
-                    sweep = SweepSpec(
-                        backends=[backend], tokens=list(spec["tokens"]), hidden=w["hidden"], top_k=w["top_k"],
-                        experts=w["experts"], dtype=w["dtypes"][arch], world_size=world, device=spec["device"],
-                        max_noise=spec["max_noise"], min_samples=spec["min_samples"],
-                        min_time_s=spec["min_time_s"], timeout_s=spec["timeout_s"],
-                        setup_timeout_s=spec["setup_timeout_s"], gpu_arch=fp.gpu_arch,
-                    )
-                    run_sweep(sweep, host=fp, progress=lambda ev: ev.get("event") == "result" and q.put(
-                        ("result", ev["result"].to_dict())))
+            with WorkerGroups() as groups:
+                try:
+                    first = True
+                    for w in workloads:
+                        for backend in backends:
+                            # the budget is checked between sweeps: the first one always runs
+                            if (not first and spec["budget_s"] is not None
+                                    and time.monotonic() - started > spec["budget_s"]):
+                                state["budget_exhausted"] = True
+                                return
+                            first = False
+                            sweep = SweepSpec(
+                                backends=[backend], tokens=list(spec["tokens"]), hidden=w["hidden"],
+                                top_k=w["top_k"], experts=w["experts"], dtype=w["dtypes"][arch], world_size=world,
+                                device=spec["device"], max_noise=spec["max_noise"], min_samples=spec["min_samples"],
+                                min_time_s=spec["min_time_s"], timeout_s=spec["timeout_s"],
+                                setup_timeout_s=spec["setup_timeout_s"], gpu_arch=fp.gpu_arch,
+                            )
+                            run_sweep(sweep, host=fp, groups=groups, progress=forward)
+                finally:
+                    state["startups"] = {b: [{"seconds": round(u.seconds, 4), "reason": u.reason} for u in ups]
+                                         for b, ups in groups.startups().items()}
         except BaseException as e:  # reported to the driver, which records the reason
             q.put(("error", e))
         finally:
@@ -284,13 +299,15 @@ def bench_node(spec: dict, workloads: list[dict], host: dict):
         kind, value = q.get()
         if kind == "result":
             yield {"event": "result", "result": value}
+        elif kind == "harness":
+            yield {"event": "harness_failure", "result": value}
         elif kind == "error":
             raise value
         else:
             break
     t.join()
     yield {"event": "done", "budget_exhausted": state["budget_exhausted"],
-           "seconds": round(time.monotonic() - started, 3)}
+           "seconds": round(time.monotonic() - started, 3), "startups": state["startups"]}
 
 
 # -- the driver -----------------------------------------------------------------------------------
@@ -568,10 +585,14 @@ def run_fleet(spec: FleetSpec, db_path=None, *, progress: Callable[[dict], None]
                         o.results += 1
                         emit({"event": "result", "bundle": b, "hostname": info["host"]["hostname"],
                               "ray_node_id": info["ray_node_id"], "result": event["result"]})
+                    elif event["event"] == "harness_failure":
+                        r = event["result"]
+                        store.append_run_meta(info["run_id"], "harness_failures", [
+                            {"backend": r["backend"], "tokens_per_rank": r["tokens_per_rank"], "error": r["error"]}])
                     elif event["event"] == "done":
                         store.finish_run(info["run_id"], "complete",
                                          meta={"budget_exhausted": event["budget_exhausted"],
-                                               "seconds": event["seconds"]})
+                                               "seconds": event["seconds"], "startups": event.get("startups", {})})
                         o.status, o.error, o.budget_exhausted = "complete", None, event["budget_exhausted"]
                         emit({"event": "node_done", "bundle": b, "hostname": info["host"]["hostname"],
                               "results": o.results})

@@ -9,8 +9,9 @@ time goes to backends that are clearly losing. ``tune`` runs a race instead:
 2. **Refine rounds**: every alive backend is re-measured (short runs, :data:`REFINE`) at the
    (up to :data:`REFINE_BUCKETS_PER_ROUND`) buckets where the leader and its closest
    challenger are closest relative to their bands, weighted by the bucket's share of the
-   workload, in alternating backend order; one sweep call per round, so each backend's
-   workers start once per round whatever the number of buckets. Repeated runs of a point are
+   workload, in alternating backend order; one sweep call per round: one job for each backend's
+   worker group, which was started once for the whole race (screen to final check; a pruned
+   backend's group is closed at once). Repeated runs of a point are
    pooled (inverse-variance). Each backend's **run-to-run noise** (e.g. load from other
    processes, which no single run shows) is the pooled standard deviation of ``ln(latency)``
    between repeated runs of the same point, each point centred on its own mean (buckets of
@@ -27,9 +28,9 @@ time goes to backends that are clearly losing. ``tune`` runs a race instead:
    every bucket at its band's most favourable end (bands combine linearly over buckets, as
    in the selector; :meth:`Race.compare`). No backend is pruned for dominance before every
    alive one has repeated runs (its own noise), and never on fewer than
-   :data:`PRUNE_MIN_STARTS` (3) independent worker start-ups of both backends unless both
-   noises are known and at most :data:`PRUNE_QUIET_NOISE` (a bimodal backend can land in its
-   slow mode in two start-ups in a row; :meth:`Race.enough_evidence`).
+   :data:`PRUNE_MIN_RUNS` (3) independent runs (jobs, one per sweep call) of both backends unless
+   both noises are known and at most :data:`PRUNE_QUIET_NOISE` (a bimodal backend can land in its
+   slow mode in two runs in a row; :meth:`Race.enough_evidence`).
 4. **Stop** and say which: ``settled`` (one backend left), ``tie`` (every contested point is
    at the reproducibility floor and the bands still overlap), ``unresolved`` (even the
    remaining rounds could not separate the two at the current means: futility, judged with
@@ -71,7 +72,9 @@ from autoselect.noise import REL_FLOOR, Z, point_rel_halfwidth
 from autoselect.options import parse_duration
 from autoselect.workload import Deployment, Shape, WorkloadSpec, workload_from_kind, workload_from_tokens
 from bench.backends import BenchContext, available, check_names, load
-from bench.sweep import SweepSpec, run_sweep
+from bench.events import PointMeasured
+from bench.launch import WorkerGroups
+from bench.sweep import SweepSpec, group_config, run_sweep
 from db.schema import check_path
 from db.tuned import TunedConfig, save_tuned
 
@@ -85,9 +88,10 @@ SCREEN = {"min_samples": 10, "min_time_s": 0.05, "max_noise": 0.05, "timeout_s":
 #: repeated, interleaved runs, which also averages out the machine's changing load. 0.05 s /
 #: 0.15 s (was 0.1 s / 0.3 s): the band of a refine point is set by the run-to-run noise, not
 #: by its own samples, so longer runs only cost time (perf/tune_vs_exhaustive.py: refine
-#: measurement time halved, the same prunes). Each refine run is a separate worker start-up:
-#: copies of a point inside one sweep call (which bench/launch.py supports) are not used for
-#: the noise, because on a loaded machine one start-up can stay in one mode for all its copies
+#: measurement time halved, the same prunes). Each refine run is a separate job of the
+#: backend's worker group, one per round, interleaved with the other backends' jobs: copies of
+#: a point inside one job (which bench/launch supports) are not used for the noise, because on a
+#: loaded machine back-to-back runs share one mode of the machine's load
 #: (allgather_reducescatter at 64 tokens on the 2-core CI machine: 3278, 2817, 3311 µs in one
 #: call, 858, 3444, 2637 µs in the next), which would make a bimodal backend look quiet.
 REFINE = {"min_samples": 10, "min_time_s": 0.05, "max_noise": 0.01, "timeout_s": 0.15}
@@ -95,17 +99,16 @@ REFINE = {"min_samples": 10, "min_time_s": 0.05, "max_noise": 0.01, "timeout_s":
 #: over buckets as the selector does).
 PRUNE_SAFETY = 1.0
 #: How many buckets one refine round re-measures: the (at most) 2 with the largest workload
-#: weight x closeness (:meth:`Race.refine_targets`). They share the round's one worker start-up
-#: per backend. Was 4 (every contested bucket of the built-in workloads): on the 6-bucket perf
+#: weight x closeness (:meth:`Race.refine_targets`). They share the round's one job per backend. Was 4 (every contested bucket of the built-in workloads): on the 6-bucket perf
 #: problem a round then measured ~12 points, many in light or clearly separated buckets.
 REFINE_BUCKETS_PER_ROUND = 2
-#: A dominance prune needs this many independent worker start-ups of both backends (the
-#: screen is one, each refine round one more) unless both backends' run-to-run noise is known
-#: and at most :data:`PRUNE_QUIET_NOISE`. A bimodal backend (allgather_reducescatter on gloo:
-#: 0.9 or 3.3 ms for the same point, one mode per start-up) can land in its slow mode twice in
-#: a row and look 2.2x slower at "13.7 % noise" while an exhaustive run measures it 1.01x behind.
-PRUNE_MIN_STARTS = 3
-#: Run-to-run noise (pooled log std) up to which two start-ups' worth of evidence may prune.
+#: A dominance prune needs this many independent runs (jobs: the screen is one, each refine round
+#: one more) of both backends unless both backends' run-to-run noise is known and at most
+#: :data:`PRUNE_QUIET_NOISE`. A bimodal backend (allgather_reducescatter on gloo: 0.9 or 3.3 ms
+#: for the same point) can land in its slow mode twice in a row and look 2.2x slower at
+#: "13.7 % noise" while an exhaustive run measures it 1.01x behind.
+PRUNE_MIN_RUNS = 3
+#: Run-to-run noise (pooled log std) up to which two runs' worth of evidence may prune.
 PRUNE_QUIET_NOISE = 0.10
 #: Stop refining after this many rounds even with budget left: the rest is within the machine's noise.
 MAX_REFINE_ROUNDS = 5
@@ -151,9 +154,9 @@ class Measurement:
     noise_stdrel: float | None = None
     samples: int = 0
     error: str | None = None
-    elapsed_s: float = 0.0  # wall time of the sweep call, shared over its points
+    elapsed_s: float = 0.0  # wall time since the previous point of the sweep call (start-ups included)
     measure_s: float = 0.0  # samples x mean latency: time inside the timed loop
-    call: int = 0  # which sweep call (worker start-up) measured it; 0: unknown (older studies)
+    call: int = 0  # which sweep call (one job per backend: an independent run) measured it; 0: unknown
 
 
 def _setting_key(setting: dict[str, str]) -> str:
@@ -310,9 +313,9 @@ class Race:
         """Whether every one of ``backends`` has repeated runs (its own run-to-run noise)."""
         return all(self.noise(b) is not None for b in backends)
 
-    def starts(self, backend: str) -> int:
-        """Independent worker start-ups behind this (untuned) backend's ok measurements: distinct
-        sweep calls, and never fewer than the most runs of one point (each run of a point is a
+    def runs(self, backend: str) -> int:
+        """Independent runs behind this (untuned) backend's ok measurements: distinct sweep calls
+        (jobs), and never fewer than the most runs of one point (each run of a point is a
         separate call)."""
         ok = [m for m in self.measurements if m.backend == backend and not m.setting
               and m.status == "ok" and m.latency_us]
@@ -324,9 +327,9 @@ class Race:
 
     def enough_evidence(self, backend: str, lead: str) -> bool:
         """Whether a dominance prune of ``backend`` by ``lead`` may be made: both have
-        :data:`PRUNE_MIN_STARTS` start-ups, or both noises are known and at most
+        :data:`PRUNE_MIN_RUNS` runs, or both noises are known and at most
         :data:`PRUNE_QUIET_NOISE`."""
-        if min(self.starts(backend), self.starts(lead)) >= PRUNE_MIN_STARTS:
+        if min(self.runs(backend), self.runs(lead)) >= PRUNE_MIN_RUNS:
             return True
         noises = (self.noise(backend), self.noise(lead))
         return all(n is not None and n.stdrel <= PRUNE_QUIET_NOISE for n in noises)
@@ -372,6 +375,8 @@ class Race:
         for m in self.measurements:
             if m.backend == backend and _setting_key(m.setting) == key and m.status != "ok":
                 detail = f": {m.error}" if m.error else ""
+                if m.status == "harness_error":  # the point does not fit the host: no verdict on the backend
+                    return f"not measurable here, the harness failed at {m.tokens} tokens/rank{detail}"
                 return f"{m.status} at {m.tokens} tokens/rank{detail}"
         return None
 
@@ -440,7 +445,7 @@ class Race:
 
         Dominated: the workload-weighted latency ratio to the leader stays above 1 with every
         bucket's relative band (x ``safety``) at its most favourable end, on enough evidence
-        (:meth:`enough_evidence`: 3 start-ups of each, or two with both noises known and quiet).
+        (:meth:`enough_evidence`: 3 runs of each, or two with both noises known and quiet).
         """
         newly = []
         for b in self.alive:
@@ -689,6 +694,10 @@ class Tuner:
         self.new_trials = 0
         self.measure_s = 0.0
         self.sweep_s = 0.0
+        #: The race's worker groups, one per backend (set by :meth:`run`; None: each sweep call
+        #: starts and closes its own).
+        self.groups = None
+        self.startups: dict[str, list] = {}  # every group start-up of this invocation, per backend
 
     # ---- budget ----
     def remaining(self) -> float:
@@ -703,9 +712,8 @@ class Tuner:
         return n_points * per_point
 
     # ---- measuring ----
-    def _sweep(self, backends: list[str], tokens: list[int], stage: str, rule: dict,
-               setting: dict[str, str] | None = None) -> list[Measurement]:
-        """One ``bench.sweep.run_sweep`` call; each point becomes a trial the moment it arrives.
+    def _sweep_spec(self, backends: list[str], tokens: list[int], rule: dict, setting: dict[str, str]):
+        """The :class:`bench.sweep.SweepSpec` of one measuring call.
 
         Results measured with knobs carry them in ``Result.knobs`` (``env``, ``flags``,
         ``adapter``) so the selector never takes them for the untuned backend.
@@ -714,13 +722,20 @@ class Tuner:
         env, flags, adapter_args = knobs_mod.split_setting(setting)
         recorded = {"env": env, "flags": flags, "adapter": adapter_args} if setting else {}
         shape = self.spec.shape
-        sweep = SweepSpec(
+        return SweepSpec(
             backends=list(backends), tokens=list(tokens), hidden=shape.hidden, top_k=shape.top_k,
             experts=shape.experts, dtype=shape.dtype, world_size=self.spec.world_size, device=self.spec.device,
             routing=self.spec.routing, max_noise=rule["max_noise"], min_samples=rule["min_samples"],
             min_time_s=rule["min_time_s"], timeout_s=rule["timeout_s"], env=env, knobs=recorded,
             gpu_arch=self.spec.gpu_arch, vllm_version=self.spec.vllm_version,
         )
+
+    def _sweep(self, backends: list[str], tokens: list[int], stage: str, rule: dict,
+               setting: dict[str, str] | None = None) -> list[Measurement]:
+        """One ``bench.sweep.run_sweep`` call (one job per backend's worker group); each point
+        becomes a trial the moment it arrives."""
+        setting = setting or {}
+        sweep = self._sweep_spec(backends, tokens, rule, setting)
         self.progress({"event": "measure", "stage": stage, "backends": list(backends),
                        "tokens": list(tokens), "setting": knobs_mod.describe(setting)})
         out: list[Measurement] = []
@@ -729,11 +744,11 @@ class Tuner:
         last = [self.clock()]
         t0 = last[0]
 
-        def on_event(event: dict) -> None:
-            if event.get("event") != "result":
+        def on_event(event) -> None:
+            if not isinstance(event, PointMeasured):
                 return
             now = self.clock()
-            m = _measurement_from_result(event["result"], stage, setting, now - last[0], call)
+            m = _measurement_from_result(event.result, stage, setting, now - last[0], call)
             last[0] = now
             self.study.add(m)
             self.race.add(m)
@@ -743,9 +758,22 @@ class Tuner:
             self.progress({"event": "trial", "trials": self.reused + self.new_trials, **asdict(m),
                            "best": self.race.leader()})
 
-        run_sweep(sweep, store=self.store, run_id=self.run_id, host=self.spec.host, progress=on_event)
+        run_sweep(sweep, store=self.store, run_id=self.run_id, host=self.spec.host, progress=on_event,
+                  groups=self.groups)
         self.sweep_s += self.clock() - t0
         return out
+
+    def _start_groups(self, backends: list[str]) -> None:
+        """Start the worker groups of ``backends`` side by side, before the screen measures them."""
+        if self.groups is None or not backends:
+            return
+        sweep = self._sweep_spec(backends, self.spec.workload.tokens, self.spec.screen, {})
+        self.groups.start([group_config(sweep, b, self.spec.host) for b in backends])
+
+    def _close_groups(self, backends, reason: str) -> None:
+        if self.groups is not None:
+            for b in backends:
+                self.groups.close(b, reason)
 
     # ---- phases ----
     def screen(self) -> None:
@@ -769,6 +797,7 @@ class Tuner:
     def _prune(self, failures_only: bool = False) -> None:
         for b, why in self.race.prune(failures_only=failures_only):
             self.progress({"event": "prune", "backend": b, "reason": why})
+            self._close_groups([b], "pruned")  # its processes and device memory, freed at once
         self.study.set("pruned", self.race.pruned)
 
     def refine(self) -> str:
@@ -854,20 +883,30 @@ class Tuner:
         return out
 
     def run(self) -> "TuneOutcome":
-        """Screen, prune, refine, then search the winner's knobs; returns the outcome."""
+        """Screen, prune, refine, then search the winner's knobs; returns the outcome.
+
+        One worker group per candidate backend lives from the screen to the final check
+        (:class:`bench.launch.WorkerGroups`); a pruned backend's group is closed at once, and
+        the race's other groups before the knob search, which measures one backend.
+        """
         self.progress({"event": "start", "study": self.study.name, "reused": self.reused,
                        "backends": self.spec.backends, "budget_s": self.spec.budget_s})
-        self._prune()
-        self.screen()
-        if any(self.race.score(b) is None for b in self.race.alive):
-            stop = "budget"
-        else:
-            stop = self.refine()
-        winner = self.race.leader()
-        knob_result: dict[str, Any] | None = None
-        recommendable = _best_recommendable(self.race)
-        if self.spec.search_knobs and recommendable and stop != "budget" and self.remaining() > 0:
-            knob_result = self.knob_search(recommendable)
+        with WorkerGroups() as self.groups:
+            self._prune()
+            self._start_groups([b for b in self.race.alive if any(
+                not self.race.measured(b, t, "screen") for t in self.spec.workload.tokens)])
+            self.screen()
+            if any(self.race.score(b) is None for b in self.race.alive):
+                stop = "budget"
+            else:
+                stop = self.refine()
+            winner = self.race.leader()
+            knob_result: dict[str, Any] | None = None
+            recommendable = _best_recommendable(self.race)
+            self._close_groups([b for b in self.race.backends if b != recommendable], "the race is over")
+            if self.spec.search_knobs and recommendable and stop != "budget" and self.remaining() > 0:
+                knob_result = self.knob_search(recommendable)
+            self.startups = self.groups.startups()
         outcome = TuneOutcome.build(self, stop, winner, recommendable, knob_result)
         self.study.set("outcome", outcome.to_dict())
         self.progress({"event": "done", **outcome.to_dict()})
@@ -903,6 +942,14 @@ class TuneOutcome:
     sweep_s: float
     elapsed_s: float
     knobs: dict[str, Any] | None
+    #: Worker-group start-ups this invocation paid: per backend, ``[{"seconds", "reason"}]``
+    #: (one per backend for the whole race unless a group crashed, hung, or a knob needed a restart).
+    startups: dict[str, list[dict]] = field(default_factory=dict)
+
+    @property
+    def startup_count(self) -> int:
+        """How many worker-group start-ups this invocation paid."""
+        return sum(len(v) for v in self.startups.values())
 
     @classmethod
     def build(cls, tuner: Tuner, stop: str, winner: str | None, recommendable: str | None,
@@ -931,11 +978,13 @@ class TuneOutcome:
             recommendable=recommendable, scores=scores, pruned=dict(race.pruned), alive=race.alive,
             trials_reused=tuner.reused, trials_new=tuner.new_trials, measure_s=tuner.measure_s,
             sweep_s=tuner.sweep_s, elapsed_s=tuner.clock() - tuner.started, knobs=knob_result,
+            startups={b: [{"seconds": round(u.seconds, 4), "reason": u.reason} for u in ups]
+                      for b, ups in tuner.startups.items()},
         )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the ``tune --format json`` payload, without ``schema_version``)."""
-        return asdict(self)
+        return {**asdict(self), "startup_count": self.startup_count}
 
 
 # --------------------------------------------------------------------------------------

@@ -173,3 +173,43 @@ def test_list_knobs_prints_every_knob_with_its_source():
         assert f"{k.name}  [{k.kind}]" in result.stdout
         assert k.source in result.stdout
     assert "researched, not searched:" in result.stdout
+
+
+PLUGINS = Path(__file__).parent / "plugins"
+
+
+@pytest.fixture
+def plugins(monkeypatch):
+    """The faulty test adapters (tests/plugins), visible to this process and to the workers."""
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])))
+    import importlib
+
+    importlib.invalidate_caches()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("faulty, status, startups", [
+    ("test_crashes_later", "error", 2),  # its group killed; the round's other point in a fresh one
+    ("test_hangs_later", "timeout", 2),
+    ("test_wrong_byte_later", "incorrect", 1),  # the gate's verdict: no restart needed
+])
+def test_a_fault_in_the_middle_of_the_race_costs_only_that_backends_group(
+        db_path, plugins, monkeypatch, faulty, status, startups):
+    # The faulty adapter passes the screen (its first 2 points) and fails in the first refine
+    # round; the race prunes it with the harness's reason and finishes with the others, whose
+    # long-lived groups were never restarted.
+    monkeypatch.setenv("AUTOSELECT_TEST_FAULT_AFTER", "2")
+    monkeypatch.setattr("bench.launch.group.MEASURE_GRACE_S", 1.0)
+    backends = ["allgather_reducescatter", "reference_all_to_all", faulty]
+    spec, _ = prepare(SHAPE, db_path=db_path, tokens="8,32", device="cpu", world_size=2, budget="4m",
+                      backends=backends, search_knobs=False)
+    outcome = run_tune(spec)
+    assert outcome.pruned[faulty].startswith(f"{status} at ")
+    assert outcome.stop in ("settled", "tie", "unresolved") and outcome.winner != faulty
+    assert {b: len(v) for b, v in outcome.startups.items()} == {
+        "allgather_reducescatter": 1, "reference_all_to_all": 1, faulty: startups}
+    screened = [t for t in _trials(db_path) if t["backend"] == faulty and t["stage"] == "screen"]
+    assert [t["state"] for t in screened] == ["COMPLETE", "COMPLETE"]  # it failed later, in the race
+    failed = [t for t in _trials(db_path) if t["backend"] == faulty and t["state"] == "FAIL"]
+    assert failed and all(t["stage"] == "refine" for t in failed)

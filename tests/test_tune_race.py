@@ -62,12 +62,12 @@ def test_two_noisy_start_ups_do_not_prune_a_third_does():
     ms = [m("a", t, lat * f) for t, lat in ((8, 1000), (64, 1100)) for f in (0.97, 1.03)]
     ms += [m("b", t, lat * f) for t, lat in ((8, 2200), (64, 2400)) for f in (0.92, 1.09)]
     r = race_with(*ms)
-    assert r.noise("b").stdrel > 0.10 and r.starts("a") == r.starts("b") == 2
+    assert r.noise("b").stdrel > 0.10 and r.runs("a") == r.runs("b") == 2
     assert r.compare("b", "a").verdict == "slower"
     assert r.prune() == []
     r.add(m("a", 8, 1000))
     r.add(m("b", 8, 2300))
-    assert r.starts("a") == r.starts("b") == 3
+    assert r.runs("a") == r.runs("b") == 3
     assert [b for b, _ in r.prune()] == ["b"]
 
 
@@ -198,16 +198,18 @@ class _FakeHarness:
         self.true_us, self.sigma, self.rng = true_us, sigma, random.Random(seed)
         self.calls = []
 
-    def __call__(self, sweep, *, store=None, run_id=None, host=None, progress=None):
+    def __call__(self, sweep, *, store=None, run_id=None, host=None, progress=None, groups=None):
         from types import SimpleNamespace
+
+        from bench.events import PointMeasured
 
         self.calls.append((list(sweep.backends), list(sweep.tokens)))
         for b in sweep.backends:
             for t in sweep.tokens:
                 lat = self.true_us[b][t] * math.exp(self.rng.gauss(0.0, self.sigma))
-                progress({"event": "result", "result": SimpleNamespace(
+                progress(PointMeasured(SimpleNamespace(
                     backend=b, tokens_per_rank=t, status="ok", latency_us_p50=lat, latency_us_mean=lat,
-                    noise_stdrel=0.005, samples=100, error=None)})
+                    noise_stdrel=0.005, samples=100, error=None)))
         return []
 
 

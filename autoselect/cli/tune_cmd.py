@@ -70,6 +70,14 @@ def _print_text(outcome: dict, excluded: dict[str, str], db_path: str) -> None:
     click.echo(f"stop: {outcome['stop_reason']}")
     click.echo(f"trials: {outcome['trials_new']} new, {outcome['trials_reused']} reused; "
                f"sweep time {outcome['sweep_s']:.1f} s, in timed loops {outcome['measure_s']:.1f} s")
+    ups = outcome.get("startups") or {}
+    if ups:
+        each = ", ".join(f"{b} {len(v)}" for b, v in ups.items())
+        seconds = sum(u["seconds"] for v in ups.values() for u in v)
+        click.echo(f"worker start-ups: {outcome['startup_count']} ({each}; {seconds:.1f} s in all)")
+        for b, v in ups.items():
+            for u in v[1:]:
+                click.echo(f"  restarted {b}: {u['reason']}")
     click.echo("")
     click.echo(f"{'backend':<32} {'weighted latency (us)':>22}  state")
     for b, s in sorted(outcome["scores"].items(), key=lambda kv: kv[1]["latency_us"]):
