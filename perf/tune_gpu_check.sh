@@ -2,7 +2,8 @@
 # GPU check for `autoselect tune` (issue 6). Run on a CUDA host from the repository root:
 #   WS=1 bash perf/tune_gpu_check.sh            # single GPU (NCCL world size 1): the CUDA path
 #   WS=8 bash perf/tune_gpu_check.sh            # an 8-GPU NVLink node: the real race + knobs
-# What it proves: tune measures through NCCL workers, passes each knob's env var to them
+# What it proves: tune measures through NCCL workers (one long-lived worker group per backend for
+# the whole race: one start-up each, restarts only for env-var knobs), passes each knob's env var to them
 # (NCCL_PROTO / NCCL_ALGO / NCCL_{MIN,MAX}_NCHANNELS for allgather_reducescatter), records one
 # Optuna trial per point, never tries an illegal setting (LL128 / NVLS without NVLink, PAT on
 # one node, MIN > MAX channels), and stores the outcome in tuned_configs.
@@ -21,10 +22,10 @@ import json, sqlite3, sys
 import optuna
 from autoselect import knobs
 from autoselect.hardware import fingerprint
+from autoselect.tune import open_storage
 
 db, out = sys.argv[1], json.load(open(sys.argv[2]))
-url = f"sqlite:///{db[:-3]}.optuna.db"
-study = optuna.load_study(study_name=out["study"], storage=url)
+study = optuna.load_study(study_name=out["study"], storage=open_storage(out["study_path"]))
 host = fingerprint()
 ctx = knobs.KnobContext.from_host(host, world_size=int(sys.argv[3]), max_tokens_per_rank=256)
 names = [k.name for k in knobs.KNOBS]
@@ -38,6 +39,12 @@ for t in study.trials:
         bad.append((m["backend"], setting, reasons))
 print("stop:", out["stop_reason"])
 print("trials:", len(study.trials), "new", out["trials_new"], "reused", out["trials_reused"])
+# one worker-group start-up per backend for the whole race; more only where a knob's env var
+# (a start-up knob) or a crash / hang restarted a group, each with its reason
+print("start-ups:", out["startup_count"], json.dumps(out["startups"]))
+race_ups = {b: [u for u in v if not u["reason"].startswith("start-up knobs changed")] for b, v in out["startups"].items()}
+extra = {b: [u["reason"] for u in v[1:]] for b, v in race_ups.items() if len(v) > 1}
+print("race start-ups beyond one per backend:", extra or "none")
 print("scores:", json.dumps(out["scores"]))
 print("knobs:", json.dumps(out["knobs"], default=str)[:2000])
 print("settings measured:", sorted(settings))
@@ -45,7 +52,7 @@ rows = sqlite3.connect(db).execute("SELECT backend, status, knobs, gain FROM tun
 print("tuned_configs:", rows)
 statuses = sqlite3.connect(db).execute("SELECT status, count(*) FROM results GROUP BY status").fetchall()
 print("result statuses:", statuses)
-ok = not bad and rows and any(s != "untuned" for s in settings)
+ok = not bad and rows and any(s != "untuned" for s in settings) and not extra
 print("illegal settings tried:", bad or "none")
 print("CHECK", "PASSED" if ok else "FAILED")
 sys.exit(0 if ok else 1)

@@ -69,15 +69,16 @@ def exhaustive(spec, db_path):
 
 def adaptive(args, backends, db_path):
     """``autoselect.tune`` on the same problem: ``(spec, outcome, wall_s, measure_s by stage)``."""
-    from autoselect.tune import prepare, run_tune
+    from autoselect.tune import TrialAdded, prepare, run_tune
 
     spec, _ = prepare(args.shape, db_path=db_path, tokens=args.tokens, device="cpu", world_size=2,
                       budget="30m", backends=backends, search_knobs=False)
     by_stage: dict[str, list[float]] = {}
 
     def on_event(event):
-        if event.get("event") == "trial":
-            by_stage.setdefault(event["stage"], []).append(event["measure_s"] or 0.0)
+        if isinstance(event, TrialAdded):
+            m = event.measurement
+            by_stage.setdefault(m.stage, []).append(m.measure_s or 0.0)
 
     t0 = time.monotonic()
     outcome = run_tune(spec, progress=on_event)

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from autoselect import knobs
 from autoselect.cli import main
-from autoselect.tune import optuna_path, prepare, run_tune
+from autoselect.tune import open_storage, optuna_path, prepare, run_tune
 
 SLOW = Path(__file__).parent / "fixtures" / "slow_backend"
 SHAPE = "shape:128x8x2:bf16"
@@ -40,9 +40,9 @@ def slow_adapter(monkeypatch):
 def _trials(db_path: Path) -> list[dict]:
     import optuna
 
-    out = []
-    for s in optuna.get_all_study_summaries(f"sqlite:///{optuna_path(db_path)}"):
-        study = optuna.load_study(study_name=s.study_name, storage=f"sqlite:///{optuna_path(db_path)}")
+    out, storage = [], open_storage(optuna_path(db_path))
+    for s in optuna.get_all_study_summaries(storage):
+        study = optuna.load_study(study_name=s.study_name, storage=storage)
         out += [dict(t.params, state=t.state.name) for t in study.get_trials()]
     return out
 
@@ -83,11 +83,11 @@ def test_knob_search_tries_only_legal_knobs_and_stores_the_best_configuration(db
     assert not any(n.startswith("NCCL_") for s in tried for n in s)  # GPU-only: never on gloo
     expected = [{"OMP_NUM_THREADS": v} for v in ("2", "4", "8") if int(v) <= ctx.cpus]
     assert [s for s in tried if s] [: len(expected)] == expected
-    assert outcome.knobs["status"] in ("gain", "no_gain")
+    assert outcome.knobs.status in ("gain", "no_gain")
     row = sqlite3.connect(db_path).execute(
         "SELECT backend, status, knobs FROM tuned_configs").fetchone()
-    assert row[0] == "allgather_reducescatter" and row[1] == outcome.knobs["status"]
-    assert json.loads(row[2]) == outcome.knobs["setting"]
+    assert row[0] == "allgather_reducescatter" and row[1] == outcome.knobs.status
+    assert json.loads(row[2]) == outcome.knobs.setting
 
 
 @pytest.mark.slow
@@ -123,15 +123,15 @@ def test_a_killed_tune_resumes_and_reuses_its_completed_trials(db_path, slow_ada
 
 
 def _completed(db_path: Path) -> int:
-    """Completed trials so far, read without touching the schema (optuna would create it)."""
-    try:
-        conn = sqlite3.connect(f"file:{optuna_path(db_path)}?mode=ro", uri=True, timeout=1)
-        try:
-            return conn.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.Error:  # no file or no tables yet
+    """Completed trials so far, read from the journal while the tune appends to it (0 before it exists)."""
+    import optuna
+
+    path = optuna_path(db_path)
+    if not path.exists():
         return 0
+    storage = open_storage(path)
+    return sum(len(optuna.load_study(study_name=s.study_name, storage=storage).get_trials(
+        states=(optuna.trial.TrialState.COMPLETE,))) for s in optuna.get_all_study_summaries(storage))
 
 
 def _invoke(args):

@@ -27,6 +27,8 @@ def race_with(*ms, backends=("a", "b")):
 
 
 def test_the_study_file_sits_beside_the_results_database(tmp_path):
+    assert optuna_path(tmp_path / "results.db") == tmp_path / "results.optuna.log"
+    (tmp_path / "results.optuna.db").touch()  # an earlier autoselect's SQLite study is resumed where it is
     assert optuna_path(tmp_path / "results.db") == tmp_path / "results.optuna.db"
 
 
@@ -173,8 +175,9 @@ def test_knob_settings_are_scored_apart_from_the_untuned_backend():
     assert r.measured("a", 8, "knob", s) and not r.measured("a", 8, "knob", {"NCCL_PROTO": "Simple"})
 
 
-def test_a_study_keeps_every_measurement_across_reopening(tmp_path):
-    path = tmp_path / "results.optuna.db"
+@pytest.mark.parametrize("name", ["results.optuna.log", "results.optuna.db"])  # the journal, an earlier SQLite study
+def test_a_study_keeps_every_measurement_across_reopening(tmp_path, name):
+    path = tmp_path / name
     s = Study(path, "host|shape|w", ["a", "b"], [8, 64])
     s.add(m("a", 8, 100.0))
     s.add(m("b", 8, 0, status="incorrect", error="mismatch"))
@@ -214,17 +217,17 @@ class _FakeHarness:
 
 
 def _tuner(tmp_path, monkeypatch, harness, backends):
-    import autoselect.tune
+    import autoselect.tune.tuner
     from autoselect.knobs import KnobContext
     from autoselect.tune import Tuner, TuneSpec
 
-    monkeypatch.setattr(autoselect.tune, "run_sweep", harness)
+    monkeypatch.setattr(autoselect.tune.tuner, "run_sweep", harness)
     workload = WorkloadSpec("explicit", ((8, 0.25), (16, 0.25), (32, 0.25), (64, 0.25)))
     spec = TuneSpec(shape=Shape(hidden=1024, top_k=4, experts=32, dtype="bf16"), world_size=2, device="cpu",
                     workload=workload, backends=list(backends), db_path=tmp_path / "r.db", host=None,
                     vllm_version="0.33.0", budget_s=600, knob_ctx=KnobContext(),
                     search_knobs=False)
-    study = Study(tmp_path / "r.optuna.db", "fake", list(backends), workload.tokens)
+    study = Study(tmp_path / "r.optuna.log", "fake", list(backends), workload.tokens)
     return Tuner(spec, store=None, run_id=0, study=study)
 
 

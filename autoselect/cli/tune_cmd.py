@@ -11,6 +11,7 @@ import click
 from autoselect.cli import db_option, format_option
 from autoselect.errors import MissingShape
 from autoselect.options import parse_name_list
+from autoselect.tune.events import BackendPruned, KnobsNote, Measuring, TrialAdded, TuneFinished, TuneStarted
 
 #: Version of the JSON ``tune --format json`` prints.
 SCHEMA_VERSION = 1
@@ -42,26 +43,25 @@ class _LiveView:
             t.add_row("[bold]pruned[/bold]", f"{b}: {why}")
         return t
 
-    def __call__(self, event: dict) -> None:
-        kind = event["event"]
-        if kind == "start":
-            self.trials = event["reused"]
-            if event["reused"]:
-                self.last = f"resumed study with {event['reused']} completed trials"
-        elif kind == "measure":
-            self.phase = (f"{event['stage']}: {', '.join(event['backends'])} at "
-                          f"{', '.join(map(str, event['tokens']))} tokens/rank ({event['setting']})")
-        elif kind == "trial":
-            self.trials = event["trials"]
-            self.best = event["best"]
-            lat = f"{event['latency_us']:.1f} µs" if event["latency_us"] is not None else event["status"]
-            self.last = f"{event['backend']} @ {event['tokens']} tokens ({event['stage']}): {lat}"
-        elif kind == "prune":
-            self.pruned.append((event["backend"], event["reason"]))
-        elif kind == "knobs":
-            self.last = f"knobs for {event['backend']}: {event['message']}"
-        elif kind == "done":
-            self.phase = event["stop_reason"]
+    def __call__(self, event) -> None:
+        if isinstance(event, TuneStarted):
+            self.trials = event.reused
+            if event.reused:
+                self.last = f"resumed study with {event.reused} completed trials"
+        elif isinstance(event, Measuring):
+            self.phase = (f"{event.stage}: {', '.join(event.backends)} at "
+                          f"{', '.join(map(str, event.tokens))} tokens/rank ({event.setting})")
+        elif isinstance(event, TrialAdded):
+            m = event.measurement
+            self.trials, self.best = event.trials, event.best
+            lat = f"{m.latency_us:.1f} µs" if m.latency_us is not None else m.status
+            self.last = f"{m.backend} @ {m.tokens} tokens ({m.stage}): {lat}"
+        elif isinstance(event, BackendPruned):
+            self.pruned.append((event.backend, event.reason))
+        elif isinstance(event, KnobsNote):
+            self.last = f"knobs for {event.backend}: {event.message}"
+        elif isinstance(event, TuneFinished):
+            self.phase = event.outcome.stop_reason
         self.live.update(self._render())
 
 
@@ -152,7 +152,7 @@ def tune_cmd(model, budget, workload, tokens, device, world_size, gpu_arch, back
     the noise or the budget runs out, then searches the winner's real knobs (NCCL env vars,
     FlashInfer block sizes, DeepEP SMs with DBO; --list-knobs shows them with their sources
     and what is not searched). Every measurement is an Optuna
-    trial in RESULTS.optuna.db beside the results database: rerun the same command to
+    trial in RESULTS.optuna.log beside the results database: rerun the same command to
     resume. `recommend` then prints the knobs and their measured gain.
 
     \b
