@@ -429,3 +429,22 @@ def test_expert_rows_decoded_in_chunks_equal_the_whole_decode(monkeypatch):
     monkeypatch.setattr(wl, "DECODE_CHUNK_ROWS", 10)  # 64 rows: six whole chunks and a short one
     assert torch.equal(wl.scaled_expert_input(batch.x, scale, 256).view(torch.int16), whole.view(torch.int16))
     assert torch.equal(w.expected_combine(1).view(torch.int16), combine_in_one_chunk.view(torch.int16))
+
+
+def test_the_timeout_counts_from_the_start_of_sampling_when_it_is_marked():
+    now = [0.0]
+    rule = StoppingRule(min_samples=10, min_time_s=100.0, timeout_s=1.0, clock=lambda: now[0])
+    rule.start()  # the first batch's round trips run before its samples are added
+    now[0] = 0.8
+    rule.add(100.0)
+    assert not rule.done()
+    now[0] = 1.0
+    assert rule.done() and rule.timed_out
+
+
+def test_the_first_cpu_batch_is_sized_from_the_warm_up():
+    from bench.measure.cpu_timing import BATCH_TARGET_S, first_batch
+
+    assert first_batch(10_000.0) == 2  # 10 ms round trips: 2 of them, not a fixed 8 (80 ms)
+    assert first_batch(100.0) == round(BATCH_TARGET_S / 100e-6)
+    assert first_batch(0.0) == 1000 and first_batch(1e9) == 1

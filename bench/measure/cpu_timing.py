@@ -16,13 +16,25 @@ from bench.measure.stopping import WARMUP_ITERATIONS
 BATCH_TARGET_S = 0.02
 
 
+def first_batch(warmup_us: float) -> int:
+    """Round trips in the first timing batch: about :data:`BATCH_TARGET_S` at the warm-up's pace.
+
+    A fixed first batch (it was 8) cost 8 round trips however slow they were: 80 ms at 10 ms a
+    round trip, most of a short stopping rule's budget before its first sample counted.
+    """
+    return int(min(1000, max(1, BATCH_TARGET_S / max(warmup_us * 1e-6, 1e-9))))
+
+
 def time_cpu(adapter, ctx, batch, expert_out, rule) -> dict:
     """perf_counter_ns around dispatch and combine of every round trip; returns the split medians."""
     dispatch, combine = adapter.dispatch, adapter.combine
+    t0 = perf_counter_ns()
     for _ in range(WARMUP_ITERATIONS):
         dispatch(batch)
         combine(expert_out)
-    n = 8
+    warm = max_over_ranks(ctx, [((perf_counter_ns() - t0) / 1e3 / WARMUP_ITERATIONS,)])  # every rank: one n
+    n = first_batch(float(warm[0, 0]))
+    rule.start()
     split = []
     while True:
         rows = []
@@ -39,7 +51,6 @@ def time_cpu(adapter, ctx, batch, expert_out, rule) -> dict:
             split.append((d, c))
         if rank0_says_done(ctx, rule.done()):
             break
-        mean_us = float(maxed[:, 0].mean())
-        n = int(min(1000, max(1, BATCH_TARGET_S / max(mean_us * 1e-6, 1e-9))))
+        n = first_batch(float(maxed[:, 0].mean()))
     return split_medians(split)
 

@@ -56,6 +56,7 @@ def time_cuda(adapter, ctx, batch, expert_out, rule, *, point, gate_layout):
                 round_trip()
 
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    rule.start()
     while True:
         rows = []
         for _ in range(8):

@@ -35,8 +35,8 @@ class StoppingRule:
     sample time were taken and the noise (relative standard error of the median) is at
     most ``max_noise``, or the last ``stable_window`` noise estimates vary by less than
     ``stable_rel_std`` (the noise has stopped shrinking); or (b) ``timeout_s`` of wall
-    time passed since the first sample (then ``noise_target_met`` is False); or (c)
-    ``max_samples`` were taken.
+    time passed since sampling began (:meth:`start`, else the first sample; then
+    ``noise_target_met`` is False); or (c) ``max_samples`` were taken.
     """
 
     def __init__(self, *, max_noise=None, min_samples=None, min_time_s=None, timeout_s=None,
@@ -55,6 +55,11 @@ class StoppingRule:
         self.noise: float | None = None
         self.noise_target_met = False
         self.timed_out = False
+
+    def start(self) -> None:
+        """Sampling begins now: the timeout counts from here (the first batch's time included)."""
+        if self.started is None:
+            self.started = self.clock()
 
     def add(self, sample_us: float) -> None:
         """Record one sample (microseconds)."""
