@@ -63,6 +63,10 @@ DEFAULT_ZIPF_EXPONENT = 1.2
 _GEN_CHUNK_TOKENS = 1024
 _M32 = 0xFFFFFFFF
 
+#: Largest payload table (every token's value and scale bytes) a :class:`BenchPoint` keeps per
+#: device instead of hashing the rows again for each use (:meth:`BenchPoint.payload_table`).
+PAYLOAD_TABLE_MAX_BYTES = 32 << 20
+
 #: Elements per fp32 scale in the ``fp8_block128`` payload.
 FP8_BLOCK = 128
 #: The fp8 e4m3 (``float8_e4m3fn``) code of +448, its largest finite value; ``| 0x80`` is -448.
@@ -492,8 +496,37 @@ class BenchPoint:
         """``(x uint8 [N, value_bytes], x_sf uint8 [N, scale_bytes] | None)`` for global ids.
 
         Hash bytes for every dtype but ``fp8_block128``, whose rows are quantization-stable
-        (:func:`fp8_block128_rows`).
+        (:func:`fp8_block128_rows`). Rows of a table generated once per device
+        (:meth:`payload_table`) when it is small, else generated for these ids; always a new
+        tensor (an adapter cannot alter what the gate compares against).
         """
+        import torch
+
+        table = self.payload_table(token_ids.device)
+        if table is None:
+            return self.generate_rows(token_ids)
+        idx = token_ids.to(torch.int64)
+        x, sf = table
+        return x.index_select(0, idx), None if sf is None else sf.index_select(0, idx)
+
+    def payload_table(self, device):
+        """Every token's payload rows, generated once, or None above :data:`PAYLOAD_TABLE_MAX_BYTES`.
+
+        The gate reads every received row's bytes, the batch and the expected combine its own
+        rank's: generating them from the seed each time cost more than a short point's timing
+        (~0.25 s of hashing at 256 tokens per rank, hidden 1024, on a loaded 2-core machine).
+        """
+        import torch
+
+        key = ("table", str(device))
+        if key not in self._cache:
+            size = self.total_tokens * (self.value_bytes + self.scale_bytes)
+            self._cache[key] = None if size > PAYLOAD_TABLE_MAX_BYTES else self.generate_rows(
+                torch.arange(self.total_tokens, dtype=torch.int64, device=device))
+        return self._cache[key]
+
+    def generate_rows(self, token_ids):
+        """The payload rows of ``token_ids``, generated from the seed (see :meth:`payload_rows`)."""
         if self.dtype == "fp8_block128":
             return fp8_block128_rows(token_ids, self.hidden, self.seed)
         x = _hash_bytes(token_ids, self.value_bytes, self.seed, salt=1)
@@ -540,14 +573,21 @@ class BenchPoint:
         return scaled_expert_input(x_bytes, s, self.hidden)
 
     def expected_combine(self, rank: int, device="cpu"):
-        """The exact combine result of ``rank``'s tokens: ``sum_k w_k · c_{e_k} · x``, bf16."""
+        """The exact combine result of ``rank``'s tokens: ``sum_k w_k · c_{e_k} · x``, bf16.
+
+        Computed once per (rank, device) from a batch of its own (never the one an adapter was
+        given), and returned as that same tensor: read it, do not write it.
+        """
         import torch
 
-        batch = self.batch(rank, device)
-        ids = batch.topk_ids.to(torch.int64)
-        b = self.expert_scale_numerators(ids.device)
-        s = (batch.topk_weights * b[ids].to(torch.float32) / 4.0).sum(dim=1)
-        return scaled_expert_input(batch.x, s, self.hidden)
+        key = ("expected", rank, str(device))
+        if key not in self._cache:
+            batch = self.batch(rank, device)
+            ids = batch.topk_ids.to(torch.int64)
+            b = self.expert_scale_numerators(ids.device)
+            s = (batch.topk_weights * b[ids].to(torch.float32) / 4.0).sum(dim=1)
+            self._cache[key] = scaled_expert_input(batch.x, s, self.hidden)
+        return self._cache[key]
 
 
 def validate_shape(tokens_per_rank, hidden, top_k, experts, world_size, dtype) -> None:

@@ -97,7 +97,7 @@ def worker(rank, world, store_path, args, queue):
     cpu_timing.max_over_ranks = recording_max
 
     def harness(n):
-        rule = measure.StoppingRule(min_samples=n, min_time_s=0.0, max_noise=1e-12, timeout_s=1e9)
+        rule = measure.Sampling(min_samples=n, min_time_s=0.0, max_noise=1e-12, timeout_s=1e9)
         rule_done = rule.done
 
         def done():  # exactly n samples, like the bare loop (the rule's own work still runs)

@@ -221,3 +221,24 @@ def test_bench_stores_no_row_for_a_harness_failure_and_keeps_it_with_the_run(plu
     (failure,) = json.loads(meta)["harness_failures"]
     assert failure["backend"] == "test_setup_out_of_memory" and failure["tokens_per_rank"] == 128
     assert "not counted against the backend" in failure["error"]
+
+
+@pytest.mark.slow
+def test_a_point_measured_again_in_a_group_reuses_its_harness_tables(tmp_path):
+    from bench.launch import GroupConfig, Job, WorkerSession
+
+    events = []
+    session = WorkerSession(GroupConfig("reference_all_to_all", 1, "cpu"), 0, 1, events.append,
+                            init_method=f"file://{tmp_path / 'rendezvous'}")
+    session.open()
+    job = Job(points=(4,), hidden=256, top_k=4, experts=16, dtype="bf16", min_time_s=0.01, timeout_s=0.5)
+    try:
+        session.run_job(1, job)
+        (point,) = session._points.values()
+        session.run_job(2, job)
+        assert list(session._points.values()) == [point]  # the same object: tables generated once
+        session.run_job(3, job.with_points((8,)))
+        assert len(session._points) == 2
+    finally:
+        session.close()
+    assert [e["status"] for e in events if e["event"] == "result"] == ["ok", "ok", "ok"]

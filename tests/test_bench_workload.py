@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.measure import StoppingRule, check_combine, check_dispatch, summarize
+from bench.measure import Sampling, check_combine, check_dispatch, summarize
 from bench.backends import Received
 from bench.workload import (
     E4M3_MAX_CODE,
@@ -181,7 +181,7 @@ def test_non_local_picks_may_come_back_invalid():
 
 def test_stopping_rule_needs_min_samples_and_min_time():
     now = [0.0]
-    rule = StoppingRule(min_samples=10, min_time_s=0.001, clock=lambda: now[0])
+    rule = Sampling(min_samples=10, min_time_s=0.001, clock=lambda: now[0])
     for _ in range(9):
         rule.add(100.0)
     assert not rule.done()
@@ -192,7 +192,7 @@ def test_stopping_rule_needs_min_samples_and_min_time():
 
 def test_stopping_rule_timeout_stops_without_meeting_the_noise_target():
     now = [0.0]
-    rule = StoppingRule(min_samples=10, min_time_s=100.0, timeout_s=1.0, clock=lambda: now[0])
+    rule = Sampling(min_samples=10, min_time_s=100.0, timeout_s=1.0, clock=lambda: now[0])
     for i in range(20):
         rule.add(100.0 + 50 * (i % 2))
     assert not rule.done()
@@ -201,7 +201,7 @@ def test_stopping_rule_timeout_stops_without_meeting_the_noise_target():
 
 
 def test_stopping_rule_stops_once_the_noise_is_stable():
-    rule = StoppingRule(min_samples=10, min_time_s=0.0, max_noise=1e-9, timeout_s=1e9)
+    rule = Sampling(min_samples=10, min_time_s=0.0, max_noise=1e-9, timeout_s=1e9)
     samples = [100.0, 150.0] * 5000
     stopped = None
     for i, s in enumerate(samples):
@@ -218,7 +218,7 @@ def test_stopping_rule_noise_from_its_reused_buffers_equals_the_noise_of_the_sam
     from bench.measure import relative_standard_error
 
     rng = random.Random(7)
-    rule = StoppingRule(min_samples=10**9, min_time_s=1e9, timeout_s=1e9)
+    rule = Sampling(min_samples=10**9, min_time_s=1e9, timeout_s=1e9)
     added, checked = [], 0
     for i in range(3000):  # past several buffer doublings, done() at irregular intervals
         added.append(round(100.0 + 30 * rng.random(), rng.choice([0, 2])))
@@ -433,7 +433,7 @@ def test_expert_rows_decoded_in_chunks_equal_the_whole_decode(monkeypatch):
 
 def test_the_timeout_counts_from_the_start_of_sampling_when_it_is_marked():
     now = [0.0]
-    rule = StoppingRule(min_samples=10, min_time_s=100.0, timeout_s=1.0, clock=lambda: now[0])
+    rule = Sampling(min_samples=10, min_time_s=100.0, timeout_s=1.0, clock=lambda: now[0])
     rule.start()  # the first batch's round trips run before its samples are added
     now[0] = 0.8
     rule.add(100.0)
@@ -448,3 +448,29 @@ def test_the_first_cpu_batch_is_sized_from_the_warm_up():
     assert first_batch(10_000.0) == 2  # 10 ms round trips: 2 of them, not a fixed 8 (80 ms)
     assert first_batch(100.0) == round(BATCH_TARGET_S / 100e-6)
     assert first_batch(0.0) == 1000 and first_batch(1e9) == 1
+
+
+def test_payload_rows_come_from_a_table_generated_once_and_equal_the_hashes():
+    from bench import workload as wl
+
+    p = wl.BenchPoint(16, 256, 4, 16, 2, "nvfp4", seed=5)
+    ids = torch.tensor([3, 0, 31, 3], dtype=torch.int64)
+    x, sf = p.payload_rows(ids)
+    gx, gsf = p.generate_rows(ids)
+    assert torch.equal(x, gx) and torch.equal(sf, gsf)
+    x[0, 0] ^= 0xFF  # a copy: an adapter writing into its batch cannot change what the gate expects
+    assert torch.equal(p.payload_rows(ids)[0], gx)
+    assert p.payload_table("cpu") is p.payload_table("cpu")
+    big = wl.BenchPoint(4096, 7168, 8, 256, 8, "bf16")  # 8 ranks x 4096 tokens x 14336 B: 470 MB
+    assert big.payload_table("cpu") is None
+
+
+def test_the_expected_combine_is_computed_once_from_the_points_own_batch():
+    from bench import workload as wl
+
+    p = wl.BenchPoint(8, 256, 4, 16, 2, "bf16", seed=3)
+    first = p.expected_combine(1)
+    batch = p.batch(1)
+    batch.x.fill_(0)  # what an adapter does to its input never reaches the expected result
+    assert p.expected_combine(1) is first
+    assert torch.equal(first, wl.BenchPoint(8, 256, 4, 16, 2, "bf16", seed=3).expected_combine(1))

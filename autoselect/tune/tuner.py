@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from autoselect import knobs as knobs_mod
 from autoselect.hardware import HostFingerprint
+from autoselect.options import StoppingRule
 from autoselect.tune import knob_search
 from autoselect.tune.events import BackendPruned, Measuring, TrialAdded, TuneFinished, TuneStarted
 from autoselect.tune.measurement import Measurement, measurement_from_result
@@ -34,7 +35,7 @@ from bench.sweep import SweepSpec, group_config, run_sweep
 #: the cap now counts from the first timed batch (bench/measure/cpu_timing.py), and a screen
 #: point's band is the run-to-run noise's anyway (perf/tune_vs_exhaustive.py under load 14:
 #: measurement time 2.7 s instead of 3.7 s for the same 30 points).
-SCREEN = {"min_samples": 10, "min_time_s": 0.05, "max_noise": 0.05, "timeout_s": 0.1}
+SCREEN = StoppingRule(max_noise=0.05, min_samples=10, min_time_s=0.05, timeout_s=0.1)
 #: Stopping rule of the refine stage and of the final knob check: short runs, repeated. The
 #: noise target is the selector's reproducibility floor (1 %): chasing 0.5 % inside one run
 #: buys nothing when two runs of the same point differ by more; precision comes from pooling
@@ -47,7 +48,7 @@ SCREEN = {"min_samples": 10, "min_time_s": 0.05, "max_noise": 0.05, "timeout_s":
 #: loaded machine back-to-back runs share one mode of the machine's load
 #: (allgather_reducescatter at 64 tokens on the 2-core CI machine: 3278, 2817, 3311 µs in one
 #: call, 858, 3444, 2637 µs in the next), which would make a bimodal backend look quiet.
-REFINE = {"min_samples": 10, "min_time_s": 0.05, "max_noise": 0.01, "timeout_s": 0.1}
+REFINE = StoppingRule(max_noise=0.01, min_samples=10, min_time_s=0.05, timeout_s=0.1)
 
 ProgressFn = Callable[[Any], None]
 
@@ -70,8 +71,8 @@ class TuneSpec:
     search_knobs: bool = True
     gpu_arch: str | None = None  # the arch legality and the activation dtype are judged for
     routing: str = "uniform"
-    screen: dict = field(default_factory=lambda: dict(SCREEN))
-    refine: dict = field(default_factory=lambda: dict(REFINE))
+    screen: StoppingRule = SCREEN
+    refine: StoppingRule = REFINE
 
 
 class Tuner:
@@ -106,15 +107,16 @@ class Tuner:
         """Seconds of budget left in this invocation."""
         return self.spec.budget_s - (self.clock() - self.started)
 
-    def estimate(self, n_points: int, rule: dict) -> float:
+    def estimate(self, n_points: int, rule: StoppingRule) -> float:
         """A conservative guess of a sweep's cost: per-point wall time seen so far, else the rule."""
         seen = [m.elapsed_s for m in self.race.measurements if m.elapsed_s and m.stage in
                 (("screen", "knob") if rule is self.spec.screen else ("refine", "knob-final"))]
-        per_point = (sum(seen) / len(seen)) if seen else rule["min_time_s"] * 2
+        per_point = (sum(seen) / len(seen)) if seen else rule.min_time_s * 2
         return n_points * per_point
 
     # ---- measuring ----
-    def sweep_spec(self, backends: list[str], tokens: list[int], rule: dict, setting: dict[str, str]) -> SweepSpec:
+    def sweep_spec(self, backends: list[str], tokens: list[int], rule: StoppingRule,
+                   setting: dict[str, str]) -> SweepSpec:
         """The :class:`bench.sweep.SweepSpec` of one measuring call.
 
         Results measured with knobs carry them in ``Result.knobs`` (``env``, ``flags``,
@@ -126,12 +128,12 @@ class Tuner:
         return SweepSpec(
             backends=list(backends), tokens=list(tokens), hidden=shape.hidden, top_k=shape.top_k,
             experts=shape.experts, dtype=shape.dtype, world_size=self.spec.world_size, device=self.spec.device,
-            routing=self.spec.routing, max_noise=rule["max_noise"], min_samples=rule["min_samples"],
-            min_time_s=rule["min_time_s"], timeout_s=rule["timeout_s"], env=env, knobs=recorded,
+            routing=self.spec.routing, max_noise=rule.max_noise, min_samples=rule.min_samples,
+            min_time_s=rule.min_time_s, timeout_s=rule.timeout_s, env=env, knobs=recorded,
             gpu_arch=self.spec.gpu_arch, vllm_version=self.spec.vllm_version,
         )
 
-    def measure(self, backends: list[str], tokens: list[int], stage: str, rule: dict,
+    def measure(self, backends: list[str], tokens: list[int], stage: str, rule: StoppingRule,
                 setting: dict[str, str] | None = None) -> list[Measurement]:
         """One ``bench.sweep.run_sweep`` call (one job per backend's worker group); each point
         becomes a trial the moment it arrives."""

@@ -24,6 +24,7 @@ import re
 import sys
 import time
 import traceback
+from collections import OrderedDict
 from pathlib import Path
 
 from bench import backends
@@ -37,6 +38,10 @@ from bench.workload import BenchPoint
 _HARNESS_MESSAGES = re.compile(r"can't allocate memory|out of memory|Overflow when unpacking|"
                                r"value cannot be converted to type .* without overflow|numel: integer multiplication overflow",
                                re.IGNORECASE)
+
+
+#: How many recent points a worker keeps with their harness tables (see :meth:`WorkerSession.prepare`).
+POINT_CACHE = 8
 
 
 def harness_failure(error: BaseException) -> bool:
@@ -66,6 +71,7 @@ class WorkerSession:
         self.own_group = False
         self.ctx = self.adapter = None
         self.stage = "the start-up"  # where an exception came from, for its message
+        self._points: OrderedDict = OrderedDict()  # recent BenchPoints, their tables generated once
 
     def open(self) -> str | None:
         """Join the process group and load the backend; returns why it cannot run here (agreed), or None."""
@@ -96,13 +102,25 @@ class WorkerSession:
         return agree(self.ctx, self.adapter.unavailable_reason(self.ctx))
 
     def prepare(self, job: Job, tokens: int):
-        """The harness's part of a point: ``(point, batch, problem)``; problem (agreed) is a harness failure."""
+        """The harness's part of a point: ``(point, batch, problem)``; problem (agreed) is a harness failure.
+
+        The :class:`BenchPoint` of a point measured again (a refine round, a repeated job) is the
+        same object: its payload table, routing and expected combine, deterministic from the
+        seed and never handed to the adapter, are generated once per group (the last
+        :data:`POINT_CACHE` points with a small table). The batch is a new tensor every time.
+        """
         point = batch = problem = None
+        key = (tokens, job.hidden, job.top_k, job.experts, job.dtype, job.routing, job.seed)
         try:
-            point = BenchPoint(tokens, job.hidden, job.top_k, job.experts, self.world_size, job.dtype,
-                               routing=job.routing, seed=job.seed)
+            point = self._points.pop(key, None) or BenchPoint(
+                tokens, job.hidden, job.top_k, job.experts, self.world_size, job.dtype,
+                routing=job.routing, seed=job.seed)
             batch = point.batch(self.rank, self.ctx.torch_device)
             point.destinations(self.ctx.torch_device)  # the routing tables the gate reads
+            if point.payload_table(self.ctx.torch_device) is not None:
+                self._points[key] = point
+                while len(self._points) > POINT_CACHE:
+                    self._points.popitem(last=False)
         except Exception as e:  # noqa: BLE001 - whatever it is, the adapter was not involved
             problem = harness_message(e, "building the point")
         return point, batch, agree(self.ctx, problem)

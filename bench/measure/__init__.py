@@ -34,11 +34,11 @@ from bench.measure.graphs import (
 )
 from bench.measure.point import PointOutcome, run_point
 from bench.measure.stats import relative_standard_error, split_medians, summarize
-from bench.measure.stopping import DEFAULTS, WARMUP_ITERATIONS, StoppingRule
+from bench.measure.stopping import DEFAULTS, WARMUP_ITERATIONS, Sampling
 
 __all__ = [
     "BATCH_TARGET_S", "CUDA_BATCH_ROUND_TRIPS", "DEFAULTS", "EAGER_REASONS", "SPLIT_PASS_ITERATIONS",
-    "WARMUP_ITERATIONS", "GraphFallbackFailed", "PointOutcome", "StoppingRule", "agree",
+    "WARMUP_ITERATIONS", "GraphFallbackFailed", "PointOutcome", "Sampling", "agree",
     "batch_sample_us", "builds_fields_on_access", "check_combine", "check_dispatch", "check_replay",
     "eager_reason", "first_line", "gate_round_trip", "layout_of", "max_over_ranks", "poison_outputs",
     "rank0_says_done", "relative_standard_error", "run_point", "same_layout", "split_medians",

@@ -9,7 +9,7 @@ from bench.measure.cuda_timing import time_cuda
 from bench.measure.gate import gate_round_trip
 from bench.measure.graphs import layout_of
 from bench.measure.stats import summarize
-from bench.measure.stopping import StoppingRule
+from bench.measure.stopping import Sampling
 from bench.workload import algbw_gbps, busbw_gbps
 
 
@@ -45,7 +45,7 @@ def run_point(adapter, ctx, point, *, max_noise=None, min_samples=None, min_time
         return PointOutcome("incorrect", problem)
     if on_phase:
         on_phase("measure")
-    rule = StoppingRule(max_noise=max_noise, min_samples=min_samples, min_time_s=min_time_s,
+    rule = Sampling(max_noise=max_noise, min_samples=min_samples, min_time_s=min_time_s,
                         timeout_s=timeout_s)
     if ctx.device == "cuda":
         layout = layout_of(received)  # cloned: the adapter may reuse these buffers

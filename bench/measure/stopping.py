@@ -1,7 +1,9 @@
-"""The stopping rule: when one point has enough samples (nvbench's stdrel criterion).
+"""The stopping rule applied: one point's samples and when to stop taking them (nvbench's stdrel criterion).
 
-No torch: the rule sees plain floats (microseconds); numpy, imported lazily, computes the
-noise estimate (:func:`bench.measure.stats.relative_standard_error`).
+:class:`Sampling` applies an :class:`autoselect.options.StoppingRule` (the settings a user
+gives) to the samples of one point as they arrive. No torch: it sees plain floats
+(microseconds); numpy, imported lazily, computes the noise estimate
+(:func:`bench.measure.stats.relative_standard_error`).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ DEFAULTS = {
 WARMUP_ITERATIONS = 3
 
 
-class StoppingRule:
-    """When to stop sampling one point: ``add(sample)`` each sample, ask ``done()``.
+class Sampling:
+    """One point's samples under a stopping rule: ``add(sample)`` each sample, ask ``done()``.
 
     Done when (a) at least ``min_samples`` samples and ``min_time_s`` of accumulated
     sample time were taken and the noise (relative standard error of the median) is at
