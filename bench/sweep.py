@@ -36,7 +36,8 @@ from bench.events import (
     SweepStarted,
 )
 from bench.launch import HARNESS_ERROR, GroupConfig, Job, PointDone, WorkerGroups
-from bench.workload import load_routing_file, parse_routing, validate_shape
+from bench.routing import load_routing_file, parse_routing
+from bench.workload import validate_shape
 from db.records import Result
 
 

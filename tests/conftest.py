@@ -8,6 +8,8 @@ import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models"
+#: The deliberately faulty and stateful test adapters (a dist-info entry point, see its README).
+PLUGINS = Path(__file__).parent / "plugins"
 
 
 @pytest.fixture
@@ -33,3 +35,30 @@ def _isolated_env(monkeypatch, tmp_path):
     # tests that want vLLM set it themselves (tests/test_vllm_real.py, AUTOSELECT_TEST_VLLM_PYTHON).
     monkeypatch.delenv("AUTOSELECT_VLLM_PYTHON", raising=False)
     monkeypatch.delenv("NVSHMEM_QP_DEPTH", raising=False)  # moves the DeepEP low-latency token limit (rules, bench, check)
+
+
+@pytest.fixture
+def plugins(monkeypatch):
+    """The test adapters of tests/plugins, visible to this process and to the worker processes."""
+    import importlib
+    import os
+
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])))
+    importlib.invalidate_caches()
+
+
+@pytest.fixture
+def timing_log(tmp_path, monkeypatch):
+    """The timing log the test's sweeps append to; returns a reader: ``timing_log(event="point")``
+    lists the lines of one event kind ("start-up", "point", "job", "close"), ``"all"`` every line."""
+    import json
+
+    path = tmp_path / "timing.jsonl"
+    monkeypatch.setenv("AUTOSELECT_BENCH_TIMING_LOG", str(path))
+
+    def read(event="point"):
+        lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return [e for e in lines if event == "all" or e["event"] == event]
+
+    return read

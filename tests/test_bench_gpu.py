@@ -4,10 +4,7 @@ timing log), tested here without a GPU and without faking one."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
-from pathlib import Path
 
 import pytest
 
@@ -27,27 +24,6 @@ from bench.measure import (  # noqa: E402
 from bench.workload import BenchPoint  # noqa: E402
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-PLUGINS = Path(__file__).parent / "plugins"
-
-
-@pytest.fixture
-def plugins(monkeypatch):
-    """The test adapters, visible to this process and to the workers."""
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]))
-
-
-@pytest.fixture
-def timing_log(tmp_path, monkeypatch):
-    """A timing log the sweep appends to; returns a reader of its point lines (``event="all"``: every line)."""
-    path = tmp_path / "timing.jsonl"
-    monkeypatch.setenv("AUTOSELECT_BENCH_TIMING_LOG", str(path))
-
-    def read(event="point"):
-        lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-        return [e for e in lines if event == "all" or e["event"] == event]
-
-    return read
 
 
 def _spec(backends, **kw):

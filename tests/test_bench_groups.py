@@ -8,8 +8,6 @@ adapters are the test plugins (``tests/plugins``, registered through a dist-info
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
@@ -17,24 +15,8 @@ from bench.events import GroupStarted, JobFinished
 from bench.launch import WorkerGroups
 from bench.sweep import SweepSpec, run_sweep
 
-PLUGINS = Path(__file__).parent / "plugins"
 FAST = dict(min_time_s=0.02, min_samples=10, timeout_s=1.0)
 SHAPE = dict(hidden=256, top_k=4, experts=16, dtype="bf16", device="cpu", world_size=2)
-
-
-@pytest.fixture
-def plugins(monkeypatch):
-    """The test adapters, visible to this process and to the workers."""
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]))
-
-
-@pytest.fixture
-def timing_log(tmp_path, monkeypatch):
-    """The timing log of the test's sweeps; returns a reader of its lines."""
-    path = tmp_path / "timing.jsonl"
-    monkeypatch.setenv("AUTOSELECT_BENCH_TIMING_LOG", str(path))
-    return lambda: [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 @pytest.fixture
@@ -54,7 +36,7 @@ def _statuses(results):
 
 
 def _startups(log, backend=None):
-    return [e for e in log() if e["event"] == "start-up" and backend in (None, e["backend"])]
+    return [e for e in log("start-up") if backend in (None, e["backend"])]
 
 
 @pytest.mark.slow
@@ -73,7 +55,7 @@ def test_one_group_per_backend_serves_every_job_of_its_caller(timing_log):
     jobs = [(e.backend, e.points, e.startups) for e in events if isinstance(e, JobFinished)]
     assert jobs == [("reference_all_to_all", 2, 1), ("allgather_reducescatter", 1 + 1, 1), ("reference_all_to_all", 1, 0)]
     assert len(_startups(timing_log)) == 2
-    points = [e for e in timing_log() if e["event"] == "point"]
+    points = timing_log()
     assert [e["job"] for e in points if e["backend"] == "reference_all_to_all"] == [1, 1, 2]
     assert all(e["seconds"] > 0 for e in points)
 
@@ -87,7 +69,7 @@ def test_a_start_up_knob_restarts_the_group_and_the_timing_log_says_why(plugins,
     assert r.status == "ok" and r.knobs == {"env": {"AUTOSELECT_TEST_KNOB": "7"}}
     reasons = [e["reason"] for e in _startups(timing_log)]
     assert reasons == ["first use", "start-up knobs changed (AUTOSELECT_TEST_KNOB=unset -> 7)"]
-    closes = [e["reason"] for e in timing_log() if e["event"] == "close"]
+    closes = [e["reason"] for e in timing_log("close")]
     assert closes[0] == "restart: start-up knobs changed (AUTOSELECT_TEST_KNOB=unset -> 7)"
 
 

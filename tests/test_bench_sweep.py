@@ -22,13 +22,6 @@ FAST = dict(min_time_s=0.05, min_samples=10, timeout_s=2.0)
 SHAPE = dict(hidden=256, top_k=4, experts=16, dtype="bf16", device="cpu")
 
 
-@pytest.fixture
-def plugins(monkeypatch):
-    """The faulty test adapters, visible to this process and to the workers."""
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]))
-
-
 def _spec(backends, tokens=(4,), world_size=2, **kw):
     args = dict(SHAPE, **FAST)
     args.update(kw)
@@ -377,7 +370,7 @@ def test_a_routing_file_reaches_the_workers_and_names_the_rows(tmp_path):
 def test_a_bad_routing_file_fails_before_any_worker_starts(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps([[0, 1, 2]]))
-    from bench.workload import BadRouting
+    from bench.routing import BadRouting
 
     with pytest.raises(BadRouting, match=r"has shape \[1, 3\]; expected \[tokens, 4\]"):
         run_sweep(_spec(["reference_all_to_all"], routing=str(path)))

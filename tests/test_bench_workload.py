@@ -11,19 +11,18 @@ from hypothesis import strategies as st
 
 from bench.measure import Sampling, check_combine, check_dispatch, summarize
 from bench.backends import Received
+from bench.routing import BadRouting, parse_routing
 from bench.workload import (
     E4M3_MAX_CODE,
     FP8_BLOCK_SCALE_EXPONENTS,
-    BadRouting,
-    ImpossibleShape,
     BenchPoint,
+    ImpossibleShape,
     algbw_gbps,
     busbw_gbps,
     combine_bytes,
     dispatch_bytes,
     fp8_block128_rows,
     fp8_block128_to_bf16,
-    parse_routing,
 )
 from helpers_fp8_cast import K_AMAX_E4M3, K_AMAX_INV_E4M3, deepep_ll_cast, pad_columns
 

@@ -175,17 +175,6 @@ def test_list_knobs_prints_every_knob_with_its_source():
     assert "researched, not searched:" in result.stdout
 
 
-PLUGINS = Path(__file__).parent / "plugins"
-
-
-@pytest.fixture
-def plugins(monkeypatch):
-    """The faulty test adapters (tests/plugins), visible to this process and to the workers."""
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])))
-    import importlib
-
-    importlib.invalidate_caches()
 
 
 @pytest.mark.slow

@@ -44,26 +44,10 @@ def check_dispatch(point, rank: int, received) -> str | None:
 
     if received.expert is not None:
         problem = check_slots(w, rank, idx, rows(received.expert).to(torch.int64).reshape(-1))
-        if problem:
-            return problem
     else:
-        srt = idx.sort().values
-        dup = srt[1:] == srt[:-1]
-        if bool(dup.any()):
-            g = int(srt[int(dup.nonzero()[0]) + 1])
-            return f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) arrived twice"
-        need = w.destinations(dev)[:, rank]
-        present = torch.zeros(n_total, dtype=torch.bool, device=dev)
-        present[idx] = True
-        missing = need & ~present
-        if bool(missing.any()):
-            g = int(missing.nonzero()[0])
-            ids, _ = w.global_routing(dev)
-            first, last = w.expert_range(rank)
-            mine = [e for e in ids[g].tolist() if first <= e < last]
-            return (f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) never arrived, "
-                    f"though rank {rank} owns its expert{'s' if len(mine) > 1 else ''} {', '.join(map(str, mine))}")
-
+        problem = check_delivery(w, rank, idx)
+    if problem:
+        return problem
     exp_x, exp_sf = w.payload_rows(idx)
     ids, a = w.global_routing(dev)
     checks = [("activation byte", rows(received.x), exp_x)]
@@ -101,6 +85,30 @@ def check_dispatch(point, rank: int, received) -> str | None:
                 gv, ev = f"0x{int(gv):02x}", f"0x{int(ev):02x}"
             return (f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) {what} {c}: "
                     f"got {gv}, expected {ev}")
+    return None
+
+
+def check_delivery(w, rank: int, idx) -> str | None:
+    """Per-token layouts: every token routed to an expert of ``rank`` arrived, and none twice."""
+    import torch
+
+    dev = idx.device
+    srt = idx.sort().values
+    dup = srt[1:] == srt[:-1]
+    if bool(dup.any()):
+        g = int(srt[int(dup.nonzero()[0]) + 1])
+        return f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) arrived twice"
+    need = w.destinations(dev)[:, rank]
+    present = torch.zeros(w.total_tokens, dtype=torch.bool, device=dev)
+    present[idx] = True
+    missing = need & ~present
+    if bool(missing.any()):
+        g = int(missing.nonzero()[0])
+        ids, _ = w.global_routing(dev)
+        first, last = w.expert_range(rank)
+        mine = [e for e in ids[g].tolist() if first <= e < last]
+        return (f"rank {rank}: token {g} (from rank {g // w.tokens_per_rank}) never arrived, "
+                f"though rank {rank} owns its expert{'s' if len(mine) > 1 else ''} {', '.join(map(str, mine))}")
     return None
 
 
