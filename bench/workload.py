@@ -471,7 +471,7 @@ class BenchPoint:
         """The exact combine result of ``rank``'s tokens: ``sum_k w_k · c_{e_k} · x``, bf16.
 
         Computed once per (rank, device) from a batch of its own (never the one an adapter was
-        given), and returned as that same tensor: read it, do not write it.
+        given); each call returns a copy, so no caller can alter what the next gate expects.
         """
         import torch
 
@@ -482,7 +482,7 @@ class BenchPoint:
             b = self.expert_scale_numerators(ids.device)
             s = (batch.topk_weights * b[ids].to(torch.float32) / 4.0).sum(dim=1)
             self._cache[key] = scaled_expert_input(batch.x, s, self.hidden)
-        return self._cache[key]
+        return self._cache[key].clone()
 
 
 def validate_shape(tokens_per_rank, hidden, top_k, experts, world_size, dtype) -> None:

@@ -7,7 +7,8 @@ Adaptive: ``autoselect.tune`` (screen, prune, refine; knob search off, so both a
 question), one worker group per backend for the whole race, a pruned backend's closed at once.
 Each writes its own temporary results database.
 
-Prints, per run, whether both chose the same backend and the ratios adaptive / exhaustive:
+Runs alternate which method goes first (the shared machine's load drifts). Prints, per run,
+whether both chose the same backend and the ratios adaptive / exhaustive:
 - measurement time: time inside the timed loops (samples x mean latency, summed over points);
 - wall time: the whole method, start-ups, gates, the store (and for tune the Optuna study) included
   (exhaustive: ``run_sweep``; adaptive: ``run_tune``), what an operator pays in node time;
@@ -67,12 +68,20 @@ def exhaustive(spec, db_path):
     return min(weighted, key=weighted.get), weighted, measure, wall, startups
 
 
-def adaptive(args, backends, db_path):
-    """``autoselect.tune`` on the same problem: ``(spec, outcome, wall_s, measure_s by stage)``."""
-    from autoselect.tune import TrialAdded, prepare, run_tune
+def adaptive_spec(args, backends, db_path):
+    """The tune spec of the problem (validated; nothing written)."""
+    from autoselect.tune import prepare
 
     spec, _ = prepare(args.shape, db_path=db_path, tokens=args.tokens, device="cpu", world_size=2,
                       budget="30m", backends=backends, search_knobs=False)
+    return spec
+
+
+def adaptive(args, backends, db_path):
+    """``autoselect.tune`` on the same problem: ``(spec, outcome, wall_s, measure_s by stage)``."""
+    from autoselect.tune import TrialAdded, run_tune
+
+    spec = adaptive_spec(args, backends, db_path)
     by_stage: dict[str, list[float]] = {}
 
     def on_event(event):
@@ -85,13 +94,19 @@ def adaptive(args, backends, db_path):
     return spec, outcome, time.monotonic() - t0, by_stage
 
 
-def one_run(args, backends) -> dict:
-    """Both methods on fresh databases; prints their table and returns the ratios."""
+def one_run(args, backends, adaptive_first: bool) -> dict:
+    """Both methods on fresh databases (in the given order); prints their table and returns the ratios."""
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        spec, outcome, ad_wall, by_stage = adaptive(args, backends, Path(tmp) / "adaptive.db")
-        ex_winner, ex_scores, ex_measure, ex_wall, ex_startups = exhaustive(spec, Path(tmp) / "exhaustive.db")
+        if adaptive_first:
+            spec, outcome, ad_wall, by_stage = adaptive(args, backends, Path(tmp) / "adaptive.db")
+            ex_winner, ex_scores, ex_measure, ex_wall, ex_startups = exhaustive(spec, Path(tmp) / "exhaustive.db")
+        else:
+            spec = adaptive_spec(args, backends, Path(tmp) / "adaptive.db")
+            ex_winner, ex_scores, ex_measure, ex_wall, ex_startups = exhaustive(spec, Path(tmp) / "exhaustive.db")
+            spec, outcome, ad_wall, by_stage = adaptive(args, backends, Path(tmp) / "adaptive.db")
     load_after = os.getloadavg()
+    print(f"order: {'adaptive, then exhaustive' if adaptive_first else 'exhaustive, then adaptive'}")
     ad_startups = [u["seconds"] for ups in outcome.startups.values() for u in ups]
     print(f"{'':<12} {'winner':<28} {'points':>6} {'start-ups':>9} {'start-up s':>10} {'measure s':>10} {'wall s':>8}")
     n_ex = len(spec.backends) * len(spec.workload.tokens)
@@ -141,7 +156,7 @@ def main() -> int:
     runs = []
     for n in range(args.runs):
         print(f"\n--- run {n + 1} of {args.runs}")
-        runs.append(one_run(args, backends))
+        runs.append(one_run(args, backends, adaptive_first=n % 2 == 1))  # alternate: the load drifts
     if len(runs) > 1:
         print("\nsummary: " + "; ".join(
             f"run {i + 1}: same {'yes' if r['same'] else 'NO'}, measure {r['measure']:.3f}, wall {r['wall']:.3f}, "

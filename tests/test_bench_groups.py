@@ -224,3 +224,28 @@ def test_a_point_measured_again_in_a_group_reuses_its_harness_tables(tmp_path):
     finally:
         session.close()
     assert [e["status"] for e in events if e["event"] == "result"] == ["ok", "ok", "ok"]
+
+
+def _parent_of(pid: int) -> int:
+    from pathlib import Path
+
+    return int(next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if line.startswith("PPid:")).split()[1])
+
+
+@pytest.mark.slow
+def test_ranks_are_forks_of_one_zygote_unless_the_group_has_start_up_env_vars(plugins):
+    import os
+
+    with WorkerGroups() as groups:
+        run_sweep(_spec(["reference_all_to_all", "allgather_reducescatter"]), groups=groups)
+        zygote = groups._zygote.proc.pid
+        for backend in ("reference_all_to_all", "allgather_reducescatter"):
+            assert [_parent_of(p.pid) for p in groups.groups[backend].procs] == [zygote, zygote]
+        # a variable read while torch is imported could not take effect in a fork: spawned
+        (r,) = run_sweep(_spec(["reference_all_to_all"], env={"AUTOSELECT_TEST_KNOB": "7"}), groups=groups)
+        assert r.status == "ok"
+        assert [_parent_of(p.pid) for p in groups.groups["reference_all_to_all"].procs] == [os.getpid()] * 2
+        procs = groups.groups["allgather_reducescatter"].procs
+    assert all(p.poll() is not None for p in procs)  # closed with the pool, the zygote too
+    assert groups._zygote is None

@@ -194,17 +194,31 @@ def test_bench_help_has_an_example_and_defaults():
     assert "autoselect bench --device cpu --world-size 2" in res.output and "[default: 15.0]" in res.output
 
 
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status  # a zombie has exited
+
+
 def _workers_under(path: Path) -> list[int]:
-    pids = []
+    """Live worker processes of the groups whose directories are under ``path`` (spawned or forked),
+    and any process whose environment names ``path`` as TMPDIR (the zygote, the workers)."""
+    pids = set()
+    for events in path.glob("autoselect-group-*/rank*.jsonl"):
+        for line in events.read_text().splitlines():
+            if '"ready"' in line:
+                pids.add(json.loads(line)["pid"])
     for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
             try:
-                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                env = (proc / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if "bench.launch" in cmd and str(path) in cmd:
-                pids.append(int(proc.name))
-    return pids
+            if f"TMPDIR={path}".encode() in env and b"bench.launch" in (proc / "cmdline").read_bytes():
+                pids.add(int(proc.name))
+    return sorted(p for p in pids if _alive(p))
 
 
 @pytest.mark.slow
@@ -219,9 +233,9 @@ def test_no_worker_outlives_an_interrupted_sweep(tmp_path, sig):
             " dtype='bf16', world_size=2, device='cpu', timeout_s=300))\n") % str(PLUGINS)
     parent = subprocess.Popen([sys.executable, "-c", code], env=env)
     deadline = time.monotonic() + 60
-    while len(_workers_under(tmp_path)) < 2 and time.monotonic() < deadline:
+    while len(_workers_under(tmp_path)) < 3 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert len(_workers_under(tmp_path)) == 2
+    assert len(_workers_under(tmp_path)) == 3  # two ranks and the zygote they were forked from
     time.sleep(1.0)
     parent.send_signal(sig)
     parent.wait(timeout=30)

@@ -56,7 +56,7 @@ reads to print the knobs and their measured gain.
 
 The package, one concern per module (the flow: spec -> tuner -> race over an index -> study):
 
-- :mod:`~autoselect.tune.prepare`: validate the inputs (:func:`prepare`), run and store (:func:`run_tune`);
+- :mod:`~autoselect.tune.entry`: validate the inputs (:func:`prepare`), run and store (:func:`run_tune`);
 - :mod:`~autoselect.tune.tuner`: :class:`TuneSpec`, the stopping rules :data:`SCREEN` / :data:`REFINE`,
   :class:`Tuner` (budget, sweep calls on long-lived worker groups, the phases);
 - :mod:`~autoselect.tune.race`: the policy (:class:`Race`: leader, prune, futility, refine targets);
@@ -74,7 +74,7 @@ from autoselect.tune.index import MeasurementIndex
 from autoselect.tune.knob_search import KnobSearch, ScreenedSetting, combine_settings, plan_knob_settings
 from autoselect.tune.measurement import Measurement, measurement_from_result, setting_key
 from autoselect.tune.outcome import TuneOutcome, best_recommendable
-from autoselect.tune.prepare import NoCandidates, load_model, prepare, run_tune
+from autoselect.tune.entry import NoCandidates, load_model, prepare, run_tune
 from autoselect.tune.race import (
     MAX_REFINE_ROUNDS,
     PRUNE_MIN_RUNS,

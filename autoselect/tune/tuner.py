@@ -226,10 +226,13 @@ class Tuner:
             self._prune()
         return "settled" if len(self.race.alive) <= 1 else "unresolved"
 
-    def run(self) -> TuneOutcome:
-        """Screen, prune, refine, then search the winner's knobs; returns the outcome."""
+    def run(self, groups: WorkerGroups | None = None) -> TuneOutcome:
+        """Screen, prune, refine, then search the winner's knobs; returns the outcome.
+
+        ``groups``: the caller's (already warm) worker groups; default: a pool of the run's own.
+        """
         self.progress(TuneStarted(self.study.name, self.reused, list(self.spec.backends), self.spec.budget_s))
-        with WorkerGroups() as self.groups:
+        with groups or WorkerGroups() as self.groups:
             self._prune()
             self._start_groups([b for b in self.race.alive if any(
                 not self.race.measured(b, t, "screen") for t in self.spec.workload.tokens)])

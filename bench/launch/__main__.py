@@ -1,7 +1,13 @@
-"""``python -m bench.launch DIR RANK``: one rank of a worker group (see :mod:`bench.launch.worker`)."""
+"""``python -m bench.launch DIR RANK``: one rank of a worker group (see :mod:`bench.launch.worker`);
+``python -m bench.launch --zygote``: the fork server of a caller's groups (:mod:`bench.launch.zygote`)."""
 
 import sys
 
-from bench.launch.worker import main
+if sys.argv[1:] == ["--zygote"]:
+    from bench.launch.zygote import main
 
-sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
+else:
+    from bench.launch.worker import main
+
+    sys.exit(main(sys.argv[1:]))

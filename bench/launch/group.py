@@ -71,9 +71,10 @@ class StartFailed(Exception):
 class WorkerGroup:
     """One backend's worker processes, kept between jobs; see the module docstring."""
 
-    def __init__(self, config: GroupConfig, *, on_event=None):
+    def __init__(self, config: GroupConfig, *, on_event=None, zygote=None):
         self.config = config
         self.on_event = on_event or (lambda event: None)  # GroupStarted, for callers that show it
+        self.zygote = zygote  # () -> Zygote | None: the caller's fork server (bench/launch/zygote.py)
         self.procs: list = []
         self.unavailable: str | None = None  # known once a group of this config started
         self.startups: list[StartUp] = []
@@ -102,8 +103,23 @@ class WorkerGroup:
         (self.directory / "group.json").write_text(json.dumps(asdict(self.config)))
         self._reader = processes.EventReader(self.directory, self.config.world_size)
         self._spawned_at = time.monotonic()
-        self.procs = processes.spawn(self.directory, self.config.world_size,
-                                     processes.worker_env(self.config.env_dict))
+        self.procs = self._fork() or processes.spawn(self.directory, self.config.world_size,
+                                                     processes.worker_env(self.config.env_dict))
+
+    def _fork(self) -> list:
+        """The ranks forked from the caller's zygote, or [] (no zygote, start-up env vars, zygote gone)."""
+        zygote = self.zygote() if self.zygote and not self.config.env else None
+        procs: list = []
+        for rank in range(self.config.world_size if zygote else 0):
+            proc = zygote.fork(self.directory, rank, procs[0].pid if procs else 0)
+            if proc is None:
+                processes.kill(procs)
+                return []
+            procs.append(proc)
+        deadline = time.monotonic() + self.config.setup_timeout_s
+        for proc in procs:
+            proc.open_channel(deadline)
+        return procs
 
     def wait_ready(self, on_event=None) -> StartUp:
         """Wait until every rank is ready; raises :class:`StartFailed` (the group is then gone).

@@ -9,7 +9,9 @@ workloads.
 from __future__ import annotations
 
 from bench.launch.group import StartFailed, WorkerGroup
+from bench.launch.processes import worker_env
 from bench.launch.protocol import GroupConfig, StartUp
+from bench.launch.zygote import Zygote
 
 
 class WorkerGroups:
@@ -21,16 +23,29 @@ class WorkerGroups:
     sweep, one job per backend: only one backend's processes and device memory at a time).
     """
 
-    def __init__(self, *, on_event=None, keep: bool = True):
+    def __init__(self, *, on_event=None, keep: bool = True, fork: bool = True):
         self.on_event = on_event  # GroupStarted of groups started outside a job (start())
         self.keep = keep
+        self.fork = fork  # start the ranks as forks of one zygote (bench/launch/zygote.py)
         self.groups: dict[str, WorkerGroup] = {}
+        self._zygote: Zygote | None = None
+
+    def warm(self) -> "WorkerGroups":
+        """Start the fork server now (its torch import then overlaps the caller's own set-up)."""
+        self.zygote()
+        return self
+
+    def zygote(self) -> Zygote | None:
+        """The caller's fork server, started on first use (None when forking is off)."""
+        if self.fork and self._zygote is None:
+            self._zygote = Zygote(worker_env({}))
+        return self._zygote
 
     def get(self, config: GroupConfig) -> WorkerGroup:
         """The group of ``config.backend``, created on first use, reconfigured (restarted when needed) after."""
         group = self.groups.get(config.backend)
         if group is None:
-            group = self.groups[config.backend] = WorkerGroup(config, on_event=self.on_event)
+            group = self.groups[config.backend] = WorkerGroup(config, on_event=self.on_event, zygote=self.zygote)
         else:
             group.reconfigure(config)
         return group
@@ -57,14 +72,21 @@ class WorkerGroups:
             group.close(reason)
 
     def close_all(self, reason: str = "closed") -> None:
-        """End every group."""
+        """End every group, then the zygote."""
         for group in self.groups.values():
             group.close(reason)
+        self._close_zygote()
 
     def kill_all(self, reason: str) -> None:
-        """Kill every group at once."""
+        """Kill every group at once, then the zygote."""
         for group in self.groups.values():
             group.kill(reason)
+        self._close_zygote()
+
+    def _close_zygote(self) -> None:
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
 
     def startups(self) -> dict[str, list[StartUp]]:
         """Every start-up paid so far, per backend."""

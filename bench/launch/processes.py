@@ -83,7 +83,7 @@ def send(procs, message: dict) -> None:
     """Write one JSON line to every rank's stdin; a rank that is gone is noticed by the watcher."""
     line = json.dumps(message) + "\n"
     for p in procs:
-        with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+        with contextlib.suppress(BrokenPipeError, OSError, ValueError, AttributeError):  # AttributeError: no channel
             p.stdin.write(line)
             p.stdin.flush()
 

@@ -179,9 +179,13 @@ def read_config(directory: Path) -> GroupConfig:
     return GroupConfig(**{**d, "env": tuple(tuple(p) for p in d["env"])})
 
 
-def main(argv: list[str]) -> int:
-    """``python -m bench.launch DIR RANK``: one rank of one backend's worker group."""
+def main(argv: list[str], channel=None) -> int:
+    """``python -m bench.launch DIR RANK``: one rank of one backend's worker group.
+
+    ``channel``: the file the job lines arrive on (default stdin; a forked worker's FIFO).
+    """
     die_with_parent()
+    channel = channel or sys.stdin
     directory, rank = Path(argv[0]), int(argv[1])
     config = read_config(directory)
     events = open(directory / f"rank{rank}.jsonl", "a", buffering=1)
@@ -196,7 +200,7 @@ def main(argv: list[str]) -> int:
     try:
         reason = session.open()
         emit({"event": "ready", "rank": rank, "pid": os.getpid(), "unavailable": reason})
-        for line in iter(sys.stdin.readline, ""):
+        for line in iter(channel.readline, ""):
             message = json.loads(line)
             if message.get("op") == "close":
                 break

@@ -22,6 +22,7 @@ from autoselect.tune.storage import Study, optuna_path, study_name
 from autoselect.tune.tuner import ProgressFn, Tuner, TuneSpec
 from autoselect.workload import Deployment, Shape, workload_from_kind, workload_from_tokens
 from bench.backends import BenchContext, available, check_names, load
+from bench.launch import WorkerGroups
 from db.schema import check_path
 from db.tuned import TunedConfig, save_tuned
 
@@ -138,6 +139,7 @@ def run_tune(spec: TuneSpec, *, progress: ProgressFn | None = None, command: str
     """
     from db.store import Store  # heavy (sqlite_utils): only a tune that writes pays for it
 
+    groups = WorkerGroups().warm()  # the workers' torch import runs while the stores open
     store = Store(spec.db_path)
     try:
         with store.run(spec.host, trigger="tune", command=command,
@@ -145,11 +147,12 @@ def run_tune(spec: TuneSpec, *, progress: ProgressFn | None = None, command: str
             study = Study(optuna_path(spec.db_path),
                           study_name(spec.host.host_class, spec.shape, spec.world_size, spec.device, spec.workload),
                           spec.backends, spec.workload.tokens)
-            outcome = Tuner(spec, store=store, run_id=run.id, study=study, progress=progress).run()
+            outcome = Tuner(spec, store=store, run_id=run.id, study=study, progress=progress).run(groups)
         if outcome.recommendable:
             save_tuned(store, _tuned_config(spec, outcome, run.id))
         return outcome
     finally:
+        groups.kill_all("the tune ended")  # a no-op when the race closed them; else (an error) at once
         store.close()
 
 
