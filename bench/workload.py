@@ -407,9 +407,8 @@ class BenchPoint:
     def payload_table(self, device):
         """Every token's payload rows, generated once, or None above :data:`PAYLOAD_TABLE_MAX_BYTES`.
 
-        The gate reads every received row's bytes, the batch and the expected combine its own
-        rank's: generating them from the seed each time cost more than a short point's timing
-        (~0.25 s of hashing at 256 tokens per rank, hidden 1024, on a loaded 2-core machine).
+        Hashing them from the seed for each gate, batch and expected combine cost more than a short
+        point's timing (~0.25 s at 256 tokens per rank, hidden 1024, on a loaded 2-core machine).
         """
         import torch
 
@@ -470,9 +469,8 @@ class BenchPoint:
     def expected_combine(self, rank: int, device="cpu"):
         """The exact combine result of ``rank``'s tokens: ``sum_k w_k · c_{e_k} · x``, bf16.
 
-        Computed once per (rank, device) from a batch of its own (never the one an adapter was
-        given); each call returns a copy, so no caller can alter what the next gate expects.
-        """
+        Computed once per (rank, device) from a batch of its own (never an adapter's); each call
+        returns a copy, so no caller can alter what the next gate expects."""
         import torch
 
         key = ("expected", rank, str(device))
@@ -497,6 +495,6 @@ def validate_shape(tokens_per_rank, hidden, top_k, experts, world_size, dtype) -
         raise ImpossibleShape(f"top_k {top_k} is larger than the number of experts {experts}; lower --top-k")
     if experts < world_size:
         raise ImpossibleShape(f"{experts} experts cannot be spread over {world_size} ranks; "
-                          "every rank needs at least one expert (lower --world-size)")
+                              "every rank needs at least one expert (lower --world-size)")
     if top_k * 3 > 256:
         raise ImpossibleShape(f"top_k {top_k} is above 85, which the exact synthetic experts cannot cover")
