@@ -97,7 +97,8 @@ def test_a_hang_is_a_timeout_for_its_point_and_only_its_group_is_restarted(plugi
                             groups=groups)
     assert _statuses(results) == [
         ("test_hangs_later", 2, "ok"), ("test_hangs_later", 4, "timeout"), ("test_hangs_later", 8, "ok"),
-        ("reference_all_to_all", 2, "ok"), ("reference_all_to_all", 4, "ok"), ("reference_all_to_all", 8, "ok")]
+        ("reference_all_to_all", 2, "ok"), ("reference_all_to_all", 4, "ok"), ("reference_all_to_all", 8, "ok"),
+    ], [r.error for r in results]
     assert "wall-clock limit" in results[1].error
     assert [e["reason"] for e in _startups(timing_log, "test_hangs_later")] == [
         "first use", "the previous group hung (timeout at 4 tokens/rank)"]
@@ -241,7 +242,9 @@ def test_ranks_are_forks_of_one_zygote_unless_the_group_has_start_up_env_vars(pl
         run_sweep(_spec(["reference_all_to_all", "allgather_reducescatter"]), groups=groups)
         zygote = groups._zygote.proc.pid
         for backend in ("reference_all_to_all", "allgather_reducescatter"):
-            assert [_parent_of(p.pid) for p in groups.groups[backend].procs] == [zygote, zygote]
+            procs = groups.groups[backend].procs
+            assert [_parent_of(p.pid) for p in procs] == [zygote, zygote]
+            assert [os.getpgid(p.pid) for p in procs] == [procs[0].pid] * 2  # one killpg ends the group
         # a variable read while torch is imported could not take effect in a fork: spawned
         (r,) = run_sweep(_spec(["reference_all_to_all"], env={"AUTOSELECT_TEST_KNOB": "7"}), groups=groups)
         assert r.status == "ok"

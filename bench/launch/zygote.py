@@ -31,6 +31,9 @@ import threading
 import time
 from pathlib import Path
 
+from bench.launch import worker
+from bench.launch.processes import die_with_parent
+
 #: How long the parent waits for a forked rank to open its job FIFO.
 FIFO_OPEN_S = 60.0
 
@@ -142,11 +145,10 @@ def _reap(children: dict, lock: threading.Lock) -> None:
 
 def _child(directory: Path, rank: int, leader: int) -> None:
     """In the fork: become a worker of ``directory`` (never returns)."""
-    from bench.launch import worker
-
     code = 1
     try:
-        os.setpgid(0, leader)
+        with contextlib.suppress(OSError):  # the zygote did it already (see main)
+            os.setpgid(0, leader)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         err = os.open(directory / f"rank{rank}.stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the zygote's request pipe is not the child's
@@ -169,14 +171,10 @@ def _child(directory: Path, rank: int, leader: int) -> None:
 
 def main() -> int:
     """``python -m bench.launch --zygote``: import once, then fork a worker per request line."""
-    from bench.launch.processes import die_with_parent
-
     die_with_parent()
     import numpy  # noqa: F401 - preloaded for the children
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
-
-    from bench.launch import worker  # noqa: F401 - the worker's own modules
 
     children: dict[int, Path] = {}
     lock = threading.Lock()
@@ -184,10 +182,15 @@ def main() -> int:
     for line in iter(sys.stdin.readline, ""):
         request = json.loads(line)
         directory, rank = Path(request["directory"]), int(request["rank"])
+        leader = int(request["leader"])
         with lock:
             pid = os.fork()
             if pid == 0:
-                _child(directory, rank, int(request["leader"]))
+                _child(directory, rank, leader)
+            # here too, before the next rank is forked: a child's own setpgid may not have run yet
+            # when the next one joins its group (EPERM: no such group yet)
+            with contextlib.suppress(OSError):
+                os.setpgid(pid, leader or pid)
             children[pid] = directory / f"rank{rank}.exit"
         sys.stdout.write(json.dumps({"rank": rank, "pid": pid}) + "\n")
         sys.stdout.flush()
