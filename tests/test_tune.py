@@ -59,7 +59,7 @@ def test_pruning_drops_the_clearly_slower_backend_and_never_the_winner(db_path, 
     outcome = run_tune(spec)
     assert excluded == {}
     assert outcome.winner == "allgather_reducescatter"
-    assert outcome.stop == "settled"
+    assert outcome.stop == "settled", (outcome.stop_reason, outcome.pruned)
     assert list(outcome.pruned) == ["reference_slow_all_to_all"]
     assert outcome.pruned["reference_slow_all_to_all"].startswith("slower than allgather_reducescatter: ")
     assert outcome.scores["reference_slow_all_to_all"]["latency_us"] > outcome.scores["allgather_reducescatter"]["latency_us"] + 3000
