@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from autoselect.errors import GpuArchRequired, MissingShape, UserError
 from autoselect.hardware import fingerprint
 from autoselect.model import load_profile, normalize_arch
-from autoselect.options import DEFAULT_TOKENS, STOPPING, parse_int_list
+from autoselect.options import DEFAULT_TOKENS, STOPPING, parse_int_list, parse_name_list
 from autoselect.workload import Shape
 from bench import launch
 from bench.backends import available
@@ -94,7 +94,7 @@ def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=Non
     host = fingerprint()
     hidden, top_k, experts, dtype, gpu_arch = resolve_shape(
         host, model=model, gpu_arch=gpu_arch, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype)
-    names = [b.strip() for b in backends.split(",") if b.strip()] if backends else list(available())
+    names = parse_name_list(backends, what="--backends") if backends is not None else list(available())
     token_list = parse_int_list(tokens, what="--tokens") if tokens is not None else list(DEFAULT_TOKENS)
     if world_size is None:
         world_size = (host.gpu_count or 1) if device == "cuda" else 2
