@@ -3,7 +3,7 @@
 The converted records ship inside the package (``data/``, read with stdlib ``sqlite3``):
 ``systems`` names the reference systems and their host classes (``ref-h200_sxm-x8`` ...),
 ``query`` returns rows with their evidence kind and provenance, ``derived`` prices vLLM's
-allgather_reducescatter from NCCL timings, ``convert`` regenerates the file from
+allgather_reducescatter from NCCL timings, ``transfer`` carries a backend's rows to another shape, ``convert`` regenerates the file from
 aiconfigurator-core (needs pyarrow and pyyaml; not imported here).
 """
 
@@ -19,9 +19,11 @@ from autoselect.reference.query import (
     source_line,
 )
 from autoselect.reference.store import ReferenceDataMissing, attach, canonical_dump, connect
+from autoselect.reference.transfer import SHAPE_TRANSFER_LIMIT, TRANSFERRED, Transfer, transfer_points
 from autoselect.reference.systems import (
     CLASSES,
     SYSTEMS,
+    GpuArchNotOfReference,
     ReferenceClass,
     ReferenceMatch,
     ReferenceSystem,
@@ -33,8 +35,9 @@ from autoselect.reference.systems import (
 )
 
 __all__ = [
-    "AGRS", "CLASSES", "DERIVED", "PUBLISHED", "SYSTEMS", "ReferenceClass", "ReferenceData", "ReferenceDataMissing",
+    "AGRS", "CLASSES", "DERIVED", "GpuArchNotOfReference", "PUBLISHED", "SYSTEMS", "ReferenceClass", "ReferenceData", "ReferenceDataMissing",
     "ReferenceMatch", "ReferencePoint", "ReferenceSystem", "ReferenceWorldSizeUnavailable", "Source",
     "UnknownReferenceClass", "agrs_messages", "attach", "canonical_dump", "connect", "default", "get_class",
-    "is_reference_class", "match_host", "source_line",
+    "is_reference_class", "match_host", "source_line", "SHAPE_TRANSFER_LIMIT", "TRANSFERRED", "Transfer",
+    "transfer_points",
 ]

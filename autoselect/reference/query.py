@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
 from autoselect.reference import derived, store
+from autoselect.reference.transfer import Transfer, transfer_points
 from autoselect.reference.systems import ReferenceClass, get_class
 from autoselect.reference.tables import FIDELITY
 
@@ -277,6 +278,18 @@ class ReferenceData:
                                      tokens=self.token_grid(ref) if tokens is None else tokens)
         return self.published(ref, backend, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype, world_size=ws,
                               tokens=tokens)
+
+    def transferred(self, ref_class: str | ReferenceClass, backend: str, *, hidden: int, top_k: int, experts: int,
+                    dtype: str, world_size: int) -> Transfer:
+        """``backend``'s published rows of the class's system at ``world_size``, transferred to a shape
+        and dtype the tables lack (:mod:`autoselect.reference.transfer`); the exact shape, if published,
+        is not among the sources (ask :meth:`published` for it)."""
+        sources = [p for p in self.published(ref_class, backend, world_size=world_size)
+                   if (p.hidden, p.top_k, p.experts, p.dispatch_dtype) != (hidden, top_k, experts, dtype)]
+        if not sources:
+            ref = ref_class if isinstance(ref_class, ReferenceClass) else get_class(ref_class)
+            return Transfer([], (), None, f"no published {backend} rows on {ref.system.label} at EP {world_size}")
+        return transfer_points(sources, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype)
 
     def available(self, ref_class: str | ReferenceClass) -> list[dict[str, Any]]:
         """What the class has published rows for: one dict per (backend, shape, dtype, world size)

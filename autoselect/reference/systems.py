@@ -36,6 +36,10 @@ class ReferenceWorldSizeUnavailable(UserError):
     "The world size is outside what a reference class can describe."
 
 
+class GpuArchNotOfReference(UserError):
+    "--gpu-arch names another arch than the GPUs of the reference class."
+
+
 class ReferenceSystem(NamedTuple):
     """One GPU system of the published tables."""
 
@@ -48,6 +52,7 @@ class ReferenceSystem(NamedTuple):
     nvlink: str  # NVLink generation: "NVLink 4"
     nvlink_gbps: float  # peak NVLink bandwidth per GPU per direction, GB/s
     rack_gpus: int | None = None  # GPUs of one MNNVL rack (GB200 NVL72), None for HGX
+    memory_mib: int = 0  # memory of one GPU (AIConfigurator's mem_capacity), MiB
 
 
 
@@ -89,6 +94,17 @@ class ReferenceClass(NamedTuple):
                 f"{self.name} describes 2 to {self.gpu_count} GPUs, not a world size of {world_size}{hint}")
         return world_size
 
+    def check_arch(self, gpu_arch: str | None) -> str:
+        """The arch to answer for: the system's; ``gpu_arch`` (normalized) must be it.
+
+        :raises GpuArchNotOfReference: another arch than the system's GPUs.
+        """
+        if gpu_arch is not None and gpu_arch != self.system.arch:
+            raise GpuArchNotOfReference(
+                f"--gpu-arch {gpu_arch}: {self.name} is {self.system.label} hardware ({self.system.arch}); "
+                f"drop --gpu-arch or pass {self.system.arch}")
+        return self.system.arch
+
     def to_dict(self) -> dict[str, Any]:
         s = self.system
         return {"name": self.name, "system": s.key, "gpu_name": s.gpu_name, "gpu_count": self.gpu_count,
@@ -97,10 +113,10 @@ class ReferenceClass(NamedTuple):
                 "default_world_size": self.default_world_size}
 
 
-def _system(key, gpu_name, label, cc, gpus_per_node, rack_gpus=None) -> ReferenceSystem:
+def _system(key, gpu_name, label, cc, gpus_per_node, memory_mib, rack_gpus=None) -> ReferenceSystem:
     hopper = cc.startswith("9.")
     return ReferenceSystem(key, gpu_name, label, cc, "sm90" if hopper else "sm100", gpus_per_node,
-                           "NVLink 4" if hopper else "NVLink 5", 450.0 if hopper else 900.0, rack_gpus)
+                           "NVLink 4" if hopper else "NVLink 5", 450.0 if hopper else 900.0, rack_gpus, memory_mib)
 
 
 #: The six systems with vLLM all2all tables in aiconfigurator-core 0.12.0. GPU names are the
@@ -108,15 +124,18 @@ def _system(key, gpu_name, label, cc, gpus_per_node, rack_gpus=None) -> Referenc
 #: capabilities the metas' ``compute_capability`` / the systems' ``sm_version``, GPUs per
 #: node and per rack the systems' ``num_gpus_per_node`` / ``num_gpus_per_rack``, NVLink
 #: bandwidth the systems' ``intra_node_bw`` (450 GB/s Hopper, 900 GB/s Blackwell, per GPU per
-#: direction; the same as autoselect.hardware's NVLink table for 18 links).
+#: direction; the same as autoselect.hardware's NVLink table for 18 links), GPU memory the
+#: systems' ``mem_capacity`` in MiB (80, 141 and 180 GiB; 275040, 189471 and 284208 MiB "reported
+#: by nvidia-smi" for B300, GB200, GB300): vLLM's default --max-num-batched-tokens and the
+#: one-sided workspace depend on it.
 SYSTEMS: dict[str, ReferenceSystem] = {
     s.key: s for s in (
-        _system("h100_sxm", "NVIDIA H100 80GB HBM3", "H100", "9.0", 8),
-        _system("h200_sxm", "NVIDIA H200", "H200", "9.0", 8),
-        _system("b200_sxm", "NVIDIA B200", "B200", "10.0", 8),
-        _system("b300_sxm", "NVIDIA B300 SXM6 AC", "B300", "10.3", 8),
-        _system("gb200", "NVIDIA GB200", "GB200", "10.0", 4, rack_gpus=72),
-        _system("gb300", "NVIDIA GB300", "GB300", "10.3", 4, rack_gpus=72),
+        _system("h100_sxm", "NVIDIA H100 80GB HBM3", "H100", "9.0", 8, 80 * 1024),
+        _system("h200_sxm", "NVIDIA H200", "H200", "9.0", 8, 141 * 1024),
+        _system("b200_sxm", "NVIDIA B200", "B200", "10.0", 8, 180 * 1024),
+        _system("b300_sxm", "NVIDIA B300 SXM6 AC", "B300", "10.3", 8, 275040),
+        _system("gb200", "NVIDIA GB200", "GB200", "10.0", 4, 189471, rack_gpus=72),
+        _system("gb300", "NVIDIA GB300", "GB300", "10.3", 4, 284208, rack_gpus=72),
     )
 }
 

@@ -5,6 +5,7 @@ are :mod:`autoselect.errors`' classes."""
 from __future__ import annotations
 
 from autoselect.errors import UserError
+from autoselect.reference.systems import GpuArchNotOfReference  # noqa: F401  (shared with recommend)
 
 
 class NothingToReport(UserError):
@@ -21,7 +22,3 @@ class ReportPackagesMissing(UserError):
 
 class FleetTokensNotMeasured(UserError):
     "--fleet-tokens names a token count no node measured for the fleet backend."
-
-
-class GpuArchNotOfReference(UserError):
-    "--gpu-arch names another arch than the GPUs of the reference class being reported."

@@ -1,10 +1,11 @@
-"""The latency model ``latency = a + bytes / bandwidth``: filling the token counts nobody measured.
+"""Filling the token counts nobody measured with the latency model ``latency = a + bytes / bandwidth``.
 
 A backend's expected latency at a token count is its measurement there when there is one;
 otherwise the model is fitted on the :data:`FIT_POINTS` measured points nearest in log-tokens
 (:func:`estimate_latency`). Estimates are marked (``interpolated`` / ``extrapolated``), carry
 a wider band, and are refused beyond :data:`EXTRAPOLATION_LIMIT` times the measured range.
-Pure Python.
+The model and its fit are :mod:`autoselect.latency_model` (the reference data's shape transfer
+fits the same model). Pure Python.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from autoselect.latency_model import LatencyFit, fit_latency
 from autoselect.noise import Z
-from autoselect.selector.schema import EVIDENCE_KINDS, MEASURED, BucketValue, FitSummary
+from autoselect.selector.schema import EVIDENCE_KINDS, MEASURED, BucketValue
 from autoselect.workload import WorkloadSpec
+
+__all__ = ["ESTIMATE_FLOOR", "EXTRAPOLATION_LIMIT", "FIT_POINTS", "LatencyFit", "MeasuredPoint", "estimate_latency",
+           "fit_all", "fit_latency", "weakest_kind", "weighted"]
 
 #: Extra relative band of an estimated (not measured) latency, on top of the model's residuals.
 ESTIMATE_FLOOR = 0.03
@@ -23,71 +28,6 @@ ESTIMATE_FLOOR = 0.03
 EXTRAPOLATION_LIMIT = 4.0
 #: How many measured points, nearest in log-tokens, the local latency fit uses.
 FIT_POINTS = 4
-
-
-@dataclass(frozen=True)
-class LatencyFit:
-    """``latency_us = a_us + bytes * us_per_byte``, fitted on ``n`` points.
-
-    ``rel_rms`` is the root-mean-square relative residual of the fit on its own points.
-    """
-
-    a_us: float
-    us_per_byte: float
-    n: int
-    rel_rms: float
-
-    @property
-    def bandwidth_gbps(self) -> float | None:
-        """The fitted bandwidth in GB/s (bytes / ns), None when the fit is flat."""
-        return 1e-3 / self.us_per_byte if self.us_per_byte > 0 else None
-
-    def predict(self, nbytes: float) -> float:
-        """Expected latency in microseconds for ``nbytes`` bytes per rank."""
-        return self.a_us + nbytes * self.us_per_byte
-
-    def summary(self) -> FitSummary:
-        """The fit as the JSON shows it."""
-        return FitSummary(a_us=self.a_us, bandwidth_gbps=self.bandwidth_gbps, points=self.n, rel_rms=self.rel_rms)
-
-
-def fit_latency(points: Sequence[tuple[float, float]]) -> LatencyFit:
-    """Fit ``latency = a + bytes * b`` with ``a, b >= 0`` to ``(bytes, latency_us)`` points.
-
-    Least squares on relative errors (each residual divided by its latency, i.e. weights
-    ``1 / latency^2``), so a 10 µs point counts as much as a 10 ms one. Non-negativity is
-    enforced exactly: the unconstrained optimum is used when it is feasible, else the better
-    of the two one-parameter fits on the boundary (``a = 0`` or ``b = 0``). Pure Python.
-    """
-    if not points:
-        raise ValueError("fit_latency needs at least one point")
-    xs = [float(x) for x, _ in points]
-    ys = [float(y) for _, y in points]
-    ws = [1.0 / (y * y) if y > 0 else 1.0 for y in ys]
-
-    def sse(a: float, b: float) -> float:
-        return sum(w * (y - a - b * x) ** 2 for x, y, w in zip(xs, ys, ws))
-
-    sw = sum(ws)
-    swx = sum(w * x for w, x in zip(ws, xs))
-    swy = sum(w * y for w, y in zip(ws, ys))
-    swxx = sum(w * x * x for w, x in zip(ws, xs))
-    swxy = sum(w * x * y for w, x, y in zip(ws, xs, ys))
-    det = sw * swxx - swx * swx
-    options = []
-    if det > 1e-12 * max(sw * swxx, 1e-300):
-        a = (swxx * swy - swx * swxy) / det
-        b = (sw * swxy - swx * swy) / det
-        if a >= 0 and b >= 0:
-            options.append((a, b))
-    if not options:
-        options.append((swy / sw, 0.0))  # b = 0: weighted mean
-        if swxx > 0:
-            options.append((0.0, max(swxy / swxx, 0.0)))  # a = 0: through the origin
-    a, b = min(options, key=lambda ab: sse(*ab))
-    rel = [(y - a - b * x) / y for x, y in zip(xs, ys) if y > 0]
-    rel_rms = math.sqrt(sum(r * r for r in rel) / len(rel)) if rel else 0.0
-    return LatencyFit(a_us=a, us_per_byte=b, n=len(xs), rel_rms=rel_rms)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from autoselect.rules import Verdict
 from autoselect.selector.estimate import estimate_latency, fit_all, weighted
 from autoselect.selector.evidence import BackendEvidence
-from autoselect.selector.schema import Candidate, Rejection
+from autoselect.selector.schema import Candidate, FitSummary, Rejection
 from autoselect.selector.target import RecommendTarget
 from db.queries import StoredResult
 
@@ -44,6 +44,13 @@ def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEv
     status = "no data" if not points else "incomplete" if latency is None else "measured"
     rows = {rid: evidence.rows[rid] for v in values for rid in v.result_ids if rid in evidence.rows}
     candidate = Candidate(backend=backend, status=status, weighted_us=latency, halfwidth_us=halfwidth,
-                          buckets=values, fit=fit.summary() if fit is not None else None,
+                          buckets=values, fit=_summary(fit),
                           warnings=list(verdict.warnings) + list(evidence.warnings))
     return Judged(candidate=candidate, rows=rows)
+
+
+def _summary(fit) -> FitSummary | None:
+    """The latency model as the JSON shows it: ``a`` and the bandwidth (None without points)."""
+    if fit is None:
+        return None
+    return FitSummary(a_us=fit.a_us, bandwidth_gbps=fit.bandwidth_gbps, points=fit.n, rel_rms=fit.rel_rms)
