@@ -132,24 +132,25 @@ def test_stale_data_counts_with_a_visible_warning(fixture_db):
     }
 
 
-def test_missing_data_gives_confidence_none_and_the_bench_command(fixture_db):
+def test_missing_local_data_on_a_reference_system_answers_from_the_reference_with_the_bench_command(fixture_db):
+    # The H200 class has 8x "NVIDIA H200": the GPUs of ref-h200_sxm-x8, and no local mixtral row.
+    # (A class whose GPUs match no reference system: tests/test_selector_reference.py, confidence none.)
     r = rec(fixture_db, "mixtral-8x7b", host_class=H200, workload="decode")
     assert r.backend == "allgather_reducescatter"
-    assert r.confidence == "none"
-    assert r.confidence_reasons == [
-        "no measurement of any legal backend for this host class, shape and world size"
-    ]
+    assert r.confidence == "reference"
+    assert r.reference.host_class == "ref-h200_sxm-x8"
+    assert r.reference.why.startswith("host class h200x8-5d1c7e0a (8× NVIDIA H200) has no local measurement")
     assert r.bench_command == (
         f"autoselect bench --model {MODELS / 'mixtral-8x7b'} --world-size 8 --tokens 8,16,32 "
-        "--backends allgather_reducescatter,deepep_high_throughput,deepep_low_latency,"
-        "flashinfer_nvlink_two_sided --device cuda"
+        "--backends flashinfer_nvlink_two_sided --device cuda"
     )
     assert "run the bench command on a machine of host class h200x8-5d1c7e0a" in r.warnings
 
 
-def test_unmeasured_world_size_is_missing_data(fixture_db):
+def test_unmeasured_world_size_is_missing_local_data(fixture_db):
     r = rec(fixture_db, "deepseek-r1-nvfp4", host_class=B200, world_size=4, workload="decode")
-    assert (r.backend, r.confidence) == ("allgather_reducescatter", "none")
+    assert (r.backend, r.confidence) == ("allgather_reducescatter", "reference")  # AGRS derived at 4 GPUs
+    assert r.data_used.results == 0
     assert "--world-size 4" in r.bench_command
 
 

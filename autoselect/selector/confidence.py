@@ -5,6 +5,13 @@ the answer's confidence is the lowest cap of all that apply, and their texts are
 (in table order). ``none`` means no usable measurement at all: that rule, when it applies, is
 the only reason given. "Decisive" latencies are those of the pick, the default and the best
 other candidate.
+
+``reference``: the decisive latencies rest on NVIDIA's published reference tables
+(:mod:`autoselect.reference`), not on measurements of the host; it ranks below every answer
+measured on the host class (a published table is another machine of the same GPU model, run by
+another harness under other versions) and above ``none``. Every kind weaker than ``measured``
+that decided caps the answer there, each with its own reason (resting on the reference at all,
+derived from NCCL, transferred from another shape), so the reasons name the weakest kind.
 """
 
 from __future__ import annotations
@@ -13,10 +20,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from autoselect.selector.decide import Decision
-from autoselect.selector.schema import Candidate
+from autoselect.selector.schema import DERIVED, PUBLISHED, TRANSFERRED, Candidate
 
 #: Confidence levels, best first.
-CONFIDENCE_LEVELS = ("high", "medium", "low", "none")
+CONFIDENCE_LEVELS = ("high", "medium", "low", "reference", "none")
+#: The evidence kinds that rest on the published reference.
+REFERENCE_KINDS = frozenset({PUBLISHED, DERIVED, TRANSFERRED})
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,8 @@ class Facts:
     close_call: bool
     decisive_sources: frozenset[str]  # the bucket sources of the decisive latencies
     stale: bool  # some decisive measurement is from other vllm / flashinfer / driver versions
+    decisive_kinds: frozenset[str] = frozenset()  # the evidence kinds of the decisive latencies
+    candidate_kinds: frozenset[str] = frozenset()  # the evidence kinds of every candidate with data
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,13 @@ class ConfidenceCap:
 CONFIDENCE_CAPS: tuple[ConfidenceCap, ...] = (
     ConfidenceCap("no_data", "none", "no measurement of any legal backend for this host class, shape and world size",
                   lambda f: not f.single and not f.compared and not f.any_measured, alone=True),
+    ConfidenceCap("published", "reference", "the answer rests on NVIDIA's published reference measurements "
+                  "(AIConfigurator), not on measurements of this host class",
+                  lambda f: bool((f.decisive_kinds | f.candidate_kinds) & REFERENCE_KINDS)),
+    ConfidenceCap("derived", "reference", "a decisive latency is derived from NVIDIA's published NCCL timings "
+                  "(allgather_reducescatter), not a measured all2all", lambda f: DERIVED in f.decisive_kinds),
+    ConfidenceCap("transferred", "reference", "a decisive latency is transferred from another shape's published "
+                  "rows by bytes per token", lambda f: TRANSFERRED in f.decisive_kinds),
     ConfidenceCap("default_unmeasured", "low", "vLLM's default has no data for every bucket of this workload, "
                   "so nothing could be compared with it", lambda f: not f.single and not f.compared),
     ConfidenceCap("unmeasured_candidates", "low", "some legal backends have no data for this workload",
@@ -71,6 +89,8 @@ def facts(decision: Decision, candidates: list[Candidate], stale: bool) -> Facts
         close_call=bool(decision.close),
         decisive_sources=frozenset(b.source for c in decision.decisive for b in c.buckets),
         stale=stale,
+        decisive_kinds=frozenset(b.evidence for c in decision.decisive for b in c.buckets if b.latency_us is not None),
+        candidate_kinds=frozenset(c.evidence for c in candidates if c.measured),
     )
 
 

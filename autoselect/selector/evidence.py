@@ -4,11 +4,10 @@ An evidence source (:class:`EvidenceSource`) answers, for one backend, with a
 :class:`BackendEvidence`: the measured points the latency model is fitted on (each point carries
 its evidence kind), the rows behind them, and what disqualifies the backend or makes it
 unavailable. :func:`collect` asks the sources strongest first (:data:`EVIDENCE_KINDS` order) and
-takes the first that has something to say about the backend; :func:`sources_for` builds the
-list. Today there is one source, :class:`MeasuredEvidence` (this host class's ``micro`` results
-from the store); published reference measurements are a second implementation of the same
-protocol, added to :func:`sources_for` after it, whose points carry kind ``published`` (or
-``derived`` / ``transferred``), and whose name the bucket values then show.
+takes the first that has something to say about the backend; ``sources.py`` builds the list:
+:class:`MeasuredEvidence` (this host class's ``micro`` results from the store), then, where it
+applies, ``reference_evidence.ReferenceEvidence`` (NVIDIA's published tables), whose points
+carry kind ``published``, ``derived`` or ``transferred`` and whose line the bucket values show.
 
 :class:`MeasuredEvidence` reads every ``micro`` result of the host class for the model's
 shape at the deployment's world size, summarized (``results_for(summarize=STALENESS_KEYS)``:
@@ -42,7 +41,8 @@ class BackendEvidence:
 
     ``points``: the chosen measurements, ascending in tokens; ``rows``: result id -> the stored
     row behind each point; ``disqualified`` / ``unavailable``: the reason, when the source rules
-    the backend out; ``warnings``: what the candidate should say (e.g. timeouts).
+    the backend out; ``warnings``: what the candidate should say (e.g. timeouts); ``missing``:
+    why a source that could have answered has nothing (no published rows, a refused transfer).
     """
 
     backend: str
@@ -53,6 +53,7 @@ class BackendEvidence:
     disqualified: str | None = None
     unavailable: str | None = None
     warnings: tuple[str, ...] = ()
+    missing: str | None = None
 
     @property
     def decides(self) -> bool:
@@ -76,10 +77,11 @@ class EvidenceSource(Protocol):
 
 
 def collect(sources: Sequence[EvidenceSource], backend: str) -> BackendEvidence:
-    """The evidence of the strongest source that has any about ``backend`` (else the first's, empty)."""
+    """The evidence of the strongest source that has any about ``backend``; else the strongest
+    empty answer that says why it has nothing (``missing``), else the first's."""
     ordered = sorted(sources, key=lambda s: EVIDENCE_KINDS.index(s.kind))
     answers = [s.for_backend(backend) for s in ordered]
-    return next((a for a in answers if a.decides), answers[0])
+    return next((a for a in answers if a.decides), next((a for a in answers if a.missing), answers[0]))
 
 
 # --------------------------------------------------------------------------------------
@@ -219,11 +221,3 @@ def _disqualification(bad: list[StoredResult]) -> str:
         # a run that measured a mistake (a typo in bench's arguments) must not disqualify for good
         + f"; if run {r.run_id} measured a mistake, `autoselect db drop-run {r.run_id} --yes` removes it"
     )
-
-
-def sources_for(target: RecommendTarget, conn: sqlite3.Connection | None,
-                rows: list[StoredResult] | None = None) -> list[EvidenceSource]:
-    """The evidence sources of a recommendation, strongest first: this host class's measurements
-    (``rows`` instead of the store's, for leave-one-out studies)."""
-    measured = MeasuredEvidence(target, rows) if rows is not None else MeasuredEvidence.from_store(target, conn)
-    return [measured]

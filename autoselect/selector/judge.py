@@ -4,17 +4,19 @@ A backend is rejected when the rules refuse it (``illegal``), when its evidence 
 incorrect / error result (``disqualified``), or when every row says it cannot run here
 (``unavailable``). Otherwise it is a :class:`~autoselect.selector.schema.Candidate`: the latency
 model fills the buckets its evidence did not measure, and the workload weights them into one
-latency and band.
+latency and band. A value that rests on the published reference names it (``reference``), and
+the candidate carries the weakest evidence kind of its values.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from autoselect.rules import Verdict
-from autoselect.selector.estimate import estimate_latency, fit_all, weighted
+from autoselect.selector.estimate import estimate_latency, fit_all, weakest_kind, weighted
 from autoselect.selector.evidence import BackendEvidence
-from autoselect.selector.schema import Candidate, FitSummary, Rejection
+from autoselect.selector.schema import MEASURED, BucketValue, Candidate, FitSummary, Rejection
 from autoselect.selector.target import RecommendTarget
 from db.queries import StoredResult
 
@@ -38,15 +40,25 @@ def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEv
     if evidence.unavailable:
         return Judged(rejection=Rejection(backend, "unavailable", [evidence.unavailable]))
     points = evidence.points
-    values = [estimate_latency(points, t, target.bytes_per_token) for t in target.workload.tokens]
+    values = [_named(estimate_latency(points, t, target.bytes_per_token), evidence.source)
+              for t in target.workload.tokens]
     fit = fit_all(points, target.bytes_per_token)
     latency, halfwidth = weighted(values, target.workload)
     status = "no data" if not points else "incomplete" if latency is None else "measured"
     rows = {rid: evidence.rows[rid] for v in values for rid in v.result_ids if rid in evidence.rows}
+    missing = [evidence.missing] if evidence.missing and not points else []
     candidate = Candidate(backend=backend, status=status, weighted_us=latency, halfwidth_us=halfwidth,
                           buckets=values, fit=_summary(fit),
-                          warnings=list(verdict.warnings) + list(evidence.warnings))
+                          warnings=list(verdict.warnings) + list(evidence.warnings) + missing,
+                          evidence=weakest_kind(points))
     return Judged(candidate=candidate, rows=rows)
+
+
+def _named(value: BucketValue, source: str) -> BucketValue:
+    """A value that rests on something else than this host class's measurements, naming it."""
+    if value.latency_us is None or value.evidence == MEASURED:
+        return value
+    return dataclasses.replace(value, reference=source)
 
 
 def _summary(fit) -> FitSummary | None:

@@ -18,15 +18,19 @@ from autoselect.candidates import candidate_backends, judge
 from autoselect.errors import UnknownHostClass, UserError
 from autoselect.hardware import HostFingerprint, fingerprint
 from autoselect.model import MoeProfile, load_profile, normalize_arch
+from autoselect.reference import get_class, is_reference_class
+from autoselect.reference.host import reference_host
 from autoselect.selector.caveats import caveats
 from autoselect.selector.confidence import confidence, facts
 from autoselect.selector.decide import decide
 from autoselect.selector.e2e import e2e_evidence, validate_flags
-from autoselect.selector.evidence import EvidenceSource, collect, sources_for
+from autoselect.selector.evidence import EvidenceSource, collect
 from autoselect.selector.flags import serve_flags, settle, tuned_knobs
 from autoselect.selector.judge import judge_backend
 from autoselect.selector.provenance import data_used
+from autoselect.selector.reference_evidence import ReferenceEvidence
 from autoselect.selector.schema import ModelSummary, Recommendation
+from autoselect.selector.sources import sources_for
 from autoselect.selector.target import RecommendTarget, gpu_memory_mib, resolve
 from autoselect.bridge import target_version
 from autoselect.workload import (BadWorkloadOption, Deployment, WorkloadSpec, check_deployment_flags,
@@ -79,8 +83,10 @@ def recommend(
     :param vllm_version_source: where ``vllm_version`` came from (JSON ``vllm_version_source``);
         default ``"--vllm-version"`` when a version is given, else the resolution's.
     :param evidence: the evidence sources for the target (default
-        :func:`autoselect.selector.evidence.sources_for`: this host class's measurements, from
-        ``rows`` or ``conn``); each backend's points come from the strongest source that has any.
+        :func:`autoselect.selector.sources.sources_for`: this host class's measurements, from
+        ``rows`` or ``conn``, and NVIDIA's published reference for a reference class or a host of a
+        reference system without local measurements of the shape); each backend's points come
+        from the strongest source that has any.
     """
     target = resolve(profile, deployment=deployment, host_class=host_class, host=host, gpu_arch=gpu_arch,
                      vllm_version=vllm_version, vllm_version_source=vllm_version_source, workload=workload,
@@ -98,6 +104,7 @@ def recommend(
     # Belt and braces: the one-sided nvfp4 rule (and every other) is the rules table's call.
     assert final is not None and final.ok, f"selector picked an illegal backend {decision.pick.backend}"
     notes = caveats(target, decision, candidates, used)
+    reference = next((s.used(candidates) for s in sources if isinstance(s, ReferenceEvidence)), None)
     level, reasons = confidence(facts(decision, candidates, stale=bool(notes.stale)))
     knobs = dict(knobs or {}) or tuned_knobs(target, conn, decision.pick.backend)
     flags = serve_flags(target, decision.pick.backend, knobs)
@@ -109,9 +116,11 @@ def recommend(
         workload=target.workload, backend=decision.pick.backend, decision=decision.text,
         vllm_args=flags.vllm_args, command=flags.command, env=flags.env, knobs=knobs,
         confidence=level, confidence_reasons=reasons, candidates=candidates, rejected=rejected,
-        warnings=list(dict.fromkeys(list(final.warnings) + notes.warnings + flags.notes)),
+        warnings=list(dict.fromkeys(list(final.warnings) + notes.warnings + flags.notes
+                                    + (reference.caveats if reference is not None else []))),
         data_used=data_used(target, used, notes.stale, sum(s.considered for s in sources)),
         bench_command=settle(target, candidates, decision.default),
+        reference=reference,
     )
 
 
@@ -152,14 +161,18 @@ def _check_flags(workload, tokens, concurrency, max_num_batched_tokens, max_work
 
 
 def target_host(conn: sqlite3.Connection | None, path, host_class: str | None) -> HostFingerprint:
-    """This machine, or the newest machine of ``host_class`` in the store (``path`` names the
-    store in the error). The one host-class lookup: ``recommend``, ``explain``, the service and
-    ``report`` resolve a ``--host-class`` through it.
+    """This machine, the newest machine of ``host_class`` in the store (``path`` names the store in
+    the error), or the machine a reference class stands for
+    (:func:`autoselect.reference.host.reference_host`). The one host-class lookup: ``recommend``,
+    ``explain``, the service and ``report`` resolve a ``--host-class`` through it.
 
     :raises UnknownHostClass: ``host_class`` is not in the store (or there is no store).
+    :raises UnknownReferenceClass: a ``ref-`` name that is no reference class.
     """
     if host_class is None:
         return fingerprint()
+    if is_reference_class(host_class):
+        return reference_host(get_class(host_class))
     known = [h["host_class"] for h in host_classes(conn)] if conn is not None else []
     if host_class not in known:
         raise UnknownHostClass(
@@ -194,8 +207,10 @@ def recommend_for(
 
     Every input is checked before anything is read. The target host is this machine
     (:func:`autoselect.hardware.fingerprint`) unless ``host_class`` names a class present in
-    the database (its newest machine then stands for it). A missing database file means no
-    measurements (confidence ``none``), not an error, unless ``host_class`` needs it. The answer
+    the database (its newest machine then stands for it) or is a reference class (``ref-...``: a
+    machine of that published system; the world size defaults to the class's, and the NVL72 rack
+    class needs one). A missing database file means no measurements (confidence ``none``), not
+    an error, unless ``host_class`` needs it. The answer
     carries the stored e2e results of its shape (``e2e``) and, with ``validate``, vLLM's own
     parser's verdict on the flags (``vllm_validation``; a rejection is an error).
     """
@@ -209,7 +224,7 @@ def recommend_for(
     conn = connect_readonly(path) if os.path.exists(path) else None
     try:
         host = target_host(conn, path, host_class)
-        deployment = resolve_deployment(dp, tp, world_size, host.gpu_count if host is not None else None)
+        deployment = resolve_deployment(dp, tp, world_size, _default_gpus(host_class, host, dp, tp, world_size))
         budget = max_num_batched_tokens or vllm_flags.vllm_default_max_num_batched_tokens(
             rules.DEFAULT_BACKEND, gpu_memory_mib(host))
         spec = explicit or workload_from_kind(workload or "mixed", deployment, concurrency=concurrency,
@@ -220,13 +235,25 @@ def recommend_for(
                         workload=spec, max_num_batched_tokens=max_num_batched_tokens,
                         max_workspace_gib=max_workspace_gib)
         rec.warnings.extend(version_problems)
-        if rec.bench_command and host_class is not None:
+        if rec.bench_command and rec.reference is not None and is_reference_class(host_class):
+            rec.warnings.append(f"run the bench command on a machine of the reference system: {rec.reference.system}")
+        elif rec.bench_command and host_class is not None:
             rec.warnings.append(f"run the bench command on a machine of host class {host_class}")
         _add_checks(rec, conn, validate)
         return rec
     finally:
         if conn is not None:
             conn.close()
+
+
+def _default_gpus(host_class: str | None, host: HostFingerprint, dp: int | None, tp: int | None,
+                  world_size: int | None) -> int | None:
+    """The GPUs a deployment without --dp / --world-size spans: the host's; a reference class's
+    default world size (the NVL72 rack class has none: it asks for --world-size)."""
+    if not is_reference_class(host_class):
+        return host.gpu_count if host is not None else None
+    asked = world_size if world_size is not None else (dp * (tp or 1) if dp is not None else None)
+    return get_class(host_class).check_world_size(asked)
 
 
 def _add_checks(rec: Recommendation, conn: sqlite3.Connection | None, validate: bool) -> None:

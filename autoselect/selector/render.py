@@ -1,15 +1,17 @@
 """The answer as text: the human answer, the evidence per bucket, shell exports, bare flags.
 
 The CLI only prints these. The human answer puts the command line first, then the decision, the
-candidates table, rejections, warnings, the data used; ``--explain`` adds the evidence per
-token bucket; stored end-to-end results and a ``--validate`` verdict come last.
+published reference it rests on (if any: which backend's numbers are published, derived or
+transferred, and from where), the candidates table, rejections, warnings, the data used;
+``--explain`` adds the evidence per token bucket, each number with its kind and source; stored
+end-to-end results and a ``--validate`` verdict come last.
 """
 
 from __future__ import annotations
 
 import shlex
 
-from autoselect.selector.schema import Candidate, E2eEvidence, Recommendation
+from autoselect.selector.schema import MEASURED, Candidate, E2eEvidence, Recommendation, ReferenceUsed
 
 _STATUS_WORDS = {
     "pick": "PICK",
@@ -45,7 +47,7 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
 
 def render_text(rec: Recommendation, *, explain: bool = False) -> str:
     """The human answer: the command line first, then candidates, rejections, warnings, data."""
-    lines = [rec.command, ""] + _summary(rec) + _candidates(rec)
+    lines = [rec.command, ""] + _summary(rec) + _reference(rec.reference) + _candidates(rec)
     if rec.rejected:
         lines += ["", "rejected:"] + [f"  {r.backend} ({r.kind}): {'; '.join(r.reasons)}" for r in rec.rejected]
     if rec.warnings:
@@ -88,16 +90,37 @@ def _knobs_line(knobs: dict) -> str:
     return f"tuned knobs {' '.join(settings) or '-'}" + measured
 
 
+def _reference(ref: ReferenceUsed | None) -> list[str]:
+    """The published reference behind the answer: the class, why, each kind's backends and source."""
+    if ref is None:
+        return []
+    lines = [f"reference   {ref.host_class}: {ref.system}"]
+    if not ref.why.startswith("--host-class"):
+        lines.append(f"            {ref.why}")
+    by_line: dict[tuple[str, str], list[str]] = {}
+    for b in ref.backends:
+        by_line.setdefault((b.evidence, b.line), []).append(b.backend)
+    width = max(len(kind) for kind, _ in by_line)
+    for (kind, line), backends in by_line.items():
+        lines.append(f"            {kind.ljust(width)}  {', '.join(backends)}: {line}")
+    lines += [f"            serving host: {r}" for r in ref.requirements]
+    return lines
+
+
 def _candidates(rec: Recommendation) -> list[str]:
     if not rec.candidates:
         return []
-    header = ["candidate", "verdict", "weighted us", "+-"] + [f"{t} tok" for t in rec.workload.tokens]
+    kinds = rec.reference is not None or any(c.evidence != MEASURED for c in rec.candidates)
+    header = ["candidate", "verdict"] + (["evidence"] if kinds else []) + ["weighted us", "+-"]
+    first = len(header)
+    header += [f"{t} tok" for t in rec.workload.tokens]
     rows = [header]
     for c in rec.candidates:
         cells = [_ESTIMATE_MARKS.get(b.source, "") + _fmt_us(b.latency_us) for b in c.buckets]
-        rows.append([c.backend, _STATUS_WORDS.get(c.status, c.status), _fmt_us(c.weighted_us),
-                     _fmt_us(c.halfwidth_us)] + cells)
-    lines = [""] + _table(rows, right={2, 3} | set(range(4, len(header))))
+        kind = ([c.evidence if c.fit is not None else "-"] if kinds else [])
+        rows.append([c.backend, _STATUS_WORDS.get(c.status, c.status)] + kind
+                    + [_fmt_us(c.weighted_us), _fmt_us(c.halfwidth_us)] + cells)
+    lines = [""] + _table(rows, right=set(range(first - 2, len(header))))
     if rec.estimated:
         lines.append("(~ interpolated, ~~ extrapolated with the fitted latency model; us = microseconds)")
     return lines
@@ -105,6 +128,9 @@ def _candidates(rec: Recommendation) -> list[str]:
 
 def _data_line(rec: Recommendation) -> str:
     d = rec.data_used
+    if not d.results and rec.reference is not None:  # results_considered counts the reference points then
+        return (f"data: no local measurements for host class {d.host_class} and this shape; "
+                f"{rec.reference.points} points of NVIDIA's published reference {rec.reference.host_class}")
     if not d.results and d.results_considered:
         return (f"data: {d.results_considered} stored results for host class {d.host_class} and this shape, none "
                 "close enough to these token counts to use (the warnings say why)")
@@ -133,9 +159,13 @@ def render_explain(rec: Recommendation) -> str:
         "evidence per token bucket (latency +- band; a backend leaves the default only when its "
         "weighted band clears the default's):"
     ]
+    sources = _sources(rec.candidates)
+    if sources:
+        lines.append("sources of the numbers that are not measured here:")
+        lines += [f"  [{n}] {line}" for line, n in sources.items()]
     for i, (tokens, weight) in enumerate(rec.workload.buckets):
         lines.append(f"{tokens} tokens/rank (weight {weight:.0%}):")
-        lines += _bucket_rows(rec.candidates, i)
+        lines += _bucket_rows(rec.candidates, i, sources)
     lines.append("weighted over the workload:")
     rows = [["  " + c.backend, _fmt_us(c.weighted_us), _pm(c.halfwidth_us), c.status] for c in rec.candidates]
     if rows:
@@ -150,11 +180,20 @@ def render_explain(rec: Recommendation) -> str:
     return "\n".join(lines)
 
 
-def _bucket_rows(candidates: list[Candidate], i: int) -> list[str]:
+def _sources(candidates: list[Candidate]) -> dict[str, int]:
+    """Every reference line a value rests on, numbered in order of appearance."""
+    lines = [b.reference for c in candidates for b in c.buckets if b.reference]
+    return {line: n for n, line in enumerate(dict.fromkeys(lines), 1)}
+
+
+def _bucket_rows(candidates: list[Candidate], i: int, sources: dict[str, int]) -> list[str]:
     rows = []
     for c in candidates:
         b = c.buckets[i]
         origin = b.source
+        if b.reference:
+            origin = (f"{b.evidence} [{sources[b.reference]}]" if b.source == "measured"
+                      else f"{b.source}, {b.evidence} [{sources[b.reference]}]")
         if b.result_ids:
             origin += f" (result{'s' if len(b.result_ids) > 1 else ''} {', '.join(map(str, sorted(b.result_ids)))})"
         rows.append(["  " + c.backend, _fmt_us(b.latency_us), _pm(b.halfwidth_us), origin])

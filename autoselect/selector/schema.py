@@ -20,11 +20,13 @@ from autoselect.workload import Deployment, WorkloadSpec
 #: Version of the JSON ``recommend --format json`` prints; bump on incompatible changes.
 SCHEMA_VERSION = 1
 
-#: Where a bucket's numbers come from, strongest first. Today's answers use ``measured``
-#: (this host class's microbenchmarks, or the latency model fitted on them); published
-#: reference measurements and what is derived or transferred from them slot in between.
+#: Where a bucket's numbers come from, strongest first: ``measured`` (this host class's
+#: microbenchmarks, or the latency model fitted on them), ``published`` (NVIDIA's reference
+#: tables, :mod:`autoselect.reference`), ``derived`` (computed from published NCCL timings: vLLM's
+#: allgather_reducescatter), ``transferred`` (another shape's published rows, by bytes per token),
+#: ``estimated`` (no measurement behind it at all).
 EVIDENCE_KINDS = ("measured", "published", "derived", "transferred", "estimated")
-MEASURED = "measured"
+MEASURED, PUBLISHED, DERIVED, TRANSFERRED = EVIDENCE_KINDS[:4]
 
 
 def _rounded(digits: int) -> dict:
@@ -72,7 +74,9 @@ class BucketValue(_Document):
     ``source``: ``measured`` (a measurement at this token count), ``interpolated`` (inside the
     measured token range), ``extrapolated`` (outside it, within the latency model's limit) or
     ``missing``. ``evidence``: the kind of evidence the value rests on (:data:`EVIDENCE_KINDS`);
-    written to the JSON only when it is not ``measured``.
+    written to the JSON only when it is not ``measured``. ``reference``: for a value resting on the
+    published reference, the line naming it (``AIConfigurator 0.12.0, vLLM 0.24.0 DeepEP on
+    8×H200, collected 2026-08-31``; derived and transferred values say so in it).
     """
 
     tokens_per_rank: int
@@ -82,6 +86,7 @@ class BucketValue(_Document):
     result_ids: tuple[int, ...] = ()
     note: str | None = None
     evidence: str = field(default=MEASURED, metadata=OMIT_DEFAULT)
+    reference: str | None = field(default=None, metadata=OMIT_NONE)
 
     @property
     def estimated(self) -> bool:
@@ -106,6 +111,7 @@ class Candidate(_Document):
     ``status``: ``pick``, ``default`` (the default, not picked), ``faster`` (beats the
     default but is not the pick), ``tie`` (within the noise of the default), ``slower``,
     ``measured`` (before the decision), ``incomplete`` (some bucket has no value) or ``no data``.
+    ``evidence``: the weakest kind its values rest on (written when not ``measured``).
     """
 
     backend: str
@@ -115,6 +121,7 @@ class Candidate(_Document):
     buckets: list[BucketValue]
     fit: FitSummary | None
     warnings: list[str] = field(default_factory=list)
+    evidence: str = field(default=MEASURED, metadata=OMIT_DEFAULT)
 
     @property
     def measured(self) -> bool:
@@ -198,6 +205,34 @@ class E2eEvidence(_Document):
         return {"latencies": {str(t): dict(v) for t, v in self.latencies.items()}, "warnings": list(self.warnings)}
 
 
+@dataclass(frozen=True)
+class ReferenceSource(_Document):
+    """What the reference says about one legal backend: its kind and the line naming it, or why
+    it has nothing (``evidence`` ``none``)."""
+
+    backend: str
+    evidence: str  # published | derived | transferred | none
+    line: str
+
+
+@dataclass(frozen=True)
+class ReferenceUsed(_Document):
+    """The published reference an answer rests on (JSON ``reference``; absent for local answers).
+
+    ``why``: what made it the evidence (``--host-class ref-...``, or a host whose GPUs are the
+    reference system and that has no local measurement of the shape); ``requirements``: how each
+    package requirement was judged for a reference class (facts of the serving host).
+    """
+
+    host_class: str
+    system: str
+    why: str
+    backends: list[ReferenceSource]
+    requirements: list[str]
+    caveats: list[str]
+    points: int  # reference points read (published, derived and transferred)
+
+
 @dataclass(kw_only=True)
 class Recommendation(_Document):
     """The answer: the backend, its ``vllm serve`` flags, the evidence and the confidence.
@@ -207,7 +242,7 @@ class Recommendation(_Document):
     its env vars are merged into ``env`` and its flags into ``vllm_args``. ``bench_command`` is the
     ``autoselect bench`` command line that would settle an answer the data cannot (or None).
     ``e2e`` (stored end-to-end results) and ``vllm_validation`` (``--validate``) are left out of
-    the JSON when absent.
+    the JSON when absent, as is ``reference`` (the published reference the answer rests on).
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -235,6 +270,7 @@ class Recommendation(_Document):
     warnings: list[str]
     data_used: DataUsed
     bench_command: str | None
+    reference: ReferenceUsed | None = field(default=None, metadata=OMIT_NONE)
     e2e: E2eEvidence | None = field(default=None, metadata=OMIT_NONE)
     vllm_validation: FlagValidation | None = field(default=None, metadata=OMIT_NONE)
 

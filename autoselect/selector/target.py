@@ -15,6 +15,8 @@ from autoselect.errors import GpuArchRequired
 from autoselect.hardware import HostFingerprint
 from autoselect.model import MoeProfile, normalize_arch
 from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
+from autoselect.reference import get_class, is_reference_class
+from autoselect.reference.host import reference_host
 from autoselect.workload import Deployment, WorkloadSpec, workload_from_kind
 
 #: Version keys compared between a measurement and the target for the staleness warning.
@@ -74,12 +76,22 @@ def resolve(profile: MoeProfile, *, deployment: Deployment, host_class: str | No
     """The :class:`RecommendTarget` of :func:`autoselect.selector.recommend`'s arguments.
 
     Defaults: the host's class and arch, the vLLM version every command resolves
-    (:func:`autoselect.candidates.resolve_target`), the ``mixed`` workload.
+    (:func:`autoselect.candidates.resolve_target`), the ``mixed`` workload. A reference class
+    (``ref-h200_sxm-x8``) answers for a machine of its system: its arch, and (without ``host``) the
+    host it stands for (:func:`autoselect.reference.host.reference_host`).
 
     :raises GpuArchRequired: no arch given and the host has none (a CPU host).
+    :raises GpuArchNotOfReference, ReferenceWorldSizeUnavailable, UnknownReferenceClass: a reference
+        class asked for another arch, a world size it cannot describe, or one that does not exist.
     """
     if host_class is None and host is not None:
         host_class = host.host_class
+    reference = is_reference_class(host_class)
+    if reference:
+        ref = get_class(host_class)
+        gpu_arch = ref.check_arch(normalize_arch(gpu_arch) if gpu_arch else None)
+        ref.check_world_size(deployment.world_size)
+        host = host if host is not None else reference_host(ref)
     gpu_arch = gpu_arch or (host.gpu_arch if host is not None else None)
     if not gpu_arch:
         raise GpuArchRequired(
@@ -91,10 +103,10 @@ def resolve(profile: MoeProfile, *, deployment: Deployment, host_class: str | No
                               vllm_version=vllm_version, vllm_version_source=vllm_version_source,
                               max_tokens_per_rank=max_num_batched_tokens, tensor_parallel_size=deployment.tp)
     workload = workload or workload_from_kind("mixed", deployment, max_num_batched_tokens=max_num_batched_tokens)
-    versions = {
+    versions = {  # a reference class has no installed versions: its packages are the serving host's
         "vllm": legality.vllm_version,
-        "flashinfer": (host.versions or {}).get("flashinfer") if host else None,
-        "driver": host.driver_version if host else None,
+        "flashinfer": (host.versions or {}).get("flashinfer") if host and not reference else None,
+        "driver": host.driver_version if host and not reference else None,
     }
     return RecommendTarget(profile=profile, deployment=deployment, host_class=host_class, host=host,
                            gpu_arch=gpu_arch, dispatch_dtype=profile.activation_dtype(gpu_arch), workload=workload,
