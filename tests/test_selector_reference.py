@@ -316,3 +316,15 @@ def test_reference_evidence_answers_every_backend_once():
     first = source.for_backend(LL)
     assert source.for_backend(LL) is first and first.kind == "transferred" and first.points
     assert source.considered == len(first.points)
+
+
+def test_the_readme_quick_start_shows_the_real_reference_answer(monkeypatch):
+    readme = (ROOT / "README.md").read_text()
+    command = "autoselect recommend --model tests/fixtures/models/deepseek-v3 --host-class ref-h200_sxm-x8 --workload decode"
+    block = readme.split(f"```bash\n{command}\n```\n\n```text\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(ROOT)
+    r = CliRunner().invoke(main, command.split()[1:], env={"AUTOSELECT_DB": "/nonexistent/x.db",
+                                                          "AUTOSELECT_VLLM_PYTHON": None})
+    assert r.exit_code == 0, r.output
+    shown = [line for line in block.splitlines() if line]
+    assert shown and [line for line in r.stdout.splitlines() if line in shown] == shown

@@ -25,7 +25,9 @@ def recommend_options(f):
         click.option("--world-size", type=int, default=None, metavar="N", show_default="dp x tp",
                      help="EP size = dp x tp; give it instead of --dp."),
         click.option("--host-class", default=None, metavar="CLASS",
-                     help="Answer for another host class in the database (`autoselect db info`); default: this machine."),
+                     help="Answer for another host class in the database (`autoselect db info`), or for a "
+                          "reference class ref-<system>-x<N> from NVIDIA's published measurements (no database "
+                          "needed; docs/reference-data.md); default: this machine."),
         click.option("--gpu-arch", default=None, metavar="ARCH",
                      help="GPU arch for the activation dtype: sm90, sm100, ... (default: the host's)."),
         click.option("--vllm-version", default=None, metavar="X.Y.Z",
@@ -82,11 +84,14 @@ def recommend_cmd(explain, validate, fmt, **kw):
     Candidates are the backends the rules allow for the model's activation dtype
     (flashinfer_nvlink_one_sided: nvfp4 only); vLLM's default stays unless a candidate is
     faster beyond the measured noise on the workload. Without measurements the answer is
-    the default with confidence none and the `autoselect bench` command that would settle it.
+    the default with confidence none and the `autoselect bench` command that would settle it;
+    on GPUs of a published reference system (or --host-class ref-...) NVIDIA's published
+    measurements answer, with confidence reference.
 
     \b
     Examples:
       autoselect recommend --model deepseek-ai/DeepSeek-R1 --workload decode
+      autoselect recommend --model deepseek-ai/DeepSeek-V3 --host-class ref-h200_sxm-x8
       autoselect recommend --model ./Qwen3-30B-A3B --tokens 1:0.5,64:0.3,8192:0.2 --format json
       vllm serve ./Qwen3-30B-A3B $(autoselect recommend --model ./Qwen3-30B-A3B --format args)
       eval "$(autoselect recommend --model ./Qwen3-30B-A3B --format env)"
