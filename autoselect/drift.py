@@ -5,7 +5,10 @@ Every node (``machine_id``) is judged on its **newest run**: for each measured p
 
 * with the same node's **history** (the median of its older runs' medians), and
 * with its **host class** (the median of the other nodes' newest medians; leave-one-out, so
-  one slow node cannot drag the reference towards itself).
+  one slow node cannot drag the reference towards itself), and
+* where the node's GPUs are a published reference system, with **NVIDIA's published numbers**
+  (:mod:`autoselect.reference.health`: more than 1.5x a published or transferred number is slow,
+  whatever the noise; ``versus`` ``"reference"``).
 
 A point is *slow* only beyond the measured noise: the slowdown must exceed both
 ``min_slowdown`` (default 5 %) and ``noise_k`` (default 3) times the combined relative noise
@@ -33,6 +36,8 @@ from typing import Any, Iterable
 
 from autoselect.errors import UnknownHostClass, UserError
 from autoselect.model import load_profile
+from autoselect.reference.health import SLOWER_LIMIT, Measured, compare
+from autoselect.reference.systems import match_host
 from autoselect.selector import recommend
 from autoselect.workload import Deployment, Shape, equal_workload
 from db.queries import all_results, connect_readonly, host_classes, newest_host, runs
@@ -141,7 +146,7 @@ class SlowPoint:
     machine_id: str
     hostname: str
     host_class: str
-    versus: str  # "history" (the node's own older runs) or "class" (the other nodes' newest)
+    versus: str  # "history" (its own older runs), "class" (the other nodes' newest), "reference" (NVIDIA's)
     backend: str
     shape: str
     tokens_per_rank: int
@@ -172,6 +177,8 @@ class NodeDrift:
     newest_run_started_at: str
     compared_history: int = 0
     compared_class: int = 0
+    compared_reference: int = 0
+    reference_class: str | None = None  # the published system its GPUs are, when they are one
     slow: list[SlowPoint] = field(default_factory=list)
     versions_changed: dict[str, list] = field(default_factory=dict)  # key -> [before, now]
 
@@ -197,6 +204,8 @@ class NodeDrift:
             "worst_slowdown": round(self.worst_slowdown, 4),
             "compared_history": self.compared_history,
             "compared_class": self.compared_class,
+            "compared_reference": self.compared_reference,
+            "reference_class": self.reference_class,
             "slow": [s.to_dict() for s in self.slow],
             "versions_changed": self.versions_changed,
         }
@@ -244,6 +253,34 @@ def node_drift(obs: list[Observation], *, min_slowdown: float = MIN_SLOWDOWN,
                        min_slowdown, noise_k)
         out.append(nd)
     return out
+
+
+def reference_drift(nodes: list[NodeDrift], obs: list[Observation], hosts: dict[str, Any]) -> None:
+    """Judge each node's newest run against NVIDIA's published reference, where its host class's GPUs
+    (``hosts``: host class -> its newest host) are a reference system: a point more than
+    :data:`~autoselect.reference.health.SLOWER_LIMIT` times a published or transferred number is slow."""
+    for nd in nodes:
+        mine = [o for o in obs if o.machine_id == nd.machine_id and o.run_id == nd.newest_run_id
+                and o.point.device == "cuda" and o.point.knobs == "{}"]
+        host = hosts.get(nd.host_class)
+        match = match_host(host, mine[0].point.world_size) if mine and host is not None else None
+        if match is None:
+            continue
+        nd.reference_class = match.ref_class.name
+        by_measured = {}
+        for o in mine:
+            s = o.point.shape
+            by_measured[Measured(o.point.backend, s.hidden, s.top_k, s.experts, s.dtype, o.point.world_size,
+                                 o.point.tokens_per_rank, o.latency_us)] = o
+        for c in compare(by_measured, match.ref_class):
+            nd.compared_reference += 1
+            if c.slower:
+                o = by_measured[c.measured]
+                nd.slow.append(SlowPoint(
+                    machine_id=o.machine_id, hostname=o.hostname, host_class=o.host_class, versus="reference",
+                    backend=o.point.backend, shape=o.point.label(), tokens_per_rank=o.point.tokens_per_rank,
+                    latency_us=o.latency_us, reference_us=c.reference_us, slowdown=c.ratio - 1.0,
+                    threshold=SLOWER_LIMIT - 1.0, reference_count=1))
 
 
 def _point_order(p: Point) -> tuple:
@@ -483,8 +520,10 @@ def analyze(conn: Any, *, models: Iterable[str] | None = None, host_class: str |
     results = all_results(conn, kind="micro", statuses=("ok",), host_class=host_class)
     obs = observations(results)
     run_rows = runs(conn)
+    nodes = node_drift(obs, min_slowdown=min_slowdown, noise_k=noise_k)
+    reference_drift(nodes, obs, {n.host_class: newest_host(conn, n.host_class) for n in nodes})
     return DriftReport(
-        nodes=node_drift(obs, min_slowdown=min_slowdown, noise_k=noise_k),
+        nodes=nodes,
         recommendations=recommendation_changes(conn, results, run_rows, models=models,
                                                min_slowdown=min_slowdown, noise_k=noise_k),
         min_slowdown=min_slowdown,

@@ -14,6 +14,7 @@ from autoselect.errors import GpuArchRequired, MissingShape, UserError
 from autoselect.hardware import fingerprint
 from autoselect.model import load_profile, normalize_arch
 from autoselect.options import DEFAULT_TOKENS, STOPPING, parse_int_list, parse_name_list
+from autoselect.reference.health import ReferenceCheck, check_results
 from autoselect.workload import Shape
 from bench import launch
 from bench.backends import available
@@ -56,9 +57,14 @@ class BenchReport:
             d = r.to_dict()
             d.pop("raw_samples_us", None)
             rows.append(d)
+        check = self.reference_check()
         return {"schema_version": 1, "run_id": self.run_id, "db": self.db_path, "spec": asdict(self.spec),
                 "skipped": self.skipped, "results": rows, "startups": self.startups,
-                "worker_groups": self.groups}
+                "worker_groups": self.groups, "reference": check.to_dict() if check else None}
+
+    def reference_check(self) -> ReferenceCheck | None:
+        """The ok rows against NVIDIA's published reference, when this host is a reference system."""
+        return check_results(self.results, self.host)
 
 
 def resolve_shape(host, *, model=None, gpu_arch=None, hidden=None, top_k=None, experts=None,

@@ -71,6 +71,8 @@ def render_text(report) -> str:
     if any(r.status == "harness_error" for r in report.results):
         lines.append("# harness_error: the harness itself failed (memory, overflow); not stored as a result "
                      "(the run's meta keeps it), so recommend does not count it against the backend")
+    check = report.reference_check()
+    lines += check.lines() if check is not None else []
     if report.run_id is not None:
         lines.append(f"# stored as run {report.run_id} in {report.db_path}")
     return "\n".join(lines)

@@ -203,7 +203,8 @@ def _print_drift(report) -> None:
     for n in report.nodes:
         verdict = f"SLOW (worst +{n.worst_slowdown:.0%})" if n.flagged else "ok"
         click.echo(f"  {n.hostname:<28} {n.host_class:<24} {verdict}  "
-                   f"[{n.compared_history} vs history, {n.compared_class} vs class]")
+                   f"[{n.compared_history} vs history, {n.compared_class} vs class"
+                   + (f", {n.compared_reference} vs {n.reference_class}]" if n.reference_class else "]"))
         for k, (before, now) in n.versions_changed.items():
             click.echo(f"      {k}: {before} -> {now}")
         for s in sorted(n.slow, key=lambda s: -s.slowdown)[:10]:
