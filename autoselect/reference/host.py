@@ -19,13 +19,13 @@ from autoselect.reference.systems import ReferenceClass
 ON_SERVING_HOST = "required on the serving host"
 #: How each package requirement is judged for a reference class, per package of the rules table.
 REQUIREMENTS = {
-    "deep_ep": "deep_ep (DeepEP): judged present, as in the reference (its DeepEP rows ran vLLM 0.24.0's DeepEP "
-               "paths in the vllm/vllm-openai:v0.24.0 image); the serving host must have it: {hint}",
-    "flashinfer": "flashinfer: judged present (the one-/two-sided rows are TensorRT-LLM's kernels, which "
-                  "FlashInfer ships as vLLM's flashinfer_nvlink_* backends); the serving host must have it: {hint}",
+    "deep_ep": "deep_ep: judged present (NVIDIA measured DeepEP inside vLLM 0.24.0's image); the serving host "
+               "needs it: {hint}",
+    "flashinfer": "flashinfer: judged present (the one-/two-sided rows are TensorRT-LLM's kernels, which FlashInfer "
+                  "ships); the serving host needs it: {hint}",
 }
-GENERIC_REQUIREMENT = ("{package}: judged present, as on the system NVIDIA measured; the serving host must have it: "
-                       "{hint}")
+GENERIC_REQUIREMENT = "{package}: judged present, as on the system NVIDIA measured; the serving host needs it: " \
+    "{hint}"
 #: NVLink links per GPU of every reference system (HGX H100/H200/B200/B300 boards, GB200/GB300 trays).
 NVLINKS_PER_GPU = 18
 
