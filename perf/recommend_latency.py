@@ -8,6 +8,9 @@ then times, interleaved in the same run, fresh Python processes of:
 * ``python -c "import click"``                (the bare import the goal is measured against)
 * ``python -m autoselect recommend ...``      (the whole answer, text output)
 * ``python -m autoselect recommend ... --format json``
+* the same two on a reference class (``--host-class ref-b200_sxm-x8``: NVIDIA's published tables,
+  the packaged read-only SQLite file next to the store; nothing of the store's million rows
+  belongs to it), which must be no slower than on a local class
 * the json command with ``$AUTOSELECT_VLLM_PYTHON`` set (``--vllm-python``, default the CI's
   ``/opt/vllm-venv/bin/python``): the target version is then read from that environment's
   package metadata, whose ``sys.path`` costs one subprocess the first time and is cached
@@ -17,7 +20,9 @@ then times, interleaved in the same run, fresh Python processes of:
 and prints the medians and the ratio recommend / import click.
 
 Goal (issue 5): recommend under 150 ms wall, well under 3x the bare ``import click``. The
-goal is judged on every row but the cold-cache one, which is printed beside it.
+goal is judged on every row but the cold-cache one, which is printed beside it. Goal (issue 13):
+recommend on a reference class no slower than on a local class (median of the reference rows <=
+the local rows' median, with the two local classes' own difference printed as the noise).
 
     python3 perf/recommend_latency.py                        # 1,000,000 results in a temp dir
     python3 perf/recommend_latency.py --results 200000 --keep /tmp/big.db
@@ -45,6 +50,8 @@ from db_lookup import fill  # noqa: E402  (issue 3's filler, reused as the issue
 MODEL = str(ROOT / "tests" / "fixtures" / "models" / "deepseek-r1-nvfp4")
 #: (host class of the filler, what the model dispatches there): nvfp4 on Blackwell, bf16 on Hopper
 TARGETS = ("b200x8-hgx", "h200x8-hgx")
+#: A reference class of the same GPUs (answered from the packaged reference data).
+REFERENCE = "ref-b200_sxm-x8"
 CLICK = "python -c 'import click'"
 VLLM_PYTHON = "/opt/vllm-venv/bin/python" if Path("/opt/vllm-venv/bin/python").exists() else sys.executable
 COLD = "(cache cold)"
@@ -119,6 +126,9 @@ def main() -> int:
         commands[f"recommend {hc} (text)"] = (base, env)
         commands[f"recommend {hc} (json)"] = (base + ["--format", "json"], env)
     vllm_json = base + ["--format", "json"]
+    ref_base = [py, "-m", "autoselect", "recommend", "--model", MODEL, "--host-class", REFERENCE]
+    commands[f"recommend {REFERENCE} (text)"] = (ref_base, env)
+    commands[f"recommend {REFERENCE} (json)"] = (ref_base + ["--format", "json"], env)
     commands[f"recommend {TARGETS[-1]} (json, vllm python)"] = (vllm_json, with_vllm)
     cold = Path(tmp.name) / "cold"
     cold.mkdir()
@@ -130,6 +140,10 @@ def main() -> int:
     print(f"database: {count:,} results; answer for {TARGETS[0]}: {doc['backend']} "
           f"(confidence {doc['confidence']}, {doc['data_used']['results_considered']} results considered, "
           f"{len(doc['candidates'])} candidates)")
+    answer = subprocess.run(commands[f"recommend {REFERENCE} (json)"][0], capture_output=True, text=True, env=env)
+    doc = json.loads(answer.stdout)
+    print(f"answer for {REFERENCE}: {doc['backend']} (confidence {doc['confidence']}, "
+          f"{doc['reference']['points']} reference points, {len(doc['candidates'])} candidates)")
     answer = subprocess.run(vllm_json, capture_output=True, text=True, env=with_vllm)
     doc = json.loads(answer.stdout)
     print(f"with AUTOSELECT_VLLM_PYTHON={args.vllm_python}: vLLM {doc['vllm_version']} "
@@ -157,6 +171,14 @@ def main() -> int:
     print(f"AUTOSELECT_VLLM_PYTHON: cached {medians[warm]:.1f} ms, cache cold {medians[cold]:.1f} ms "
           f"(+{medians[cold] - medians[warm]:.1f} ms once per package change), vs no vllm python "
           f"{medians[warm.replace(', vllm python', '')]:.1f} ms")
+    local = [medians[f"recommend {hc} ({f})"] for hc in TARGETS for f in ("text", "json")]
+    reference = [medians[f"recommend {REFERENCE} ({f})"] for f in ("text", "json")]
+    ref_ok = statistics.median(reference) <= statistics.median(local)
+    print(f"reference class {REFERENCE}: median {statistics.median(reference):.1f} ms vs local classes "
+          f"{statistics.median(local):.1f} ms (ratio {statistics.median(reference) / statistics.median(local):.2f}; "
+          f"the two local classes differ by {abs(local[0] - local[2]):.1f} ms text, {abs(local[1] - local[3]):.1f} ms "
+          f"json) (goal: no slower): {'OK' if ref_ok else 'MISSED'}")
+    ok = ok and ref_ok
     best = {n: min(v) for n, v in times.items()}
     rec_min = min(best[n] for n in best if n.startswith("recommend") and COLD not in n)
     print(f"least-disturbed runs (fastest of each): recommend {rec_min:.1f} ms, import click "
