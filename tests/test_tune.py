@@ -48,7 +48,8 @@ def _trials(db_path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_pruning_drops_the_clearly_slower_backend_and_never_the_winner(db_path, slow_adapter, monkeypatch):
+def test_pruning_drops_the_clearly_slower_backend_and_never_the_winner(db_path, slow_adapter, monkeypatch,
+                                                                       timing_log):
     # 10 ms per dispatch: ~10x the real backend, so the gap stays clear even when gloo on a
     # loaded 2-core machine shows 60-70 % run-to-run noise (at 3 ms the race sometimes, and
     # rightly, stopped "unresolved" instead of pruning).
@@ -68,6 +69,13 @@ def test_pruning_drops_the_clearly_slower_backend_and_never_the_winner(db_path, 
                                 ("reference_slow_all_to_all", 8), ("reference_slow_all_to_all", 32)]
     rows = sqlite3.connect(db_path).execute("SELECT backend, status FROM results").fetchall()
     assert len(rows) == len(_trials(db_path)) and {s for _, s in rows} == {"ok"}
+    # one start-up per backend for the whole race; the pruned backend's group closed at once,
+    # while the winner's still measured
+    assert outcome.startup_count == 2 and {b: len(v) for b, v in outcome.startups.items()} == {
+        "allgather_reducescatter": 1, "reference_slow_all_to_all": 1}
+    log = [(e["event"], e["backend"], e.get("reason")) for e in timing_log("all") if e["event"] in ("close", "job")]
+    pruned_at = log.index(("close", "reference_slow_all_to_all", "pruned"))
+    assert ("close", "allgather_reducescatter", "closed") in log[pruned_at:]
 
 
 @pytest.mark.slow
