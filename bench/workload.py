@@ -87,11 +87,10 @@ def combine_bytes(hidden: int) -> int:
 def algbw_gbps(bytes_per_rank: float, time_us: float) -> float:
     """Algorithm bandwidth in decimal GB/s, nccl-tests' ``algbw = S/t``.
 
-    ``S`` is the logical bytes one rank moves in one round trip
-    (:meth:`BenchPoint.bytes_per_rank`): its tokens' dispatch rows once per distinct
-    destination rank, its own rank included (DeepEP / TensorRT-LLM "logical" accounting),
-    plus the bf16 expert outputs sent back in combine, averaged over ranks. ``t`` is the
-    round-trip time (dispatch + combine).
+    ``S`` is the logical bytes one rank moves in one round trip (:meth:`BenchPoint.bytes_per_rank`):
+    its tokens' dispatch rows once per distinct destination rank, its own rank included (DeepEP /
+    TensorRT-LLM "logical" accounting), plus the bf16 expert outputs sent back in combine, averaged
+    over ranks. ``t`` is the round-trip time (dispatch + combine).
     """
     if not time_us or time_us <= 0:
         return 0.0
@@ -101,10 +100,9 @@ def algbw_gbps(bytes_per_rank: float, time_us: float) -> float:
 def busbw_gbps(algbw: float, world_size: int) -> float:
     """Bus bandwidth, nccl-tests' all-to-all convention ``busbw = algbw·(n−1)/n``.
 
-    The ``(n−1)/n`` factor removes the share of ``S`` that stays on the local rank under
-    uniform routing, so busbw compares with the per-GPU link rate (450 GB/s per direction
-    on NVLink 4). It is 0 at world size 1.
-    """
+    The ``(n−1)/n`` factor removes the share of ``S`` that stays on the local rank under uniform
+    routing, so busbw compares with the per-GPU link rate (450 GB/s per direction on NVLink 4);
+    0 at world size 1."""
     if world_size <= 0:
         return 0.0
     return algbw * (world_size - 1) / world_size
@@ -115,24 +113,26 @@ def busbw_gbps(algbw: float, world_size: int) -> float:
 
 
 def _hash_bytes(token_ids, nbytes: int, seed: int, salt: int):
-    """``uint8 [N, nbytes]``: byte ``j`` of token ``g`` as a hash of (seed, salt, g, j)."""
+    """``uint8 [N, nbytes]``: byte ``j`` of token ``g`` as a hash of (seed, salt, g, j), mixed in place."""
     import torch
 
     n = token_ids.shape[0]
     out = torch.empty((n, nbytes), dtype=torch.uint8, device=token_ids.device)
     if n == 0 or nbytes == 0:
         return out
-    cols = torch.arange(nbytes, dtype=torch.int64, device=token_ids.device)
+    cols = torch.arange(nbytes, dtype=torch.int64, device=token_ids.device) * 0x85EBCA77
     base = (seed * 0x27D4EB2F + salt * 0x165667B1) & _M32
+    v = torch.empty((min(n, _GEN_CHUNK_TOKENS), nbytes), dtype=torch.int64, device=token_ids.device)
+    shifted = torch.empty_like(v)
     for start in range(0, n, _GEN_CHUNK_TOKENS):
         g = token_ids[start : start + _GEN_CHUNK_TOKENS].to(torch.int64)
-        v = (g[:, None] * 0x9E3779B1 + cols[None, :] * 0x85EBCA77 + base) & _M32
-        v = v ^ (v >> 15)
-        v = (v * 0x2C1B3C6D) & _M32
-        v = v ^ (v >> 12)
-        v = (v * 0x297A2D39) & _M32
-        v = v ^ (v >> 15)
-        out[start : start + g.shape[0]] = (v & 0xFF).to(torch.uint8)
+        h, t = v[: g.shape[0]], shifted[: g.shape[0]]
+        torch.add(cols[None, :], g[:, None] * 0x9E3779B1 + base, out=h).bitwise_and_(_M32)
+        for mult, shift in ((0x2C1B3C6D, 15), (0x297A2D39, 12), (None, 15)):  # xorshift-multiply rounds
+            h.bitwise_xor_(torch.bitwise_right_shift(h, shift, out=t))
+            if mult:
+                h.mul_(mult).bitwise_and_(_M32)
+        out[start : start + g.shape[0]] = h.to(torch.uint8)  # the low byte
     return out
 
 

@@ -475,3 +475,22 @@ def test_the_expected_combine_is_computed_once_from_the_points_own_batch():
     first.fill_(0)  # ... and handed out as copies
     fresh = wl.BenchPoint(8, 256, 4, 16, 2, "bf16", seed=3).expected_combine(1)
     assert torch.equal(p.expected_combine(1), fresh) and fresh.abs().sum() > 0
+
+
+def test_payload_hash_bytes_are_the_scalar_formula():
+    # the formula every rank regenerates; the tensor code mixes in place, the bytes must not change
+    from bench.workload import _hash_bytes
+
+    def byte(g, j, seed, salt):
+        m = 0xFFFFFFFF
+        v = (g * 0x9E3779B1 + j * 0x85EBCA77 + ((seed * 0x27D4EB2F + salt * 0x165667B1) & m)) & m
+        v ^= v >> 15
+        v = (v * 0x2C1B3C6D) & m
+        v ^= v >> 12
+        v = (v * 0x297A2D39) & m
+        v ^= v >> 15
+        return v & 0xFF
+
+    ids = torch.cat([torch.arange(1100), torch.tensor([4096, 3])])  # past the first 1024-token chunk
+    got = _hash_bytes(ids, 5, seed=7, salt=2)
+    assert got.tolist() == [[byte(g, j, 7, 2) for j in range(5)] for g in ids.tolist()]

@@ -35,8 +35,8 @@ from bench.launch.protocol import HARNESS_ERROR, GroupConfig, Job, JobReport, Po
 
 #: Extra wall-clock seconds a measuring point gets beyond twice its stopping-rule timeout.
 MEASURE_GRACE_S = 10.0
-#: How often the parent polls the workers' event files.
-POLL_S = 0.02
+#: How often the parent polls the workers' event files (kept open: a poll is two reads).
+POLL_S = 0.01
 #: How long an ``error`` event waits for a peer's abnormal exit, which is then named instead.
 DEATH_WAIT_S = 2.0
 #: How long a closed group may take to leave its process group and exit before it is killed.
@@ -192,6 +192,8 @@ class WorkerGroup:
         if kill:
             processes.kill(self.procs)
         self.procs = []
+        if self._reader is not None:
+            self._reader.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

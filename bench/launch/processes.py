@@ -126,29 +126,34 @@ def died(procs, directory: Path) -> str | None:
 
 
 class EventReader:
-    """Reads complete new JSON lines from the workers' event files (``rank<N>.jsonl``)."""
+    """Reads complete new JSON lines from the workers' event files (``rank<N>.jsonl``), kept open."""
 
     def __init__(self, directory: Path, world_size: int):
         self.paths = [directory / f"rank{r}.jsonl" for r in range(world_size)]
-        self.offsets = [0] * world_size
+        self.files: list = [None] * world_size
         self.partial = [""] * world_size
 
     def read(self) -> list[dict]:
         """New events from every rank, rank 0 first."""
         out = []
         for r, path in enumerate(self.paths):
-            try:
-                with open(path) as f:
-                    f.seek(self.offsets[r])
-                    chunk = f.read()
-                    self.offsets[r] = f.tell()
-            except FileNotFoundError:
-                continue
-            text = self.partial[r] + chunk
+            if self.files[r] is None:
+                try:
+                    self.files[r] = open(path)
+                except FileNotFoundError:
+                    continue
+            text = self.partial[r] + self.files[r].read()
             lines = text.split("\n")
             self.partial[r] = lines.pop()
             out.extend(json.loads(line) for line in lines if line.strip())
         return out
+
+    def close(self) -> None:
+        """Close the files."""
+        for f in self.files:
+            if f is not None:
+                f.close()
+        self.files = [None] * len(self.paths)
 
 
 @contextlib.contextmanager

@@ -70,6 +70,7 @@ class WorkerSession:
         self.init_method = init_method
         self.own_group = False
         self.ctx = self.adapter = None
+        self.adapter_may_need_fresh = True
         self.stage = "the start-up"  # where an exception came from, for its message
         self._points: OrderedDict = OrderedDict()  # recent BenchPoints, their tables generated once
 
@@ -99,6 +100,8 @@ class WorkerSession:
                                          torch_device=torch_device, group=group, cpu_group=cpu_group,
                                          local_rank=local_rank, nvlinks_all_up=cfg.nvlinks_all_up)
         self.adapter = backends.load(cfg.backend)
+        # every rank loads the same class: one that keeps the base hook never asks (no collective)
+        self.adapter_may_need_fresh = type(self.adapter).needs_fresh_process is not backends.Backend.needs_fresh_process
         return agree(self.ctx, self.adapter.unavailable_reason(self.ctx))
 
     def prepare(self, job: Job, tokens: int):
@@ -140,7 +143,7 @@ class WorkerSession:
                           "error": problem, "fields": {}, "timing": None, "timing_note": None,
                           "seconds": time.monotonic() - t0})
                 continue
-            fresh = agree(self.ctx, self.adapter.needs_fresh_process(self.ctx, point))
+            fresh = self.adapter_may_need_fresh and agree(self.ctx, self.adapter.needs_fresh_process(self.ctx, point))
             if fresh:
                 self.say({"event": "fresh", "job": job_id, "tokens": tokens, "reason": fresh})
                 return False
