@@ -73,6 +73,9 @@ def test_pruning_drops_the_clearly_slower_backend_and_never_the_winner(db_path, 
     # while the winner's still measured
     assert outcome.startup_count == 2 and {b: len(v) for b, v in outcome.startups.items()} == {
         "allgather_reducescatter": 1, "reference_slow_all_to_all": 1}
+    jobs = {g["backend"]: g["jobs"] for g in outcome.to_dict()["worker_groups"]}
+    assert sum(j["points"] for j in jobs["allgather_reducescatter"]) == outcome.trials_new - sum(
+        j["points"] for j in jobs["reference_slow_all_to_all"]) and all(j["seconds"] > 0 for j in jobs["allgather_reducescatter"])
     log = [(e["event"], e["backend"], e.get("reason")) for e in timing_log("all") if e["event"] in ("close", "job")]
     pruned_at = log.index(("close", "reference_slow_all_to_all", "pruned"))
     assert ("close", "allgather_reducescatter", "closed") in log[pruned_at:]

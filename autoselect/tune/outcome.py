@@ -60,6 +60,8 @@ class TuneOutcome:
     #: (one per backend for the whole race unless a group crashed, hung, or a knob needed a restart).
     startups: dict[str, list[dict]] = field(default_factory=dict)
     study_path: str = ""  # the study's file (an Optuna journal, see autoselect.tune.storage)
+    #: Per backend: its worker group's start-ups and jobs (points, seconds, start-ups each), as in ``bench``'s JSON.
+    worker_groups: list[dict] = field(default_factory=list)
 
     @property
     def startup_count(self) -> int:
@@ -80,7 +82,7 @@ class TuneOutcome:
             measure_s=tuner.measure_s, sweep_s=tuner.sweep_s, elapsed_s=tuner.clock() - tuner.started,
             knobs=knobs, startups={b: [{"seconds": round(u.seconds, 4), "reason": u.reason} for u in ups]
                                    for b, ups in tuner.startups.items()},
-            study_path=str(tuner.study.path),
+            study_path=str(tuner.study.path), worker_groups=list(tuner.worker_groups),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -101,6 +101,7 @@ class Tuner:
         #: starts and closes its own).
         self.groups: WorkerGroups | None = None
         self.startups: dict[str, list] = {}  # every group start-up of this invocation, per backend
+        self.worker_groups: list[dict] = []  # WorkerGroups.summary(): start-ups and jobs per backend
 
     # ---- budget ----
     def remaining(self) -> float:
@@ -248,6 +249,7 @@ class Tuner:
             if self.spec.search_knobs and recommendable and stop != "budget" and self.remaining() > 0:
                 knobs = knob_search.search(self, recommendable)
             self.startups = self.groups.startups()
+            self.worker_groups = self.groups.summary()
         outcome = TuneOutcome.build(self, stop, winner, recommendable, knobs)
         self.study.set("outcome", outcome.to_dict())
         self.progress(TuneFinished(outcome))
