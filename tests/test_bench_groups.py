@@ -8,11 +8,15 @@ adapters are the test plugins (``tests/plugins``, registered through a dist-info
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from bench.events import GroupStarted, JobFinished
-from bench.launch import WorkerGroups
+from bench.launch import WorkerGroups, zygote
 from bench.sweep import SweepSpec, run_sweep
 
 FAST = dict(min_time_s=0.02, min_samples=10, timeout_s=1.0)
@@ -252,3 +256,30 @@ def test_ranks_are_forks_of_one_zygote_unless_the_group_has_start_up_env_vars(pl
         procs = groups.groups["allgather_reducescatter"].procs
     assert all(p.poll() is not None for p in procs)  # closed with the pool, the zygote too
     assert groups._zygote is None
+
+
+def _reaped_pid() -> int:
+    """The pid of a process that has exited and been reaped (nothing answers to it now)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_reaped_rank_whose_status_is_still_being_written_is_not_taken_for_killed(tmp_path, monkeypatch):
+    # The zygote reaps a rank, then writes its exit status: in between, the pid is gone and the
+    # file is not there. That rank exited on its own (an adapter's error, status 3); reading it as
+    # SIGKILLed there turned "rank 0: ValueError: ..." into "rank 0 died (signal 9)".
+    monkeypatch.setattr(zygote, "EXIT_FILE_GRACE_S", 3600.0)
+    rank = zygote.ForkedProcess(_reaped_pid(), tmp_path, 0)
+    assert rank.poll() is None
+    assert rank.poll() is None
+    (tmp_path / "rank0.exit").write_text("3")
+    assert rank.poll() == 3
+
+
+def test_a_reaped_rank_without_a_status_past_the_grace_was_killed_with_the_zygote(tmp_path, monkeypatch):
+    monkeypatch.setattr(zygote, "EXIT_FILE_GRACE_S", 0.0)
+    rank = zygote.ForkedProcess(_reaped_pid(), tmp_path, 0)
+    assert rank.poll() is None  # the first sighting starts the grace
+    time.sleep(0.01)
+    assert rank.poll() == -signal.SIGKILL

@@ -36,6 +36,10 @@ from bench.launch.processes import die_with_parent
 
 #: How long the parent waits for a forked rank to open its job FIFO.
 FIFO_OPEN_S = 60.0
+#: How long a reaped rank's exit-status file may lag behind its pid's disappearance before the
+#: rank is taken as killed (the zygote writes it right after reaping; it only never comes when
+#: the zygote itself died).
+EXIT_FILE_GRACE_S = 2.0
 
 
 class ForkedProcess:
@@ -47,6 +51,7 @@ class ForkedProcess:
         self.fifo = directory / f"rank{rank}.in"
         self.stdin = None
         self.returncode: int | None = None
+        self._reaped_at: float | None = None
 
     def open_channel(self, deadline: float) -> None:
         """Open the write end of the rank's job FIFO (once the child opened its read end)."""
@@ -62,15 +67,25 @@ class ForkedProcess:
             self.stdin = os.fdopen(fd, "w")
 
     def poll(self) -> int | None:
-        """The exit status once the zygote reaped the rank (negative: the signal), else None."""
+        """The exit status once the zygote reaped the rank (negative: the signal), else None.
+
+        The zygote writes the status just after reaping, so a pid that is gone while the file is
+        not there yet is a rank in between: only when the file stays absent for
+        :data:`EXIT_FILE_GRACE_S` (the zygote died with it) is the rank taken as killed. Reading
+        it as killed at once turned a rank's own error exit into "died (signal 9)".
+        """
         if self.returncode is None:
             try:
                 self.returncode = int(self.exit_file.read_text())
             except (FileNotFoundError, ValueError):
                 try:
                     os.kill(self.pid, 0)
-                except ProcessLookupError:  # gone and reaped by someone else (the zygote died)
-                    self.returncode = -signal.SIGKILL
+                except ProcessLookupError:  # reaped: its status is on the way, unless the zygote died
+                    now = time.monotonic()
+                    if self._reaped_at is None:
+                        self._reaped_at = now
+                    elif now - self._reaped_at > EXIT_FILE_GRACE_S:
+                        self.returncode = -signal.SIGKILL
                 except PermissionError:
                     pass
         return self.returncode
@@ -139,8 +154,11 @@ def _reap(children: dict, lock: threading.Lock) -> None:
         with lock:
             exit_file = children.pop(pid, None)
         if exit_file is not None:
+            # whole or absent, never half-written: the parent may read it at any moment
             with contextlib.suppress(OSError):
-                exit_file.write_text(str(code))
+                partial = exit_file.with_suffix(".exit-partial")
+                partial.write_text(str(code))
+                os.replace(partial, exit_file)
 
 
 def _child(directory: Path, rank: int, leader: int) -> None:
