@@ -7,7 +7,7 @@ no locks and registers no read mark in ``-shm``; a writer that starts meanwhile 
 checkpoint over the pages the reader is reading. These tests pin both halves: the snapshot a
 ``mode=ro`` reader keeps while a writer commits and checkpoints, and the torn read an
 ``immutable=1`` reader gets in the same sequence, opened exactly when "WAL mode and no -wal
-file" would have allowed it (docs/internals.md, db section). SQLite 3.40 returns rows of both
+file" would have allowed it (docs/database.md). SQLite 3.40 returns rows of both
 commits without an error; other versions may report the file malformed instead.
 """
 

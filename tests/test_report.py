@@ -442,7 +442,7 @@ def test_fleet_figure_flags_the_node_the_drift_check_finds_slow_and_no_other(tmp
 def test_report_guide_examples_produce_the_pngs_and_the_page(tmp_path, monkeypatch):
     root = Path(__file__).parent.parent
     guide = (root / "docs" / "report.md").read_text()
-    assert "Guide: [docs/report.md](docs/report.md)" in (root / "README.md").read_text()
+    assert "(docs/report.md)" in (root / "README.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)```", guide, flags=re.S)
     assert len(blocks) == 2  # the synthetic example, then a reference class alone
     monkeypatch.chdir(root)

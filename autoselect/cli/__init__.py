@@ -265,5 +265,5 @@ def format_option(*choices: str, default: str = "text"):
         type=click.Choice(list(choices)),
         default=default,
         show_default=True,
-        help="Output format; json is stable and documented in the README.",
+        help="Output format; json is stable and documented under docs/.",
     )

@@ -22,7 +22,7 @@ def db_group():
 
     Every measurement autoselect takes lands in one SQLite file ($AUTOSELECT_DB, else the
     platform's user data dir; --db PATH on every command). The tables are plain and
-    browsable with sqlite3 or datasette; the README documents them and the JSONL format.
+    browsable with sqlite3 or datasette; docs/database.md documents them and the JSONL format.
 
     \b
     Examples:

@@ -5,7 +5,8 @@ metadata says how it is written: ``round`` (digits), ``omit_none`` (left out whe
 ``omit_default`` (left out while it has its default, so a key a newer kind of evidence needs
 appears only where it says something). Values that are vocabulary types (``Deployment``,
 ``WorkloadSpec``, ``FlagValidation``) write themselves with their own ``to_dict``.
-Bump :data:`SCHEMA_VERSION` on an incompatible change; the README documents the keys.
+Bump :data:`SCHEMA_VERSION` on an incompatible change; docs/json.md documents the keys
+(tests/test_docs_json.py holds it to these classes).
 """
 
 from __future__ import annotations
