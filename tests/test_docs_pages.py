@@ -1,5 +1,5 @@
 """docs/json.md documents the recommend JSON exactly as autoselect/selector/schema.py writes it,
-and docs/recommend.md's confidence table is CONFIDENCE_CAPS.
+docs/recommend.md's confidence table is CONFIDENCE_CAPS, and every module path the docs name exists.
 
 Each `## `Class`` section's table lists that object's keys in the order they are written, and
 its "written" column says when each key is present (always / when not null / when not measured,
@@ -136,3 +136,20 @@ def test_the_confidence_table_of_docs_recommend_is_the_rules_table():
     rows = re.findall(r"^\| `(\w+)` \| (.+) \| (\w+) \|$", section, flags=re.M)
     assert rows == [(c.name, c.text, c.cap) for c in CONFIDENCE_CAPS]
     assert ", ".join(f"`{level}`" for level in CONFIDENCE_LEVELS) in section
+
+
+def test_every_path_the_docs_name_exists():
+    """A module path (autoselect/, bench/, db/, deploy/, scripts/, perf/) in a code span of README.md
+    or a page under docs/ names a file or folder of the repository: internals.md is a map of module
+    paths, and a move must update it."""
+    pages = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+    missing = []
+    for page in pages:
+        if page.name == "cli-reference.md":
+            continue
+        for span in re.findall(r"`([^`\s]+)`", page.read_text()):
+            path = span.split("::")[0].rstrip(",.")
+            if re.fullmatch(r"(autoselect|bench|db|deploy|scripts|perf)/[\w./-]*", path) and "*" not in path:
+                if not (ROOT / path).exists():
+                    missing.append(f"{page.name}: {path}")
+    assert not missing, "the docs name paths that do not exist:\n" + "\n".join(missing)
