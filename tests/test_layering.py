@@ -91,7 +91,6 @@ HEAVY = frozenset({
 #: ``file -> {module, ...}``. Shrinks only: move an import to module level and delete its entry.
 LAZY_ALLOWED: dict[str, set[str]] = {
     # service.py and db/* (owner: hostile)
-    "db/queries.py": {"autoselect.hardware"},
     "db/schema.py": {"db"},
     "db/store.py": {"db.queries", "db.schema", "db.transfer"},
     "db/transfer.py": {"db.queries"},
