@@ -92,7 +92,6 @@ HEAVY = frozenset({
 LAZY_ALLOWED: dict[str, set[str]] = {
     # service.py and db/* (owner: hostile)
     "db/schema.py": {"db"},
-    "db/store.py": {"db.queries", "db.schema", "db.transfer"},
     "db/transfer.py": {"db.queries"},
     # check.py, rules/ (owner: check)
     "autoselect/check.py": {"autoselect.hardware"},
