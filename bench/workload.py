@@ -4,10 +4,10 @@ A :class:`BenchPoint` (one shape at one token count per rank) is deterministic f
 every rank can regenerate any token's payload bytes and routing without talking to the others,
 which is what lets the correctness gate check delivery bit-exactly on the receiving side.
 
-Payload layout per token (``autoselect/payload.py``, docs/facts.md "Payload bytes per
-token"): the activation values (``x``, e.g. ``2H`` bytes for bf16, ``ceil(H/2)`` for
-nvfp4), their block scales (``x_sf``, e.g. ``ceil(H/16)`` fp8 scales for nvfp4; none for
-bf16/fp16/fp8), the int32 expert ids and the fp32 routing weights (``4·top_k`` each).
+Payload layout per token (``autoselect/payload.py``): the activation values (``x``, e.g.
+``2H`` bytes for bf16, ``ceil(H/2)`` for nvfp4), their block scales (``x_sf``, e.g.
+``ceil(H/16)`` fp8 scales for nvfp4; none for bf16/fp16/fp8), the int32 expert ids and the
+fp32 routing weights (``4·top_k`` each).
 Every tensor a backend sees is ``uint8``/``int32``/``float32``: quantized values are opaque
 bytes, so fp8/fp4 never reach a collective library that cannot handle them (gloo).
 

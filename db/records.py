@@ -19,7 +19,7 @@ STATUSES = ("ok", "incorrect", "unavailable", "error", "timeout")
 RUN_STATUSES = ("running", "complete", "interrupted", "failed")
 
 #: Measurement kinds: ``micro`` = autoselect's own all2all microbenchmark;
-#: ``e2e`` = ``vllm bench`` end-to-end confirmation (issue 9).
+#: ``e2e`` = ``vllm bench`` end-to-end confirmation (``autoselect confirm``).
 KINDS = ("micro", "e2e")
 
 #: ``tuned_configs.status`` values; only ``gain`` rows are shown by ``recommend``.

@@ -10,7 +10,7 @@ every result for one shape on one host class and world size, and every world siz
     python3 perf/db_lookup.py                 # 1,000,000 results in a temporary file
     python3 perf/db_lookup.py --results 200000 --keep /tmp/big.db
 
-Target (issue 3): the selector's lookup stays under 20 ms (median). The cost of a plain lookup
+Target: the selector's lookup stays under 20 ms (median). The cost of a plain lookup
 is linear in the rows it returns (Python objects), not in the database size: the index finds
 them in < 1 ms. The summarized lookup returns one row per point however many sweeps measured
 it (``--shapes 60``: five sweeps per machine), so a growing history costs SQL work only.

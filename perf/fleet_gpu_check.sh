@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for the fleet (issue 7): what a CPU machine cannot show. ~1-2 minutes on one GPU.
+# GPU check for the fleet: what a CPU machine cannot show. ~1-2 minutes on one GPU.
 #
 # 1. A Ray node started with the real GPU(s): the probe task runs the NVML fingerprint (device
 #    cuda, GPU arch) and reads real utilisation / memory through NVML inside a Ray worker that

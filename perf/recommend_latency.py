@@ -1,6 +1,6 @@
 """Wall time of `autoselect recommend` as a fresh process on a 1,000,000-result database.
 
-Fills a database with issue 3's filler (``perf/db_lookup.py``'s :func:`fill`: the real
+Fills a database with ``perf/db_lookup.py``'s :func:`fill` (the real
 schema, several host classes, machines, backends, shapes, world sizes and token counts),
 then times, interleaved in the same run, fresh Python processes of:
 
@@ -19,8 +19,8 @@ then times, interleaved in the same run, fresh Python processes of:
 
 and prints the medians and the ratio recommend / import click.
 
-Goal (issue 5): recommend under 150 ms wall, well under 3x the bare ``import click``. The
-goal is judged on every row but the cold-cache one, which is printed beside it. Goal (issue 13):
+Goal: recommend under 150 ms wall, well under 3x the bare ``import click``. The
+goal is judged on every row but the cold-cache one, which is printed beside it. Second goal:
 recommend on a reference class no slower than on a local class (median of the reference rows <=
 the local rows' median, with the two local classes' own difference printed as the noise).
 
@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "perf"))
 
-from db_lookup import fill  # noqa: E402  (issue 3's filler, reused as the issue asks)
+from db_lookup import fill  # noqa: E402  (the lookup benchmark's filler: both time the same kind of database)
 
 MODEL = str(ROOT / "tests" / "fixtures" / "models" / "deepseek-r1-nvfp4")
 #: (host class of the filler, what the model dispatches there): nvfp4 on Blackwell, bf16 on Hopper

@@ -24,7 +24,7 @@ side by side with two static policies: **always-AGRS** (vLLM's default, allgathe
 and **fixed-priority** (TensorRT-LLM's ``CommunicationFactory.create_strategy`` order: one-sided,
 two-sided, DeepEP high-throughput, DeepEP low-latency, AGRS; the first legal). Every policy picks
 among the same backends: those the rules accept for the shape on the reference class and that
-have a published (or derived) truth at every bucket of the workload. Goals (issue 13): autoselect
+have a published (or derived) truth at every bucket of the workload. Goals: autoselect
 p95 regret <= 2 % on token hold-outs, mean regret strictly below both static policies, estimate
 error p50 <= 10 %.
 

@@ -1,6 +1,6 @@
 """Load ``autoselect serve`` with concurrent clients over loopback; print p50/p99 latency and errors.
 
-Goal (issue 7): p99 < 50 ms at 50 concurrent clients, zero errors.
+Goal: p99 < 50 ms at 50 concurrent clients, zero errors.
 
 The server runs as its own process (``autoselect serve`` on 127.0.0.1, a free port) over a
 database holding the shipped example measurements (``tests/fixtures/results/*.jsonl``, 8-GPU

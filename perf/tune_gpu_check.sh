@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for `autoselect tune` (issue 6). Run on a CUDA host from the repository root:
+# GPU check for `autoselect tune`. Run on a CUDA host from the repository root:
 #   WS=1 bash perf/tune_gpu_check.sh            # single GPU (NCCL world size 1): the CUDA path
 #   WS=8 bash perf/tune_gpu_check.sh            # an 8-GPU NVLink node: the real race + knobs
 # What it proves: tune measures through NCCL workers (one long-lived worker group per backend for

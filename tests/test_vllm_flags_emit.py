@@ -49,7 +49,7 @@ def test_emitted_flags_round_trip_through_the_parse_side():
 
 
 def test_one_sided_workspace_matches_the_published_deepseek_numbers():
-    # facts.md: DeepSeek-V3 shape at EP8 and 8192 tokens ~ 1.12 GiB nvfp4, 1.75 GiB bf16 (aux omitted there).
+    # The published estimate: DeepSeek-V3 shape at EP8 and 8192 tokens ~ 1.12 GiB nvfp4, 1.75 GiB bf16 (aux omitted there).
     c = combine_bytes_per_token(7168)
     nvfp4 = one_sided_workspace_bytes(8, 8192, dispatch_bytes_per_token("nvfp4", **DS), c)
     bf16 = one_sided_workspace_bytes(8, 8192, dispatch_bytes_per_token("bf16", **DS), c)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-#: Routed-expert, top-k and hidden-size field names, first match wins (docs/facts.md).
+#: Routed-expert, top-k and hidden-size field names, first match wins: DeepSeek-V3 / Kimi-K2 / GLM-4.5 say
+#: ``n_routed_experts``, Qwen3-MoE ``num_experts``, Mixtral and gpt-oss ``num_local_experts`` (gpt-oss also
+#: ``experts_per_token``); Llama-4 keeps them under ``text_config``.
 EXPERT_FIELDS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
 TOP_K_FIELDS = ("num_experts_per_tok", "experts_per_token", "moe_topk")
 HIDDEN_FIELDS = ("hidden_size", "d_model", "n_embd")

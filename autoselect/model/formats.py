@@ -1,7 +1,8 @@
 """Weight formats -> the activation dtype each dispatches on each architecture (data tables).
 
-The activation dtype follows vLLM's kernel choice per architecture (``docs/facts.md``, "The
-activation dtype that crosses the all2all"): it is a table, :data:`QUANT_FORMATS`, not code.
+The activation dtype follows vLLM's kernel choice per architecture (vLLM's ``quant_dtype``: an
+NVFP4 W4A4 checkpoint dispatches nvfp4 on Blackwell but bf16 on Hopper, which has no FP4 MoE kernel
+and runs the weights weight-only): it is a table, :data:`QUANT_FORMATS`, not code.
 compressed-tensors config groups are matched against the patterns in the same table
 (:class:`CtScheme`, vLLM's ``CompressedTensorsConfig._is_*`` predicates); ModelOpt's
 ``quant_algo`` names and the weight-only ``quant_method`` values are tables too.

@@ -33,7 +33,8 @@ def _pad128(n: int) -> int:
 def one_sided_workspace_bytes(
     world_size: int, max_tokens: int, dispatch_bytes_per_token: int, combine_bytes_per_token: int
 ) -> int:
-    """Bytes per rank of the one-sided all2all workspace (FlashInfer's formula, docs/facts.md).
+    """Bytes per rank of the one-sided all2all workspace, FlashInfer's formula
+    (``moe_a2a_get_workspace_size_per_rank``).
 
     ``pad128(aux) + pad128(ep * T * dispatch) + pad128(ep * T * combine)``, ``T`` the per-rank
     token maximum (vLLM passes ``--max-num-batched-tokens``); ``aux`` holds the flags,

@@ -1,8 +1,8 @@
 """The ``vllm serve`` options that matter to the all2all backend, read from a command line.
 
 Plain functions and dataclasses, no vLLM import: the spellings are those of vLLM's parser
-(``docs/facts.md``, "Exact argparse names"), plus options older releases had (the EPLB flags
-before ``--eplb-config``) and the DBO switch's pre-release name. Options autoselect does not know
+(``make_arg_parser``), plus options older releases had (the EPLB flags before ``--eplb-config``)
+and the DBO switch's pre-release name. Options autoselect does not know
 are kept aside, in order, so nothing the user wrote is lost.
 """
 

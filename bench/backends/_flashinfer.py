@@ -13,7 +13,7 @@ Two API generations, checked against the sources of flashinfer-python 0.6.18.pos
   names vLLM 0.33 checks (``vllm/utils/flashinfer.py::has_flashinfer_nvlink_one_sided``).
 - ``moe_ep``'s NVLink backends refuse a GPU whose NVLinks are not all up
   (``moe_ep/backends/split/comm/nvlink_common.py:286-317``); the legacy classes have no such
-  check, so on one GPU without NVLink peers only they run (ep size 1, facts.md).
+  check, so on one GPU without NVLink peers only they run (at ep size 1).
 
 Token index. The gate needs each received row's global token id, but vLLM sends only
 ``[x, x_sf, topk_ids, topk_weights]`` and no kernel argument takes an extra payload
