@@ -1,5 +1,6 @@
-"""docs/json.md documents the recommend JSON exactly as autoselect/selector/schema.py writes it,
-docs/recommend.md's confidence table is CONFIDENCE_CAPS, and every module path the docs name exists.
+"""The pages that mirror code stay true to it: docs/json.md documents the recommend JSON exactly as
+autoselect/selector/schema.py writes it, docs/recommend.md's confidence table is CONFIDENCE_CAPS,
+every module path the docs name exists, and no file carries tracker tags or outside paths.
 
 Each `## `Class`` section's table lists that object's keys in the order they are written, and
 its "written" column says when each key is present (always / when not null / when not measured,
@@ -153,3 +154,26 @@ def test_every_path_the_docs_name_exists():
                 if not (ROOT / path).exists():
                     missing.append(f"{page.name}: {path}")
     assert not missing, "the docs name paths that do not exist:\n" + "\n".join(missing)
+
+
+#: What comments and docs must not carry: tracker tags instead of a reason, and paths outside the
+#: repository (a reader of a clone has neither). Upstream numbers ("vLLM PR #39717") are sources.
+_FORBIDDEN = re.compile(r"\(issues? [0-9]+|\.\./shared|/work/|docs/facts\.md|DESIGN\.md")
+
+
+def test_no_tracker_tags_or_paths_outside_the_repository():
+    roots = ["autoselect", "bench", "db", "deploy", "scripts", "perf", "docs", "tests", ".ci"]
+    files = [ROOT / "README.md", ROOT / "pyproject.toml", ROOT / "Dockerfile"]
+    for root in roots:
+        files += [p for p in (ROOT / root).rglob("*") if p.is_file() and p.suffix in (".py", ".md", ".sh", ".toml", "")]
+    found = []
+    for path in files:
+        rel = path.relative_to(ROOT)
+        if rel.parts[:2] == ("tests", "fixtures") or path == Path(__file__) or "__pycache__" in rel.parts:
+            continue
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        found += [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1) if _FORBIDDEN.search(line)]
+    assert not found, "say why instead of which issue asked, and cite sources inside the repository:\n" + "\n".join(found)
