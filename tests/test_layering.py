@@ -95,7 +95,6 @@ LAZY_ALLOWED: dict[str, set[str]] = {
     "db/transfer.py": {"db.queries"},
     # check.py, rules/ (owner: check)
     "autoselect/check.py": {"autoselect.hardware"},
-    "autoselect/rules/legal.py": {"autoselect.model"},
 }
 
 #: The modules that run inside vLLM's interpreter, started as a script by a Python where autoselect

@@ -21,7 +21,8 @@ One module per table, each row with the upstream source that backs it:
   releases they affect and their status.
 * :mod:`~autoselect.rules.versions` — version parsing and ranges.
 
-:func:`legal` (:mod:`~autoselect.rules.legal`) evaluates every rule and returns every reason.
+:func:`legal` (:mod:`~autoselect.rules.legal`) evaluates every rule and returns every reason, in
+named steps; the rules on a model's shape and the EP size are its table :data:`SHAPE_RULES`.
 """
 
 from autoselect.rules.backends import (
@@ -65,6 +66,7 @@ from autoselect.rules.flags import (
     dbo_backends,
 )
 from autoselect.rules.legal import (
+    SHAPE_RULES,
     GpuArchRequired,
     InvalidRedundantExperts,
     InvalidTokensPerRank,
@@ -118,8 +120,8 @@ __all__ = [
     "GpuArchRequired", "InvalidChunkSize", "InvalidQueueDepth", "InvalidRedundantExperts",
     "InvalidTokensPerRank", "InvalidVllmVersion", "InvalidWorldSize", "Limit", "NEWEST_VLLM", "OLDEST_CHECKED",
     "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "OneSidedEra", "PARSER_CHOICES", "QueueDepth", "ReportNote",
-    "RowBytes", "SELECTION_ERAS", "SERVE_OPTIONS", "STATUS_READ", "SelectionEra", "ServeOption", "Spelling",
-    "UPSTREAM_REPORTS", "UnknownBackend", "UpstreamReport", "VARIABLE", "Verdict", "dbo_backends",
+    "RowBytes", "SELECTION_ERAS", "SERVE_OPTIONS", "SHAPE_RULES", "STATUS_READ", "SelectionEra", "ServeOption",
+    "Spelling", "UPSTREAM_REPORTS", "UnknownBackend", "UpstreamReport", "VARIABLE", "Verdict", "dbo_backends",
     "default_backend", "default_dispatch_tokens", "dispatch_budget", "effective_backend", "eplb_reasons",
     "flag_value", "known_to", "legal", "legal_alternatives", "lowered_batch_default", "one_sided_consequence",
     "one_sided_era", "parse_version", "parser_choices", "recommendable_backends", "reports_for", "resolve",

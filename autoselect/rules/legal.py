@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 # InvalidWorldSize and GpuArchRequired are shared by several commands (autoselect.errors)
 from autoselect.errors import GpuArchRequired, InvalidWorldSize, UserError
+from autoselect.model import MoeProfile, normalize_arch
 from autoselect.rules.backends import ALIASES, BACKENDS, Capability, recommendable_backends, resolve
 from autoselect.rules.budgets import CHUNK_SIZE, CHUNKING_SWITCH, CHUNKING_SWITCH_SOURCE, Budget, dispatch_budget
 from autoselect.rules.limits import DEEPEP_NVL_PEERS, Limit
@@ -117,6 +118,199 @@ def _known_to(cap: Capability, value: str, version: str) -> bool:
     return era.variable not in (IGNORED, IGNORED_WARNED) and value in era.variable_values
 
 
+#: The warning every ``reference_*`` baseline gets: it is benchmarked, never served.
+REFERENCE_BASELINE = "benchmark-only baseline: vLLM has no such backend; never recommended"
+
+
+def _checked_inputs(backend, host, world_size, vllm_version, gpu_arch, max_tokens_per_rank,
+                    redundant_experts) -> tuple[str, str, str]:
+    """``(version, canonical backend, arch)`` of a :func:`legal` question, or its bad-input error
+    (checked in this order: version, world size, tokens per rank, redundant experts, backend, arch)."""
+    version = vllm_version or NEWEST_VLLM
+    parse_version(version)
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise InvalidWorldSize(f"world size must be a positive integer (dp x tp), got {world_size!r}")
+    if max_tokens_per_rank is not None and (isinstance(max_tokens_per_rank, bool)
+                                            or not isinstance(max_tokens_per_rank, int) or max_tokens_per_rank < 1):
+        raise InvalidTokensPerRank(f"tokens per rank must be a positive integer (--max-num-batched-tokens), "
+                                   f"got {max_tokens_per_rank!r}")
+    if isinstance(redundant_experts, bool) or not isinstance(redundant_experts, int) or redundant_experts < 0:
+        raise InvalidRedundantExperts(f"redundant experts must be a non-negative integer, got {redundant_experts!r}")
+    canonical = resolve(backend)
+    arch = gpu_arch or (getattr(host, "gpu_arch", None) if host is not None else None)
+    if not arch:
+        raise GpuArchRequired(
+            "no GPU architecture: pass --gpu-arch sm90|sm100 (the host fingerprint has no GPU)"
+        )
+    return version, canonical, normalize_arch(arch)
+
+
+def _selection(backend: str, canonical: str, version: str) -> tuple[Capability, list[str], list[str]]:
+    """``(capability, reasons, warnings)`` of telling ``version`` to run ``backend``: whether it
+    knows the value, old names, and the backend a removed one silently becomes (its capability
+    is the one every later rule reads)."""
+    reasons: list[str] = []
+    warnings: list[str] = []
+    cap = BACKENDS[canonical]
+    spelling = cap.spelling(version)
+    if not _known_to(cap, backend, version):
+        first = min((s.since for s in cap.spellings if s.since), key=parse_version, default=None)
+        reasons.append(f"vLLM {version} has no --all2all-backend value for {canonical}"
+                       + (f" (first in v{first})" if first else ""))
+    elif spelling is not None and spelling.since is None:
+        warnings.append(f"autoselect does not know which vLLM release introduced {canonical} "
+                        f"(present in {NEWEST_VLLM})")
+    if backend in ALIASES and version_in(version, ALIASES[backend][1], None):
+        warnings.append(f"{backend} is the deprecated old name; use {canonical} ({ALIASES[backend][2]})")
+    if cap.replaced_by and version_in(version, cap.removed_in, None):
+        warnings.append(f"{canonical} was removed ({cap.removal_source}); vLLM {version} silently "
+                        f"runs {cap.replaced_by} instead")
+        cap = BACKENDS[cap.replaced_by]
+    return cap, reasons, warnings
+
+
+@dataclass(frozen=True)
+class _Case:
+    """One :func:`legal` question as the shape rules read it: the backend's capability (after
+    any silent replacement), the model, its dispatch dtype on ``arch``, and the EP size."""
+
+    cap: Capability
+    profile: MoeProfile
+    arch: str
+    dtype: str
+    version: str
+    world_size: int
+    redundant_experts: int
+
+    @property
+    def experts(self) -> int:
+        """The physical experts the kernels see: routed + EPLB redundant."""
+        return self.profile.num_experts + self.redundant_experts
+
+    @property
+    def counted(self) -> str:
+        """``256 experts`` or ``264 experts (256 routed + 8 redundant)``."""
+        if not self.redundant_experts:
+            return f"{self.experts} experts"
+        return f"{self.experts} experts ({self.profile.num_experts} routed + {self.redundant_experts} redundant)"
+
+
+def _every_rank_holds_an_expert(c: _Case) -> str | None:
+    if c.world_size <= c.experts:
+        return None
+    idle = c.world_size - c.experts
+    return (f"EP size {c.world_size} is larger than the {c.counted}: {idle} rank{'s' if idle > 1 else ''} "
+            f"would hold no expert; vLLM does not check this, autoselect refuses it: every rank "
+            f"needs an expert (lower -dp/-tp to at most {c.experts} ranks)")
+
+
+def _dispatch_dtype(c: _Case) -> str | None:
+    if c.cap.dispatch_dtypes is None or c.dtype in c.cap.dispatch_dtypes:
+        return None
+    accepted = "/".join(sorted(c.cap.dispatch_dtypes))
+    return (f"{c.cap.backend} needs {accepted} activations; {c.profile.model} dispatches {c.dtype} on {c.arch}"
+            + (f": {one_sided_consequence(c.dtype, c.version)}"
+               if c.cap.backend == "flashinfer_nvlink_one_sided" else ""))
+
+
+def _experts_divide_over_ep(c: _Case) -> str | None:
+    if c.world_size > 1 and c.cap.experts_divisible_by_ep and c.experts % c.world_size:
+        return f"{c.cap.backend} needs the {c.counted} to divide evenly over EP size {c.world_size}"
+    return None
+
+
+def _experts_multiple_of(c: _Case) -> str | None:
+    if not c.cap.experts_multiple_of or not c.experts % c.cap.experts_multiple_of:
+        return None
+    number = c.counted if c.redundant_experts else c.experts
+    return (f"{c.cap.backend} needs the number of experts ({number}) to be a "
+            f"multiple of {c.cap.experts_multiple_of}")
+
+
+def _top_k_allowed(c: _Case) -> str | None:
+    if c.cap.top_k_allowed is None or c.profile.top_k in c.cap.top_k_allowed:
+        return None
+    return (f"{c.cap.backend} supports top_k in {{{', '.join(map(str, sorted(c.cap.top_k_allowed)))}}}, "
+            f"not {c.profile.top_k}")
+
+
+def _top_k_max(c: _Case) -> str | None:
+    if c.cap.top_k_max is not None and c.profile.top_k > c.cap.top_k_max:
+        return f"{c.cap.backend} supports top_k <= {c.cap.top_k_max}, not {c.profile.top_k}"
+    return None
+
+
+def _hidden_size_supported(c: _Case) -> str | None:
+    if c.cap.hidden_sizes is None or _round_up(c.profile.hidden_size, c.cap.hidden_sizes) is not None:
+        return None
+    return f"{c.cap.backend} supports hidden sizes up to {max(c.cap.hidden_sizes)}, not {c.profile.hidden_size}"
+
+
+def _block_fp8_hidden(c: _Case) -> str | None:
+    multiple = c.cap.block_fp8_hidden_multiple
+    if multiple and c.dtype == "fp8_block128" and c.profile.hidden_size % multiple:
+        return f"{c.cap.backend} fp8 block dispatch needs hidden % {multiple} == 0, not {c.profile.hidden_size}"
+    return None
+
+
+def _max_world_size(c: _Case) -> str | None:
+    if c.cap.max_world_size is not None and c.world_size > c.cap.max_world_size:
+        return f"{c.cap.backend} supports at most {c.cap.max_world_size} ranks, not {c.world_size}"
+    return None
+
+
+#: The capability rules on the model's shape and the EP size, in the order their reasons are
+#: listed: each returns the reason a :class:`_Case` breaks it, or None.
+SHAPE_RULES = (
+    _every_rank_holds_an_expert,
+    _dispatch_dtype,
+    _experts_divide_over_ep,
+    _experts_multiple_of,
+    _top_k_allowed,
+    _top_k_max,
+    _hidden_size_supported,
+    _block_fp8_hidden,
+    _max_world_size,
+)
+
+
+def _padding_warnings(c: _Case) -> list[str]:
+    """The hidden size the backend pads to, when it is not the model's."""
+    rounded = _round_up(c.profile.hidden_size, c.cap.hidden_sizes) if c.cap.hidden_sizes is not None else None
+    if rounded is None or rounded == c.profile.hidden_size:
+        return []
+    return [f"{c.cap.backend} pads hidden size {c.profile.hidden_size} to {rounded}"]
+
+
+def _host_findings(cap: Capability, host, world_size: int) -> tuple[list[str], list[str]]:
+    """``(reasons, warnings)`` of the host's NVLinks, fabric and packages (no host: unchecked)."""
+    if host is None:
+        if cap.needs_all_nvlinks or cap.package:
+            return [], [f"no host fingerprint: NVLink and package requirements of {cap.backend} unchecked"]
+        return [], []
+    reasons: list[str] = []
+    gpu_count = int(getattr(host, "gpu_count", 0) or 0)
+    if cap.needs_all_nvlinks and world_size > 1 and not getattr(host, "all_nvlinks_up", False):
+        reasons.append(f"{cap.backend} needs every NVLink of each GPU up; "
+                       f"{getattr(host, 'hostname', 'the host')} has links down or none (PCIe-only?)")
+    if cap.needs_fabric_across_nodes and gpu_count and world_size > gpu_count and not getattr(host, "fabric", None):
+        reasons.append(f"{cap.backend} beyond one node ({world_size} > {gpu_count} GPUs) needs an MNNVL fabric; "
+                       f"the host reports none")
+    versions = getattr(host, "versions", None) or {}
+    if cap.package and not versions.get(cap.package):
+        reasons.append(f"{cap.package} is not installed on {getattr(host, 'hostname', 'the host')}: "
+                       f"{cap.install_hint}")
+    return reasons, []
+
+
+def _all2all_warnings(c: _Case, tensor_parallel_size, role) -> list[str]:
+    """World size 1 runs no all2all; above it, the upstream reports that apply."""
+    if c.world_size == 1:
+        return ["world size 1: there is no all2all to run, the backend changes nothing"]
+    return [n.text for n in reports_for(c.cap.backend, c.version, dtype=c.dtype, arch=c.arch,
+                                        tensor_parallel_size=tensor_parallel_size, role=role)]
+
+
 def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, max_tokens_per_rank=None,
           environ=None, tensor_parallel_size=None, role=None, redundant_experts=0) -> Verdict:
     """Every reason ``backend`` cannot serve ``profile`` at ``world_size`` (EP size) on ``vllm_version``.
@@ -139,110 +333,22 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, ma
     :raises UnknownBackend, InvalidVllmVersion, InvalidWorldSize, GpuArchRequired,
         InvalidTokensPerRank, InvalidQueueDepth, InvalidChunkSize, InvalidRedundantExperts: bad input.
     """
-    from autoselect.model import normalize_arch
-
-    version = vllm_version or NEWEST_VLLM
-    parse_version(version)
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise InvalidWorldSize(f"world size must be a positive integer (dp x tp), got {world_size!r}")
-    if max_tokens_per_rank is not None and (isinstance(max_tokens_per_rank, bool)
-                                            or not isinstance(max_tokens_per_rank, int) or max_tokens_per_rank < 1):
-        raise InvalidTokensPerRank(f"tokens per rank must be a positive integer (--max-num-batched-tokens), "
-                                   f"got {max_tokens_per_rank!r}")
-    if isinstance(redundant_experts, bool) or not isinstance(redundant_experts, int) or redundant_experts < 0:
-        raise InvalidRedundantExperts(f"redundant experts must be a non-negative integer, got {redundant_experts!r}")
-    canonical = resolve(backend)
-    arch = gpu_arch or (getattr(host, "gpu_arch", None) if host is not None else None)
-    if not arch:
-        raise GpuArchRequired(
-            "no GPU architecture: pass --gpu-arch sm90|sm100 (the host fingerprint has no GPU)"
-        )
-    arch = normalize_arch(arch)
-    reasons: list[str] = []
-    warnings: list[str] = []
-
+    version, canonical, arch = _checked_inputs(backend, host, world_size, vllm_version, gpu_arch,
+                                               max_tokens_per_rank, redundant_experts)
     if canonical.startswith("reference_"):
-        return Verdict(backend, True, (), ("benchmark-only baseline: vLLM has no such backend; never recommended",))
-
-    cap = BACKENDS[canonical]
-    spelling = cap.spelling(version)
-    if not _known_to(cap, backend, version):
-        first = min((s.since for s in cap.spellings if s.since), key=parse_version, default=None)
-        reasons.append(f"vLLM {version} has no --all2all-backend value for {canonical}"
-                       + (f" (first in v{first})" if first else ""))
-    elif spelling is not None and spelling.since is None:
-        warnings.append(f"autoselect does not know which vLLM release introduced {canonical} "
-                        f"(present in {NEWEST_VLLM})")
-    if backend in ALIASES and version_in(version, ALIASES[backend][1], None):
-        warnings.append(f"{backend} is the deprecated old name; use {canonical} ({ALIASES[backend][2]})")
-    if cap.replaced_by and version_in(version, cap.removed_in, None):
-        warnings.append(f"{canonical} was removed ({cap.removal_source}); vLLM {version} silently "
-                        f"runs {cap.replaced_by} instead")
-        cap = BACKENDS[cap.replaced_by]
-
-    dtype = profile.activation_dtype(arch)
-    experts = profile.num_experts + redundant_experts
-    counted = (f"{experts} experts ({profile.num_experts} routed + {redundant_experts} redundant)"
-               if redundant_experts else f"{experts} experts")
-    if world_size > experts:
-        idle = world_size - experts
-        reasons.append(f"EP size {world_size} is larger than the {counted}: {idle} rank{'s' if idle > 1 else ''} "
-                       f"would hold no expert; vLLM does not check this, autoselect refuses it: every rank "
-                       f"needs an expert (lower -dp/-tp to at most {experts} ranks)")
-    if cap.dispatch_dtypes is not None and dtype not in cap.dispatch_dtypes:
-        accepted = "/".join(sorted(cap.dispatch_dtypes))
-        reasons.append(
-            f"{cap.backend} needs {accepted} activations; {profile.model} dispatches {dtype} on {arch}"
-            + (f": {one_sided_consequence(dtype, version)}" if cap.backend == "flashinfer_nvlink_one_sided" else "")
-        )
-    if world_size > 1 and cap.experts_divisible_by_ep and experts % world_size:
-        reasons.append(f"{cap.backend} needs the {counted} to divide evenly over EP size {world_size}")
-    if cap.experts_multiple_of and experts % cap.experts_multiple_of:
-        number = counted if redundant_experts else experts
-        reasons.append(f"{cap.backend} needs the number of experts ({number}) to be a "
-                       f"multiple of {cap.experts_multiple_of}")
-    if cap.top_k_allowed is not None and profile.top_k not in cap.top_k_allowed:
-        reasons.append(f"{cap.backend} supports top_k in {{{', '.join(map(str, sorted(cap.top_k_allowed)))}}}, "
-                       f"not {profile.top_k}")
-    if cap.top_k_max is not None and profile.top_k > cap.top_k_max:
-        reasons.append(f"{cap.backend} supports top_k <= {cap.top_k_max}, not {profile.top_k}")
-    if cap.hidden_sizes is not None:
-        rounded = _round_up(profile.hidden_size, cap.hidden_sizes)
-        if rounded is None:
-            reasons.append(f"{cap.backend} supports hidden sizes up to {max(cap.hidden_sizes)}, "
-                           f"not {profile.hidden_size}")
-        elif rounded != profile.hidden_size:
-            warnings.append(f"{cap.backend} pads hidden size {profile.hidden_size} to {rounded}")
-    if cap.block_fp8_hidden_multiple and dtype == "fp8_block128" and profile.hidden_size % cap.block_fp8_hidden_multiple:
-        reasons.append(f"{cap.backend} fp8 block dispatch needs hidden % {cap.block_fp8_hidden_multiple} == 0, "
-                       f"not {profile.hidden_size}")
-    if cap.max_world_size is not None and world_size > cap.max_world_size:
-        reasons.append(f"{cap.backend} supports at most {cap.max_world_size} ranks, not {world_size}")
+        return Verdict(backend, True, (), (REFERENCE_BASELINE,))
+    # The steps in the order their reasons and warnings are listed.
+    cap, reasons, warnings = _selection(backend, canonical, version)
+    case = _Case(cap, profile, arch, profile.activation_dtype(arch), version, world_size, redundant_experts)
+    reasons += [reason for rule in SHAPE_RULES if (reason := rule(case))]
+    warnings += _padding_warnings(case)
     budget = dispatch_budget(cap.backend, version, max_num_batched_tokens=max_tokens_per_rank, environ=environ)
-    reasons.extend(_kernel_limit_reasons(cap, profile, world_size, arch, dtype, budget, experts, environ))
+    reasons += _kernel_limit_reasons(cap, profile, world_size, arch, case.dtype, budget, case.experts, environ)
     if arch not in cap.archs:
         reasons.append(f"{cap.backend} does not run on {arch}")
-
-    if host is None:
-        if cap.needs_all_nvlinks or cap.package:
-            warnings.append(f"no host fingerprint: NVLink and package requirements of {cap.backend} unchecked")
-    else:
-        gpu_count = int(getattr(host, "gpu_count", 0) or 0)
-        if cap.needs_all_nvlinks and world_size > 1 and not getattr(host, "all_nvlinks_up", False):
-            reasons.append(f"{cap.backend} needs every NVLink of each GPU up; "
-                           f"{getattr(host, 'hostname', 'the host')} has links down or none (PCIe-only?)")
-        if cap.needs_fabric_across_nodes and gpu_count and world_size > gpu_count and not getattr(host, "fabric", None):
-            reasons.append(f"{cap.backend} beyond one node ({world_size} > {gpu_count} GPUs) needs an MNNVL fabric; "
-                           f"the host reports none")
-        versions = getattr(host, "versions", None) or {}
-        if cap.package and not versions.get(cap.package):
-            reasons.append(f"{cap.package} is not installed on {getattr(host, 'hostname', 'the host')}: "
-                           f"{cap.install_hint}")
-    if world_size == 1:
-        warnings.append("world size 1: there is no all2all to run, the backend changes nothing")
-    if world_size > 1:
-        warnings.extend(n.text for n in reports_for(cap.backend, version, dtype=dtype, arch=arch,
-                                                   tensor_parallel_size=tensor_parallel_size, role=role))
+    host_reasons, host_warnings = _host_findings(cap, host, world_size)
+    reasons += host_reasons
+    warnings += host_warnings + _all2all_warnings(case, tensor_parallel_size, role)
     return Verdict(backend, not reasons, tuple(reasons), tuple(warnings))
 
 
