@@ -182,6 +182,103 @@ def _canonical(option: str) -> tuple[str, str | None]:
     return option, None
 
 
+@dataclass
+class _Reading:
+    """What the walk over the serve words has collected so far."""
+
+    notes: list
+    values: dict = field(default_factory=dict)  # ServeArgs field -> value
+    given: list = field(default_factory=list)
+    options: list = field(default_factory=list)
+    unknown: list = field(default_factory=list)
+    positional: list = field(default_factory=list)
+    dotted: dict = field(default_factory=dict)  # --eplb-config -> {key: raw value} of its dotted keys
+
+
+def _is_positional(arg: str) -> bool:
+    """A word that is no option: not dashed, a lone ``-``, or a negative number."""
+    return not arg.startswith("-") or arg == "-" or re.match(r"^-\d", arg) is not None
+
+
+def _read_option(reading: _Reading, args: list[str], i: int) -> int:
+    """Read the option ``args[i]`` (and the value it takes); the index of the last word used."""
+    arg = args[i]
+    raw_option, has_eq, inline = arg.partition("=")
+    option, note = _canonical(raw_option)
+    if note:
+        reading.notes.append(("info", "abbreviated-option", note))
+    dot = _DOTTED.match(option)
+    if option in VALUE_OPTIONS or dot:
+        if has_eq:
+            raw = inline
+        elif i + 1 < len(args):
+            raw = args[i + 1]
+            i += 1
+        else:
+            raise InvalidServeCommand(f"{option} needs a value")
+        if dot:
+            reading.dotted.setdefault(dot.group(1), {})[dot.group(2)] = raw
+            reading.options.append(dot.group(1))
+        else:
+            name, conv = VALUE_OPTIONS[option]
+            reading.values[name] = _convert(option, conv, raw)
+            reading.given.append(name)
+            reading.options.append(option)
+    elif option in FLAG_OPTIONS and not has_eq:
+        name, value = FLAG_OPTIONS[option]
+        reading.values[name] = value
+        reading.given.append(name)
+        reading.options.append(option)
+    else:
+        i = _keep_unknown(reading, args, i, has_eq)
+    return i
+
+
+def _keep_unknown(reading: _Reading, args: list[str], i: int, has_eq: str) -> int:
+    """Keep the unknown option ``args[i]`` (and its value); the index of the last word kept."""
+    arg = args[i]
+    if _SINGLE_DASH_LONG.match(arg):
+        reading.notes.append(("error", "single-dash-option",
+                              f"{arg} has one dash: vLLM's parser reads it as a short option with a value (-n is "
+                              f"--nnodes) or not at all, and `vllm serve` exits with an argument error; write -{arg}"))
+    reading.unknown.append(arg)
+    # keep an unknown option's value with it: the next word, unless it is an option
+    if not has_eq and i + 1 < len(args) and not args[i + 1].startswith("-") and reading.positional:
+        reading.unknown.append(args[i + 1])
+        i += 1
+    return i
+
+
+def _read_words(args: list[str], notes: list) -> _Reading:
+    """Every serve word read, the dotted keys merged into their JSON options."""
+    reading = _Reading(notes=notes)
+    i = 0
+    while i < len(args):
+        if _is_positional(args[i]):
+            reading.positional.append(args[i])
+        else:
+            i = _read_option(reading, args, i)
+        i += 1
+    for option, keys in reading.dotted.items():
+        name = VALUE_OPTIONS[option][0]
+        reading.values[name] = {**(reading.values.get(name) or {}), **keys}
+        reading.given.append(name)
+    return reading
+
+
+def _model(reading: _Reading) -> str:
+    """The model (``--model`` or the first positional word); the other positional words go to unknown."""
+    model = reading.values.pop("model", None)
+    positional = reading.positional
+    if positional:
+        if model is None:
+            model = positional[0]
+        reading.unknown.extend(positional[1:] if model == positional[0] else positional)
+    if not model:
+        raise InvalidServeCommand("no model in the command line; pass `vllm serve MODEL [flags...]`")
+    return model
+
+
 def parse_serve_argv(argv: list[str]) -> ServeArgs:
     """Read a `vllm serve MODEL [flags...]` command line (see :func:`read_command` for the forms).
 
@@ -193,73 +290,14 @@ def parse_serve_argv(argv: list[str]) -> ServeArgs:
     """
     command: Command = read_command(argv)
     args = command.serve_words
-    notes = list(command.notes)
-    values: dict = {}
-    given: list[str] = []
-    options: list[str] = []
-    unknown: list[str] = []
-    positional: list[str] = []
-    dotted: dict = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if not arg.startswith("-") or arg == "-" or re.match(r"^-\d", arg):
-            positional.append(arg)
-            i += 1
-            continue
-        raw_option, has_eq, inline = arg.partition("=")
-        option, note = _canonical(raw_option)
-        if note:
-            notes.append(("info", "abbreviated-option", note))
-        dot = _DOTTED.match(option)
-        if option in VALUE_OPTIONS or dot:
-            if has_eq:
-                raw = inline
-            elif i + 1 < len(args):
-                raw = args[i + 1]
-                i += 1
-            else:
-                raise InvalidServeCommand(f"{option} needs a value")
-            if dot:
-                dotted.setdefault(dot.group(1), {})[dot.group(2)] = raw
-                options.append(dot.group(1))
-            else:
-                name, conv = VALUE_OPTIONS[option]
-                values[name] = _convert(option, conv, raw)
-                given.append(name)
-                options.append(option)
-        elif option in FLAG_OPTIONS and not has_eq:
-            name, value = FLAG_OPTIONS[option]
-            values[name] = value
-            given.append(name)
-            options.append(option)
-        else:
-            if _SINGLE_DASH_LONG.match(arg):
-                notes.append(("error", "single-dash-option",
-                              f"{arg} has one dash: vLLM's parser reads it as a short option with a value (-n is "
-                              f"--nnodes) or not at all, and `vllm serve` exits with an argument error; write -{arg}"))
-            unknown.append(arg)
-            # keep an unknown option's value with it: the next word, unless it is an option
-            if not has_eq and i + 1 < len(args) and not args[i + 1].startswith("-") and positional:
-                unknown.append(args[i + 1])
-                i += 1
-        i += 1
-    for option, keys in dotted.items():
-        name = VALUE_OPTIONS[option][0]
-        values[name] = {**(values.get(name) or {}), **keys}
-        given.append(name)
-
-    model = values.pop("model", None)
-    if positional:
-        if model is None:
-            model = positional[0]
-        unknown.extend(positional[1:] if model == positional[0] else positional)
-    if not model:
-        raise InvalidServeCommand("no model in the command line; pass `vllm serve MODEL [flags...]`")
+    reading = _read_words(args, list(command.notes))
+    model = _model(reading)
+    values = reading.values
     redundant = (values.get("eplb_config") or {}).get("num_redundant_experts")
     if redundant is not None:  # refused now, as vLLM's config validation would
         _count("--eplb-config num_redundant_experts", redundant)
     return ServeArgs(model=model, env=command.env, unset=command.unset, clear_env=command.clear_env,
-                       unknown=unknown, given=list(dict.fromkeys(given)), options=list(dict.fromkeys(options)),
-                       launcher=command.launcher, entrypoint=command.entrypoint, image=command.image,
-                       image_version=command.image_version, serve_words=list(args), notes=notes, **values)
+                     unknown=reading.unknown, given=list(dict.fromkeys(reading.given)),
+                     options=list(dict.fromkeys(reading.options)), launcher=command.launcher,
+                     entrypoint=command.entrypoint, image=command.image, image_version=command.image_version,
+                     serve_words=list(args), notes=reading.notes, **values)
