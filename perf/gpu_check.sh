@@ -160,7 +160,7 @@ grep '"event": "point", "backend": "test_two_sided_captured"' "$AUTOSELECT_BENCH
 
 section "pytest -m gpu"
 unset AUTOSELECT_BENCH_TIMING_LOG  # the tests set their own
-timeout 300 python3 -m pytest -q -m gpu tests/test_bench_gpu.py -p no:cacheprovider \
+timeout 300 python3 -m pytest -q -m gpu tests/bench/test_bench_gpu.py -p no:cacheprovider \
   --junitxml "$OUT/gpu_pytest.xml" || FAILED=1
 python3 - "$OUT/gpu_pytest.xml" <<'PY' || FAILED=1
 # pytest exits 0 when every test is skipped (no CUDA seen, flashinfer not importable): refuse that.

@@ -6,7 +6,7 @@ Run on a machine with NVIDIA GPUs (the lead's device check; needs only nvidia-ml
 
 1. records what NVML answers (tests/fixtures/nvml/record_nvml.py) into OUT_DIR/nvml_recording.json;
 2. takes the fingerprint through the real pynvml;
-3. takes it again through tests/helpers_nvml.ReplayNvml of that recording;
+3. takes it again through tests/support/nvml.py's ReplayNvml of that recording;
 4. prints both summaries and exits 1 unless they are identical.
 
 A match means the replay fixtures exercise exactly the code path real NVML does; copy the
@@ -30,7 +30,7 @@ def main() -> int:
     import pynvml
 
     from autoselect.hardware import fingerprint
-    from helpers_nvml import ReplayNvml
+    from support.nvml import ReplayNvml
     from record_nvml import record
 
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(".")

@@ -18,7 +18,7 @@ whether both chose the same backend and the ratios adaptive / exhaustive:
 The default problem is representative of a real node: several backends of which some clearly
 lose in most buckets (allgather_reducescatter, reference_all_to_all and the deliberately slow
 adapter of tests/fixtures/slow_backend, registered through its dist-info entry point and put
-on the workers' PYTHONPATH as tests/test_tune.py does) over a decode+prefill-like grid of 6
+on the workers' PYTHONPATH as tests/tune/test_tune.py does) over a decode+prefill-like grid of 6
 token counts. ``--small`` is the old tiny, contested problem (2 backends, 4 token counts), where
 little can be pruned.
 

@@ -1,6 +1,6 @@
 """Write the per-release facts tables of docs/check.md from the rules tables (autoselect/rules/).
 
-The block between the two markers of docs/check.md is generated; tests/test_check_docs.py fails
+The block between the two markers of docs/check.md is generated; tests/check/test_check_docs.py fails
 when it differs from what the tables say now. Regenerate with:
 
     python scripts/gen_check_facts.py

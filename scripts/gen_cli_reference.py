@@ -2,7 +2,7 @@
 """Write docs/cli-reference.md from the --help of every autoselect command.
 
 The reference is generated, never edited by hand (as sqlite-utils generates its
-docs/cli-reference.rst with cog). tests/test_docs.py fails when the file is out of date.
+docs/cli-reference.rst with cog). tests/docs/test_docs.py fails when the file is out of date.
 
     python3 scripts/gen_cli_reference.py            # rewrite docs/cli-reference.md
     python3 scripts/gen_cli_reference.py --check    # exit 1 if it is out of date

@@ -1,4 +1,4 @@
-"""Shared fixtures. Area-specific helpers live in their own tests/helpers_*.py modules."""
+"""Shared fixtures. Area-specific helpers live in the tests/support package."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-FIXTURES = Path(__file__).parent / "fixtures"
+from support.paths import FIXTURES, PLUGINS
+
 MODELS = FIXTURES / "models"
 #: The deliberately faulty and stateful test adapters (a dist-info entry point, see its README).
-PLUGINS = Path(__file__).parent / "plugins"
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def _isolated_env(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("AUTOSELECT_CACHE_DIR", str(tmp_path / "cache"))  # autoselect.bridge.interpreter's sys.path cache
     # A developer's AUTOSELECT_VLLM_PYTHON would make every `check` start vLLM (5-20 s); the
-    # tests that want vLLM set it themselves (tests/test_vllm_real.py, AUTOSELECT_TEST_VLLM_PYTHON).
+    # tests that want vLLM set it themselves (tests/bridge/test_vllm_real.py, AUTOSELECT_TEST_VLLM_PYTHON).
     monkeypatch.delenv("AUTOSELECT_VLLM_PYTHON", raising=False)
     monkeypatch.delenv("NVSHMEM_QP_DEPTH", raising=False)  # moves the DeepEP low-latency token limit (rules, bench, check)
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
+
+from support.paths import FIXTURES
 
 from autoselect.candidates import Target, candidate_backends, judge, legal_backends, resolve_target
 from autoselect.hardware import fingerprint
 from autoselect.model import load_profile
 from autoselect.bridge import SOURCE_FLAG, SOURCE_INSTALLED, SOURCE_NEWEST
 
-MODELS = Path(__file__).parent / "fixtures" / "models"
+MODELS = FIXTURES / "models"
 NVFP4 = str(MODELS / "deepseek-r1-nvfp4")
 ONE_SIDED = "flashinfer_nvlink_one_sided"  # first in vLLM 0.18.0
 

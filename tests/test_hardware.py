@@ -11,13 +11,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+from support.nvml import ReplayNvml, load
 
-from helpers_nvml import ReplayNvml, load  # noqa: E402
-
-import autoselect  # noqa: E402
-from autoselect import hardware  # noqa: E402
-from autoselect.hardware import HostFingerprint, fingerprint, link_matrix, nvlink_per_link_gbps  # noqa: E402
+import autoselect
+from autoselect import hardware
+from autoselect.hardware import HostFingerprint, fingerprint, link_matrix, nvlink_per_link_gbps
 
 
 def test_hgx_h200_has_18_nvlinks_per_gpu_and_18_between_every_pair():

@@ -17,7 +17,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -25,13 +24,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).parent))
+from support.hostile import cli, systemd_environment_of, systemd_exec_argv, tree_state
+from support.paths import FIXTURES
 
-from helpers_hostile import cli, systemd_environment_of, systemd_exec_argv, tree_state  # noqa: E402
+from autoselect.errors import UserError
 
-from autoselect.errors import UserError  # noqa: E402
-
-MODELS = Path(__file__).parent / "fixtures" / "models"
+MODELS = FIXTURES / "models"
 BOUNDED = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 #: JSON values that break types and ranges: huge and negative integers, non-finite floats,
@@ -139,12 +137,12 @@ RUN_FIELDS = ["uid", "meta", "pid", "started_at", "updated_at", "status", "host_
 
 @pytest.fixture(scope="module")
 def export_lines(tmp_path_factory):
-    from test_store import _filled
+    from support.db import filled_db
 
     d = tmp_path_factory.mktemp("props")
-    src = _filled(d / "src.db")
+    src = filled_db(d / "src.db")
     r = cli("db", "export", "--db", src)
-    target = _filled(d / "target.db")
+    target = filled_db(d / "target.db")
     cli("db", "info", "--db", target)  # settle the -wal / -shm a reader leaves
     return [json.loads(ln) for ln in r.stdout.splitlines()], target
 
@@ -263,7 +261,7 @@ RECOMMEND_PARAMS = ["model", "host_class", "workload", "tokens", "dp", "tp", "wo
 def http_client(tmp_path_factory):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
-    from helpers_fleet import build_fleet_db
+    from support.fleet import build_fleet_db
 
     from autoselect.service import create_app
 
@@ -316,7 +314,7 @@ def recommend_db(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("props-args")
     db = d / "fixtures.db"
-    import_file(db, Path(__file__).parent / "fixtures" / "results" / "h200.jsonl")
+    import_file(db, FIXTURES / "results" / "h200.jsonl")
     cli("db", "info", "--db", db)  # settle the -wal / -shm a reader leaves
     return db
 

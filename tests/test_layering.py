@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from support.paths import REPO
+
+ROOT = REPO
 PACKAGES = ("autoselect", "bench", "db", "deploy")
 
 #: Module prefix -> component (the longest matching prefix wins).

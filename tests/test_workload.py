@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
+
+from support.paths import FIXTURES
 
 from autoselect.errors import InvalidShape, MissingShape
 from autoselect.model import load_profile
 from autoselect.workload import Shape, equal_workload
 
-MODELS = Path(__file__).parent / "fixtures" / "models"
+MODELS = FIXTURES / "models"
 
 
 def test_a_shape_is_keyword_only():

@@ -6,7 +6,7 @@ metadata says how it is written: ``round`` (digits), ``omit_none`` (left out whe
 appears only where it says something). Values that are vocabulary types (``Deployment``,
 ``WorkloadSpec``, ``FlagValidation``) write themselves with their own ``to_dict``.
 Bump :data:`SCHEMA_VERSION` on an incompatible change; docs/json.md documents the keys
-(tests/test_docs_pages.py holds it to these classes).
+(tests/docs/test_docs_pages.py holds it to these classes).
 """
 
 from __future__ import annotations

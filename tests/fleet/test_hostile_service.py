@@ -1,0 +1,250 @@
+"""``serve`` facing strangers: no model= value reveals anything about the server's files, the
+work per request is bounded, HEAD is answered like GET, every bad request is a 4xx in one shape,
+and the serve command's own mistakes are one Error line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from support.fleet import HOST_CLASS, MODELS, build_fleet_db
+from support.hostile import REPO, refused, run_module
+from support.paths import FIXTURES
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient
+
+from autoselect.service import UNKNOWN_MODEL, create_app
+
+
+def cache_hub_model(repo_id: str, config: Path) -> Path:
+    """Put ``config`` into the Hugging Face cache ($HF_HOME, set per test) as ``repo_id``'s config.json."""
+    hub = Path(os.environ["HF_HOME"]) / "hub" / f"models--{repo_id.replace('/', '--')}"
+    commit = "0" * 40
+    (hub / "refs").mkdir(parents=True, exist_ok=True)
+    (hub / "refs" / "main").write_text(commit)
+    snapshot = hub / "snapshots" / commit
+    snapshot.mkdir(parents=True, exist_ok=True)
+    shutil.copy(config, snapshot / "config.json")
+    (hub / ".no_exist" / commit).mkdir(parents=True, exist_ok=True)
+    (hub / ".no_exist" / commit / "hf_quant_config.json").write_text("")
+    return snapshot
+
+
+@pytest.fixture(scope="module")
+def fleet_db(tmp_path_factory):
+    return build_fleet_db(tmp_path_factory.mktemp("hostile-svc") / "fleet.db")
+
+
+@pytest.fixture
+def server_files(tmp_path):
+    """A directory with a checkpoint (config.json), a secret-looking directory, and a root."""
+    shutil.copytree(MODELS / "deepseek-v3", tmp_path / "outside-model")
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id_rsa").write_text("secret")
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copytree(MODELS / "deepseek-v3", root / "deepseek-v3")
+    (root / "escape").symlink_to(tmp_path / "outside-model")
+    (root / "empty-dir").mkdir()
+    return tmp_path
+
+
+def hostile_pairs(base: Path) -> list[tuple[str, str]]:
+    """(a model= value naming something that exists on the server, one naming nothing)."""
+    return [
+        (str(base / "outside-model"), str(base / "missing-model")),
+        (str(base / ".ssh"), str(base / ".nossh")),
+        (str(base / "outside-model" / "config.json"), str(base / "missing-model" / "config.json")),
+        ("/etc", "/etc-does-not-exist"),
+        ("/", "/does-not-exist"),
+        ("~", "~nosuchuser-xyz"),
+        ("~/.ssh", "~/.nosuch-dir-xyz"),
+        ("../outside-model", "../missing-model"),
+        ("root/../outside-model", "root/../missing-model"),
+        ("escape", "escape-missing"),
+        ("empty-dir", "empty-dir-missing"),
+        (str(FIXTURES / "models" / "deepseek-v3"), str(REPO / "tests" / "nope")),
+        ("tests/fixtures/models/deepseek-v3", "tests/fixtures/models/nope"),
+        (".", "./nope"),
+        ("..", "../nope"),
+        ("", ""),
+        ("file:///etc/passwd", "file:///nope"),
+        ("%2e%2e/outside-model", "%2e%2e/missing-model"),
+    ]
+
+
+@pytest.mark.parametrize("with_root", [False, True])
+def test_no_model_value_reveals_whether_a_server_path_exists(server_files, fleet_db, monkeypatch, with_root):
+    monkeypatch.chdir(server_files if with_root else REPO)
+    roots = [server_files / "root"] if with_root else []
+    client = TestClient(create_app(fleet_db, model_roots=roots))
+    for present, absent in hostile_pairs(server_files):
+        answers = []
+        for value in (present, absent):
+            r = client.get("/v1/recommend", params={"model": value, "host_class": HOST_CLASS})
+            answers.append((r.status_code, r.json()))
+        assert answers[0] == answers[1] == (404, {"error": UNKNOWN_MODEL}), (present, absent, answers)
+
+
+def test_the_defaults_serve_cached_hub_ids_only(server_files, fleet_db):
+    cache_hub_model("acme/deepseek-v3", MODELS / "deepseek-v3" / "config.json")
+    client = TestClient(create_app(fleet_db))
+    r = client.get("/v1/recommend", params={"model": "acme/deepseek-v3", "host_class": HOST_CLASS})
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "acme/deepseek-v3"
+    assert os.environ["HF_HOME"] not in r.text and str(server_files) not in r.text
+    r = client.get("/v1/recommend", params={"model": "acme/not-cached", "host_class": HOST_CLASS})
+    assert (r.status_code, r.json()) == (404, {"error": UNKNOWN_MODEL})
+
+
+def test_a_root_serves_its_models_by_name(server_files, fleet_db):
+    client = TestClient(create_app(fleet_db, model_roots=[server_files / "root"]))
+    r = client.get("/v1/recommend", params={"model": "deepseek-v3", "host_class": HOST_CLASS})
+    assert r.status_code == 200, r.text
+    assert str(server_files) not in r.text
+
+
+def test_errors_never_carry_server_paths(server_files, fleet_db, tmp_path):
+    root = server_files / "root"
+    bad = root / "broken"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"hidden_size": 7168, "num_experts": 8, "num_experts_per_tok": 2,
+                                                  "decoder_sparse_step": "two"}))
+    cache_hub_model("acme/broken", bad / "config.json")
+    client = TestClient(create_app(fleet_db, model_roots=[root]))
+    secrets = [str(server_files), str(fleet_db.parent), os.environ["HF_HOME"], os.path.expanduser("~")]
+    requests = [("/v1/recommend", {"model": "broken", "host_class": HOST_CLASS}),
+                ("/v1/recommend", {"model": "acme/broken", "host_class": HOST_CLASS}),
+                ("/v1/recommend", {"model": "deepseek-v3", "host_class": HOST_CLASS, "tokens": "1,,2"}),
+                ("/v1/recommend", {"model": "deepseek-v3", "host_class": HOST_CLASS, "vllm_version": "banana"}),
+                ("/v1/drift", {"min_slowdown": "-1"}), ("/v1/recommend", {}), ("/healthz", {})]
+    for route, params in requests:
+        r = client.get(route, params=params)
+        assert r.status_code < 500, (route, params, r.text)
+        for secret in secrets:
+            assert secret not in r.text, (route, params, r.text)
+    r = client.get("/v1/recommend", params={"model": "broken", "host_class": HOST_CLASS})
+    assert r.status_code == 400 and r.json()["error"].startswith("broken/config.json: decoder_sparse_step is 'two'")
+    r = client.get("/v1/recommend", params={"model": "acme/broken", "host_class": HOST_CLASS})
+    assert r.json()["error"].startswith("config.json of acme/broken: decoder_sparse_step is 'two'")
+
+
+def test_a_config_asking_for_1e8_layers_is_refused_quickly(server_files, fleet_db):
+    root = server_files / "root"
+    config = json.loads((MODELS / "deepseek-v3" / "config.json").read_text())
+    for name, layers in (("huge", 10**8), ("float", 1e8)):
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}))
+    client = TestClient(create_app(fleet_db, model_roots=[root]))
+    for name in ("huge", "float"):
+        start = time.monotonic()
+        r = client.get("/v1/recommend", params={"model": name, "host_class": HOST_CLASS})
+        assert r.status_code == 400 and "num_hidden_layers" in r.json()["error"]
+        assert time.monotonic() - start < 5
+
+
+def test_a_query_string_longer_than_any_parameter_needs_is_refused(fleet_db):
+    client = TestClient(create_app(fleet_db))
+    r = client.get("/v1/recommend", params={"model": "a" * 5000})
+    assert (r.status_code, r.json()) == (414, {"error": "query string longer than 4096 bytes"})
+
+
+def test_drift_of_an_unknown_host_class_is_404_like_recommend(fleet_db):
+    client = TestClient(create_app(fleet_db, model_roots=[MODELS]))
+    drift = client.get("/v1/drift", params={"host_class": "bogus"})
+    rec = client.get("/v1/recommend", params={"model": "deepseek-v3", "host_class": "bogus"})
+    assert drift.status_code == rec.status_code == 404
+    assert drift.json()["error"].startswith("host class 'bogus' is not in ")
+    assert client.get("/v1/drift", params={"host_class": HOST_CLASS}).status_code == 200
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(*args: str) -> tuple[subprocess.Popen, int]:
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "autoselect", "serve", *args, "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return proc, port
+
+
+def _wait_listening(port: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("serve did not start")
+
+
+def test_head_is_answered_like_get_over_a_real_connection(fleet_db):
+    import httpx
+
+    proc, port = _start("--db", str(fleet_db), "--model-root", str(MODELS))
+    try:
+        _wait_listening(port, proc)
+        base = f"http://127.0.0.1:{port}"
+        for path in ("/healthz", "/v1/hosts", "/v1/drift",
+                     f"/v1/recommend?model=deepseek-v3&host_class={HOST_CLASS}", "/v1/recommend?model=x/nope"):
+            get, head = httpx.get(base + path, timeout=60), httpx.head(base + path, timeout=60)
+            assert head.status_code == get.status_code != 405, path
+            assert head.content == b"" and head.headers["content-type"] == get.headers["content-type"], path
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+def test_a_taken_port_is_one_error_line_and_exit_2(fleet_db):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        r = run_module("serve", "--db", fleet_db, "--port", port, timeout=60)
+    line = refused(r)
+    assert line.startswith(f"Error: cannot listen on 127.0.0.1:{port} (Address already in use)")
+
+
+def test_a_host_this_machine_does_not_have_is_one_error_line(fleet_db):
+    refused(run_module("serve", "--db", fleet_db, "--host", "no-such-host.invalid", "--port", "8765", timeout=60))
+
+
+def test_a_missing_model_root_is_one_error_line(fleet_db, tmp_path):
+    line = refused(run_module("serve", "--db", fleet_db, "--model-root", tmp_path / "none", timeout=60))
+    assert "is not a directory" in line
+
+
+def test_binding_beyond_loopback_warns_that_there_is_no_authentication(fleet_db):
+    proc, port = _start("--db", str(fleet_db), "--host", "0.0.0.0")
+    try:
+        _wait_listening(port, proc)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    warning = [ln for ln in err.splitlines() if ln.startswith("Warning: ")]
+    assert warning and f"serving on 0.0.0.0:{port}, reachable from other machines, without authentication" in warning[0]
+
+
+def test_loopback_binds_do_not_warn(fleet_db):
+    proc, port = _start("--db", str(fleet_db))
+    try:
+        _wait_listening(port, proc)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "Warning" not in err

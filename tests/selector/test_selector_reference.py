@@ -1,0 +1,332 @@
+"""The selector on NVIDIA's published reference: when it is read, what it says, and what it never does.
+
+Local measurements outrank the reference; a reference class answers without any database; values
+name their source and kind (published, derived, transferred); shape transfer is marked and refused
+far out; the confidence is capped at ``reference``; the rules still gate every candidate (a bf16
+or fp8 model never gets one-sided, whatever a reference row says).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from support.paths import REPO
+
+from autoselect.cli import main
+from autoselect.model import load_profile
+from autoselect.reference import (CLASSES, GpuArchNotOfReference, ReferenceWorldSizeUnavailable, SHAPE_TRANSFER_LIMIT,
+                                  UnknownReferenceClass, default, transfer_points)
+from autoselect.reference.host import ON_SERVING_HOST, reference_host
+from autoselect.selector import (CONFIDENCE_CAPS, BackendEvidence, Deployment, MeasuredPoint, recommend, recommend_for,
+                                 render_explain, render_text)
+from autoselect.selector.confidence import Facts, confidence
+from autoselect.selector.reference_evidence import ReferenceEvidence, choose_reference
+from autoselect.selector.target import resolve
+from autoselect.workload import Shape
+
+ROOT = REPO
+MODELS = ROOT / "tests" / "fixtures" / "models"
+RESULTS = ROOT / "tests" / "fixtures" / "results"
+H200 = "h200x8-5d1c7e0a"  # 8x "NVIDIA H200" in the fixtures: the GPUs of ref-h200_sxm-x8
+ONE_SIDED, TWO_SIDED, AGRS = "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "allgather_reducescatter"
+HT, LL = "deepep_high_throughput", "deepep_low_latency"
+VERSION = "0.33.0"
+
+
+@pytest.fixture(scope="module")
+def fixture_db(tmp_path_factory) -> Path:
+    """The shipped results, plus a host class whose GPUs are no reference system (H200 NVL)."""
+    from db.rows import result_key
+    from db.store import import_file
+
+    tmp = tmp_path_factory.mktemp("refsel")
+    path = tmp / "fixtures.db"
+    for name in ("h200.jsonl", "b200.jsonl"):
+        import_file(path, RESULTS / name)
+    nvl = tmp / "h200nvl.jsonl"
+    records = [json.loads(line) for line in (RESULTS / "h200.jsonl").read_text().splitlines()[:3]]
+    for d in records:  # the same rows, from another machine whose GPUs are H200 NVL (no reference system)
+        d["host"].update(gpu_name="NVIDIA H200 NVL", host_class="h200nvlx8-00000001", machine_id="f" * 32,
+                         hostname="nvl-h200-01")
+        for g in d["host"]["gpus"]:
+            g["name"] = "NVIDIA H200 NVL"
+        d["run"].update(uid="e" * 32, host_class="h200nvlx8-00000001", hostname="nvl-h200-01")
+        d["result_key"] = result_key(d["host"]["machine_id"], d["run"]["uid"], d["result"])
+    nvl.write_text("".join(json.dumps(d) + "\n" for d in records))
+    import_file(path, nvl)
+    return path
+
+
+def ask(model: str, host_class: str, db=None, **kw):
+    return recommend_for(str(MODELS / model), db_path=db or "/nonexistent/autoselect.db", host_class=host_class,
+                         vllm_version=VERSION, **kw)
+
+
+def by_backend(rec):
+    return {c.backend: c for c in rec.candidates}
+
+
+# --------------------------------------------------------------------------------------
+# When the reference is read
+# --------------------------------------------------------------------------------------
+
+
+def test_local_measurements_outrank_the_reference(fixture_db):
+    rec = ask("deepseek-v3", H200, fixture_db)  # the H200 class measured this shape
+    assert rec.reference is None
+    assert rec.confidence != "reference"
+    assert all(b.evidence == "measured" and b.reference is None for c in rec.candidates for b in c.buckets)
+    assert "reference" not in rec.to_dict()
+
+
+def test_one_local_row_of_the_shape_keeps_the_reference_out(fixture_db):
+    from db.queries import connect_readonly, newest_host, results_for
+
+    conn = connect_readonly(fixture_db)
+    host = newest_host(conn, H200)
+    rows = results_for(conn, hidden=7168, top_k=8, experts=256, dispatch_dtype="fp8_block128", world_size=8,
+                       host_class=H200, kind="micro")
+    conn.close()
+    one = [r for r in rows if r.backend == AGRS][:1]
+    target = resolve(load_profile(str(MODELS / "deepseek-v3")), deployment=Deployment(dp=8, tp=1), host_class=H200,
+                     host=host, vllm_version=VERSION)
+    assert choose_reference(target, 0) is not None  # no local row: the matched system's reference
+    assert choose_reference(target, len(one)) is None  # one local row: local only
+    rec = recommend(target.profile, conn=None, rows=one, deployment=target.deployment, host_class=H200, host=host,
+                    vllm_version=VERSION)
+    assert rec.reference is None
+    assert {c.backend for c in rec.candidates if c.measured} == {AGRS}
+
+
+def test_a_host_of_a_reference_system_without_local_rows_reads_its_reference(fixture_db):
+    rec = ask("qwen3-30b-a3b", "b200x8-9a4f2b61", fixture_db)  # no qwen3 row on the B200 class
+    assert rec.reference.host_class == "ref-b200_sxm-x8"
+    assert rec.reference.why.startswith("host class b200x8-9a4f2b61 (8× NVIDIA B200) has no local measurement")
+    assert rec.reference.requirements == []  # a real host's packages are judged from its fingerprint
+    assert "deepep_low_latency" in {r.backend for r in rec.rejected}  # deep_ep is not on the fixture's B200
+
+
+def test_gpus_that_are_no_reference_system_answer_as_before(fixture_db):
+    rec = ask("mixtral-8x7b", "h200nvlx8-00000001", fixture_db, workload="decode")
+    assert rec.reference is None
+    assert (rec.backend, rec.confidence) == (AGRS, "none")
+    assert rec.confidence_reasons == ["no measurement of any legal backend for this host class, shape and world size"]
+    assert rec.bench_command.startswith("autoselect bench --model")
+
+
+def test_a_reference_class_needs_no_database_and_stands_for_a_host_of_its_system():
+    rec = ask("deepseek-v3", "ref-h200_sxm-x8", workload="decode")
+    assert rec.reference.host_class == rec.data_used.host_class == "ref-h200_sxm-x8"
+    assert rec.data_used.gpu_name == "NVIDIA H200" and rec.data_used.results == 0
+    assert rec.gpu_arch == "sm90" and rec.deployment.world_size == 8
+    host = reference_host(CLASSES["ref-gb200-nvl72"])
+    assert host.gpu_count == 72 and host.all_nvlinks_up and host.fabric.startswith("completed")
+    assert host.versions == {"deep_ep": ON_SERVING_HOST, "flashinfer": ON_SERVING_HOST}
+    assert any(r.startswith("deep_ep: judged present") for r in rec.reference.requirements)
+
+
+def test_the_rack_class_needs_a_world_size_and_a_tray_class_refuses_more_than_a_tray():
+    with pytest.raises(ReferenceWorldSizeUnavailable, match="--world-size"):
+        ask("deepseek-r1-nvfp4", "ref-gb200-nvl72")
+    rec = ask("deepseek-r1-nvfp4", "ref-gb200-nvl72", world_size=16)
+    assert rec.deployment.world_size == 16
+    assert by_backend(rec)[ONE_SIDED].evidence == "published"
+    assert "16×GB200 (4 trays, MNNVL)" in by_backend(rec)[ONE_SIDED].buckets[0].reference
+    with pytest.raises(ReferenceWorldSizeUnavailable, match="ref-gb200-nvl72"):
+        ask("deepseek-r1-nvfp4", "ref-gb200-x4", world_size=8)
+
+
+def test_reference_mistakes_are_one_error_line():
+    runner = CliRunner()
+    for argv, words in (
+        (["--host-class", "ref-h300-x8"], "unknown reference host class"),
+        (["--host-class", "ref-h200_sxm-x8", "--gpu-arch", "sm100"], "ref-h200_sxm-x8 is H200 hardware"),
+        (["--host-class", "ref-gb200-nvl72"], "give the world size"),
+    ):
+        r = runner.invoke(main, ["recommend", "--model", str(MODELS / "deepseek-v3"), *argv],
+                          env={"AUTOSELECT_DB": "/nonexistent/x.db"})
+        assert r.exit_code == 2, r.output
+        assert r.stderr.startswith("Error: ") and words in r.stderr and len(r.stderr.splitlines()) == 1
+    with pytest.raises(UnknownReferenceClass):
+        ask("deepseek-v3", "ref-nope-x8")
+    with pytest.raises(GpuArchNotOfReference):
+        ask("deepseek-v3", "ref-b200_sxm-x8", gpu_arch="sm90")
+
+
+# --------------------------------------------------------------------------------------
+# What the answer says
+# --------------------------------------------------------------------------------------
+
+
+def test_published_values_name_their_source_in_text_and_json():
+    rec = ask("deepseek-r1-nvfp4", "ref-gb200-x4")  # nvfp4 on Blackwell: TensorRT-LLM's published shape
+    one = by_backend(rec)[ONE_SIDED]
+    line = "AIConfigurator 0.12.0, TensorRT-LLM 1.2.0rc6 NVLinkOneSided on 4×GB200, collection date not recorded"
+    assert one.evidence == "published" and {b.reference for b in one.buckets} == {line}
+    doc = json.loads(json.dumps(rec.to_dict()))
+    assert {b["evidence"] for b in doc["candidates"][1]["buckets"]} == {"published"}
+    assert {"backend": ONE_SIDED, "evidence": "published", "line": line} in doc["reference"]["backends"]
+    assert line in render_text(rec)
+    hopper = ask("deepseek-r1-nvfp4", "ref-h200_sxm-x8")  # bf16 on Hopper: DeepEP's published shape
+    assert "AIConfigurator 0.12.0, vLLM 0.24.0 DeepEP on 8×H200, collected 2026-08-31" in {
+        b.reference for b in by_backend(hopper)[LL].buckets}
+
+
+def test_derived_allgather_reducescatter_is_marked_as_derived():
+    rec = ask("deepseek-v3", "ref-h200_sxm-x8", workload="decode")
+    agrs = by_backend(rec)[AGRS]
+    assert agrs.evidence == "derived"
+    for b in agrs.buckets:
+        assert b.evidence == "derived" and b.source == "measured"  # derived exactly at each bucket's token count
+        assert b.reference.startswith("derived from AIConfigurator 0.12.0 NCCL 2.29.2")
+        assert b.reference.endswith("not a measured all2all")
+    text = render_text(rec)
+    assert "derived      allgather_reducescatter: derived from AIConfigurator" in text
+    assert any(r.startswith("a decisive latency is derived from NVIDIA's published NCCL") for r in
+               rec.confidence_reasons)
+
+
+def test_explain_gives_every_number_its_kind_and_source():
+    rec = ask("deepseek-v3", "ref-h200_sxm-x8", workload="decode")
+    text = render_explain(rec)
+    assert "sources of the numbers that are not measured here:" in text
+    assert "  [1] derived from AIConfigurator" in text and "  [2] transferred from H3072 top8 E256 bf16" in text
+    rows = [line for line in text.splitlines() if line.startswith("  ") and "us" not in line and "[" in line]
+    assert rows and all(("derived [1]" in r) or ("transferred [2]" in r) for r in rows if AGRS in r or "deepep" in r)
+
+
+def test_legal_backends_without_reference_evidence_are_unmeasured_with_the_bench_command():
+    rec = ask("deepseek-v3", "ref-h200_sxm-x8", workload="decode")
+    two = by_backend(rec)[TWO_SIDED]  # FlashInfer on H200: no published row
+    assert two.status == "no data"
+    assert "no reference evidence: no published flashinfer_nvlink_two_sided rows on H200 at EP 8" in two.warnings
+    assert "--backends flashinfer_nvlink_two_sided" in rec.bench_command
+    assert any(w.startswith("run the bench command on a machine of the reference system: 8×H200") for w in
+               rec.warnings)
+
+
+def test_the_confidence_is_capped_at_reference_and_says_why():
+    levels = [ask(m, c).confidence for m in ("deepseek-v3", "deepseek-r1-nvfp4") for c in
+              ("ref-h200_sxm-x8", "ref-b200_sxm-x8", "ref-gb200-x4")]
+    assert set(levels) == {"reference"}
+    names = {cap.name: cap for cap in CONFIDENCE_CAPS}
+    assert {names[k].cap for k in ("published", "derived", "transferred")} == {"reference"}
+    base = dict(single=False, compared=True, any_measured=True, unmeasured=False, close_call=False,
+                decisive_sources=frozenset({"measured"}), stale=False)
+    assert confidence(Facts(**base, decisive_kinds=frozenset({"measured"}))) == ("high", [])
+    level, reasons = confidence(Facts(**base, decisive_kinds=frozenset({"published", "transferred"})))
+    assert level == "reference" and reasons == [names["published"].text, names["transferred"].text]
+
+
+# --------------------------------------------------------------------------------------
+# Shape transfer
+# --------------------------------------------------------------------------------------
+
+
+def test_another_shape_is_transferred_by_bytes_per_token_and_marked():
+    rec = ask("qwen3-30b-a3b", "ref-h200_sxm-x8", workload="decode")  # 2048 x top-8 x 128, bf16
+    ll = by_backend(rec)[LL]
+    assert ll.evidence == "transferred"
+    assert all(b.evidence == "transferred" and b.reference.startswith("transferred from H3072 top8 E256 bf16")
+               for b in ll.buckets)
+    assert "by bytes per token (AIConfigurator 0.12.0, vLLM 0.24.0 DeepEP on 8×H200" in ll.buckets[0].reference
+    assert any(r.startswith("a decisive latency is transferred") for r in rec.confidence_reasons)
+
+
+def test_a_transfer_far_outside_the_published_bytes_is_refused():
+    ref = default()
+    # GB200's one-sided rows exist for 7168 x top-8 nvfp4 only (18432 bytes per token); Qwen3-30B's
+    # nvfp4 moves 5312: more than SHAPE_TRANSFER_LIMIT x fewer.
+    moved = ref.transferred("ref-gb200-x4", ONE_SIDED, hidden=2048, top_k=8, experts=128, dtype="nvfp4",
+                            world_size=4)
+    assert moved.points == [] and moved.refused.startswith("refused: H2048 top8 E128 nvfp4 moves 5312 bytes")
+    rec = ask("qwen3-30b-a3b-nvfp4-ct", "ref-gb200-x4")
+    one = by_backend(rec)[ONE_SIDED]
+    assert one.status == "no data" and any("more than 2x outside the published shapes" in w for w in one.warnings)
+
+
+def test_transfer_across_shapes_fits_latency_a_plus_bytes_over_bandwidth_at_each_token_count():
+    ref = default()
+    sources = ref.published("ref-h200_sxm-x8", LL, world_size=8)
+    # A synthetic table: latency = 10 us + bytes / (1 byte per ns) at every shape -> exact transfer.
+    bpt = {(7168, 8): 28736, (3072, 8): 12352, (4096, 6): 16432, (6144, 8): 24640}
+    fake = [p._replace(latency_us=10 + p.tokens_per_rank * bpt[(p.hidden, p.top_k)] * 1e-3)
+            for p in sources if (p.hidden, p.top_k) in bpt]
+    moved = transfer_points(fake, hidden=2048, top_k=8, experts=128, dtype="bf16")
+    assert moved.method == "fit across shapes at each token count"
+    for p in moved.points:
+        assert p.evidence == "transferred"
+        assert p.latency_us == pytest.approx(10 + p.tokens_per_rank * 8256e-3, rel=1e-9)
+        assert p.derivation["bytes_per_token"] == 8256
+    assert moved.from_shapes[0] == "H3072 top8 E256 bf16"
+    # The limit: bytes per token more than SHAPE_TRANSFER_LIMIT x below the smallest source's.
+    tiny = transfer_points(fake, hidden=1024, top_k=2, experts=8, dtype="bf16")
+    assert 4112 * SHAPE_TRANSFER_LIMIT < 12352 and tiny.points == [] and tiny.refused.startswith("refused")
+
+
+def test_one_published_shape_transfers_the_same_bytes_at_an_equivalent_token_count():
+    ref = default()
+    sources = ref.published("ref-gb200-x4", ONE_SIDED, world_size=4)
+    same = transfer_points(sources, hidden=7168, top_k=8, experts=384, dtype="nvfp4")  # Kimi-K2.5: same bytes
+    assert same.method == "one shape: the same bytes at an equivalent token count"
+    assert [p.latency_us for p in same.points] == [p.latency_us for p in sources]
+
+
+# --------------------------------------------------------------------------------------
+# The rules gate every candidate
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ref_class", sorted(CLASSES))
+def test_a_bf16_or_fp8_model_never_gets_one_sided_from_any_reference_row(ref_class):
+    world_size = 4 if ref_class == "ref-gb200-nvl72" else None
+    for model in ("qwen3-30b-a3b", "deepseek-v3", "kimi-k2", "deepseek-r1-nvfp4"):
+        rec = ask(model, ref_class, world_size=world_size)
+        if rec.dispatch_dtype == "nvfp4":
+            continue  # nvfp4 on Blackwell: one-sided is legal there
+        assert ONE_SIDED not in by_backend(rec)
+        assert [r.kind for r in rec.rejected if r.backend == ONE_SIDED] == ["illegal"]
+        assert rec.backend != ONE_SIDED
+
+
+def test_a_one_sided_reference_row_offered_to_a_bf16_model_is_still_refused():
+    profile = Shape(hidden=7168, top_k=8, experts=256, dtype="bf16").profile()
+
+    class Offers:  # a reference source that (wrongly) has one-sided points for bf16, ten times faster
+        kind = "published"
+        considered = 1
+
+        def for_backend(self, backend):
+            latency = 1.0 if backend == ONE_SIDED else 100.0
+            return BackendEvidence(backend, kind="published", source="a table",
+                                   points=(MeasuredPoint(16, latency, 0.01, None, "published"),))
+
+    for ref_class in ("ref-gb200-x4", "ref-b200_sxm-x8", "ref-h200_sxm-x8"):
+        rec = recommend(profile, conn=None, deployment=Deployment(dp=4, tp=1), host_class=ref_class,
+                        vllm_version=VERSION, evidence=lambda target: [Offers()])
+        assert rec.backend != ONE_SIDED and ONE_SIDED in {r.backend for r in rec.rejected}
+
+
+def test_reference_evidence_answers_every_backend_once():
+    target = resolve(load_profile(str(MODELS / "deepseek-v3")), deployment=Deployment(dp=8, tp=1),
+                     host_class="ref-h200_sxm-x8", vllm_version=VERSION)
+    source = ReferenceEvidence(target, choose_reference(target, 0))
+    first = source.for_backend(LL)
+    assert source.for_backend(LL) is first and first.kind == "transferred" and first.points
+    assert source.considered == len(first.points)
+
+
+def test_the_readme_quick_start_shows_the_real_reference_answer(monkeypatch):
+    readme = (ROOT / "README.md").read_text()
+    command = "autoselect recommend --model tests/fixtures/models/deepseek-v3 --host-class ref-h200_sxm-x8 --workload decode"
+    block = readme.split(f"```bash\n{command}\n```\n\n```text\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(ROOT)
+    r = CliRunner().invoke(main, command.split()[1:], env={"AUTOSELECT_DB": "/nonexistent/x.db",
+                                                          "AUTOSELECT_VLLM_PYTHON": None})
+    assert r.exit_code == 0, r.output
+    shown = [line for line in block.splitlines() if line]
+    assert shown and [line for line in r.stdout.splitlines() if line in shown] == shown
