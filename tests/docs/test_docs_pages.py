@@ -141,7 +141,7 @@ def test_the_confidence_table_of_docs_recommend_is_the_rules_table():
 
 
 def test_every_path_the_docs_name_exists():
-    """A module path (autoselect/, bench/, db/, deploy/, scripts/, perf/) in a code span of README.md
+    """A module path (autoselect/, bench/, db/, deploy/, scripts/, perf/, tests/) in a code span of README.md
     or a page under docs/ names a file or folder of the repository: internals.md is a map of module
     paths, and a move must update it."""
     pages = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
@@ -151,7 +151,7 @@ def test_every_path_the_docs_name_exists():
             continue
         for span in re.findall(r"`([^`\s]+)`", page.read_text()):
             path = span.split("::")[0].rstrip(",.")
-            if re.fullmatch(r"(autoselect|bench|db|deploy|scripts|perf)/[\w./-]*", path) and "*" not in path:
+            if re.fullmatch(r"(autoselect|bench|db|deploy|scripts|perf|tests)/[\w./-]*", path) and "*" not in path:
                 if not (ROOT / path).exists():
                     missing.append(f"{page.name}: {path}")
     assert not missing, "the docs name paths that do not exist:\n" + "\n".join(missing)
