@@ -16,6 +16,7 @@ import json
 import re
 import types
 import typing
+from pathlib import Path
 
 import pytest
 
