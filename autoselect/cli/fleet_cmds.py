@@ -83,6 +83,29 @@ def _spec(kw: dict, trigger: str):
     return spec
 
 
+class _FleetBar:
+    """The progress printer of one fleet run: a rich bar (results so far) and a line per retry,
+    failure or skipped node, on stderr; dispatches on the event's type."""
+
+    def __init__(self, bar, task, console):
+        from autoselect.fleet import events
+
+        self.bar, self.task, self.console, self.events = bar, task, console, events
+
+    def __call__(self, ev) -> None:
+        e = self.events
+        if isinstance(ev, e.Placed):
+            self.bar.update(self.task, description=f"{ev.nodes} node(s)")
+        elif isinstance(ev, e.NodeResult):
+            self.bar.advance(self.task)
+        elif isinstance(ev, e.NodeStarted) and ev.attempt > 1:
+            self.console.print(f"retrying {ev.hostname} (attempt {ev.attempt})")
+        elif isinstance(ev, e.NodeFailed):
+            self.console.print(f"[red]{ev.hostname or 'bundle %d' % ev.bundle}: {ev.error}[/red]")
+        elif isinstance(ev, e.NodeSkipped):
+            self.console.print(f"skipped busy {ev.hostname}: {'; '.join(ev.reasons)}")
+
+
 def _run_with_progress(spec, db_path):
     """Run one fleet run with a rich progress bar (results over expected points) on stderr."""
     from rich.console import Console
@@ -93,22 +116,7 @@ def _run_with_progress(spec, db_path):
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]fleet[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as bar:
-        task = bar.add_task("placing", total=None)
-
-        def on_event(ev):
-            kind = ev["event"]
-            if kind == "placed":
-                bar.update(task, description=f"{ev['nodes']} node(s)")
-            elif kind == "result":
-                bar.advance(task)
-            elif kind == "node_started" and ev["attempt"] > 1:
-                console.print(f"retrying {ev['hostname']} (attempt {ev['attempt']})")
-            elif kind == "node_failed":
-                console.print(f"[red]{ev['hostname'] or 'bundle %d' % ev['bundle']}: {ev['error']}[/red]")
-            elif kind == "skipped":
-                console.print(f"skipped busy {ev['hostname']}: {'; '.join(ev['reasons'])}")
-
-        return run_fleet(spec, db_path, progress=on_event)
+        return run_fleet(spec, db_path, progress=_FleetBar(bar, bar.add_task("placing", total=None), console))
 
 
 def _print_report(report, fmt: str) -> None:

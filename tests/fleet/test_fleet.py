@@ -106,7 +106,7 @@ def test_a_failing_node_task_is_retried_on_its_live_node_then_recorded_failed(cl
     (node,) = report.nodes
     assert (node.status, node.attempts, node.results) == ("failed", 2, 0)
     assert "NotEnoughGpus" in node.error and "no CUDA GPU" in node.error
-    assert [e["retry"] for e in events if e["event"] == "node_failed"] == [True, False]
+    assert [e.retry for e in events if isinstance(e, fleet.NodeFailed)] == [True, False]
     node_runs = _node_runs(db_path)
     assert [(r["status"], r["meta"]["attempt"]) for r in node_runs] == [("failed", 1), ("failed", 2)]
     assert node_runs[0]["meta"]["error"] == node.error
@@ -119,9 +119,9 @@ def test_a_node_killed_mid_run_is_recorded_and_the_others_finish(cluster, db_pat
     killed = {}
 
     def kill_on_first_result(event):
-        if event["event"] == "result" and event["ray_node_id"] in victims and not killed:
-            killed["node"] = event["ray_node_id"]
-            cluster.remove_node(victims[event["ray_node_id"]])
+        if isinstance(event, fleet.NodeResult) and event.ray_node_id in victims and not killed:
+            killed["node"] = event.ray_node_id
+            cluster.remove_node(victims[event.ray_node_id])
 
     spec = fleet.FleetSpec(address=cluster.address, device="cpu", shapes=[Shape(hidden=128, top_k=2, experts=4, dtype="bf16")], tokens=[1, 4],
                            backends=["allgather_reducescatter", "reference_all_to_all"], retries=1,
@@ -201,15 +201,14 @@ def test_busy_reasons_name_each_gpu_over_a_threshold():
 def test_ray_nodes_sharing_a_machine_get_node_scoped_ids_and_unique_machines_keep_theirs():
     host = {"machine_id": "m1", "hostname": "box"}
     other = {"machine_id": "m2", "hostname": "other"}
-    scoped = fleet.node_scoped_hosts([{"ray_node_id": "aaaaaaaa11", "host": host},
-                                      {"ray_node_id": "bbbbbbbb22", "host": host},
-                                      {"ray_node_id": "cccccccc33", "host": other}])
+    probes = [fleet.Probe(ray_node_id="aaaaaaaa11", host=host), fleet.Probe(ray_node_id="bbbbbbbb22", host=host),
+              fleet.Probe(ray_node_id="cccccccc33", host=other)]
+    scoped = fleet.node_scoped_hosts(probes)
     assert [h["hostname"] for h in scoped] == ["box/aaaaaaaa", "box/bbbbbbbb", "other"]
     assert len({h["machine_id"] for h in scoped}) == 3
     assert scoped[2]["machine_id"] == "m2"
-    assert scoped == fleet.node_scoped_hosts([{"ray_node_id": "aaaaaaaa11", "host": host},
-                                              {"ray_node_id": "bbbbbbbb22", "host": host},
-                                              {"ray_node_id": "cccccccc33", "host": other}])  # stable
+    assert scoped == fleet.node_scoped_hosts(probes)  # stable
+    assert host == {"machine_id": "m1", "hostname": "box"}  # the probes' hosts are not changed
 
 
 def test_schedule_waits_every_plus_jitter_between_runs_and_keeps_going_after_an_error():
@@ -246,12 +245,13 @@ def test_bench_node_streams_each_result_and_stops_starting_backends_after_the_bu
     spec = fleet.FleetSpec(device="cpu", shapes=[Shape(hidden=128, top_k=2, experts=4, dtype="bf16")], tokens=[1, 4],
                            backends=["allgather_reducescatter", "reference_all_to_all"], budget_s=0.001,
                            min_samples=3, min_time_s=0.05, timeout_s=5)
-    workloads = fleet.validate(spec)
-    events = list(fleet.bench_node(fleet._node_spec(spec, 2), workloads, fingerprint().to_dict()))
-    results = [e["result"] for e in events if e["event"] == "result"]
-    assert [(r["backend"], r["tokens_per_rank"], r["status"]) for r in results] == [
+    shapes = fleet.validate(spec)
+    events = list(fleet.bench_node(spec.node_settings(2), shapes, fingerprint().to_dict()))
+    results = [e.result for e in events if isinstance(e, fleet.ResultMeasured)]
+    assert [(r.backend, r.tokens_per_rank, r.status) for r in results] == [
         ("allgather_reducescatter", 1, "ok"), ("allgather_reducescatter", 4, "ok")]
-    assert events[-1]["event"] == "done" and events[-1]["budget_exhausted"] is True
+    assert isinstance(events[-1], fleet.TaskFinished) and events[-1].budget_exhausted is True
+    assert {b: len(ups) for b, ups in events[-1].startups.items()} == {"allgather_reducescatter": 1}
 
 
 def _captured_spec(monkeypatch, *argv):
@@ -272,9 +272,9 @@ def test_the_explicit_shape_keeps_top_k_and_experts_apart(monkeypatch, db_path):
     spec = _captured_spec(monkeypatch, "--device", "cpu", "--hidden", "2048", "--top-k", "4", "--experts", "32",
                           "--dtype", "bf16", "--db", str(db_path))
     assert spec.shapes == [Shape(hidden=2048, top_k=4, experts=32, dtype="bf16")]
-    (workload,) = fleet.validate(spec)
-    assert (workload["hidden"], workload["top_k"], workload["experts"]) == (2048, 4, 32)
-    assert workload["model"] == "shape:2048x32x4:bf16"  # HIDDENxEXPERTSxTOPK, as tune --model spells it
+    (shape,) = fleet.validate(spec)
+    assert (shape.hidden, shape.top_k, shape.experts, shape.dtype("sm90")) == (2048, 4, 32, "bf16")
+    assert shape.model == "shape:2048x32x4:bf16"  # HIDDENxEXPERTSxTOPK, as tune --model spells it
 
 
 @pytest.mark.parametrize("budget, seconds", [("1h30m", 5400.0), ("7d", 604800.0), ("90s", 90.0), ("2d12h", 216000.0)])
