@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autoselect import __version__
-from autoselect.drift import analyze_at
+from autoselect.fleet.drift import analyze_at
 from autoselect.errors import UnknownHostClass, UserError
 from autoselect.model import ModelConfigNotFound, ModelSource, hub_cache_dir
 from autoselect.selector import recommend_for

@@ -251,7 +251,7 @@ def fleet_drift_cmd(models, host_class, min_slowdown, noise_k, db_path, fmt):
       autoselect fleet drift --db fleet.db
       autoselect fleet drift --db fleet.db --format json | jq .flagged
     """
-    from autoselect.drift import analyze_at
+    from autoselect.fleet.drift import analyze_at
 
     report = analyze_at(db_path, models=list(models) or None, host_class=host_class,
                         min_slowdown=min_slowdown, noise_k=noise_k)
@@ -274,18 +274,18 @@ def fleet_status_cmd(db_path, fmt):
       autoselect fleet status --db fleet.db
       autoselect fleet status --db fleet.db --format json
     """
-    from autoselect.drift import status_at
+    from autoselect.fleet.drift import status_at
 
     nodes = status_at(db_path)
     if fmt == "json":
-        click.echo(json.dumps({"schema_version": 1, "nodes": nodes}, indent=2))
+        click.echo(json.dumps({"schema_version": 1, "nodes": [n.to_dict() for n in nodes]}, indent=2))
         return
     click.echo(f"{'node':<32} {'host class':<26} {'last run':<26} {'trigger':<9} {'health':<12} flags")
     for n in nodes:
-        flags = f"SLOW +{n['worst_slowdown']:.0%}" if n["flagged"] else ""
-        health = n["health"] + (f": {n['error']}" if n.get("error") else "")
-        click.echo(f"{n['hostname']:<32} {n['host_class']:<26} {n['last_run_started_at'][:25]:<26} "
-                   f"{n['last_trigger']:<9} {health:<12} {flags}")
+        flags = f"SLOW +{n.worst_slowdown:.0%}" if n.flagged else ""
+        health = n.health + (f": {n.error}" if n.error else "")
+        click.echo(f"{n.hostname:<32} {n.host_class:<26} {n.last_run_started_at[:25]:<26} "
+                   f"{n.last_trigger:<9} {health:<12} {flags}")
 
 
 @fleet_group.command("deploy")

@@ -14,13 +14,18 @@ The flow, one concern per module:
   the machine id its results are stored under;
 - :mod:`~autoselect.fleet.run`: :func:`run_fleet`, the driver, the one writer of the database;
 - :mod:`~autoselect.fleet.events`: the typed progress and node-stream events;
-- :mod:`~autoselect.fleet.schedule`: periodic runs in the foreground.
+- :mod:`~autoselect.fleet.schedule`: periodic runs in the foreground;
+- :mod:`~autoselect.fleet.drift` (slow nodes, recommendation changes, ``fleet status``),
+  :mod:`~autoselect.fleet.service` (``serve``, the read-only HTTP API),
+  :mod:`~autoselect.fleet.deploy` (systemd / Kubernetes / Slurm templates).
 
 Ray, FastAPI and uvicorn are imported where they are used, so importing this package is cheap.
 """
 
+from autoselect.fleet import drift
 from autoselect.fleet.cluster import (Layout, NotEnoughNodes, Placement, PlacementFailed, RayCluster, RayUnavailable,
                                       check_reachable)
+from autoselect.fleet.drift import DriftReport, NodeDrift, NodeStatus, analyze, analyze_at, status_at
 from autoselect.fleet.events import (FleetProgress, HarnessFailed, NodeDone, NodeEvent, NodeFailed, NodeResult,
                                      NodeSkipped, NodeStarted, Placed, ResultMeasured, TaskFinished)
 from autoselect.fleet.identity import node_scoped_hosts, retry_host, scoped_host
@@ -33,11 +38,12 @@ from autoselect.fleet.spec import (BUSY_THRESHOLDS, BadFleetOption, FleetShape, 
 from autoselect.fleet.task import NodeTask, bench_node
 
 __all__ = [
-    "Attempt", "BUSY_THRESHOLDS", "BadFleetOption", "DATABASE_ERRORS", "FleetProgress", "FleetReport", "FleetRun",
-    "FleetShape", "FleetSpec", "HarnessFailed", "Layout", "NodeDone", "NodeEvent", "NodeFailed", "NodeOutcome",
-    "NodeResult", "NodeRun", "NodeSettings", "NodeSkipped", "NodeStarted", "NodeTask", "NodeTasks",
-    "NotEnoughNodes", "Placed", "Placement", "PlacementFailed", "Probe", "RayCluster", "RayUnavailable",
-    "ResultMeasured", "RetryPolicy", "TaskFinished", "bench_node", "busy_reasons", "check_reachable",
-    "command_line", "gpu_load", "node_scoped_hosts", "probe_node", "retry_host", "run_fleet", "run_schedule",
-    "schedule_delays", "scoped_host", "validate",
+    "Attempt", "BUSY_THRESHOLDS", "BadFleetOption", "DATABASE_ERRORS", "DriftReport", "FleetProgress",
+    "FleetReport", "FleetRun", "FleetShape", "FleetSpec", "HarnessFailed", "Layout", "NodeDone", "NodeDrift",
+    "NodeEvent", "NodeFailed", "NodeOutcome", "NodeResult", "NodeRun", "NodeSettings", "NodeSkipped", "NodeStarted",
+    "NodeStatus", "NodeTask", "NodeTasks", "NotEnoughNodes", "Placed", "Placement", "PlacementFailed", "Probe",
+    "RayCluster", "RayUnavailable", "ResultMeasured", "RetryPolicy", "TaskFinished", "analyze", "analyze_at",
+    "bench_node", "busy_reasons", "check_reachable", "command_line", "drift", "gpu_load", "node_scoped_hosts",
+    "probe_node", "retry_host", "run_fleet", "run_schedule", "schedule_delays", "scoped_host", "status_at",
+    "validate",
 ]

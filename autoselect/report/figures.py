@@ -370,7 +370,7 @@ def fleet_figure(data: ReportData):
             "Run `autoselect fleet bench` to measure every node.",
         ])
     caption = ("Bar: median (p50) round-trip latency of the node's newest measurement; whisker: p10–p90. "
-               "Red: flagged by the drift check (autoselect.drift). Dotted line: the fleet median.")
+               "Red: flagged by the drift check (autoselect.fleet.drift). Dotted line: the fleet median.")
     fig, ax = _new_figure(caption=caption)
     nodes = sorted(view.nodes, key=lambda n: n.hostname)
     x = range(len(nodes))

@@ -1,6 +1,6 @@
 """The fleet view: one shape, one backend, one token count, every node of the host class.
 
-Each node's newest timed row at that point; the drift check (:mod:`autoselect.drift`) decides
+Each node's newest timed row at that point; the drift check (:mod:`autoselect.fleet.drift`) decides
 which nodes are flagged.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from autoselect import drift
 from autoselect.errors import UnknownBackend
+from autoselect.fleet import drift
 from autoselect.report.errors import FleetTokensNotMeasured
 from autoselect.report.series import BackendSeries
 
@@ -43,7 +43,7 @@ def fleet_view(rows: Sequence[Any], series: Sequence[BackendSeries], recommended
                backend: str | None = None, tokens: int | None = None) -> FleetView | None:
     """The per-node view of one backend at one token count; None when one machine measured.
 
-    Each node's newest timed row at that point; the drift check (:mod:`autoselect.drift`)
+    Each node's newest timed row at that point; the drift check (:mod:`autoselect.fleet.drift`)
     decides which nodes are flagged.
     """
     machines = {r.machine_id for r in rows}
@@ -100,7 +100,7 @@ def fleet_view(rows: Sequence[Any], series: Sequence[BackendSeries], recommended
 
 
 def flag_drift(view: FleetView, rows: Sequence[Any]) -> None:
-    """Mark the nodes :func:`autoselect.drift.node_drift` flags, judged on this shape's rows.
+    """Mark the nodes :func:`autoselect.fleet.drift.node_drift` flags, judged on this shape's rows.
 
     A node is ``drifted`` when its newest run is slow (beyond the noise) at the view's backend
     and token count, against its own history or the other nodes of its class; a node slow only

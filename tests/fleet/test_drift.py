@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from autoselect import drift
 from autoselect.cli import main
+from autoselect.fleet import drift
 from db.queries import all_results, connect_readonly
 from support.fleet import DEEPSEEK_V3, NODES, SLOW_NODE, TOKENS, build_fleet_db
 

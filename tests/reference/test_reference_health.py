@@ -8,8 +8,8 @@ import pytest
 
 from support.fleet import h200_host
 
-from autoselect import drift
 from autoselect.cli.bench_cmd import render_text
+from autoselect.fleet import drift
 from autoselect.hardware import HostFingerprint
 from autoselect.reference import CLASSES
 from autoselect.reference.health import SLOWER, SLOWER_LIMIT, Measured, check_results, compare
