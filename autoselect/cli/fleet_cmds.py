@@ -347,7 +347,7 @@ def serve_cmd(db_path, host, port, workers, model_roots):
       autoselect serve --db fleet.db --port 8765 --model-root /models &
       curl 'http://127.0.0.1:8765/v1/recommend?model=deepseek-ai/DeepSeek-V3&workload=decode'
     """
-    from autoselect.service import serve
+    from autoselect.fleet.service import serve
 
     serve(db_path, host=host, port=port, workers=workers, model_roots=model_roots,
           on_warning=lambda message: click.echo(f"Warning: {message}", err=True))

@@ -22,7 +22,7 @@ The flow, one concern per module:
 Ray, FastAPI and uvicorn are imported where they are used, so importing this package is cheap.
 """
 
-from autoselect.fleet import drift
+from autoselect.fleet import drift, service
 from autoselect.fleet.cluster import (Layout, NotEnoughNodes, Placement, PlacementFailed, RayCluster, RayUnavailable,
                                       check_reachable)
 from autoselect.fleet.drift import DriftReport, NodeDrift, NodeStatus, analyze, analyze_at, status_at
@@ -33,6 +33,7 @@ from autoselect.fleet.node import Attempt, NodeOutcome, NodeRun, RetryPolicy
 from autoselect.fleet.probe import Probe, busy_reasons, gpu_load, probe_node
 from autoselect.fleet.run import FleetReport, FleetRun, NodeTasks, run_fleet
 from autoselect.fleet.schedule import DATABASE_ERRORS, run_schedule, schedule_delays
+from autoselect.fleet.service import create_app, serve
 from autoselect.fleet.spec import (BUSY_THRESHOLDS, BadFleetOption, FleetShape, FleetSpec, NodeSettings,
                                    command_line, validate)
 from autoselect.fleet.task import NodeTask, bench_node
@@ -43,7 +44,7 @@ __all__ = [
     "NodeEvent", "NodeFailed", "NodeOutcome", "NodeResult", "NodeRun", "NodeSettings", "NodeSkipped", "NodeStarted",
     "NodeStatus", "NodeTask", "NodeTasks", "NotEnoughNodes", "Placed", "Placement", "PlacementFailed", "Probe",
     "RayCluster", "RayUnavailable", "ResultMeasured", "RetryPolicy", "TaskFinished", "analyze", "analyze_at",
-    "bench_node", "busy_reasons", "check_reachable", "command_line", "drift", "gpu_load", "node_scoped_hosts",
-    "probe_node", "retry_host", "run_fleet", "run_schedule", "schedule_delays", "scoped_host", "status_at",
-    "validate",
+    "bench_node", "busy_reasons", "check_reachable", "command_line", "create_app", "drift", "gpu_load",
+    "node_scoped_hosts", "probe_node", "retry_host", "run_fleet", "run_schedule", "schedule_delays", "scoped_host",
+    "serve", "service", "status_at", "validate",
 ]

@@ -22,7 +22,7 @@ from support.paths import FIXTURES
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
-from autoselect.service import UNKNOWN_MODEL, create_app
+from autoselect.fleet.service import UNKNOWN_MODEL, create_app
 
 
 def cache_hub_model(repo_id: str, config: Path) -> Path:

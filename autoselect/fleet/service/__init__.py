@@ -1,0 +1,41 @@
+"""``autoselect serve``: a small read-only HTTP API over a results database (FastAPI).
+
+Endpoints (GET, and HEAD answered like GET; every other method is 405):
+
+* ``/v1/recommend?model=...&host_class=...&workload=...`` (also ``tokens``, ``dp``, ``tp``,
+  ``world_size``, ``gpu_arch``, ``vllm_version``, ``concurrency``, ``max_num_batched_tokens``,
+  ``max_workspace_gib``): exactly the JSON of ``autoselect recommend --format json`` — both
+  call :func:`autoselect.selector.recommend_for`.
+* ``/v1/hosts``: the host classes in the database.
+* ``/v1/drift``: ``autoselect fleet drift --format json``.
+* ``/healthz``: ``{"status": "ok", ...}`` when the database can be read.
+
+Bad parameters get 400 with ``{"error": "..."}`` (the same sentence the CLI prints); an
+unknown model or host class gets 404. The database is opened read-only per request; answers
+are cached as JSON bytes per (endpoint, parameters) until the database file or its WAL
+changes; a miss is computed in the thread pool, a hit is served from the event loop.
+
+The server answers strangers, so ``model=`` never names a path: models are Hugging Face ids
+resolved from the local cache only (never downloaded), or names under the model roots the
+operator passed (``--model-root``; a name whose real path leaves its root does not exist).
+Every model the server cannot serve gets the same 404 sentence, whatever exists on its disk,
+and no answer carries a server path (the database, the roots, the Hub cache and the home
+directory are replaced by placeholders). Per request, the work is bounded by the checks of the
+config and of each parameter (at most :data:`MAX_QUERY` bytes of query string).
+
+The modules: :mod:`~.app` (what the app answers from, checked before serving, and
+:func:`create_app`), :mod:`~.routes` (the handlers and the assembly; the only one importing
+FastAPI), :mod:`~.answers` (the answer cache and the path scrubber), :mod:`~.server` (the socket
+and uvicorn: :func:`serve`).
+"""
+
+from autoselect.fleet.service.answers import CACHE_SIZE, AnswerCache, Scrubber
+from autoselect.fleet.service.app import (MAX_QUERY, NOT_FOUND, UNKNOWN_MODEL, BadServeOption, Served,
+                                          ServeUnavailable, create_app, model_source)
+from autoselect.fleet.service.server import DB_ENV, ROOTS_ENV, PortInUse, app_from_env, bind, is_loopback, serve
+
+__all__ = [
+    "AnswerCache", "BadServeOption", "CACHE_SIZE", "DB_ENV", "MAX_QUERY", "NOT_FOUND", "PortInUse", "ROOTS_ENV",
+    "Scrubber", "ServeUnavailable", "Served", "UNKNOWN_MODEL", "app_from_env", "bind", "create_app",
+    "is_loopback", "model_source", "serve",
+]

@@ -1,0 +1,80 @@
+"""The application ``serve`` runs: what it answers from (checked before it serves) and its assembly.
+
+:func:`create_app` checks the database and the model roots, then assembles the FastAPI app from
+the route handlers of :mod:`autoselect.fleet.service.routes` (which imports FastAPI: this module
+does not, so importing it costs nothing until an app is made).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autoselect.errors import UnknownHostClass, UserError
+from autoselect.fleet.service.answers import AnswerCache, Scrubber
+from autoselect.model import ModelConfigNotFound, ModelSource
+from db import default_path
+from db.queries import connect_readonly
+
+#: the longest query string a request may carry (every parameter's grammar is far shorter)
+MAX_QUERY = 4096
+#: the one answer for any model= value the server cannot serve, whatever exists on its disk
+UNKNOWN_MODEL = ("unknown model: this server answers for Hugging Face model ids in its cache and for models "
+                 "under its --model-root directories")
+#: the mistakes that mean "no such thing here" (404) rather than a bad parameter (400)
+NOT_FOUND = (ModelConfigNotFound, UnknownHostClass)
+
+
+class ServeUnavailable(UserError):
+    "FastAPI / uvicorn are not installed."
+
+
+class BadServeOption(UserError):
+    "A serve option that cannot work (port, workers)."
+
+
+def model_source(model_roots=()) -> Any:
+    """What ``serve`` resolves ``model=`` against: Hub ids from the cache, names under the roots."""
+    return ModelSource(local_paths=False, hub=True, offline=True, roots=tuple(Path(r) for r in model_roots))
+
+
+@dataclass(frozen=True)
+class Served:
+    """What an app answers from: the database, the models ``model=`` may name, the answers' scrubber and cache."""
+
+    path: Path
+    source: Any  # a ModelSource
+    scrub: Scrubber
+    cache: AnswerCache
+
+    @classmethod
+    def open(cls, db_path: str | os.PathLike | None = None, model_roots=()) -> "Served":
+        """Check that the database at ``db_path`` (default: ``db.default_path()``) is readable and
+        every root is a directory; one :class:`UserError` otherwise."""
+        path = Path(db_path) if db_path is not None else default_path()
+        conn = connect_readonly(path)  # refuse a missing / foreign / too-new database before serving
+        conn.close()
+        roots = tuple(Path(r) for r in model_roots)
+        for root in roots:
+            if not root.is_dir():
+                raise BadServeOption(f"--model-root {root} is not a directory; pass a directory of checkpoint "
+                                     "directories")
+        return cls(path=path, source=model_source(roots), scrub=Scrubber(path, roots), cache=AnswerCache(path))
+
+
+def create_app(db_path: str | os.PathLike | None = None, *, model_roots=()):
+    """The FastAPI application serving the database at ``db_path`` (checked readable now).
+
+    :param model_roots: directories whose checkpoint sub-directories ``model=`` may name
+        (relative names only); default none: Hugging Face ids from the local cache only.
+    """
+    try:
+        import fastapi  # noqa: F401
+    except ImportError:
+        raise ServeUnavailable("fastapi is not installed; pip install 'autoselect[serve]'") from None
+    served = Served.open(db_path, model_roots)
+    from autoselect.fleet.service.routes import assemble  # imports FastAPI
+
+    return assemble(served)

@@ -1,0 +1,137 @@
+"""The read-only API's handlers and the FastAPI app assembled from them.
+
+This module imports FastAPI at its top: only :func:`autoselect.fleet.service.app.create_app`
+imports it, once FastAPI is known to be installed. Every handler is a method of :class:`Api`,
+which holds what the app answers from (:class:`~autoselect.fleet.service.app.Served`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from autoselect import __version__
+from autoselect.errors import UserError
+from autoselect.fleet.drift import analyze_at
+from autoselect.fleet.service.app import MAX_QUERY, NOT_FOUND, UNKNOWN_MODEL, Served
+from autoselect.model import ModelConfigNotFound
+from autoselect.selector import recommend_for
+from db.queries import connect_readonly, host_classes
+
+#: route -> the :class:`Api` method answering it (GET, and HEAD answered the same way)
+ROUTES = {"/healthz": "healthz", "/v1/recommend": "recommend", "/v1/hosts": "hosts", "/v1/drift": "drift"}
+
+
+def assemble(served: Served) -> FastAPI:
+    """The app: the error handlers, the query-length bound, and the read-only routes of :class:`Api`."""
+    api = Api(served)
+    app = FastAPI(title="autoselect", version=__version__, docs_url=None, redoc_url=None,
+                  description="Read-only recommendations of vLLM's --all2all-backend from measured data.")
+    app.add_exception_handler(UserError, api.user_error)
+    app.add_exception_handler(StarletteHTTPException, api.http_error)
+    app.add_exception_handler(RequestValidationError, api.bad_params)
+    app.middleware("http")(api.bounded)
+    for route, name in ROUTES.items():
+        app.api_route(route, methods=["GET", "HEAD"])(getattr(api, name))
+    return app
+
+
+class Api:
+    """The handlers: errors in one shape (``{"error": ...}``, scrubbed), and the routes."""
+
+    def __init__(self, served: Served):
+        self.served = served
+        self.path = served.path
+        self.scrub = served.scrub
+
+    async def answer(self, key: tuple, compute: Callable[[], Any]) -> Response:
+        """Serve the cached JSON bytes for ``key``; compute misses in the thread pool (blocking
+        SQLite and the selector never run on the event loop)."""
+        cache = self.served.cache
+        body, state = cache.lookup(key)
+        if body is None:
+            body = await run_in_threadpool(lambda: self.scrub(json.dumps(compute())).encode())
+            cache.store(key, state, body)
+        return Response(content=body, media_type="application/json")
+
+    # -- errors ------------------------------------------------------------------------------------
+
+    async def user_error(self, request: Request, exc: UserError) -> JSONResponse:
+        """A mistake in the request: 404 for something that is not here (one sentence for any model), else 400."""
+        if isinstance(exc, ModelConfigNotFound):
+            return JSONResponse({"error": UNKNOWN_MODEL}, status_code=404)
+        return JSONResponse({"error": self.scrub(str(exc))}, status_code=404 if isinstance(exc, NOT_FOUND) else 400)
+
+    async def http_error(self, request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """Starlette's own errors (404 path, 405 method) in the same shape."""
+        return JSONResponse({"error": self.scrub(str(exc.detail))}, status_code=exc.status_code, headers=exc.headers)
+
+    async def bad_params(self, request: Request, exc: RequestValidationError) -> JSONResponse:
+        """A parameter of the wrong type: 400, ``name: what is wrong`` for each."""
+        parts = []
+        for e in exc.errors():
+            where = ".".join(str(x) for x in e.get("loc", ())[1:]) or "request"
+            parts.append(f"{where}: {e.get('msg', 'invalid')}")
+        return JSONResponse({"error": self.scrub("; ".join(parts))}, status_code=400)
+
+    async def bounded(self, request: Request, call_next):
+        """Refuse a query string longer than any parameter needs before anything parses it."""
+        if len(request.url.query) > MAX_QUERY:
+            return JSONResponse({"error": f"query string longer than {MAX_QUERY} bytes"}, status_code=414)
+        return await call_next(request)
+
+    # -- routes ------------------------------------------------------------------------------------
+
+    async def healthz(self):
+        """Liveness: the database can be opened and read (re-checked whenever its files change);
+        503 with the reason when it cannot."""
+        try:
+            return await self.answer(("healthz",), self._health)
+        except UserError as e:
+            return JSONResponse({"status": "error", "db": self.path.name, "error": self.scrub(str(e))},
+                                status_code=503)
+
+    def _health(self) -> dict:
+        c = connect_readonly(self.path)
+        try:
+            version = c.execute("PRAGMA user_version").fetchone()[0]
+        finally:
+            c.close()
+        return {"status": "ok", "db": self.path.name, "schema_version": version}
+
+    async def recommend(self, model: str, host_class: str | None = None, workload: str | None = None,
+                        tokens: str | None = None, dp: int | None = None, tp: int | None = None,
+                        world_size: int | None = None, gpu_arch: str | None = None, vllm_version: str | None = None,
+                        concurrency: int | None = None, max_num_batched_tokens: int | None = None,
+                        max_workspace_gib: float | None = None):
+        """The same JSON as ``autoselect recommend --format json``."""
+        kw = {"host_class": host_class, "workload": workload, "tokens": tokens, "dp": dp, "tp": tp,
+              "world_size": world_size, "gpu_arch": gpu_arch, "vllm_version": vllm_version,
+              "concurrency": concurrency, "max_num_batched_tokens": max_num_batched_tokens,
+              "max_workspace_gib": max_workspace_gib}
+        key = ("recommend", model, tuple(sorted(kw.items())))
+        return await self.answer(key, lambda: recommend_for(model, db_path=self.path, model_source=self.served.source,
+                                                            **kw).to_dict())
+
+    async def hosts(self):
+        """One row per host class in the database: its GPUs, how many machines, when last seen."""
+        return await self.answer(("hosts",), self._hosts)
+
+    def _hosts(self) -> dict:
+        c = connect_readonly(self.path)
+        try:
+            return {"host_classes": host_classes(c)}
+        finally:
+            c.close()
+
+    async def drift(self, host_class: str | None = None, min_slowdown: float = 0.05, noise_k: float = 3.0):
+        """``autoselect fleet drift --format json``."""
+        key = ("drift", host_class, min_slowdown, noise_k)
+        return await self.answer(key, lambda: analyze_at(self.path, host_class=host_class,
+                                                         min_slowdown=min_slowdown, noise_k=noise_k).to_dict())

@@ -1,0 +1,98 @@
+"""Running the API: the listening socket (one clear error for a taken port), uvicorn, its workers."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from pathlib import Path
+from typing import Callable
+
+from autoselect.errors import UserError
+from autoselect.fleet.service.app import BadServeOption, ServeUnavailable, create_app
+from db import default_path
+
+#: environment variable carrying the database path to uvicorn workers (``--workers`` > 1)
+DB_ENV = "AUTOSELECT_SERVE_DB"
+
+
+class PortInUse(UserError):
+    "The address serve should listen on is taken, or cannot be bound."
+
+
+#: environment variable carrying the model roots to uvicorn workers (os.pathsep-separated)
+ROOTS_ENV = "AUTOSELECT_SERVE_MODEL_ROOTS"
+
+
+def app_from_env():
+    """uvicorn factory for ``--workers`` > 1: the database path and model roots come from
+    :data:`DB_ENV` and :data:`ROOTS_ENV`."""
+    roots = [r for r in os.environ.get(ROOTS_ENV, "").split(os.pathsep) if r]
+    return create_app(os.environ[DB_ENV], model_roots=roots)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int):
+    """A listening TCP socket on ``host:port``; a taken port or an address this machine does not
+    have is :class:`PortInUse` (one sentence, before uvicorn could print its own)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise BadServeOption(f"--host {host!r} is not an address of this machine ({e.strerror}); "
+                             "pass an IP address or a host name that resolves") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise PortInUse(f"cannot listen on {host}:{port} ({e.strerror}); pass another --port, or stop what "
+                        "listens there") from None
+    sock.set_inheritable(True)  # uvicorn's worker processes take it over
+    return sock
+
+
+def serve(db_path: str | os.PathLike | None = None, *, host: str = "127.0.0.1", port: int = 8765,
+          workers: int = 1, model_roots=(), on_warning: Callable[[str], None] | None = None) -> None:
+    """Run the API with uvicorn until interrupted (checks the database, options and the address
+    first, so each mistake is one :class:`UserError`).
+
+    :param model_roots: see :func:`create_app`.
+    :param on_warning: told (one sentence) when the address is reachable from other machines:
+        the API has no authentication.
+    """
+    if not 0 < port < 65536:
+        raise BadServeOption(f"--port {port} is not a TCP port; use 1-65535")
+    if workers < 1:
+        raise BadServeOption(f"--workers must be at least 1, got {workers}")
+    try:
+        import uvicorn
+    except ImportError:
+        raise ServeUnavailable("uvicorn is not installed; pip install 'autoselect[serve]'") from None
+    app = create_app(db_path, model_roots=model_roots)
+    sock = bind(host, port)
+    if not is_loopback(host) and on_warning is not None:
+        on_warning(f"serving on {host}:{port}, reachable from other machines, without authentication: anyone who "
+                   "reaches it can read every recommendation and host class in the database; put it behind a "
+                   "proxy that authenticates, or bind 127.0.0.1")
+    try:
+        if workers == 1:
+            uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+            return
+        os.environ[DB_ENV] = str(Path(db_path) if db_path is not None else default_path())
+        os.environ[ROOTS_ENV] = os.pathsep.join(str(r) for r in model_roots)
+        uvicorn.run(f"{__name__}:app_from_env", factory=True, fd=sock.fileno(), workers=workers,
+                    log_level="warning")
+    finally:
+        sock.close()
