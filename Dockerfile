@@ -23,7 +23,6 @@ COPY pyproject.toml README.md ./
 COPY autoselect ./autoselect
 COPY bench ./bench
 COPY db ./db
-COPY deploy ./deploy
 
 # Install autoselect (with Ray for `fleet`) and its light dependencies WITHOUT touching what
 # the image ships: every package already installed (torch, vllm, flashinfer-python, triton, numpy ...) is

@@ -206,7 +206,7 @@ DEPLOY_TEXT = st.text(
 @settings(max_examples=300, **BOUNDED)
 @given(db=DEPLOY_TEXT, address=DEPLOY_TEXT, image=DEPLOY_TEXT, words=st.lists(DEPLOY_TEXT, max_size=3))
 def test_deploy_values_come_back_exactly_or_are_refused(db, address, image, words):
-    from deploy.render import render
+    from autoselect.fleet.deploy import render
 
     yaml = pytest.importorskip("yaml")
     db_path = "/var/lib/" + db
@@ -236,7 +236,7 @@ def test_deploy_values_come_back_exactly_or_are_refused(db, address, image, word
 @settings(max_examples=25, **BOUNDED)
 @given(db=DEPLOY_TEXT)
 def test_bash_reads_the_slurm_database_path_back_exactly(db):
-    from deploy.render import render
+    from autoselect.fleet.deploy import render
 
     assume(not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF for c in db))
     db_path = "/var/lib/" + db

@@ -1,8 +1,9 @@
 """``autoselect fleet ...`` (run, schedule, drift, status, deploy) and ``autoselect serve``.
 
-Parsing and printing only: the work is in :mod:`autoselect.fleet`, :mod:`autoselect.drift`,
-:mod:`deploy.render` and :mod:`autoselect.service`. Ray, FastAPI and uvicorn are imported
-inside the callbacks, so ``autoselect fleet --help`` stays fast.
+Parsing and printing only: the work is in :mod:`autoselect.fleet` (its ``drift``, ``service`` and
+``deploy`` subpackages included). The library is imported inside the callbacks (Ray, FastAPI and
+uvicorn further inside it), so ``autoselect fleet --help`` stays fast; the printers read the
+library's dataclasses (progress events, reports) by attribute.
 """
 
 from __future__ import annotations
@@ -309,7 +310,7 @@ def fleet_deploy_cmd(kind, out_dir, fleet_args, db_path, address, every, jitter,
       autoselect fleet deploy --kind systemd --out /etc/systemd/system
       autoselect fleet deploy --kind kubernetes --image registry.example/autoselect-vllm:0.1 > cronjob.yaml
     """
-    from deploy.render import render
+    from autoselect.fleet.deploy import render, write_files
 
     files = render(kind, fleet_args=fleet_args, db_path=db_path, address=address, every=every,
                    jitter=jitter, image=image)
@@ -319,8 +320,6 @@ def fleet_deploy_cmd(kind, out_dir, fleet_args, db_path, address, every, jitter,
                 click.echo(f"# --- {name}")
             click.echo(text, nl=False)
         return
-    from deploy.render import write_files
-
     for path in write_files(files, out_dir):
         click.echo(str(path))
 

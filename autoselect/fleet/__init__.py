@@ -22,7 +22,7 @@ The flow, one concern per module:
 Ray, FastAPI and uvicorn are imported where they are used, so importing this package is cheap.
 """
 
-from autoselect.fleet import drift, service
+from autoselect.fleet import deploy, drift, service
 from autoselect.fleet.cluster import (Layout, NotEnoughNodes, Placement, PlacementFailed, RayCluster, RayUnavailable,
                                       check_reachable)
 from autoselect.fleet.drift import DriftReport, NodeDrift, NodeStatus, analyze, analyze_at, status_at
@@ -41,10 +41,10 @@ from autoselect.fleet.task import NodeTask, bench_node
 __all__ = [
     "Attempt", "BUSY_THRESHOLDS", "BadFleetOption", "DATABASE_ERRORS", "DriftReport", "FleetProgress",
     "FleetReport", "FleetRun", "FleetShape", "FleetSpec", "HarnessFailed", "Layout", "NodeDone", "NodeDrift",
-    "NodeEvent", "NodeFailed", "NodeOutcome", "NodeResult", "NodeRun", "NodeSettings", "NodeSkipped", "NodeStarted",
-    "NodeStatus", "NodeTask", "NodeTasks", "NotEnoughNodes", "Placed", "Placement", "PlacementFailed", "Probe",
-    "RayCluster", "RayUnavailable", "ResultMeasured", "RetryPolicy", "TaskFinished", "analyze", "analyze_at",
-    "bench_node", "busy_reasons", "check_reachable", "command_line", "create_app", "drift", "gpu_load",
-    "node_scoped_hosts", "probe_node", "retry_host", "run_fleet", "run_schedule", "schedule_delays", "scoped_host",
-    "serve", "service", "status_at", "validate",
+    "NodeEvent", "NodeFailed", "NodeOutcome", "NodeResult", "NodeRun", "NodeSettings", "NodeSkipped",
+    "NodeStarted", "NodeStatus", "NodeTask", "NodeTasks", "NotEnoughNodes", "Placed", "Placement",
+    "PlacementFailed", "Probe", "RayCluster", "RayUnavailable", "ResultMeasured", "RetryPolicy", "TaskFinished",
+    "analyze", "analyze_at", "bench_node", "busy_reasons", "check_reachable", "command_line", "create_app", "deploy",
+    "drift", "gpu_load", "node_scoped_hosts", "probe_node", "retry_host", "run_fleet", "run_schedule",
+    "schedule_delays", "scoped_host", "serve", "service", "status_at", "validate",
 ]

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import fnmatch
 import shutil
 import subprocess
+import tomllib
 
 import pytest
 from click.testing import CliRunner
 
+from support.paths import REPO
+
 from autoselect.cli import main
-from deploy.render import cron_schedule, render, slurm_time
+from autoselect.fleet.deploy import KINDS, TEMPLATES, cron_schedule, render, slurm_time
 
 ARGS = "--model deepseek-ai/DeepSeek-V3 --tokens 1,8,64"
 
@@ -82,3 +86,15 @@ def test_fleet_deploy_rejects_an_interval_cron_cannot_express():
     assert result.exit_code == 2
     assert result.stderr == ("Error: cron cannot run every 25200 s; use minutes dividing an hour, "
                              "hours dividing a day, or whole days\n")
+
+
+def test_the_templates_ship_as_package_data_of_the_deploy_package():
+    """An installed autoselect renders from its own copy: every template is matched by the
+    package-data globs of ``autoselect.fleet.deploy``, a package the find rule includes."""
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    globs = setuptools["package-data"]["autoselect.fleet.deploy"]
+    assert any(fnmatch.fnmatch("autoselect.fleet.deploy", p) for p in setuptools["packages"]["find"]["include"])
+    assert TEMPLATES == REPO / "autoselect" / "fleet" / "deploy" / "templates"
+    shipped = sorted(p.relative_to(TEMPLATES.parent).as_posix() for p in TEMPLATES.iterdir())
+    assert shipped == sorted(f"templates/{name}" for names in KINDS.values() for name in names)
+    assert all(any(fnmatch.fnmatch(f, g) for g in globs) for f in shipped)

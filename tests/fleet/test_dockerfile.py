@@ -46,7 +46,7 @@ def test_the_image_builds_on_the_official_vllm_image_of_the_newest_known_release
 def test_every_copied_path_exists_and_is_not_excluded_from_the_context(instructions):
     copies = [i for i in instructions if i.cmd == "COPY"]
     sources = [src for i in copies for src in i.value[:-1]]
-    assert sources == ["pyproject.toml", "README.md", "autoselect", "bench", "db", "deploy"]
+    assert sources == ["pyproject.toml", "README.md", "autoselect", "bench", "db"]
     for src in sources:
         assert (ROOT / src).exists(), src
         assert not _ignored(src), src

@@ -17,7 +17,7 @@ from support.hostile import (
     unprivileged,
 )
 
-from deploy.render import render
+from autoselect.fleet.deploy import render
 
 yaml = pytest.importorskip("yaml")
 

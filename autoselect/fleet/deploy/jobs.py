@@ -1,11 +1,12 @@
-"""Render the periodic-run templates in ``deploy/templates/`` (``string.Template`` syntax).
+"""The periodic jobs: render the templates in ``templates/`` beside this module (``string.Template``
+syntax) and write the files.
 
 ``render(kind, ...)`` returns ``{file name: text}``: ``systemd`` gives a service and a timer,
 ``kubernetes`` a CronJob (plus its scavenger PriorityClass), ``slurm`` a self-resubmitting
 batch script. The container image is the ``autoselect-vllm`` image built from the
 repository's Dockerfile. Every user value reaches a template through the quoting of that
-file's format (:mod:`deploy.quoting`): a space, quote, ``$`` or ``%`` cannot change what the
-unit, manifest or script does, and a control character is refused.
+file's format (:mod:`~autoselect.fleet.deploy.quoting`): a space, quote, ``$`` or ``%`` cannot
+change what the unit, manifest or script does, and a control character is refused.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from string import Template
 
 from autoselect.atomic import replacing
 from autoselect.errors import UserError
-from autoselect.options import parse_duration
-from deploy.quoting import (
+from autoselect.fleet.deploy.quoting import (
     refuse_control,
     shell_word,
     systemd_command,
@@ -27,6 +27,7 @@ from deploy.quoting import (
     yaml_list,
     yaml_scalar,
 )
+from autoselect.options import parse_duration
 
 TEMPLATES = Path(__file__).parent / "templates"
 
