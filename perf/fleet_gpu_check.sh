@@ -33,15 +33,15 @@ def check(name, ok, detail=""):
 gpus = torch.cuda.device_count()
 check("torch sees a GPU", gpus >= 1, f"({gpus})")
 ray.init(num_gpus=gpus, num_cpus=2, include_dashboard=False, logging_level="WARNING")
-spec = {"busy_utilization": 0.10, "busy_memory": 0.10}
+settings = fleet.FleetSpec(device="cuda", busy_utilization=0.10, busy_memory=0.10).node_settings(max(gpus, 2))
 probe = ray.remote(fleet.probe_node)
 
-idle = ray.get(probe.options(num_gpus=gpus, num_cpus=1).remote(spec))
-host = idle["host"]
+idle = ray.get(probe.options(num_gpus=gpus, num_cpus=1).remote(settings))
+host = idle.host
 check("probe fingerprint is cuda", host["device"] == "cuda" and host["gpu_arch"] in ("sm90", "sm100"),
       f"({host['gpu_name']} x{host['gpu_count']}, {host['gpu_arch']})")
-check("probe read NVML load for every GPU", len(idle["gpu_load"]) == gpus, json.dumps(idle["gpu_load"]))
-print("idle busy reasons:", idle["busy"])
+check("probe read NVML load for every GPU", len(idle.gpu_load) == gpus, json.dumps(idle.gpu_load))
+print("idle busy reasons:", idle.busy)
 
 burner = subprocess.Popen([sys.executable, "-c",
     "import torch, time\n"
@@ -51,8 +51,8 @@ burner = subprocess.Popen([sys.executable, "-c",
     "    a = (a @ a).clamp_(-1, 1)\n"
     "    torch.cuda.synchronize()\n"])
 time.sleep(8)
-busy = ray.get(probe.options(num_gpus=gpus, num_cpus=1).remote(spec))
-check("a GPU running a matmul loop is busy", bool(busy["busy"]), json.dumps(busy["busy"]))
+busy = ray.get(probe.options(num_gpus=gpus, num_cpus=1).remote(settings))
+check("a GPU running a matmul loop is busy", bool(busy.busy), json.dumps(busy.busy))
 
 db = os.path.join(tempfile.mkdtemp(), "fleet.db")
 args = ["fleet", "run", "--device", "cpu", "--gpus-per-node", str(gpus), "--world-size", "2", "--only-idle",
