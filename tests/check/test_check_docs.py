@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import difflib
-import importlib.util
 
 import pytest
 
-from support.paths import REPO
+from support.paths import REPO, load_script
 
 ROOT = REPO
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("gen_check_facts", ROOT / "scripts" / "gen_check_facts.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts" / "gen_check_facts.py")
 
 
 def test_the_per_release_facts_of_docs_check_md_are_the_rules_tables():

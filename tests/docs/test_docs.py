@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import importlib.util
 import re
 import shlex
 
@@ -16,7 +15,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from support.paths import REPO
+from support.paths import REPO, load_script
 
 from autoselect.cli import COMMANDS, main
 
@@ -177,10 +176,7 @@ def test_every_flag_the_readme_uses_exists():
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("gen_cli_reference", ROOT / "scripts" / "gen_cli_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts" / "gen_cli_reference.py")
 
 
 def test_cli_reference_is_up_to_date():

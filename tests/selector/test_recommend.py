@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from support.paths import FIXTURES, REPO
+from support.paths import FIXTURES, REPO, load_script
 
 from autoselect.cli import main
 from autoselect.selector import recommend_for
@@ -386,11 +386,7 @@ def test_recommend_and_explain_have_help_with_an_example():
 
 def test_leave_one_out_regret_on_the_fixtures_beats_both_static_policies(fixture_db):
     """perf/regret.py's study: each held-out point is recommended from the other points."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("regret", REPO / "perf" / "regret.py")
-    regret = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(regret)
+    regret = load_script(REPO / "perf" / "regret.py")
     from db.queries import connect_readonly
 
     conn = connect_readonly(fixture_db)

@@ -6,21 +6,17 @@ before the first move; a change of any answer must be deliberate: regenerate it 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
-from support.paths import FIXTURES
+from support.paths import FIXTURES, load_script
 
 GOLDEN_DIR = FIXTURES / "golden"
 
 
 def _maker():
-    spec = importlib.util.spec_from_file_location("make_recommend_golden", GOLDEN_DIR / "make_recommend_golden.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(GOLDEN_DIR / "make_recommend_golden.py")
 
 
 @pytest.fixture(scope="module")

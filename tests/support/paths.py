@@ -1,8 +1,10 @@
-"""Where the tests' files are: the repository, tests/, its fixtures and its test plugins."""
+"""Where the tests' files are: the repository, tests/, its fixtures and its test plugins (and how to import a script)."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 #: The repository's root (pyproject.toml, README.md, docs/, perf/, scripts/).
 REPO = Path(__file__).resolve().parents[2]
@@ -12,3 +14,11 @@ TESTS = REPO / "tests"
 FIXTURES = TESTS / "fixtures"
 #: The deliberately faulty and stateful test adapters (a dist-info entry point, see its README).
 PLUGINS = TESTS / "plugins"
+
+
+def load_script(path: Path) -> ModuleType:
+    """Import a script that is not on sys.path (scripts/, perf/, a fixture's maker) as a module."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
