@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoselect.options import MAX_EXPERTS, MAX_HIDDEN, MAX_TOKENS_PER_RANK, MAX_WORLD_SIZE
 from db.records import KINDS, RUN_STATUSES, STATUSES, TUNED_STATUSES
@@ -109,8 +108,7 @@ def _is_matrix(v: Any) -> bool:
         for row in v)
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """What one field's value must be: ``kind`` (a key of :data:`KIND_CHECKS`), a range for
     numbers, the allowed values for a choice, and whether null is allowed."""
 

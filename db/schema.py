@@ -12,8 +12,8 @@ import os
 import re
 import sqlite3
 import stat
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from db.errors import DatabaseNotReadable, DatabaseNotWritable, DatabaseTooNew, ForeignDatabase, NotADatabase
 
@@ -27,8 +27,7 @@ TABLES = ("hosts", "runs", "results", "samples")
 BUSY_TIMEOUT_MS = 30_000
 
 
-@dataclass(frozen=True)
-class Migration:
+class Migration(NamedTuple):
     """One numbered forward migration file."""
 
     version: int

@@ -2,7 +2,9 @@
 
 The flow is model -> rules -> bench -> db -> selector -> flags; the table below is that flow as
 data. Every module of ``autoselect``, ``bench`` and ``db`` is parsed (``ast``, nothing imported) and
-every import of a project module, at module level or inside a function, is judged:
+every import of a project module, at module level or inside a function, is judged (a package's
+``_LAZY`` table of re-exports loaded on first use, :mod:`autoselect.lazy`, counts as module-level
+imports of its submodules):
 
 * :data:`MAY_IMPORT`: a component imports only the components its row names (``db`` nothing above
   autoselect's vocabulary; ``bench`` never the selector, tune, fleet, report or cli; nothing but
@@ -150,6 +152,15 @@ class _Imports(ast.NodeVisitor):
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self.found.append((node.lineno, alias.name, self.depth > 0))
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        """A package's table of lazy re-exports (:mod:`autoselect.lazy`): each key is a module-level import."""
+        if (not self.depth and isinstance(node.value, ast.Dict)
+                and any(isinstance(t, ast.Name) and t.id == "_LAZY" for t in node.targets)):
+            for key in node.value.keys:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    self.found.append((key.lineno, f"{self.package}.{key.value}", False))
+        self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         base = node.module or ""
@@ -319,6 +330,19 @@ def test_the_vocabulary_and_the_decision_import_nothing_heavy(tree):
             "autoselect.candidates", "autoselect.selector", "autoselect.check", "autoselect.bridge", "db.queries",
             "db.tuned"]
     assert [m for m in fast if m in heavy] == []
+
+
+def test_the_checker_reads_a_table_of_lazy_re_exports_as_module_level_imports(tree):
+    bridge = {name for _, name, lazy in imports_of(tree)["autoselect.bridge"] if not lazy}
+    assert {"autoselect.bridge.client", "autoselect.bridge.protocol", "autoselect.bridge.quant"} <= bridge
+    planted = dict(tree)
+    planted["db.planted"] = ("db/planted.py", 'from autoselect.lazy import lazy_exports\n\n'
+                             '_LAZY = {"queries": ("results_for",)}\n')
+    planted["db.lazy_up"] = ("db/lazy_up/__init__.py", '_LAZY = {"selector": ("recommend",)}\n')
+    planted["db.lazy_up.selector"] = ("db/lazy_up/selector.py", "from autoselect.selector import recommend\n")
+    assert imports_of(planted)["db.planted"] == [(1, "autoselect.lazy", False), (3, "db.queries", False)]
+    assert imports_of(planted)["db.lazy_up"] == [(1, "db.lazy_up.selector", False)]
+    assert "db/lazy_up/selector.py:1: db must not import selector (autoselect.selector)" in violations(planted)
 
 
 def test_the_checker_sees_function_level_and_relative_imports():

@@ -15,23 +15,6 @@
 Nothing here imports vLLM or torch in the caller's process.
 """
 
-from autoselect.bridge.client import (
-    DEFAULT_TIMEOUT_S,
-    WORKER,
-    VllmFailed,
-    VllmNotInstalled,
-    VllmTimedOut,
-    ask_vllm,
-    classify_quantization,
-    require_vllm,
-    run_worker,
-    unavailable_reason,
-    validate_serve_flags,
-    validate_serve_words,
-    vllm_info,
-)
-from autoselect.bridge.flags import FlagsRejectedByVllm, FlagValidation, ensure_accepted
-from autoselect.bridge.hooks import cross_check_model, serve_command_check
 from autoselect.bridge.interpreter import (
     CACHE_DIR_ENV,
     VLLM_PYTHON_ENV,
@@ -40,8 +23,6 @@ from autoselect.bridge.interpreter import (
     interpreter_paths,
     vllm_python,
 )
-from autoselect.bridge.protocol import FlagVerdict, VllmInfo
-from autoselect.bridge.quant import SCHEME_WEIGHT_QUANT, CrossCheck, QuantClassification, cross_check
 from autoselect.bridge.target import (
     SOURCE_ENV_PYTHON,
     SOURCE_FLAG,
@@ -49,6 +30,22 @@ from autoselect.bridge.target import (
     SOURCE_NEWEST,
     target_version,
 )
+from autoselect.lazy import lazy_exports
+
+#: The re-exports that talk to vLLM, loaded on first use (PEP 562 ``__getattr__``): the module of
+#: this package -> the names it defines. ``recommend`` without ``--validate`` needs only
+#: :func:`target_version`; importing the worker protocol, the client and the quantization answers
+#: for it (a dozen frozen dataclasses) cost it ~15 ms a start (:mod:`autoselect.lazy`).
+_LAZY = {
+    "client": ("DEFAULT_TIMEOUT_S", "WORKER", "VllmFailed", "VllmNotInstalled", "VllmTimedOut", "ask_vllm",
+               "classify_quantization", "require_vllm", "run_worker", "unavailable_reason", "validate_serve_flags",
+               "validate_serve_words", "vllm_info"),
+    "flags": ("FlagsRejectedByVllm", "FlagValidation", "ensure_accepted"),
+    "hooks": ("cross_check_model", "serve_command_check"),
+    "protocol": ("FlagVerdict", "VllmInfo"),
+    "quant": ("SCHEME_WEIGHT_QUANT", "CrossCheck", "QuantClassification", "cross_check"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "CACHE_DIR_ENV", "DEFAULT_TIMEOUT_S", "SCHEME_WEIGHT_QUANT", "SOURCE_ENV_PYTHON", "SOURCE_FLAG",

@@ -10,15 +10,15 @@ compressed-tensors config groups are matched against the patterns in the same ta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
+
 
 #: compressed-tensors ``QuantizationArgs`` defaults (a field absent from a config group means this).
 CT_ARG_DEFAULTS = {"num_bits": 8, "type": "int", "symmetric": True, "dynamic": False,
                    "group_size": None, "block_structure": None}
 
 
-@dataclass(frozen=True)
-class CtScheme:
+class CtScheme(NamedTuple):
     """compressed-tensors quantization args that vLLM runs as one format (its ``_is_*`` predicates).
 
     Each field of ``weights`` / ``inputs`` must equal the value given (a tuple: any of these).
@@ -30,8 +30,7 @@ class CtScheme:
     inputs: dict | None = None
 
 
-@dataclass(frozen=True)
-class QuantFormat:
+class QuantFormat(NamedTuple):
     """One weight format: the activation dtype it dispatches on each arch, and why."""
 
     weight_quant: str

@@ -9,6 +9,7 @@ code carries the PR's change. Sources (PR number, merge date) are recorded on ea
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoselect.errors import UnknownBackend, UserError  # UnknownBackend: shared by several commands
 from autoselect.rules.limits import (
@@ -31,8 +32,7 @@ class BackendUnknownToVersion(UserError):
     "The backend has no --all2all-backend spelling in the vLLM version asked for."
 
 
-@dataclass(frozen=True)
-class Spelling:
+class Spelling(NamedTuple):
     """How vLLM spells a backend in a version range, and where that came from."""
 
     value: str

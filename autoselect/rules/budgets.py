@@ -14,6 +14,7 @@ given number of tokens per rank at once (what the benchmark measures).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoselect.errors import UserError
 from autoselect.rules.limits import env_positive_int
@@ -28,8 +29,7 @@ class InvalidChunkSize(UserError):
     "VLLM_MOE_DP_CHUNK_SIZE is set to something other than a positive integer."
 
 
-@dataclass(frozen=True)
-class DispatchBudget:
+class DispatchBudget(NamedTuple):
     """What sizes ``backend``'s dispatch buffer (tokens per rank) in a release range."""
 
     backend: str

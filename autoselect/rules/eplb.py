@@ -8,13 +8,12 @@ checks vLLM itself makes, each with the releases and source lines.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoselect.rules.versions import version_in
 
 
-@dataclass(frozen=True)
-class EplbRule:
+class EplbRule(NamedTuple):
     """One condition vLLM enforces on EPLB, and what breaking it does, in a release range."""
 
     name: str

@@ -8,7 +8,7 @@ through on CUDA, each from the release that added it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoselect.rules.versions import NEWEST_VLLM, version_in
 
@@ -18,8 +18,7 @@ FLAG_SINCE = "0.11.1"
 ENV_VAR_REMOVED_IN = "0.16.0"
 
 
-@dataclass(frozen=True)
-class ServeOption:
+class ServeOption(NamedTuple):
     """One ``vllm serve`` option's life across releases."""
 
     option: str
@@ -65,8 +64,7 @@ SERVE_OPTIONS = {
 }
 
 
-@dataclass(frozen=True)
-class DboSupport:
+class DboSupport(NamedTuple):
     """A backend micro-batching (DBO) accepts on CUDA, from ``since``."""
 
     backend: str

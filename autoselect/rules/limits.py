@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoselect.errors import UserError
 
@@ -28,8 +28,7 @@ def env_positive_int(environ, name: str, error: type[UserError], hint: str) -> i
     return value
 
 
-@dataclass(frozen=True)
-class Limit:
+class Limit(NamedTuple):
     """One kernel limit as data: its value, the upstream lines that impose it, and where it applies.
 
     ``intranode_only``: the limit belongs to DeepEP's intranode (NVLink) kernels, which run when
@@ -42,8 +41,7 @@ class Limit:
     intranode_only: bool = False
 
 
-@dataclass(frozen=True)
-class RowBytes:
+class RowBytes(NamedTuple):
     """The largest dispatched activation row a kernel copies, per GPU arch, and how vLLM sizes a row.
 
     A row is ``hidden`` values padded up so its bf16 form is a multiple of ``pad_bf16_bytes``
@@ -63,8 +61,7 @@ class RowBytes:
         return self.padded_hidden(hidden) * self.value_bytes.get(dtype, 2)
 
 
-@dataclass(frozen=True)
-class QueueDepth:
+class QueueDepth(NamedTuple):
     """A per-rank token cap that follows from an NVSHMEM queue-pair depth.
 
     The kernel needs ``depth >= (max_tokens + 1) * 2``; the depth is ``env`` when set, else

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoselect.rules.reports import reports_for
 from autoselect.rules.versions import version_in
 
 
-@dataclass(frozen=True)
-class OneSidedEra:
+class OneSidedEra(NamedTuple):
     """What upstream vLLM does with one-sided and a given dispatch dtype in a version range."""
 
     since: str

@@ -10,6 +10,7 @@ user: the status, the version range, and when something is unknown, that it is.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoselect.rules.selection import release_range
 from autoselect.rules.versions import version_in
@@ -23,8 +24,7 @@ ONE_SIDED = "flashinfer_nvlink_one_sided"
 TWO_SIDED = "flashinfer_nvlink_two_sided"
 
 
-@dataclass(frozen=True)
-class UpstreamReport:
+class UpstreamReport(NamedTuple):
     """One upstream report and where it applies."""
 
     ref: str  # "#39722" (vllm-project/vllm)

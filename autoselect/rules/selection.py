@@ -10,6 +10,7 @@ when neither names a backend, which values the variable accepts and what a bad o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoselect.rules.versions import NEWEST_VLLM, version_in
 
@@ -46,8 +47,7 @@ _V010 = frozenset({"naive", "pplx", "deepep_high_throughput", "deepep_low_latenc
 _V011 = _V010 | {"allgather_reducescatter", "flashinfer_all2allv"}
 
 
-@dataclass(frozen=True)
-class SelectionEra:
+class SelectionEra(NamedTuple):
     """How one release range chooses the all2all backend, and the source lines that say so."""
 
     since: str | None  # None: from the oldest release on (checked from OLDEST_CHECKED)

@@ -17,7 +17,7 @@ derived from NCCL, transferred from another shape), so the reasons name the weak
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from autoselect.selector.decide import Decision
 from autoselect.selector.schema import DERIVED, PUBLISHED, TRANSFERRED, Candidate
@@ -43,8 +43,7 @@ class Facts:
     candidate_kinds: frozenset[str] = frozenset()  # the evidence kinds of every candidate with data
 
 
-@dataclass(frozen=True)
-class ConfidenceCap:
+class ConfidenceCap(NamedTuple):
     """One rule: its name, the level it caps the confidence at, the reason, when it applies."""
 
     name: str

@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoselect.bridge import FlagValidation
+from autoselect import bridge
 from autoselect.workload import Deployment, WorkloadSpec
 
 #: Version of the JSON ``recommend --format json`` prints; bump on incompatible changes.
@@ -273,7 +273,7 @@ class Recommendation(_Document):
     bench_command: str | None
     reference: ReferenceUsed | None = field(default=None, metadata=OMIT_NONE)
     e2e: E2eEvidence | None = field(default=None, metadata=OMIT_NONE)
-    vllm_validation: FlagValidation | None = field(default=None, metadata=OMIT_NONE)
+    vllm_validation: bridge.FlagValidation | None = field(default=None, metadata=OMIT_NONE)
 
     def __post_init__(self) -> None:
         self.estimated = [EstimatedValue(c.backend, b.tokens_per_rank, b.source, b.note)

@@ -10,7 +10,7 @@
 No vLLM import anywhere: ``check`` and ``recommend`` stay fast.
 """
 
-from autoselect.vllm_flags.command import ENTRYPOINT_MODULES, Command, InvalidServeCommand, read_command
+from autoselect.lazy import lazy_exports
 from autoselect.vllm_flags.emit import (
     BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_WORKSPACE_GIB,
@@ -23,7 +23,15 @@ from autoselect.vllm_flags.emit import (
     vllm_default_max_num_batched_tokens,
     workspace_max_num_batched_tokens,
 )
-from autoselect.vllm_flags.serve_args import FLAG_OPTIONS, KV_ROLES, VALUE_OPTIONS, ServeArgs, parse_serve_argv
+
+#: The reading side, loaded on first use (PEP 562 ``__getattr__``): the module of this package ->
+#: the names it defines. ``recommend`` only emits flags; the readers' dataclasses and patterns
+#: cost its start ~5 ms (:mod:`autoselect.lazy`).
+_LAZY = {
+    "command": ("ENTRYPOINT_MODULES", "Command", "InvalidServeCommand", "read_command"),
+    "serve_args": ("FLAG_OPTIONS", "KV_ROLES", "VALUE_OPTIONS", "ServeArgs", "parse_serve_argv"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS", "DEFAULT_MAX_WORKSPACE_GIB", "ENTRYPOINT_MODULES", "FLAG_OPTIONS",

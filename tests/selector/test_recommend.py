@@ -377,6 +377,31 @@ print(",".join(sorted(m for m in heavy if m in sys.modules)))
     assert out.stdout.strip() == ""
 
 
+def test_recommend_loads_neither_the_vllm_bridge_nor_the_command_readers(fixture_db):
+    """Without --validate, recommend asks vLLM nothing and reads no command line: the bridge's worker
+    protocol, client and quantization answers and vllm_flags' readers stay unbuilt (their re-exports
+    are lazy; perf/recommend_imports.py times the difference)."""
+    code = f"""
+import sys
+from click.testing import CliRunner
+from autoselect.cli import main
+for host_class in ({B200!r}, "ref-b200_sxm-x8"):
+    result = CliRunner().invoke(main, ["recommend", "--model", {str(MODELS / 'deepseek-r1-nvfp4')!r},
+        "--host-class", host_class, "--db", {str(fixture_db)!r}, "--format", "json"])
+    assert result.exit_code == 0, result.output
+unused = ("autoselect.bridge.client", "autoselect.bridge.protocol", "autoselect.bridge.quant",
+          "autoselect.bridge.flags", "autoselect.bridge.hooks", "autoselect.vllm_flags.command",
+          "autoselect.vllm_flags.serve_args", "autoselect.tune", "autoselect.fleet", "autoselect.report")
+print(",".join(sorted(m for m in sys.modules if m.startswith(unused))))
+import autoselect.bridge, autoselect.vllm_flags
+assert autoselect.bridge.FlagValidation.__module__ == "autoselect.bridge.flags"
+assert autoselect.vllm_flags.read_command.__module__ == "autoselect.vllm_flags.command"
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
+
+
 def test_recommend_and_explain_have_help_with_an_example():
     for name in ("recommend", "explain"):
         result = run_cli(name, "--help")
