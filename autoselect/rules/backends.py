@@ -8,7 +8,6 @@ code carries the PR's change. Sources (PR number, merge date) are recorded on ea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from autoselect.errors import UnknownBackend, UserError  # UnknownBackend: shared by several commands
@@ -41,8 +40,7 @@ class Spelling(NamedTuple):
     source: str = ""
 
 
-@dataclass(frozen=True)
-class Capability:
+class Capability(NamedTuple):
     """Everything autoselect checks about one all2all backend."""
 
     backend: str

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 # InvalidWorldSize and GpuArchRequired are shared by several commands (autoselect.errors)
 from autoselect.errors import GpuArchRequired, InvalidWorldSize, UserError
@@ -169,8 +170,7 @@ def _selection(backend: str, canonical: str, version: str) -> tuple[Capability, 
     return cap, reasons, warnings
 
 
-@dataclass(frozen=True)
-class _Case:
+class _Case(NamedTuple):
     """One :func:`legal` question as the shape rules read it: the backend's capability (after
     any silent replacement), the model, its dispatch dtype on ``arch``, and the EP size."""
 

@@ -7,7 +7,6 @@ regeneration also needs aiconfigurator-core 0.12.0 installed (``.ci/run`` instal
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
 import json
 import shutil
@@ -88,7 +87,7 @@ def test_conversion_is_deterministic(tmp_path, sliced):
 
 
 def test_deepep_v2_is_mapped_once_the_rules_can_judge_it(tmp_path, monkeypatch):
-    judged = dataclasses.replace(rules.BACKENDS["deepep_v2"], recommendable=True)
+    judged = rules.BACKENDS["deepep_v2"]._replace(recommendable=True)
     monkeypatch.setitem(rules.BACKENDS, "deepep_v2", judged)
     out = tmp_path / "v2.sqlite"
     conv.convert(out, FIXTURE, systems=("h100_sxm",))
