@@ -22,6 +22,7 @@ from typing import Any
 from autoselect import rules
 from autoselect.bridge import serve_command_check, target_version
 from autoselect.errors import UserError
+from autoselect.hardware import fingerprint
 from autoselect.model import GPU_ARCHS, DenseModel, MoeProfile, load_profile, normalize_arch
 from autoselect.vllm_flags import ServeArgs, parse_serve_argv
 
@@ -97,11 +98,7 @@ class CheckReport:
 
 
 def _local_gpu_arch() -> str | None:
-    """The arch of the local GPUs, or None (no hardware module yet, no NVML, a CPU host)."""
-    try:
-        from autoselect.hardware import fingerprint
-    except ImportError:
-        return None
+    """The arch of the local GPUs, or None (no NVML, a CPU host)."""
     try:
         return fingerprint().gpu_arch
     except Exception:  # NVML trouble must not break a static check; fall back to both archs

@@ -15,6 +15,7 @@ import stat
 from pathlib import Path
 from typing import NamedTuple
 
+from db import default_path
 from db.errors import DatabaseNotReadable, DatabaseNotWritable, DatabaseTooNew, ForeignDatabase, NotADatabase
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -123,8 +124,6 @@ def check_path(path: str | Path | None, *, write: bool = True) -> bool:
     could leave a journal behind. ``None`` means the default path (``$AUTOSELECT_DB`` ...).
     """
     if path is None:
-        from db import default_path
-
         path = default_path()
     path = Path(path)
     exists = _stat(path) is not None

@@ -38,6 +38,7 @@ from autoselect.atomic import replacing
 from db import default_path
 from db.errors import BadImportRecord, ImportFileNotFound, ImportFormatTooNew, OutputNotWritable
 from db.fields import host_problem, result_problem, run_problem, tuned_problem
+from db.queries import connect_readonly
 from db.records import Result
 from db.rows import (
     HOST_COLUMNS,
@@ -463,8 +464,6 @@ def export_to(db_path, fmt: str, out: IO[str] | None = None, output=None) -> dic
     files, see :func:`check_output`) is only opened once the database has been validated, and
     written as :func:`open_output` says.
     """
-    from db.queries import connect_readonly
-
     writer = EXPORTERS[fmt]
     target = check_output(output, db_path) if output is not None else None
     conn = connect_readonly(db_path)

@@ -13,8 +13,8 @@ imports of its submodules):
   module-level imports reach torch, sqlite_utils, optuna, ray, matplotlib ...: :data:`HEAVY`), and
   for the cli's commands, which import their library inside the callback so ``--help`` stays
   fast. Everything else is imported at module level, so a module's first lines show what it
-  depends on. :data:`LAZY_ALLOWED` lists the function-level imports that other engineers' files
-  still carry; it only shrinks (an entry that is no longer needed fails the test);
+  depends on. :data:`LAZY_ALLOWED` would list a function-level import of a light module that has a
+  reason to stay (an import cycle, say); it is empty, and an entry no import needs fails the test;
 * :data:`WORKER_SIDE`: the vLLM worker runs under vLLM's own Python, so it imports the standard
   library, vllm and its own side of ``autoselect/bridge/`` only (:func:`worker_violations`).
 """
@@ -90,13 +90,8 @@ HEAVY = frozenset({
 
 #: Function-level imports of light project modules that other owners' files still carry:
 #: ``file -> {module, ...}``. Shrinks only: move an import to module level and delete its entry.
-LAZY_ALLOWED: dict[str, set[str]] = {
-    # db/* (owner: hostile)
-    "db/schema.py": {"db"},
-    "db/transfer.py": {"db.queries"},
-    # check.py, rules/ (owner: check)
-    "autoselect/check.py": {"autoselect.hardware"},
-}
+#: (file -> the light modules it may import inside a function; see the module docstring)
+LAZY_ALLOWED: dict[str, set[str]] = {}
 
 #: The modules that run inside vLLM's interpreter, started as a script by a Python where autoselect
 #: may not be installed: they import the standard library, vllm (inside functions, so the client's
