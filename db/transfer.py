@@ -123,14 +123,7 @@ def iter_labeled_records(conn: sqlite3.Connection) -> Iterator[tuple[str, dict]]
         yield f"tuned configuration {row_id}", rec
 
 
-def iter_tuned_records(conn: sqlite3.Connection, lookup: _Lookup | None = None) -> Iterator[dict]:
-    """Every ``tuned_configs`` row as an export record, in insertion order (none before schema 2)."""
-    return (rec for _, rec in _iter_tuned(conn, lookup))
-
-
-def _iter_tuned(conn: sqlite3.Connection, lookup: _Lookup | None = None) -> Iterator[tuple[int, dict]]:
-    conn.row_factory = sqlite3.Row
-    lookup = lookup or _Lookup(conn)
+def _iter_tuned(conn: sqlite3.Connection, lookup: _Lookup) -> Iterator[tuple[int, dict]]:
     try:
         rows = conn.execute("SELECT * FROM tuned_configs ORDER BY id")
     except sqlite3.OperationalError as e:
@@ -370,11 +363,6 @@ def iter_jsonl(lines: Iterable[str], name: str, runs: RunIdentities | None = Non
         if runs is not None:
             runs.add(rec, where)
         yield rec
-
-
-def read_jsonl(lines: Iterable[str], name: str) -> list[dict]:
-    """Parse and validate a whole JSONL export before anything is written; raises on the first bad line."""
-    return list(iter_jsonl(lines, name, RunIdentities()))
 
 
 class ImportFile:

@@ -174,11 +174,6 @@ def get_class(name: str) -> ReferenceClass:
             f"unknown reference host class {name!r}; known: {', '.join(CLASSES)}") from None
 
 
-def classes_of(system: str) -> list[ReferenceClass]:
-    """The classes answered from one system's tables (node class first)."""
-    return [c for c in CLASSES.values() if c.system.key == system]
-
-
 class ReferenceMatch(NamedTuple):
     """A host recognised as a reference system, and what differs from the measured one."""
 

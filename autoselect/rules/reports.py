@@ -91,10 +91,6 @@ UPSTREAM_REPORTS = (
     ),
 )
 
-#: The reports behind autoselect's one-sided policy (accuracy on non-nvfp4 payloads).
-POLICY_REPORTS = ("#42118",)
-
-
 def report(ref: str) -> UpstreamReport:
     """The :data:`UPSTREAM_REPORTS` row ``ref``."""
     return next(r for r in UPSTREAM_REPORTS if r.ref == ref)
