@@ -22,8 +22,8 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _USER_VERSION_OFFSET = 60  # big-endian u32 in the 100-byte database header
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
-#: tables a database must have to be an autoselect results database
-TABLES = ("hosts", "runs", "results", "samples")
+#: the tables an autoselect results database has, each with the schema version whose migration adds it
+TABLES = {"hosts": 1, "runs": 1, "results": 1, "samples": 1, "tuned_configs": 2}
 #: how long a connection waits for another writer before giving up (ms)
 BUSY_TIMEOUT_MS = 30_000
 
@@ -187,8 +187,9 @@ def check_connection(conn: sqlite3.Connection, path: Path) -> int:
             f"{path} is an SQLite database but not an autoselect one (tables: {', '.join(sorted(names))}); "
             "pass --db with another path"
         )
-    if version > 0 and not set(TABLES) <= names:
-        missing = ", ".join(sorted(set(TABLES) - names))
+    required = {t for t, since in TABLES.items() if since <= version}
+    if version > 0 and not required <= names:
+        missing = ", ".join(sorted(required - names))
         raise ForeignDatabase(
             f"{path} claims autoselect schema {version} but lacks tables {missing}; pass --db with another path"
         )

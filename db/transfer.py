@@ -124,13 +124,7 @@ def iter_labeled_records(conn: sqlite3.Connection) -> Iterator[tuple[str, dict]]
 
 
 def _iter_tuned(conn: sqlite3.Connection, lookup: _Lookup) -> Iterator[tuple[int, dict]]:
-    try:
-        rows = conn.execute("SELECT * FROM tuned_configs ORDER BY id")
-    except sqlite3.OperationalError as e:
-        if "no such table" in str(e):
-            return
-        raise
-    for row in rows:
+    for row in conn.execute("SELECT * FROM tuned_configs ORDER BY id"):
         tuned = row_to_tuned_dict(dict(row))
         found = lookup.run(row["run_id"]) if row["run_id"] is not None else None
         run, machine_id = found if found is not None else (None, tuned["machine_id"])
@@ -146,13 +140,7 @@ def _iter_tuned(conn: sqlite3.Connection, lookup: _Lookup) -> Iterator[tuple[int
 
 def count_records(conn: sqlite3.Connection) -> dict[str, int]:
     """How many records an export of ``conn`` holds: ``{"results": n, "tuned_configs": m}``."""
-    out = {"results": conn.execute("SELECT COUNT(*) FROM results").fetchone()[0], "tuned_configs": 0}
-    try:
-        out["tuned_configs"] = conn.execute("SELECT COUNT(*) FROM tuned_configs").fetchone()[0]
-    except sqlite3.OperationalError as e:
-        if "no such table" not in str(e):
-            raise
-    return out
+    return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("results", "tuned_configs")}
 
 
 def write_jsonl(conn: sqlite3.Connection, out: IO[str]) -> dict[str, int]:

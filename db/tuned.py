@@ -64,20 +64,15 @@ def best_tuned(conn: sqlite3.Connection, *, host_class: str, hidden: int, top_k:
                dispatch_dtype: str, world_size: int, backend: str) -> TunedConfig | None:
     """The newest ``gain`` configuration for this host class, shape, world size and backend.
 
-    None when there is none, or when the database predates the table (schema version 1). Rows
+    None when there is none (readers open only the latest schema, so the table exists). Rows
     that break the schema are skipped (a :class:`db.fields.SkippedRows` warning says so).
     """
-    try:
-        cur = conn.execute(
-            "SELECT * FROM tuned_configs WHERE host_class = ? AND hidden = ? AND top_k = ?"
-            " AND experts = ? AND dispatch_dtype = ? AND world_size = ? AND backend = ?"
-            " AND status = 'gain' ORDER BY created_at DESC, id DESC",
-            (host_class, hidden, top_k, experts, dispatch_dtype, world_size, backend),
-        )
-    except sqlite3.OperationalError as e:
-        if "no such table" in str(e):
-            return None
-        raise
+    cur = conn.execute(
+        "SELECT * FROM tuned_configs WHERE host_class = ? AND hidden = ? AND top_k = ?"
+        " AND experts = ? AND dispatch_dtype = ? AND world_size = ? AND backend = ?"
+        " AND status = 'gain' ORDER BY created_at DESC, id DESC",
+        (host_class, hidden, top_k, experts, dispatch_dtype, world_size, backend),
+    )
     names = [c[0] for c in cur.description]
     skipped = []
     for row in cur:  # the newest row that keeps the schema (db.fields); older writers let others in

@@ -56,9 +56,7 @@ def info(conn: sqlite3.Connection, path: str | os.PathLike) -> dict:
             "runs": one("SELECT COUNT(*) FROM runs"),
             "results": one("SELECT COUNT(*) FROM results"),
             "samples": one("SELECT COUNT(*) FROM samples"),
-            # migration 0002: a database not yet upgraded has no such table
-            "tuned_configs": one("SELECT COUNT(*) FROM tuned_configs") if one(
-                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'tuned_configs'") else 0,
+            "tuned_configs": one("SELECT COUNT(*) FROM tuned_configs"),
         },
         "hosts": hosts,
         "backends": backends,
@@ -141,11 +139,10 @@ def schema_problems(conn: sqlite3.Connection) -> tuple[int, list[str]]:
     ):
         note(f"result {rid} (run {run_id}): measured on machine {machine} (class {host_class}) but its run on "
              f"{run_machine} (class {run_class})")
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tuned_configs'").fetchone():
-        for row in cur.execute("SELECT * FROM tuned_configs ORDER BY id"):
-            said = tuned_problem(row_to_tuned_dict(dict(row)))
-            if said:
-                note(f"tuned configuration {row['id']}: {said}")
+    for row in cur.execute("SELECT * FROM tuned_configs ORDER BY id"):
+        said = tuned_problem(row_to_tuned_dict(dict(row)))
+        if said:
+            note(f"tuned configuration {row['id']}: {said}")
     return count, found
 
 
