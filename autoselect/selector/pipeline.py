@@ -173,13 +173,18 @@ def target_host(conn: sqlite3.Connection | None, path, host_class: str | None) -
         return fingerprint()
     if is_reference_class(host_class):
         return reference_host(get_class(host_class))
+    host = newest_host(conn, host_class) if conn is not None else None
+    if host is not None:
+        return host
+    # No usable machine: the class list tells an unknown class (named in the error) from a known
+    # one whose every stored machine breaks the schema (newest_host skipped them, and said so).
     known = [h["host_class"] for h in host_classes(conn)] if conn is not None else []
     if host_class not in known:
         raise UnknownHostClass(
             f"host class {host_class!r} is not in {path}; known: {', '.join(known) or 'none'} "
             "(`autoselect db info` lists them)"
         )
-    return newest_host(conn, host_class)
+    return host
 
 
 def recommend_for(
