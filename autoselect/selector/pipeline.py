@@ -14,7 +14,7 @@ import sqlite3
 from typing import Any, Callable, Sequence
 
 from autoselect import rules, vllm_flags
-from autoselect.candidates import candidate_backends, judge
+from autoselect.candidates import candidate_backends
 from autoselect.errors import UnknownHostClass, UserError
 from autoselect.hardware import HostFingerprint, fingerprint
 from autoselect.model import MoeProfile, load_profile, normalize_arch
@@ -92,15 +92,15 @@ def recommend(
                      vllm_version=vllm_version, vllm_version_source=vllm_version_source, workload=workload,
                      max_num_batched_tokens=max_num_batched_tokens, max_workspace_gib=max_workspace_gib)
     sources = list(evidence(target)) if evidence is not None else sources_for(target, conn, rows)
-    judged = [judge_backend(target, verdict, collect(sources, backend))
-              for backend, verdict in candidate_backends(target.legality).items()]
+    verdicts = candidate_backends(target.legality)
+    judged = [judge_backend(target, verdict, collect(sources, backend)) for backend, verdict in verdicts.items()]
     candidates = [j.candidate for j in judged if j.candidate is not None]
     rejected = [j.rejection for j in judged if j.rejection is not None]
     if not candidates:
         raise _no_legal_backend(target, rejected)
     used = {rid: row for j in judged for rid, row in j.rows.items()}
     decision = decide(candidates)
-    final = judge(target.legality, decision.pick.backend)
+    final = verdicts[decision.pick.backend]
     # Belt and braces: the one-sided nvfp4 rule (and every other) is the rules table's call.
     assert final is not None and final.ok, f"selector picked an illegal backend {decision.pick.backend}"
     notes = caveats(target, decision, candidates, used)
