@@ -125,9 +125,8 @@ def recommend(
 
 
 def _no_legal_backend(target: RecommendTarget, rejected: list) -> NoLegalBackend:
-    if not rejected:
-        return NoLegalBackend(f"vLLM {target.vllm_version} has no --all2all-backend flag (it arrived in "
-                              f"{rules.FLAG_SINCE}); pass a newer --vllm-version")
+    # A vLLM without the flag (no backend at all) was refused when the target was resolved
+    # (autoselect.candidates.check_vllm_version): every backend here was judged and rejected.
     return NoLegalBackend(
         f"no all2all backend is legal for {target.profile.model} at EP {target.world_size} on vLLM "
         f"{target.vllm_version}: " + "; ".join(f"{r.backend}: {'; '.join(r.reasons)}" for r in rejected)
