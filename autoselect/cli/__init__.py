@@ -36,11 +36,26 @@ class InputError(click.ClickException):
     exit_code = 2
 
 
-class StrictInt(click.ParamType):
-    """click's INT (and IntRange) through :func:`autoselect.options.parse_int`."""
+class _StrictNumber(click.ParamType):
+    """A click number type (``base``) whose text goes through one of the options grammars first;
+    ``base`` still converts the number (a range's bounds) and names it in ``--help``."""
 
-    def __init__(self, base: click.types.IntParamType):
+    def __init__(self, base: click.ParamType):
         self.base = base
+
+    def get_metavar(self, param, ctx=None):
+        return self.base.get_metavar(param=param, ctx=ctx)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.base!r})"
+
+    @property
+    def name(self):  # the base's words in --help (INTEGER, INTEGER RANGE, FLOAT)
+        return self.base.name
+
+
+class StrictInt(_StrictNumber):
+    """click's INT (and IntRange) through :func:`autoselect.options.parse_int`."""
 
     def convert(self, value, param, ctx):
         what = _option_name(param)
@@ -53,22 +68,9 @@ class StrictInt(click.ParamType):
                 raise InputError(str(e)) from None
         return self.base.convert(number, param, ctx)  # IntRange's bounds, if the option has them
 
-    def get_metavar(self, param, ctx=None):
-        return self.base.get_metavar(param=param, ctx=ctx)
 
-    def __repr__(self):
-        return f"StrictInt({self.base!r})"
-
-    @property
-    def name(self):  # the base's words in --help (INTEGER, INTEGER RANGE)
-        return self.base.name
-
-
-class StrictFloat(click.ParamType):
+class StrictFloat(_StrictNumber):
     """click's FLOAT (and FloatRange) through :func:`autoselect.options.parse_number`."""
-
-    def __init__(self, base: click.types.FloatParamType):
-        self.base = base
 
     def convert(self, value, param, ctx):
         what = _option_name(param)
@@ -82,16 +84,6 @@ class StrictFloat(click.ParamType):
             except UserError as e:
                 raise InputError(str(e)) from None
         return self.base.convert(number, param, ctx)
-
-    def get_metavar(self, param, ctx=None):
-        return self.base.get_metavar(param=param, ctx=ctx)
-
-    def __repr__(self):
-        return f"StrictFloat({self.base!r})"
-
-    @property
-    def name(self):
-        return self.base.name
 
 
 def _option_name(param) -> str:
@@ -107,9 +99,9 @@ def strict_numbers(command: click.Command) -> click.Command:
     if getattr(command, "_strict_numbers", False):
         return command
     for param in command.params:
-        if isinstance(param.type, click.types.IntParamType) and not isinstance(param.type, StrictInt):
+        if isinstance(param.type, click.types.IntParamType):
             param.type = StrictInt(param.type)
-        elif isinstance(param.type, click.types.FloatParamType) and not isinstance(param.type, StrictFloat):
+        elif isinstance(param.type, click.types.FloatParamType):
             param.type = StrictFloat(param.type)
     if isinstance(command, click.Group):
         for sub in command.commands.values():
