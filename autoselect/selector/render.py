@@ -147,10 +147,7 @@ def _e2e_table(e2e: E2eEvidence, backend: str) -> list[str]:
     for b in backends:
         rows.append([b + (" *" if b == backend else "")]
                     + ["-" if b not in v else f"{v[b]:.1f}" for v in e2e.latencies.values()])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ([""] + ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                    for r in rows]
-            + ["(us per forward pass; * the recommended backend)"])
+    return [""] + _table(rows, right=set(range(1, len(rows[0])))) + ["(us per forward pass; * the recommended backend)"]
 
 
 def render_explain(rec: Recommendation) -> str:
