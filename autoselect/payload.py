@@ -65,3 +65,8 @@ def dispatch_bytes_per_token(dtype: str, hidden: int, top_k: int) -> int:
 def combine_bytes_per_token(hidden: int) -> int:
     """Bytes one token's combined output carries back: ``2H`` (bf16)."""
     return 2 * hidden
+
+
+def all2all_bytes_per_token(dtype: str, hidden: int, top_k: int) -> int:
+    """Dispatch plus combine bytes one token puts on the all2all (the latency model's x axis)."""
+    return dispatch_bytes_per_token(dtype, hidden, top_k) + combine_bytes_per_token(hidden)

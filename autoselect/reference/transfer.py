@@ -29,7 +29,7 @@ import math
 from typing import NamedTuple, Sequence
 
 from autoselect.latency_model import LatencyFit, fit_latency
-from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
+from autoselect.payload import all2all_bytes_per_token
 from autoselect.workload import Shape
 
 TRANSFERRED = "transferred"
@@ -40,11 +40,6 @@ SHAPE_TRANSFER_LIMIT = 2.0
 CURVE_POINTS = 4
 ACROSS_SHAPES = "fit across shapes at each token count"
 BYTES_EQUIVALENT = "one shape: the same bytes at an equivalent token count"
-
-
-def bytes_per_token(dtype: str, hidden: int, top_k: int) -> int:
-    """Dispatch plus combine bytes one token puts on the all2all (the transfer's x axis)."""
-    return dispatch_bytes_per_token(dtype, hidden, top_k) + combine_bytes_per_token(hidden)
 
 
 def shape_label(hidden: int, top_k: int, experts: int, dtype: str) -> str:
@@ -73,8 +68,8 @@ def transfer_points(sources: Sequence, *, hidden: int, top_k: int, experts: int,
     by_shape: dict[tuple, dict[int, object]] = {}
     for p in sources:
         by_shape.setdefault((p.hidden, p.top_k, p.experts, p.dispatch_dtype), {})[p.tokens_per_rank] = p
-    target_bpt = bytes_per_token(dtype, hidden, top_k)
-    bpt = {s: bytes_per_token(s[3], s[0], s[1]) for s in by_shape}
+    target_bpt = all2all_bytes_per_token(dtype, hidden, top_k)
+    bpt = {s: all2all_bytes_per_token(s[3], s[0], s[1]) for s in by_shape}
     labels = tuple(shape_label(*s) for s in sorted(by_shape, key=lambda s: (bpt[s], s)))
     lo, hi = min(bpt.values()), max(bpt.values())
     if target_bpt * SHAPE_TRANSFER_LIMIT < lo or target_bpt > hi * SHAPE_TRANSFER_LIMIT:

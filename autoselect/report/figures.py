@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
+from autoselect.payload import all2all_bytes_per_token
 from autoselect.report.data import ReportData
 from autoselect.report.reference_curves import ReferenceCurve
 from autoselect.report.errors import ReportPackagesMissing
@@ -285,8 +285,7 @@ def phases_figure(data: ReportData):
 
 def reference_bandwidth_gbps(data: ReportData, point) -> float:
     """Logical bandwidth of a reference point, by :data:`BANDWIDTH_FORMULA` at the report's shape."""
-    per_token = (dispatch_bytes_per_token(data.dispatch_dtype, data.hidden, data.top_k)
-                 + combine_bytes_per_token(data.hidden))
+    per_token = all2all_bytes_per_token(data.dispatch_dtype, data.hidden, data.top_k)
     return point.tokens_per_rank * per_token / (point.latency_us * 1e-6) / 1e9
 
 

@@ -14,7 +14,7 @@ from autoselect.candidates import Target, resolve_target
 from autoselect.errors import GpuArchRequired
 from autoselect.hardware import HostFingerprint
 from autoselect.model import MoeProfile, normalize_arch
-from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
+from autoselect.payload import all2all_bytes_per_token
 from autoselect.reference import get_class, is_reference_class
 from autoselect.reference.host import reference_host
 from autoselect.workload import Deployment, WorkloadSpec, workload_from_kind
@@ -54,8 +54,7 @@ class RecommendTarget:
     def bytes_per_token(self) -> int:
         """Dispatch plus combine bytes one token puts on the all2all (the latency model's x axis)."""
         p = self.profile
-        return dispatch_bytes_per_token(self.dispatch_dtype, p.hidden_size, p.top_k) + combine_bytes_per_token(
-            p.hidden_size)
+        return all2all_bytes_per_token(self.dispatch_dtype, p.hidden_size, p.top_k)
 
     @property
     def gpu_memory_mib(self) -> int | None:
