@@ -35,9 +35,10 @@ def load_profile(model: str, *, source: ModelSource = CLI_SOURCE) -> MoeProfile:
     check_config(config, text, hf_quant, label)
     model_type = text.get("model_type") or config.get("model_type")
 
+    # check_config has refused every shape field that is not an integer in range
     expert_field, experts = first_field(text, EXPERT_FIELDS)
     hidden_field, hidden = first_field(text, HIDDEN_FIELDS)
-    top_k_field, top_k = first_field(text, TOP_K_FIELDS)
+    _, top_k = first_field(text, TOP_K_FIELDS)
     if expert_field is None or experts == 0:
         if hidden_field is not None:
             raise DenseModel(
@@ -54,10 +55,6 @@ def load_profile(model: str, *, source: ModelSource = CLI_SOURCE) -> MoeProfile:
             f"{label} has routed experts ({expert_field}) but no {' or '.join(missing)}; "
             f"fix the config or use an explicit shape"
         )
-    for name, value in ((hidden_field, hidden), (expert_field, experts), (top_k_field, top_k)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise MoeFieldsMissing(f"{label}: {name} is {value!r}, not a positive integer")
-
     moe_layers = count_moe_layers(text)
     if moe_layers == 0 and text.get("num_hidden_layers"):
         raise DenseModel(
