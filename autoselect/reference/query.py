@@ -175,7 +175,7 @@ class ReferenceData:
 
         Ordered by backend, shape, dtype, world size, tokens.
         """
-        ref = ref_class if isinstance(ref_class, ReferenceClass) else get_class(ref_class)
+        ref = get_class(ref_class)
         sql, args = _POINT_SQL + " AND world_size <= ?", [ref.system.key, ref.max_world_size]
         for col, val in (("backend", backend), ("hidden", hidden), ("top_k", top_k), ("experts", experts),
                          ("dispatch_dtype", dtype), ("world_size", world_size)):
@@ -214,7 +214,7 @@ class ReferenceData:
 
     def agrs_world_sizes(self, ref_class: str | ReferenceClass) -> list[int]:
         """World sizes at which the class's system has the NCCL rows AGRS is derived from."""
-        ref = ref_class if isinstance(ref_class, ReferenceClass) else get_class(ref_class)
+        ref = get_class(ref_class)
         rows = self.conn.execute(
             "SELECT num_gpus FROM collectives WHERE system = ? AND nccl_dtype = 'half' AND num_gpus <= ? "
             "GROUP BY num_gpus HAVING COUNT(DISTINCT op) = 2 ORDER BY num_gpus",
@@ -229,7 +229,7 @@ class ReferenceData:
         messages lie too far past the measured NCCL sizes, and world sizes without NCCL rows,
         give no row. ``experts`` only labels the rows (AGRS traffic does not depend on it).
         """
-        ref = ref_class if isinstance(ref_class, ReferenceClass) else get_class(ref_class)
+        ref = get_class(ref_class)
         if world_size > ref.max_world_size:
             return []
         ag = self._collective(ref.system.key, "all_gather", world_size)
@@ -257,7 +257,7 @@ class ReferenceData:
 
     def token_grid(self, ref_class: str | ReferenceClass) -> tuple[int, ...]:
         """Every token count some published point of the class's system has (ascending)."""
-        ref = ref_class if isinstance(ref_class, ReferenceClass) else get_class(ref_class)
+        ref = get_class(ref_class)
         return tuple(r[0] for r in self.conn.execute(
             "SELECT DISTINCT tokens_per_rank FROM points WHERE system = ? AND world_size <= ? ORDER BY 1",
             (ref.system.key, ref.max_world_size)))
@@ -271,7 +271,7 @@ class ReferenceData:
         :meth:`token_grid`. allgather_reducescatter rows are derived, all others published
         (exact shape and dtype only: transferring to another shape is the caller's job).
         """
-        ref = ref_class if isinstance(ref_class, ReferenceClass) else get_class(ref_class)
+        ref = get_class(ref_class)
         ws = ref.check_world_size(world_size)
         if backend == AGRS:
             return self.derived_agrs(ref, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype, world_size=ws,
@@ -287,14 +287,14 @@ class ReferenceData:
         sources = [p for p in self.published(ref_class, backend, world_size=world_size)
                    if (p.hidden, p.top_k, p.experts, p.dispatch_dtype) != (hidden, top_k, experts, dtype)]
         if not sources:
-            ref = ref_class if isinstance(ref_class, ReferenceClass) else get_class(ref_class)
+            ref = get_class(ref_class)
             return Transfer([], (), None, f"no published {backend} rows on {ref.system.label} at EP {world_size}")
         return transfer_points(sources, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype)
 
     def available(self, ref_class: str | ReferenceClass) -> list[dict[str, Any]]:
         """What the class has published rows for: one dict per (backend, shape, dtype, world size)
         with its token counts, plus the world sizes AGRS can be derived at."""
-        ref = ref_class if isinstance(ref_class, ReferenceClass) else get_class(ref_class)
+        ref = get_class(ref_class)
         rows = self.conn.execute(
             "SELECT backend, hidden, top_k, experts, dispatch_dtype, world_size, GROUP_CONCAT(tokens_per_rank), "
             "MIN(routing) FROM points WHERE system = ? AND world_size <= ? "

@@ -162,11 +162,13 @@ def is_reference_class(name: str | None) -> bool:
     return bool(name) and name.startswith(PREFIX)
 
 
-def get_class(name: str) -> ReferenceClass:
-    """The reference class called ``name``.
+def get_class(name: str | ReferenceClass) -> ReferenceClass:
+    """The reference class called ``name`` (a class passes through as is).
 
     :raises UnknownReferenceClass: with the list of known classes.
     """
+    if isinstance(name, ReferenceClass):
+        return name
     try:
         return CLASSES[name]
     except KeyError:
