@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from db.errors import BadImportRecord
-from db.rows import dumps, result_key, row_to_tuned_dict, tuned_key, tuned_to_row
+from db.rows import RUN_COLUMNS, dumps, result_key, row_to_tuned_dict, tuned_key, tuned_to_row
 from db.store.base import StoreBase
 
 #: how many imported records share one transaction
@@ -28,12 +28,6 @@ class ImportSummary:
     def to_dict(self) -> dict[str, int]:
         """A JSON-ready dict."""
         return dict(self.__dict__)
-
-
-_RUN_FIELDS = (
-    "uid", "host_class", "started_at", "updated_at", "finished_at", "status", "trigger",
-    "command", "hostname", "pid", "autoselect_version",
-)
 
 
 class ImportWrites(StoreBase):
@@ -145,7 +139,7 @@ class ImportWrites(StoreBase):
         if row is None:
             summary.runs_added += 1
             return self.db["runs"].insert(
-                {**{k: run[k] for k in _RUN_FIELDS}, "machine_id": machine_id, "meta": dumps(run.get("meta") or {})}
+                {**{k: run[k] for k in RUN_COLUMNS}, "machine_id": machine_id, "meta": dumps(run.get("meta") or {})}
             ).last_pk
         run_id, status, updated_at = row
         # a fleet copy may have seen the run finish after this one last heard of it
