@@ -60,10 +60,11 @@ def analyze(conn: Any, *, models: Iterable[str] | None = None, host_class: str |
     obs = observations(results)
     run_rows = runs(conn)
     nodes = node_drift(obs, min_slowdown=min_slowdown, noise_k=noise_k)
-    reference_drift(nodes, obs, {n.host_class: newest_host(conn, n.host_class) for n in nodes})
+    hosts = {c: newest_host(conn, c) for c in sorted({r.host_class for r in results})}  # one query a class
+    reference_drift(nodes, obs, hosts)
     return DriftReport(
         nodes=nodes,
-        recommendations=recommendation_changes(conn, results, run_rows, models=models,
+        recommendations=recommendation_changes(conn, results, run_rows, hosts, models=models,
                                                min_slowdown=min_slowdown, noise_k=noise_k),
         min_slowdown=min_slowdown,
         noise_k=noise_k,

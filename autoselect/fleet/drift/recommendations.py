@@ -17,7 +17,6 @@ from autoselect.fleet.drift.points import MIN_SLOWDOWN, NOISE_K, observations, r
 from autoselect.model import load_profile
 from autoselect.selector import recommend
 from autoselect.workload import Deployment, Shape, equal_workload
-from db.queries import newest_host
 
 
 @dataclass
@@ -115,7 +114,7 @@ def known_models(run_rows: list[dict]) -> list[str]:
     return names
 
 
-def recommendation_changes(conn: Any, results: list[Any], run_rows: list[dict], *,
+def recommendation_changes(conn: Any, results: list[Any], run_rows: list[dict], hosts: dict[str, Any], *,
                            models: Iterable[str] | None = None, min_slowdown: float = MIN_SLOWDOWN,
                            noise_k: float = NOISE_K) -> list[RecommendationChange]:
     """For each known model and GPU host class with two fleet runs: the pick on the previous run's
@@ -123,6 +122,7 @@ def recommendation_changes(conn: Any, results: list[Any], run_rows: list[dict], 
 
     :param results: every stored result (``db.queries.all_results``).
     :param run_rows: every run (``db.queries.runs``); ``meta.models`` names the known models.
+    :param hosts: host class -> its newest host (``db.queries.newest_host``), for every class of ``results``.
     :param models: the models to check (default: every model named in a run's meta).
     """
     fleets = FleetRuns(run_rows)
@@ -139,14 +139,15 @@ def recommendation_changes(conn: Any, results: list[Any], run_rows: list[dict], 
                 raise
             continue  # a model a past run measured that this machine cannot resolve any more
         for host_class, rows in sorted(by_class.items()):
-            change = _class_change(conn, model, profile, host_class, rows, fleets,
+            change = _class_change(conn, model, profile, host_class, rows, fleets, hosts[host_class],
                                    min_slowdown=min_slowdown, noise_k=noise_k)
             if change is not None:
                 out.append(change)
     return out
 
 
-def _class_change(conn: Any, model: str, profile: Any, host_class: str, rows: list[Any], fleets: FleetRuns, *,
+def _class_change(conn: Any, model: str, profile: Any, host_class: str, rows: list[Any], fleets: FleetRuns,
+                  newest: Any, *,
                   min_slowdown: float, noise_k: float) -> RecommendationChange | None:
     """The pick for ``model`` on one host class before and after its newest fleet run (None for a
     CPU class, or fewer than two fleet runs of the model's shape)."""
@@ -166,7 +167,6 @@ def _class_change(conn: Any, model: str, profile: Any, host_class: str, rows: li
     dep = Deployment(dp=ws, tp=1)
     # compared on the token counts the newest fleet run measured, equally weighted
     workload = equal_workload(sorted({r.tokens_per_rank for r in shape_rows if fleets.of(r) == now_f}))
-    newest = newest_host(conn, host_class)
     picks = [recommend(profile, conn=conn, deployment=dep, host_class=host_class, gpu_arch=arch,
                        host=_host_as_of(newest, use), workload=workload,
                        rows=[r for r in use if r.world_size == ws]).backend
