@@ -7,7 +7,7 @@ import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from autoselect.model import hub_cache_dir
 
@@ -78,11 +78,3 @@ class AnswerCache:
                 self._answers[key] = value
                 while len(self._answers) > self.size:
                     self._answers.popitem(last=False)
-
-    def get(self, key: tuple, compute: Callable[[], Any]) -> Any:
-        """The cached answer for ``key``, computing (outside the lock) when absent or stale."""
-        value, state = self.lookup(key)
-        if value is None:
-            value = compute()
-            self.store(key, state, value)
-        return value
