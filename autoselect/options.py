@@ -69,6 +69,10 @@ FLEET_TOKENS = (1, 8, 64, 256)
 #: Tokens per rank ``autoselect confirm`` runs by default: a decode batch, a large decode batch
 #: and a prefill chunk of vLLM's forward pass.
 CONFIRM_TOKENS = (32, 256, 4096)
+#: ``fleet drift``: a point must be at least this much slower (fraction) to count, whatever the noise
+MIN_SLOWDOWN = 0.05
+#: ... and slower than this many combined relative standard errors
+NOISE_K = 3.0
 
 
 class BadList(UserError):

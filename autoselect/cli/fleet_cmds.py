@@ -14,7 +14,7 @@ import sys
 import click
 
 from autoselect.cli import db_option, format_option, stopping_rule_options
-from autoselect.options import FLEET_TOKENS, parse_duration, parse_int_list, parse_name_list
+from autoselect.options import FLEET_TOKENS, MIN_SLOWDOWN, NOISE_K, parse_duration, parse_int_list, parse_name_list
 from autoselect.workload import Shape
 
 
@@ -235,9 +235,9 @@ def _print_drift(report) -> None:
 @click.option("--model", "models", multiple=True, metavar="DIR|HF_ID",
               help="Models whose recommendation to re-check (default: those the fleet runs measured).")
 @click.option("--host-class", default=None, metavar="CLASS", help="Only this host class.")
-@click.option("--min-slowdown", type=float, default=0.05, show_default=True, metavar="FRACTION",
+@click.option("--min-slowdown", type=float, default=MIN_SLOWDOWN, show_default=True, metavar="FRACTION",
               help="A point must be at least this much slower to count.")
-@click.option("--noise-k", type=float, default=3.0, show_default=True, metavar="K",
+@click.option("--noise-k", type=float, default=NOISE_K, show_default=True, metavar="K",
               help="... and slower than K combined standard errors.")
 @db_option
 @format_option("text", "json")

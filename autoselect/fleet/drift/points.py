@@ -15,12 +15,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from autoselect.options import MIN_SLOWDOWN, NOISE_K
 from autoselect.workload import Shape
 
-#: a point must be at least this much slower (fraction) to count, whatever the noise
-MIN_SLOWDOWN = 0.05
-#: ... and slower than this many combined relative standard errors
-NOISE_K = 3.0
 #: scale of the median absolute deviation to a standard deviation (normal data)
 MAD_SCALE = 1.4826
 

@@ -21,6 +21,7 @@ from autoselect.errors import UserError
 from autoselect.fleet.drift import analyze_at
 from autoselect.fleet.service.app import MAX_QUERY, NOT_FOUND, UNKNOWN_MODEL, Served
 from autoselect.model import ModelConfigNotFound
+from autoselect.options import MIN_SLOWDOWN, NOISE_K
 from autoselect.selector import recommend_for
 from db.queries import connect_readonly, host_classes
 
@@ -130,7 +131,8 @@ class Api:
         finally:
             c.close()
 
-    async def drift(self, host_class: str | None = None, min_slowdown: float = 0.05, noise_k: float = 3.0):
+    async def drift(self, host_class: str | None = None, min_slowdown: float = MIN_SLOWDOWN,
+                    noise_k: float = NOISE_K):
         """``autoselect fleet drift --format json``."""
         key = ("drift", host_class, min_slowdown, noise_k)
         return await self.answer(key, lambda: analyze_at(self.path, host_class=host_class,
