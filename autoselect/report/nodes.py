@@ -6,6 +6,7 @@ which nodes are flagged.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -91,10 +92,7 @@ def fleet_view(rows: Sequence[Any], series: Sequence[BackendSeries], recommended
         )
         for m, r in newest.items()
     ]
-    values = sorted(n.latency_us_p50 for n in nodes)
-    mid = len(values) // 2
-    median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-    view = FleetView(backend, tokens, nodes, median)
+    view = FleetView(backend, tokens, nodes, statistics.median(n.latency_us_p50 for n in nodes))
     flag_drift(view, rows)
     return view
 
