@@ -69,6 +69,12 @@ FLEET_TOKENS = (1, 8, 64, 256)
 #: Tokens per rank ``autoselect confirm`` runs by default: a decode batch, a large decode batch
 #: and a prefill chunk of vLLM's forward pass.
 CONFIRM_TOKENS = (32, 256, 4096)
+#: ``autoselect confirm``'s other defaults: each decode request's KV length, graph replays per
+#: sample, samples per case, and the seconds one backend's run may take (load and capture included).
+CONFIRM_KV_LEN = 4096
+CONFIRM_ITERS = 20
+CONFIRM_SAMPLES = 5
+CONFIRM_TIMEOUT_S = 1800.0
 #: ``fleet drift``: a point must be at least this much slower (fraction) to count, whatever the noise
 MIN_SLOWDOWN = 0.05
 #: ... and slower than this many combined relative standard errors

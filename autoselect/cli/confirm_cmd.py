@@ -8,7 +8,8 @@ import sys
 import click
 
 from autoselect.cli import db_option, format_option
-from autoselect.options import parse_name_list
+from autoselect.options import (CONFIRM_ITERS, CONFIRM_KV_LEN, CONFIRM_SAMPLES, CONFIRM_TIMEOUT_S, CONFIRM_TOKENS,
+                                parse_name_list)
 
 
 class _Progress:
@@ -50,7 +51,7 @@ class _Progress:
               help="Model: a local checkpoint directory or a Hugging Face id (dummy weights are used).")
 @click.option("--backends", default=None, metavar="LIST",
               help="Comma-separated --all2all-backend values (default: every backend legal for the model).")
-@click.option("--tokens", default=None, metavar="LIST", show_default="32,256,4096",
+@click.option("--tokens", default=None, metavar="LIST", show_default=",".join(map(str, CONFIRM_TOKENS)),
               help="Tokens per rank: up to 256 a decode batch of that many requests, above one prefill.")
 @click.option("--dp", type=int, default=None, metavar="N", show_default="all GPUs / tp",
               help="Data-parallel size (one torchrun process per rank).")
@@ -58,11 +59,12 @@ class _Progress:
 @click.option("--gpu-arch", default=None, metavar="ARCH", help="sm90 or sm100 (default: the local GPUs').")
 @click.option("--vllm-version", default=None, metavar="X.Y.Z",
               help="Spell flags for this vLLM (default: the installed one).")
-@click.option("--kv-len", type=int, default=4096, show_default=True, metavar="N",
+@click.option("--kv-len", type=int, default=CONFIRM_KV_LEN, show_default=True, metavar="N",
               help="KV length of each decode request.")
-@click.option("--iters", type=int, default=20, show_default=True, metavar="N", help="Graph replays per sample.")
-@click.option("--samples", type=int, default=5, show_default=True, metavar="N", help="Samples per case.")
-@click.option("--timeout", "timeout_s", type=float, default=1800.0, show_default=True, metavar="S",
+@click.option("--iters", type=int, default=CONFIRM_ITERS, show_default=True, metavar="N",
+              help="Graph replays per sample.")
+@click.option("--samples", type=int, default=CONFIRM_SAMPLES, show_default=True, metavar="N", help="Samples per case.")
+@click.option("--timeout", "timeout_s", type=float, default=CONFIRM_TIMEOUT_S, show_default=True, metavar="S",
               help="Seconds one backend's run may take (model load and graph capture included).")
 @click.option("--dry-run", is_flag=True, help="Print the commands without running anything (no GPU needed).")
 @db_option

@@ -18,10 +18,6 @@ with the flags ``recommend`` would emit. Multi-GPU runs go through ``torchrun
 from autoselect.confirm.output import STABLE_SPREAD_PCT, BadForwardOutput, failed_rows, parse_forward_output
 from autoselect.confirm.plan import (
     DECODE_MAX_TOKENS,
-    DEFAULT_ITERS,
-    DEFAULT_KV_LEN,
-    DEFAULT_SAMPLES,
-    DEFAULT_TIMEOUT_S,
     BadConfirmSetting,
     ConfirmBackendIllegal,
     ConfirmNeedsGpus,
@@ -36,8 +32,7 @@ from autoselect.confirm.report import BackendRun, ConfirmReport, render_text
 from autoselect.confirm.run import ConfirmProgress, confirm, run_backend, run_confirm
 
 __all__ = [
-    "DECODE_MAX_TOKENS", "DEFAULT_ITERS", "DEFAULT_KV_LEN", "DEFAULT_SAMPLES", "DEFAULT_TIMEOUT_S",
-    "STABLE_SPREAD_PCT",
+    "DECODE_MAX_TOKENS", "STABLE_SPREAD_PCT",
     "BackendRun", "BadConfirmSetting", "BadForwardOutput", "ConfirmBackendIllegal", "ConfirmNeedsGpus",
     "ConfirmPlan", "ConfirmProgress", "ConfirmReport", "ForwardCase", "VllmLacksBenchForward",
     "case_tokens", "check_runnable", "confirm", "failed_rows", "parse_forward_output", "plan_confirm",

@@ -18,16 +18,13 @@ from autoselect import rules
 from autoselect.candidates import judge, legal_backends, resolve_target
 from autoselect.errors import UserError
 from autoselect.model import MoeProfile, load_profile, normalize_arch
-from autoselect.options import CONFIRM_TOKENS, parse_int_list
+from autoselect.options import (CONFIRM_ITERS, CONFIRM_KV_LEN, CONFIRM_SAMPLES, CONFIRM_TIMEOUT_S, CONFIRM_TOKENS,
+                                parse_int_list)
 from autoselect.vllm_flags import serve_flags
 from autoselect.workload import Deployment, resolve_deployment
 
 #: Above this many tokens per rank a case is one prefill request; at or below, that many decodes.
 DECODE_MAX_TOKENS = 256
-DEFAULT_KV_LEN = 4096
-DEFAULT_ITERS = 20
-DEFAULT_SAMPLES = 5
-DEFAULT_TIMEOUT_S = 1800.0
 
 
 class BadConfirmSetting(UserError):
@@ -82,9 +79,9 @@ class ConfirmPlan:
     vllm_version: str
     backends: tuple[str, ...]
     cases: tuple[ForwardCase, ...]
-    iters: int = DEFAULT_ITERS
-    samples: int = DEFAULT_SAMPLES
-    timeout_s: float = DEFAULT_TIMEOUT_S
+    iters: int = CONFIRM_ITERS
+    samples: int = CONFIRM_SAMPLES
+    timeout_s: float = CONFIRM_TIMEOUT_S
     python: str = "python3"
 
     @property
@@ -142,8 +139,8 @@ def case_tokens(text: str | None) -> tuple[int, ...]:
 
 def plan_confirm(model: str, *, backends: list[str] | None = None, tokens: str | None = None,
                  dp: int | None = None, tp: int | None = None, gpu_arch: str | None = None,
-                 vllm_version: str | None = None, kv_len: int = DEFAULT_KV_LEN, iters: int = DEFAULT_ITERS,
-                 samples: int = DEFAULT_SAMPLES, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 vllm_version: str | None = None, kv_len: int = CONFIRM_KV_LEN, iters: int = CONFIRM_ITERS,
+                 samples: int = CONFIRM_SAMPLES, timeout_s: float = CONFIRM_TIMEOUT_S,
                  host=None, python: str = "python3") -> ConfirmPlan:
     """Validate every input and decide what to run (nothing is started or written).
 

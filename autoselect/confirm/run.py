@@ -19,10 +19,10 @@ from typing import Callable
 
 from autoselect import bridge
 from autoselect.confirm.output import failed_rows, parse_forward_output, shape_error
-from autoselect.confirm.plan import (DEFAULT_ITERS, DEFAULT_KV_LEN, DEFAULT_SAMPLES, DEFAULT_TIMEOUT_S, ConfirmPlan,
-                                     check_runnable, plan_confirm)
+from autoselect.confirm.plan import ConfirmPlan, check_runnable, plan_confirm
 from autoselect.confirm.report import BackendRun, ConfirmReport
 from autoselect.hardware import fingerprint
+from autoselect.options import CONFIRM_ITERS, CONFIRM_KV_LEN, CONFIRM_SAMPLES, CONFIRM_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,8 @@ def run_confirm(plan: ConfirmPlan, *, store, host, vllm_version: str | None = No
 
 def confirm(model: str, *, db_path=None, backends: list[str] | None = None, tokens: str | None = None,
             dp: int | None = None, tp: int | None = None, gpu_arch: str | None = None,
-            vllm_version: str | None = None, kv_len: int = DEFAULT_KV_LEN, iters: int = DEFAULT_ITERS,
-            samples: int = DEFAULT_SAMPLES, timeout_s: float = DEFAULT_TIMEOUT_S, dry_run: bool = False,
+            vllm_version: str | None = None, kv_len: int = CONFIRM_KV_LEN, iters: int = CONFIRM_ITERS,
+            samples: int = CONFIRM_SAMPLES, timeout_s: float = CONFIRM_TIMEOUT_S, dry_run: bool = False,
             progress: Callable[[ConfirmProgress], None] | None = None) -> ConfirmReport:
     """``autoselect confirm`` from its flags: validate, check vLLM and GPUs, run, store.
 
