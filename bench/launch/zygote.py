@@ -36,22 +36,18 @@ from bench.launch.processes import die_with_parent
 
 #: How long the parent waits for a forked rank to open its job FIFO.
 FIFO_OPEN_S = 60.0
-#: How long a reaped rank's exit-status file may lag behind its pid's disappearance before the
-#: rank is taken as killed (the zygote writes it right after reaping; it only never comes when
-#: the zygote itself died).
-EXIT_FILE_GRACE_S = 2.0
 
 
 class ForkedProcess:
     """A rank forked by the zygote, with the part of ``subprocess.Popen`` the group uses."""
 
-    def __init__(self, pid: int, directory: Path, rank: int):
+    def __init__(self, pid: int, directory: Path, rank: int, zygote: subprocess.Popen):
         self.pid, self.rank = pid, rank
+        self.zygote = zygote  # the process that reaps this rank and writes its exit status
         self.exit_file = directory / f"rank{rank}.exit"
         self.fifo = directory / f"rank{rank}.in"
         self.stdin = None
         self.returncode: int | None = None
-        self._reaped_at: float | None = None
 
     def open_channel(self, deadline: float) -> None:
         """Open the write end of the rank's job FIFO (once the child opened its read end)."""
@@ -69,26 +65,37 @@ class ForkedProcess:
     def poll(self) -> int | None:
         """The exit status once the zygote reaped the rank (negative: the signal), else None.
 
-        The zygote writes the status just after reaping, so a pid that is gone while the file is
-        not there yet is a rank in between: only when the file stays absent for
-        :data:`EXIT_FILE_GRACE_S` (the zygote died with it) is the rank taken as killed. Reading
-        it as killed at once turned a rank's own error exit into "died (signal 9)".
+        Only the zygote reaps its ranks (a zombie still answers ``kill(pid, 0)``), and it writes
+        the status just after: a pid that is gone while the file is not there yet is a rank in
+        between, its status on the way, as long as the zygote lives. Only a zygote that died
+        leaves none (init reaped the rank): that rank is taken as killed. Reading every gone pid
+        as killed turned a rank's own error exit into "died (signal 9)".
         """
         if self.returncode is None:
-            try:
-                self.returncode = int(self.exit_file.read_text())
-            except (FileNotFoundError, ValueError):
-                try:
-                    os.kill(self.pid, 0)
-                except ProcessLookupError:  # reaped: its status is on the way, unless the zygote died
-                    now = time.monotonic()
-                    if self._reaped_at is None:
-                        self._reaped_at = now
-                    elif now - self._reaped_at > EXIT_FILE_GRACE_S:
-                        self.returncode = -signal.SIGKILL
-                except PermissionError:
-                    pass
+            code = self._written_status()
+            if code is None and not self._exists() and self.zygote.poll() is not None:
+                code = self._written_status()  # written just before the zygote died
+                self.returncode = -signal.SIGKILL if code is None else code
+            else:
+                self.returncode = code
         return self.returncode
+
+    def _written_status(self) -> int | None:
+        """The status the zygote wrote (the file is written whole: present or absent), else None."""
+        try:
+            return int(self.exit_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _exists(self) -> bool:
+        """Whether the pid still answers (running, or a zombie the zygote has not reaped yet)."""
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # the pid was reused by another user's process: not ours, but there
+            return True
+        return True
 
     def kill(self) -> None:
         """SIGKILL the rank."""
@@ -126,7 +133,7 @@ class Zygote:
                 return None
         if not answer:
             return None
-        return ForkedProcess(json.loads(answer)["pid"], directory, rank)
+        return ForkedProcess(json.loads(answer)["pid"], directory, rank, self.proc)
 
     def close(self) -> None:
         """End the zygote at once: it holds nothing to save (its groups were closed first), and a

@@ -11,7 +11,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -258,28 +257,36 @@ def test_ranks_are_forks_of_one_zygote_unless_the_group_has_start_up_env_vars(pl
     assert groups._zygote is None
 
 
-def _reaped_pid() -> int:
-    """The pid of a process that has exited and been reaped (nothing answers to it now)."""
+def _reaped() -> subprocess.Popen:
+    """A process that has exited and been reaped (nothing answers to its pid now)."""
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    return child.pid
+    return child
 
 
-def test_a_reaped_rank_whose_status_is_still_being_written_is_not_taken_for_killed(tmp_path, monkeypatch):
+def test_a_reaped_rank_whose_status_is_still_being_written_is_not_taken_for_killed(tmp_path):
     # The zygote reaps a rank, then writes its exit status: in between, the pid is gone and the
     # file is not there. That rank exited on its own (an adapter's error, status 3); reading it as
     # SIGKILLed there turned "rank 0: ValueError: ..." into "rank 0 died (signal 9)".
-    monkeypatch.setattr(zygote, "EXIT_FILE_GRACE_S", 3600.0)
-    rank = zygote.ForkedProcess(_reaped_pid(), tmp_path, 0)
-    assert rank.poll() is None
-    assert rank.poll() is None
-    (tmp_path / "rank0.exit").write_text("3")
-    assert rank.poll() == 3
+    living_zygote = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        rank = zygote.ForkedProcess(_reaped().pid, tmp_path, 0, living_zygote)
+        assert rank.poll() is None
+        assert rank.poll() is None
+        (tmp_path / "rank0.exit").write_text("3")
+        assert rank.poll() == 3
+    finally:
+        living_zygote.kill()
+        living_zygote.wait()
 
 
-def test_a_reaped_rank_without_a_status_past_the_grace_was_killed_with_the_zygote(tmp_path, monkeypatch):
-    monkeypatch.setattr(zygote, "EXIT_FILE_GRACE_S", 0.0)
-    rank = zygote.ForkedProcess(_reaped_pid(), tmp_path, 0)
-    assert rank.poll() is None  # the first sighting starts the grace
-    time.sleep(0.01)
+def test_a_reaped_rank_without_a_status_was_killed_with_the_zygote(tmp_path):
+    # init reaped it: the zygote that would have written its status is gone
+    rank = zygote.ForkedProcess(_reaped().pid, tmp_path, 0, _reaped())
     assert rank.poll() == -signal.SIGKILL
+
+
+def test_a_status_written_before_the_zygote_died_is_kept(tmp_path):
+    (tmp_path / "rank0.exit").write_text("3")
+    rank = zygote.ForkedProcess(_reaped().pid, tmp_path, 0, _reaped())
+    assert rank.poll() == 3
