@@ -340,3 +340,8 @@ class StoppingRule:
 #: The stopping rule of ``bench`` and ``fleet`` (and their --max-noise/--min-samples/--min-time/
 #: --timeout defaults): 10 samples, 0.5 s, 0.5 % noise, 15 s per point.
 STOPPING = StoppingRule()
+
+#: Wall-clock seconds a worker group's start-up (spawn to ready) and each point's adapter setup
+#: may take (``--setup-timeout`` of bench, a fleet spec's ``setup_timeout_s``): FlashInfer's JIT
+#: builds take minutes on a cold node.
+SETUP_TIMEOUT_S = 300.0

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from autoselect.errors import GpuArchRequired, MissingShape, UserError
 from autoselect.hardware import fingerprint
 from autoselect.model import load_profile, normalize_arch
-from autoselect.options import DEFAULT_TOKENS, STOPPING, parse_int_list, parse_name_list
+from autoselect.options import DEFAULT_TOKENS, SETUP_TIMEOUT_S, STOPPING, parse_int_list, parse_name_list
 from autoselect.reference.health import ReferenceCheck, check_results
 from autoselect.workload import Shape
 from bench import launch
@@ -89,7 +89,7 @@ def resolve_shape(host, *, model=None, gpu_arch=None, hidden=None, top_k=None, e
 def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=None, dtype=None,
               backends=None, tokens=None, world_size=None, device="cuda", routing="uniform",
               seed=0, max_noise=STOPPING.max_noise, min_samples=STOPPING.min_samples,
-              min_time_s=STOPPING.min_time_s, timeout_s=STOPPING.timeout_s, setup_timeout_s=300.0, include_illegal=False, vllm_version=None, db_path=None,
+              min_time_s=STOPPING.min_time_s, timeout_s=STOPPING.timeout_s, setup_timeout_s=SETUP_TIMEOUT_S, include_illegal=False, vllm_version=None, db_path=None,
               progress=None) -> BenchReport:
     """Resolve the shape (``--model`` + arch, or explicit sizes), validate, sweep, store.
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from autoselect.candidates import candidate_backends, check_vllm_version, resolve_target
 from autoselect.errors import UserError
 from autoselect.hardware import fingerprint
-from autoselect.options import STOPPING, StoppingRule, check_seconds, check_seed
+from autoselect.options import SETUP_TIMEOUT_S, STOPPING, StoppingRule, check_seconds, check_seed
 from autoselect.rules import BACKENDS, CHUNK_SIZE, NEWEST_VLLM, smallest_deployment
 from autoselect.workload import Shape
 from bench import launch
@@ -80,7 +80,7 @@ class SweepSpec:
     knobs: dict = field(default_factory=dict)
     gpu_arch: str | None = None
     vllm_version: str | None = None
-    setup_timeout_s: float = 300.0
+    setup_timeout_s: float = SETUP_TIMEOUT_S
 
 
 def validate(spec: SweepSpec, host=None) -> None:

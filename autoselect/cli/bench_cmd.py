@@ -10,7 +10,7 @@ import json
 import click
 
 from autoselect.cli import db_option, format_option, stopping_rule_options
-from autoselect.options import DEFAULT_TOKENS
+from autoselect.options import DEFAULT_TOKENS, SETUP_TIMEOUT_S
 from bench.events import GroupStarted, PointMeasured, PointPhase, SweepStarted
 
 #: The fixed columns: (header, units, width, how to render a Result).
@@ -113,7 +113,7 @@ def _group_lines(report) -> list[str]:
               help="uniform, zipf, zipf:S, or a .json/.npy/.pt file of expert ids [tokens, top_k].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of payloads and routing.")
 @stopping_rule_options
-@click.option("--setup-timeout", "setup_timeout_s", type=float, default=300.0, show_default=True,
+@click.option("--setup-timeout", "setup_timeout_s", type=float, default=SETUP_TIMEOUT_S, show_default=True,
               help="Seconds for a worker group's start-up and for each point's adapter setup (FlashInfer JIT builds take minutes).")
 @click.option("--include-illegal", is_flag=True, help="Also measure backends the rules reject (rows marked illegal).")
 @click.option("--vllm-version", metavar="X.Y.Z", help="vLLM version legality is judged for (default: newest known).")

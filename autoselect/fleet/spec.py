@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from autoselect.errors import MissingShape, UserError
 from autoselect.model import DenseModel, load_profile
-from autoselect.options import FLEET_TOKENS, STOPPING, StoppingRule
+from autoselect.options import FLEET_TOKENS, SETUP_TIMEOUT_S, STOPPING, StoppingRule
 from autoselect.workload import Shape
 from bench.backends import check_names
 from bench.sweep import SweepSpec
@@ -54,7 +54,7 @@ class FleetSpec:
     min_samples: int = STOPPING.min_samples
     min_time_s: float = STOPPING.min_time_s
     timeout_s: float = STOPPING.timeout_s
-    setup_timeout_s: float = 300.0
+    setup_timeout_s: float = SETUP_TIMEOUT_S
     start_timeout_s: float = 120.0
     reschedule_wait_s: float = 10.0
     cpu_arch: str = "sm90"

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from autoselect.options import SETUP_TIMEOUT_S
+
 #: Worker events (the ``event`` key of each line), in the order a job produces them.
 #: ``ready`` (rank, pid, unavailable: reason or None) once per group; then per job ``phase``
 #: (job, tokens, phase: setup|gate|measure), ``result`` (job, tokens, status, error, fields,
@@ -40,7 +42,7 @@ class GroupConfig:
     world_size: int
     device: str = "cpu"
     env: tuple[tuple[str, str], ...] = ()
-    setup_timeout_s: float = 300.0
+    setup_timeout_s: float = SETUP_TIMEOUT_S
     nvlinks_all_up: bool | None = None
 
     @classmethod
