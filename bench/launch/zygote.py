@@ -34,9 +34,6 @@ from pathlib import Path
 from bench.launch import worker
 from bench.launch.processes import die_with_parent
 
-#: How long the parent waits for a forked rank to open its job FIFO.
-FIFO_OPEN_S = 60.0
-
 
 class ForkedProcess:
     """A rank forked by the zygote, with the part of ``subprocess.Popen`` the group uses."""
