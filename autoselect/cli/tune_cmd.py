@@ -173,11 +173,6 @@ def tune_cmd(model, budget, workload, tokens, device, world_size, gpu_arch, back
 
     db = db_path or str(default_path())
     names = parse_name_list(backends, what="--backends") if backends is not None else None
-    if world_size is None:
-        from autoselect.hardware import fingerprint
-
-        host = fingerprint()
-        world_size = host.gpu_count if (device or host.device) == "cuda" and host.gpu_count else 2
     spec, excluded = prepare(model, db_path=db, workload=workload, tokens=tokens, device=device,
                              world_size=world_size, budget=budget, gpu_arch=gpu_arch, backends=names,
                              include_reference=include_reference, search_knobs=not no_knobs,

@@ -88,16 +88,17 @@ def _unavailable(names: list[str], device: str, world_size: int, host: HostFinge
 
 
 def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens: str | None = None,
-            device: str | None = None, world_size: int = 2, budget: str = "10m",
+            device: str | None = None, world_size: int | None = None, budget: str = "10m",
             gpu_arch: str | None = None, backends: list[str] | None = None,
             include_reference: bool = False, search_knobs: bool = True, enable_dbo: bool = False,
             host: Any = None) -> tuple[TuneSpec, dict[str, str]]:
     """Validate every input and build the :class:`TuneSpec` (nothing is written).
 
-    Returns the spec and the backends left out before measuring, each with its reason.
+    ``world_size`` None: every GPU of a CUDA host, 2 ranks on CPU. Returns the spec and the
+    backends left out before measuring, each with its reason.
     """
     budget_s = parse_duration(budget, what="--budget")
-    if world_size < 1:
+    if world_size is not None and world_size < 1:
         raise InvalidWorldSize(f"--world-size {world_size} must be at least 1 (2 or more for a real exchange)")
     if backends is not None and not backends:
         raise NoCandidates("--backends names no backend; pass e.g. allgather_reducescatter,deepep_low_latency "
@@ -106,6 +107,8 @@ def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens
     profile = load_model(model)
     host = host or fingerprint()
     device = device or host.device
+    if world_size is None:
+        world_size = host.gpu_count if device == "cuda" and host.gpu_count else 2
     if device == "cuda" and host.device != "cuda":
         raise NoCandidates("--device cuda on a host without CUDA GPUs; use --device cpu (gloo)")
     if device == "cuda" and world_size > host.gpu_count:
