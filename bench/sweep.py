@@ -22,7 +22,7 @@ from autoselect.candidates import candidate_backends, check_vllm_version, resolv
 from autoselect.errors import UserError
 from autoselect.hardware import fingerprint
 from autoselect.options import SETUP_TIMEOUT_S, STOPPING, StoppingRule, check_seconds, check_seed
-from autoselect.rules import BACKENDS, CHUNK_SIZE, NEWEST_VLLM, smallest_deployment
+from autoselect.rules import BACKENDS, smallest_deployment
 from autoselect.workload import Shape
 from bench import launch
 from bench.backends import check_names
@@ -130,7 +130,7 @@ def legality(spec: SweepSpec, host, tokens: int | None = None):
     one-sided is; a sm100-only backend is not), with the reasons of the first. Hardware is
     judged only for ``--device cuda``. With ``tokens``, the per-token
     kernel limits are judged too, for a deployment that runs batches of that many tokens per
-    rank (:func:`point_budget`), in the environment the workers get (ours, then ``spec.env``:
+    rank (:func:`autoselect.rules.smallest_deployment`), in the environment the workers get (ours, then ``spec.env``:
     an exported ``NVSHMEM_QP_DEPTH`` counts, as it does for the adapter and for ``check``).
     """
     shape = Shape(hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts, dtype=spec.dtype)
@@ -148,17 +148,6 @@ def legality(spec: SweepSpec, host, tokens: int | None = None):
             point = replace(target.with_tokens(budget), environ={**(target.environ or {}), **sized})
         verdicts.update(candidate_backends(point, [name]))
     return verdicts
-
-
-def point_budget(backend: str, tokens: int, vllm_version: str | None = None) -> int:
-    """The dispatch buffer (tokens per rank) of the smallest deployment that runs ``tokens`` per rank.
-
-    ``tokens`` itself, or the backend's default buffer when that is larger (256 for
-    deepep_low_latency): :func:`autoselect.rules.smallest_deployment`, which also says which
-    setting carries it in ``vllm_version``'s release.
-    """
-    batched, sized = smallest_deployment(backend, vllm_version or NEWEST_VLLM, tokens)
-    return int(sized.get(CHUNK_SIZE, batched))
 
 
 def plan_points(spec: SweepSpec, host) -> tuple[list[tuple[str, list[int], set[int]]], dict[str, str]]:

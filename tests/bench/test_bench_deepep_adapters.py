@@ -205,15 +205,15 @@ def test_low_latency_slots_are_vllms_256_tokens_or_the_batch_rounded_only_as_far
 
 
 def test_low_latency_runs_unpadded_exactly_where_the_rules_accept_the_token_budget():
-    # the rules judge --max-num-batched-tokens = max(tokens, 256) (bench.sweep.point_budget); where they
-    # accept it the adapter must run with that very num_max_dispatch_tokens_per_rank, as vLLM does
-    from bench.sweep import point_budget
-
+    # the rules judge the dispatch buffer of the smallest deployment, max(tokens, 256)
+    # (rules.smallest_deployment, as bench.sweep.legality does); where they accept it the adapter
+    # must run with that very num_max_dispatch_tokens_per_rank, as vLLM does
     for world_size in (2, 3, 4, 5, 6, 7, 8):
         experts = 8 * world_size
         profile = MoeProfile.from_shape(4096, experts, 8, "bf16")
         for tokens in range(250, 530):
-            budget = point_budget("deepep_low_latency", tokens)
+            batched, sized = rules.smallest_deployment("deepep_low_latency", rules.NEWEST_VLLM, tokens)
+            budget = int(sized.get(rules.CHUNK_SIZE, batched))
             verdict = rules.legal("deepep_low_latency", profile, None, world_size, None, gpu_arch="sm90",
                                   max_tokens_per_rank=budget)
             if verdict.ok:
