@@ -92,8 +92,7 @@ class NodeTask:
             for sweep in self.sweeps():
                 run_sweep(sweep, host=self.host, groups=groups, progress=self._forward)
         finally:
-            self.startups = {b: [{"seconds": round(u.seconds, 4), "reason": u.reason} for u in ups]
-                             for b, ups in groups.startups().items()}
+            self.startups = groups.startups()
 
     def _forward(self, event) -> None:
         if isinstance(event, PointMeasured):  # a harness failure is no result row: the run's meta keeps it

@@ -80,8 +80,7 @@ class TuneOutcome:
             winner=winner, recommendable=recommendable, scores=scores, pruned=dict(race.pruned),
             alive=race.alive, trials_reused=tuner.reused, trials_new=tuner.new_trials,
             measure_s=tuner.measure_s, sweep_s=tuner.sweep_s, elapsed_s=tuner.clock() - tuner.started,
-            knobs=knobs, startups={b: [{"seconds": round(u.seconds, 4), "reason": u.reason} for u in ups]
-                                   for b, ups in tuner.startups.items()},
+            knobs=knobs, startups={g["backend"]: g["startups"] for g in tuner.worker_groups},
             study_path=str(tuner.study.path), worker_groups=list(tuner.worker_groups),
         )
 

@@ -100,7 +100,6 @@ class Tuner:
         #: The race's worker groups, one per backend (set by :meth:`run`; None: each sweep call
         #: starts and closes its own).
         self.groups: WorkerGroups | None = None
-        self.startups: dict[str, list] = {}  # every group start-up of this invocation, per backend
         self.worker_groups: list[dict] = []  # WorkerGroups.summary(): start-ups and jobs per backend
 
     # ---- budget ----
@@ -248,7 +247,6 @@ class Tuner:
             self._close_groups([b for b in self.race.backends if b != recommendable], "the race is over")
             if self.spec.search_knobs and recommendable and stop != "budget" and self.remaining() > 0:
                 knobs = knob_search.search(self, recommendable)
-            self.startups = self.groups.startups()
             self.worker_groups = self.groups.summary()
         outcome = TuneOutcome.build(self, stop, winner, recommendable, knobs)
         self.study.set("outcome", outcome.to_dict())

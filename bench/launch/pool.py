@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bench.launch.group import StartFailed, WorkerGroup
 from bench.launch.processes import worker_env
-from bench.launch.protocol import GroupConfig, StartUp
+from bench.launch.protocol import GroupConfig
 from bench.launch.zygote import Zygote
 
 
@@ -88,14 +88,15 @@ class WorkerGroups:
             self._zygote.close()
             self._zygote = None
 
-    def startups(self) -> dict[str, list[StartUp]]:
-        """Every start-up paid so far, per backend."""
-        return {b: list(g.startups) for b, g in self.groups.items()}
+    def startups(self) -> dict[str, list[dict]]:
+        """Every start-up paid so far, per backend: ``[{"seconds", "reason"}]``, JSON-ready."""
+        return {b: [{"seconds": round(s.seconds, 4), "reason": s.reason} for s in g.startups]
+                for b, g in self.groups.items()}
 
     def summary(self) -> list[dict]:
-        """Per backend: its start-ups (seconds, reason) and jobs (points, seconds), JSON-ready."""
-        return [{"backend": b,
-                 "startups": [{"seconds": round(s.seconds, 4), "reason": s.reason} for s in g.startups],
+        """Per backend: its start-ups (:meth:`startups`) and jobs (points, seconds), JSON-ready."""
+        startups = self.startups()
+        return [{"backend": b, "startups": startups[b],
                  "jobs": [{"points": j.points, "seconds": round(j.seconds, 4), "startups": len(j.startups)}
                           for j in g.jobs]}
                 for b, g in self.groups.items()]
