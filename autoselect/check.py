@@ -265,7 +265,7 @@ def _deployment_findings(args: ServeArgs, version: str, effective: rules.Effecti
         if canonical not in supported:
             out.append(Finding("error", "dbo-unsupported",
                                f"--enable-dbo works only with {', '.join(supported)} on CUDA in vLLM {version}; "
-                               f"with {backend} vLLM fails an assertion at startup ({rules.flags.DBO_ASSERT_SOURCE}; "
+                               f"with {backend} vLLM fails an assertion at startup ({rules.serve_options.DBO_ASSERT_SOURCE}; "
                                f"issue #54493)"))
     if args.uses_all2all and backend is not None:
         canonical = rules.resolve(backend)

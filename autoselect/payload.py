@@ -3,7 +3,7 @@
 The vocabulary is the one ``inspect`` prints and the database stores. The byte counts are
 the per-format layouts of what one token dispatches (values, block scales, int32 expert ids, fp32
 routing weights: :func:`quant_bytes`, :func:`dispatch_bytes_per_token`): they are shared by
-the benchmark workload (``bench/workload.py``) and the selector's latency model, so they
+the benchmark workload (``bench/synthetic.py``) and the selector's latency model, so they
 live here, importable without torch.
 """
 

@@ -37,7 +37,7 @@ from bench.events import (
 )
 from bench.launch import HARNESS_ERROR, GroupConfig, Job, PointDone, WorkerGroups
 from bench.routing import load_routing_file, parse_routing
-from bench.workload import validate_shape
+from bench.synthetic import validate_shape
 from db.records import Result
 
 

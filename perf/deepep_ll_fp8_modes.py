@@ -32,7 +32,7 @@ def main() -> int:
     from bench.backends import deepep_common as common
     from bench.backends.deepep_low_latency import DeepepLowLatency
     from bench.measure import gate_round_trip
-    from bench.workload import BenchPoint
+    from bench.synthetic import BenchPoint
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))

@@ -49,7 +49,7 @@ def worker(rank, world, store_path, args, queue):
     from bench.backends import BenchContext
     from bench.backends._collectives import all_gather_single, pack_rows, reduce_scatter_single
     from bench.backends.allgather_reducescatter import AllgatherReducescatter
-    from bench.workload import BenchPoint
+    from bench.synthetic import BenchPoint
 
     if args.batch_target_s is not None:
         cpu_timing.BATCH_TARGET_S = args.batch_target_s

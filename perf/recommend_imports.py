@@ -36,7 +36,7 @@ from recommend_latency import timed  # noqa: E402  (the same fresh-process timer
 RECOMMEND_PATH = "import autoselect.cli.recommend_cmd, autoselect.selector"
 #: Modules recommend has no use for (loaded only by --validate, check, inspect, tune, fleet, report).
 MUST_NOT_LOAD = ("autoselect.bridge.client", "autoselect.bridge.protocol", "autoselect.bridge.quant",
-                 "autoselect.bridge.flags", "autoselect.tune", "autoselect.fleet", "autoselect.report")
+                 "autoselect.bridge.verdicts", "autoselect.tune", "autoselect.fleet", "autoselect.report")
 
 #: Run in a fresh process: count and time every dataclass the recommend path creates.
 PROBE = f"""

@@ -37,7 +37,7 @@ GOAL_P99_MS = 50.0
 def build_db(path: Path) -> None:
     """A store with the shipped example measurements (H200 and B200 classes)."""
     from db.store import Store
-    from db.transfer import read_file
+    from db.jsonl import read_file
 
     with Store(path) as store:
         for name in ("h200.jsonl", "b200.jsonl"):

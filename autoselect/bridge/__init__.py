@@ -2,13 +2,13 @@
 
 * :mod:`~autoselect.bridge.interpreter` — which Python runs vLLM (``$AUTOSELECT_VLLM_PYTHON``, else
   this one when it has vllm) and which vLLM version an interpreter has, without importing it.
-* :mod:`~autoselect.bridge.target` — the target vLLM version every command judges flags against.
+* :mod:`~autoselect.bridge.version` — the target vLLM version every command judges flags against.
 * :mod:`~autoselect.bridge.protocol` — the typed request/response messages (stdlib only: the
   worker imports it from its own folder).
 * :mod:`~autoselect.bridge.worker`, :mod:`~autoselect.bridge.worker_quant` — run *inside* vLLM's
   interpreter as a script: vLLM's parser, ``ParallelConfig`` and quantization classes.
 * :mod:`~autoselect.bridge.client` — starts the worker with one batch of questions, reads the answers.
-* :mod:`~autoselect.bridge.flags`, :mod:`~autoselect.bridge.quant` — the answers as autoselect
+* :mod:`~autoselect.bridge.verdicts`, :mod:`~autoselect.bridge.quant` — the answers as autoselect
   uses them (verdicts on command lines; quantization in autoselect's vocabulary and the cross-check).
 * :mod:`~autoselect.bridge.hooks` — what ``check`` and ``inspect --cross-check`` ask.
 
@@ -23,7 +23,7 @@ from autoselect.bridge.interpreter import (
     interpreter_paths,
     vllm_python,
 )
-from autoselect.bridge.target import (
+from autoselect.bridge.version import (
     SOURCE_ENV_PYTHON,
     SOURCE_FLAG,
     SOURCE_INSTALLED,
@@ -40,7 +40,7 @@ _LAZY = {
     "client": ("DEFAULT_TIMEOUT_S", "WORKER", "VllmFailed", "VllmNotInstalled", "VllmTimedOut", "ask_vllm",
                "classify_quantization", "require_vllm", "run_worker", "unavailable_reason", "validate_serve_flags",
                "validate_serve_words", "vllm_info"),
-    "flags": ("FlagsRejectedByVllm", "FlagValidation", "ensure_accepted"),
+    "verdicts": ("FlagsRejectedByVllm", "FlagValidation", "ensure_accepted"),
     "hooks": ("cross_check_model", "serve_command_check"),
     "protocol": ("FlagVerdict", "VllmInfo"),
     "quant": ("SCHEME_WEIGHT_QUANT", "CrossCheck", "QuantClassification", "cross_check"),

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from autoselect.bridge.flags import FlagValidation, verdict_of
+from autoselect.bridge.verdicts import FlagValidation, verdict_of
 from autoselect.bridge.interpreter import VLLM_PYTHON_ENV, VllmPythonInvalid, vllm_python
 from autoselect.bridge.protocol import ParseOp, ProtocolError, QuantOp, Request, Response, VllmInfo
 from autoselect.bridge.quant import QuantClassification
@@ -187,7 +187,7 @@ def validate_serve_flags(argvs: Sequence[Sequence[str]], *, python: str | None =
 
     A line vLLM rejects gets ``ok=False`` and vLLM's message (``vllm serve: error: argument
     --all2all-backend: invalid choice: ...``); nothing is raised for it here (see
-    :func:`autoselect.bridge.flags.ensure_accepted`).
+    :func:`autoselect.bridge.verdicts.ensure_accepted`).
     """
     return ask_vllm(argvs=argvs, python=python, timeout_s=timeout_s)[0]
 

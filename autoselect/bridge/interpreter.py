@@ -10,7 +10,7 @@ directory, and the ``PYTHON*`` variables that shape ``sys.path``. Installing, up
 directory's mtime, so the next call asks again. The version itself is re-read on every call
 from the ``*.dist-info`` names in those directories (what ``importlib.metadata`` reads).
 
-On the fast path of ``recommend`` (:mod:`autoselect.bridge.target`): stdlib only at import time.
+On the fast path of ``recommend`` (:mod:`autoselect.bridge.version`): stdlib only at import time.
 """
 
 from __future__ import annotations

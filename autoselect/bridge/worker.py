@@ -35,7 +35,7 @@ else:  # run as a script by vLLM's python: this folder is sys.path[0]
                           first_line, jsonable)
     from worker_quant import read_quantization
 
-    # The folder also holds the client's modules (client.py, target.py ...): vLLM and its
+    # The folder also holds the client's modules (client.py, version.py ...): vLLM and its
     # dependencies must not find them as top-level modules.
     _HERE = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]

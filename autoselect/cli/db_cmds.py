@@ -156,7 +156,7 @@ def export_cmd(db_path, fmt, output):
       autoselect db export --format csv -o results.csv
     """
     from db.errors import OutputNotWritable
-    from db.transfer import export_to
+    from db.jsonl import export_to
 
     try:
         counts = export_to(db_path, fmt, out=sys.stdout, output=output)

@@ -15,7 +15,7 @@ One module per table, each row with the upstream source that backs it:
 * :mod:`~autoselect.rules.budgets` — :data:`DISPATCH_BUDGETS`, what sizes a batched backend's
   per-rank dispatch buffer (``VLLM_MOE_DP_CHUNK_SIZE`` up to 0.19.x, ``--max-num-batched-tokens`` after).
 * :mod:`~autoselect.rules.eplb` — :data:`EPLB_RULES`, what vLLM requires of redundant experts.
-* :mod:`~autoselect.rules.flags` — :data:`SERVE_OPTIONS` (when the related ``vllm serve``
+* :mod:`~autoselect.rules.serve_options` — :data:`SERVE_OPTIONS` (when the related ``vllm serve``
   options came and went) and :data:`DBO_SUPPORT` (the backends ``--enable-dbo`` takes).
 * :mod:`~autoselect.rules.reports` — :data:`UPSTREAM_REPORTS`, upstream bug reports with the
   releases they affect and their status.
@@ -55,7 +55,7 @@ from autoselect.rules.budgets import (
     smallest_deployment,
 )
 from autoselect.rules.eplb import EPLB_RULES, EplbRule, eplb_reasons
-from autoselect.rules.flags import (
+from autoselect.rules.serve_options import (
     DBO_BACKENDS,
     DBO_SUPPORT,
     ENV_VAR_REMOVED_IN,

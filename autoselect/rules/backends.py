@@ -20,7 +20,7 @@ from autoselect.rules.limits import (
     DEEPEP_WORLD_SIZE_GROUPING,
     Limit,
 )
-from autoselect.rules.flags import FLAG_SINCE
+from autoselect.rules.serve_options import FLAG_SINCE
 from autoselect.rules.versions import NEWEST_VLLM, parse_version, version_in
 
 #: What the newest releases run without --all2all-backend (per release: selection.default_backend).

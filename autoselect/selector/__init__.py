@@ -19,7 +19,7 @@ The decision is a pipeline of short steps over a frozen target (``pipeline.py`` 
    and the ``autoselect bench`` command that would settle an open answer.
 8. **Checks** (``e2e.py``): stored end-to-end results and, on request, vLLM's own parser.
 
-``schema.py`` holds the dataclasses that are the JSON document; ``render.py`` the text forms.
+``answer.py`` holds the dataclasses that are the JSON document; ``render.py`` the text forms.
 Fast path: the standard library and autoselect's pure-Python modules only (no torch, numpy,
 sqlite_utils or optuna); the database is read with stdlib ``sqlite3``.
 """
@@ -36,7 +36,7 @@ from autoselect.selector.flags import settle_command
 from autoselect.selector.pipeline import (BadWorkspaceAllowance, NoLegalBackend, recommend, recommend_for,
                                            target_host, target_vllm_version)
 from autoselect.selector.render import render_args, render_env, render_explain, render_text
-from autoselect.selector.schema import (EVIDENCE_KINDS, SCHEMA_VERSION, BucketValue, Candidate, DataUsed, E2eEvidence,
+from autoselect.selector.answer import (EVIDENCE_KINDS, SCHEMA_VERSION, BucketValue, Candidate, DataUsed, E2eEvidence,
                                         Recommendation, Rejection)
 from autoselect.selector.target import STALENESS_KEYS, RecommendTarget
 from autoselect.workload import (DEFAULT_CONCURRENCY, DEFAULT_MAX_NUM_BATCHED_TOKENS, WORKLOAD_TABLE, BadDeployment,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from autoselect.selector.decide import Decision
 from autoselect.selector.evidence import stale_keys
-from autoselect.selector.schema import Candidate
+from autoselect.selector.answer import Candidate
 from autoselect.selector.target import RecommendTarget
 from db.queries import StoredResult
 

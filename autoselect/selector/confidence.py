@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from autoselect.selector.decide import Decision
-from autoselect.selector.schema import DERIVED, PUBLISHED, TRANSFERRED, Candidate
+from autoselect.selector.answer import DERIVED, PUBLISHED, TRANSFERRED, Candidate
 
 #: Confidence levels, best first.
 CONFIDENCE_LEVELS = ("high", "medium", "low", "reference", "none")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from autoselect.noise import FASTER, TIE, band_compare
 from autoselect.rules import DEFAULT_BACKEND
-from autoselect.selector.schema import Candidate
+from autoselect.selector.answer import Candidate
 
 
 @dataclass(frozen=True)

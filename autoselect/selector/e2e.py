@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 from autoselect import bridge
-from autoselect.selector.schema import E2eEvidence, Recommendation
+from autoselect.selector.answer import E2eEvidence, Recommendation
 from db.queries import results_for
 
 #: How much faster (relative) an e2e winner must be before recommend warns about it.

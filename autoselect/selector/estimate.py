@@ -16,7 +16,7 @@ from typing import Sequence
 
 from autoselect.latency_model import LatencyFit, fit_latency
 from autoselect.noise import Z
-from autoselect.selector.schema import EVIDENCE_KINDS, MEASURED, BucketValue
+from autoselect.selector.answer import EVIDENCE_KINDS, MEASURED, BucketValue
 from autoselect.workload import WorkloadSpec
 
 __all__ = ["ESTIMATE_FLOOR", "EXTRAPOLATION_LIMIT", "FIT_POINTS", "LatencyFit", "MeasuredPoint", "estimate_latency",
@@ -33,7 +33,7 @@ FIT_POINTS = 4
 @dataclass(frozen=True)
 class MeasuredPoint:
     """One chosen measurement of a backend: tokens, median, relative band, result id, and the
-    kind of evidence it is (:data:`autoselect.selector.schema.EVIDENCE_KINDS`)."""
+    kind of evidence it is (:data:`autoselect.selector.answer.EVIDENCE_KINDS`)."""
 
     tokens_per_rank: int
     latency_us: float

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from autoselect import vllm_flags
-from autoselect.selector.schema import Candidate
+from autoselect.selector.answer import Candidate
 from autoselect.selector.target import RecommendTarget
 from autoselect.workload import Deployment
 from db.tuned import best_tuned

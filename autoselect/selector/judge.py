@@ -2,7 +2,7 @@
 
 A backend is rejected when the rules refuse it (``illegal``), when its evidence holds an
 incorrect / error result (``disqualified``), or when every row says it cannot run here
-(``unavailable``). Otherwise it is a :class:`~autoselect.selector.schema.Candidate`: the latency
+(``unavailable``). Otherwise it is a :class:`~autoselect.selector.answer.Candidate`: the latency
 model fills the buckets its evidence did not measure, and the workload weights them into one
 latency and band. A value that rests on the published reference names it (``reference``), and
 the candidate carries the weakest evidence kind of its values.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from autoselect.rules import Verdict
 from autoselect.selector.estimate import estimate_latency, fit_all, weakest_kind, weighted
 from autoselect.selector.evidence import BackendEvidence
-from autoselect.selector.schema import MEASURED, BucketValue, Candidate, FitSummary, Rejection
+from autoselect.selector.answer import MEASURED, BucketValue, Candidate, FitSummary, Rejection
 from autoselect.selector.target import RecommendTarget
 from db.queries import StoredResult
 

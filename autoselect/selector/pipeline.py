@@ -29,7 +29,7 @@ from autoselect.selector.flags import serve_flags, settle, tuned_knobs
 from autoselect.selector.judge import judge_backend
 from autoselect.selector.provenance import data_used
 from autoselect.selector.reference_evidence import ReferenceEvidence
-from autoselect.selector.schema import ModelSummary, Recommendation
+from autoselect.selector.answer import ModelSummary, Recommendation
 from autoselect.selector.sources import sources_for
 from autoselect.selector.target import RecommendTarget, gpu_memory_mib, resolve
 from autoselect.bridge import target_version

@@ -38,7 +38,7 @@ from autoselect.reference import (AGRS, ReferenceClass, ReferenceData, default, 
 from autoselect.reference.host import GENERIC_REQUIREMENT, REQUIREMENTS
 from autoselect.selector.estimate import MeasuredPoint
 from autoselect.selector.evidence import BackendEvidence
-from autoselect.selector.schema import DERIVED, PUBLISHED, TRANSFERRED, Candidate, ReferenceSource, ReferenceUsed
+from autoselect.selector.answer import DERIVED, PUBLISHED, TRANSFERRED, Candidate, ReferenceSource, ReferenceUsed
 from autoselect.selector.target import RecommendTarget
 
 #: Relative band of a published or derived point (see the module docstring).

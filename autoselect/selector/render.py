@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 
-from autoselect.selector.schema import MEASURED, Candidate, E2eEvidence, Recommendation, ReferenceUsed
+from autoselect.selector.answer import MEASURED, Candidate, E2eEvidence, Recommendation, ReferenceUsed
 
 _STATUS_WORDS = {
     "pick": "PICK",

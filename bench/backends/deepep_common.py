@@ -62,7 +62,7 @@ WIRE = {
         # DeepEP takes bf16 and casts it to fp8 e4m3 + fp32 per-128 scales inside the dispatch
         # kernel (internode_ll.cu dispatch, calculate_fp8_scales). The adapter sends the
         # point's bf16 source rows (DispatchBatch.x_bf16), which that cast turns back into
-        # exactly the point's fp8 bytes and scales (bench/workload.py fp8_block128_rows).
+        # exactly the point's fp8 bytes and scales (bench/synthetic.py fp8_block128_rows).
         "fp8_block128": None,
         "fp16": ("DeepEP low_latency_dispatch takes bf16 only (csrc/legacy/buffer.hpp asserts "
                  "x.scalar_type() == kBFloat16)"),

@@ -32,7 +32,7 @@ from bench.events import PointPhase
 from bench.launch.processes import ERROR_EXIT, die_with_parent
 from bench.launch.protocol import HARNESS_ERROR, GroupConfig, Job, PointDone
 from bench.measure import agree, first_line, run_point
-from bench.workload import BenchPoint
+from bench.synthetic import BenchPoint
 
 #: Messages of RuntimeErrors that mean an allocation failed or an integer overflowed (torch's wording).
 _HARNESS_MESSAGES = re.compile(r"can't allocate memory|out of memory|Overflow when unpacking|"

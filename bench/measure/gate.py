@@ -4,7 +4,7 @@ One point (backend x shape x tokens per rank) is gated on every rank before it i
 every row a rank receives must be bit-exact (values, scales, expert ids, weights) for the
 token index it claims; every token must reach every rank owning one of its experts, once;
 combine must return exactly ``sum_k w_k · c_{e_k} · x`` (the synthetic experts make that
-exact in bf16, see ``bench/workload.py``). The first mismatch on the lowest rank is the
+exact in bf16, see ``bench/synthetic.py``). The first mismatch on the lowest rank is the
 error text; a failed gate means status ``incorrect`` and no timing.
 """
 

@@ -10,7 +10,7 @@ from bench.measure.gate import gate_round_trip
 from bench.measure.graphs import layout_of
 from bench.measure.stats import summarize
 from bench.measure.stopping import Sampling
-from bench.workload import algbw_gbps, busbw_gbps
+from bench.synthetic import algbw_gbps, busbw_gbps
 
 
 @dataclass
@@ -33,7 +33,7 @@ def run_point(adapter, ctx, point, *, max_noise=None, min_samples=None, min_time
               timeout_s=None, on_phase=None, batch=None) -> PointOutcome:
     """Gate, then time, one point on this rank (collective: every rank calls it).
 
-    ``point`` is a :class:`bench.workload.BenchPoint`; ``batch`` its dispatch input on this
+    ``point`` is a :class:`bench.synthetic.BenchPoint`; ``batch`` its dispatch input on this
     rank when the caller built it already (default: built here).
     """
     if batch is None:

@@ -10,14 +10,14 @@ it never writes, never imports sqlite-utils, numpy or torch. Runs that a dead wr
   :func:`samples_for`;
 * :mod:`~db.queries.hosts` — :func:`host_classes`, :func:`newest_host`, :func:`host`;
 * :mod:`~db.queries.run_info` — :func:`runs`, :func:`stale_reason`, :func:`stale_runs`;
-* :mod:`~db.queries.health` — what ``db info`` and ``db check`` show (:func:`info`, :func:`check`,
+* :mod:`~db.queries.info` — what ``db info`` and ``db check`` show (:func:`info`, :func:`check`,
   :func:`schema_problems`, :func:`info_at`, :func:`check_at`);
 * :mod:`~db.queries.skipped` — :func:`warn_skipped`: every reader skips rows that break the
   schema (:mod:`db.fields`) and says so.
 """
 
 from db.queries.connect import connect_readonly
-from db.queries.health import check, check_at, info, info_at, schema_problems
+from db.queries.info import check, check_at, info, info_at, schema_problems
 from db.queries.hosts import host, host_classes, newest_host
 from db.queries.results import SUMMARY_ATTRS, StoredResult, all_results, results_for, samples_for
 from db.queries.run_info import STALE_AFTER_S, runs, stale_reason, stale_runs

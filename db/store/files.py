@@ -10,7 +10,7 @@ from db.queries import connect_readonly, schema_problems
 from db.schema import check_header
 from db.store.importing import ImportSummary
 from db.store.writer import Store
-from db.transfer import RunIdentities, count_records, iter_labeled_records, iter_records, parse_record, read_file
+from db.jsonl import RunIdentities, count_records, iter_labeled_records, iter_records, parse_record, read_file
 
 
 def import_file(db_path, file, progress=None) -> ImportSummary:

@@ -31,20 +31,20 @@ class ImportSummary:
 
 
 class ImportWrites(StoreBase):
-    """The imports of a :class:`db.store.Store` (records validated by :mod:`db.transfer`)."""
+    """The imports of a :class:`db.store.Store` (records validated by :mod:`db.jsonl`)."""
 
     def import_records(self, records: Iterable[dict], *, progress=None, total: int | None = None,
                        runs=None) -> ImportSummary:
-        """Add exported records (see :mod:`db.transfer`); records already present are skipped.
+        """Add exported records (see :mod:`db.jsonl`); records already present are skipped.
 
-        Records must already be validated (:func:`db.transfer.parse_record`): result records
+        Records must already be validated (:func:`db.jsonl.parse_record`): result records
         and tuned-configuration records (``"tuned"`` instead of ``"result"``). Idempotent: hosts
         are matched by machine id, runs by uid, results by ``result_key``, tuned configurations
         by ``tuned_key``. ``progress(done, total)`` is called after each batch of
         :data:`IMPORT_BATCH` records.
 
-        :param runs: the :class:`db.transfer.RunIdentities` of the records (default: the
-            records' ``runs`` attribute, as :class:`db.transfer.ImportFile` has): a run this
+        :param runs: the :class:`db.jsonl.RunIdentities` of the records (default: the
+            records' ``runs`` attribute, as :class:`db.jsonl.ImportFile` has): a run this
             database already holds under the same uid but on another machine or host class is
             refused before anything is written.
         """

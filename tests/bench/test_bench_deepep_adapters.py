@@ -25,7 +25,7 @@ from bench.backends import deepep_common as common
 from bench.backends.deepep_high_throughput import DeepepHighThroughput
 from bench.backends.deepep_low_latency import DeepepLowLatency
 from bench.measure import check_dispatch
-from bench.workload import BenchPoint
+from bench.synthetic import BenchPoint
 from support.fp8_cast import deepep_ll_cast
 
 HAVE_DEEP_EP = common._has_module("deep_ep")

@@ -32,7 +32,7 @@ from bench import backends
 from bench.backends import BenchContext
 from bench.backends import _flashinfer as fi
 from bench.measure import run_point
-from bench.workload import BenchPoint
+from bench.synthetic import BenchPoint
 
 from support.flashinfer_kernels import Bound, TwoSidedKernels, install_one_sided
 

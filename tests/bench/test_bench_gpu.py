@@ -21,7 +21,7 @@ from bench.measure import (  # noqa: E402
     same_layout,
     split_medians,
 )
-from bench.workload import BenchPoint  # noqa: E402
+from bench.synthetic import BenchPoint  # noqa: E402
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -230,7 +230,7 @@ def test_a_python_without_vllm_fails_with_the_import_error(monkeypatch):
 def test_the_worker_script_keeps_its_folder_off_vllms_sys_path(monkeypatch, tmp_path):
     # A stand-in `vllm` package (its import records what it can see) on PYTHONPATH: the real worker
     # script runs under this Python, imports its protocol from its own folder and then takes that
-    # folder off sys.path, so vLLM cannot import client.py, target.py ... as top-level modules.
+    # folder off sys.path, so vLLM cannot import client.py, version.py ... as top-level modules.
     probe = tmp_path / "seen.json"
     package = tmp_path / "site" / "vllm"
     package.mkdir(parents=True)

@@ -116,7 +116,7 @@ def test_a_failed_export_leaves_the_old_file_as_it_was(tmp_path, monkeypatch):
     db = filled_db(tmp_path / "a.db")
     out = tmp_path / "out.jsonl"
     out.write_text("the previous export\n")
-    import db.transfer as transfer
+    import db.jsonl as transfer
 
     def broken(conn, f):
         f.write("half a line")

@@ -1,4 +1,4 @@
-"""The results store's library API: schema, writes, reads, refusals, interrupted runs, transfer."""
+"""The results store's library API: schema, writes, reads, refusals, interrupted runs, export."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from support.db import dead_pid, filled_db, file_state, hgx_host, make_result, single_h200_host
 
-from db import queries, transfer
+from db import jsonl, queries
 from db.errors import (
     BadImportRecord,
     DatabaseNotFound,
@@ -237,7 +237,7 @@ def test_store_run_finishes_complete_failed_or_interrupted_and_merges_the_handle
 def _export(path: Path) -> str:
     out = io.StringIO()
     conn = queries.connect_readonly(path)
-    transfer.write_jsonl(conn, out)
+    jsonl.write_jsonl(conn, out)
     conn.close()
     return out.getvalue()
 

@@ -1,5 +1,5 @@
 """The pages that mirror code stay true to it: docs/json.md documents the recommend JSON exactly as
-autoselect/selector/schema.py writes it, docs/recommend.md's confidence table is CONFIDENCE_CAPS,
+autoselect/selector/answer.py writes it, docs/recommend.md's confidence table is CONFIDENCE_CAPS,
 every module path the docs name exists, and no file carries tracker tags or outside paths.
 
 Each `## `Class`` section's table lists that object's keys in the order they are written, and
@@ -22,7 +22,7 @@ import pytest
 
 from support.paths import REPO
 
-from autoselect.selector import schema
+from autoselect.selector import answer as answer_json
 from autoselect.workload import Deployment, WorkloadSpec
 
 ROOT = REPO
@@ -62,7 +62,7 @@ def _children(cls) -> dict[str, type]:
 
 
 def _reachable() -> dict[str, type]:
-    seen, todo = {}, [schema.Recommendation]
+    seen, todo = {}, [answer_json.Recommendation]
     while todo:
         cls = todo.pop()
         if cls.__name__ not in seen:
@@ -96,8 +96,8 @@ def test_each_section_lists_the_keys_in_order_and_when_they_are_written(name):
 
 
 def test_the_page_states_the_schema_version_and_the_evidence_words():
-    assert f"`schema_version` {schema.SCHEMA_VERSION})" in PAGE.splitlines()[0]
-    for kind in schema.EVIDENCE_KINDS:
+    assert f"`schema_version` {answer_json.SCHEMA_VERSION})" in PAGE.splitlines()[0]
+    for kind in answer_json.EVIDENCE_KINDS:
         assert f"`{kind}`" in PAGE
 
 
@@ -124,7 +124,7 @@ def test_every_key_of_the_golden_answers_is_documented_where_it_appears():
     assert len(answers) > 20
     problems: list[str] = []
     for answer in answers:
-        _walk(answer, schema.Recommendation, "recommendation", problems)
+        _walk(answer, answer_json.Recommendation, "recommendation", problems)
     assert not problems, "\n".join(problems[:10])
     # the optional objects are exercised too: the reference answers carry `reference` and `evidence`
     assert any("reference" in a for a in answers)

@@ -390,11 +390,11 @@ for host_class in ({B200!r}, "ref-b200_sxm-x8"):
         "--host-class", host_class, "--db", {str(fixture_db)!r}, "--format", "json"])
     assert result.exit_code == 0, result.output
 unused = ("autoselect.bridge.client", "autoselect.bridge.protocol", "autoselect.bridge.quant",
-          "autoselect.bridge.flags", "autoselect.bridge.hooks", "autoselect.vllm_flags.command",
+          "autoselect.bridge.verdicts", "autoselect.bridge.hooks", "autoselect.vllm_flags.command",
           "autoselect.vllm_flags.serve_args", "autoselect.tune", "autoselect.fleet", "autoselect.report")
 print(",".join(sorted(m for m in sys.modules if m.startswith(unused))))
 import autoselect.bridge, autoselect.vllm_flags
-assert autoselect.bridge.FlagValidation.__module__ == "autoselect.bridge.flags"
+assert autoselect.bridge.FlagValidation.__module__ == "autoselect.bridge.verdicts"
 assert autoselect.vllm_flags.read_command.__module__ == "autoselect.vllm_flags.command"
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())

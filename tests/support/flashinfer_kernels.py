@@ -410,7 +410,7 @@ def _rank_main(rank, world_size, directory, backend, dtype, tokens, top_k, api):
     from bench.backends import BenchContext
     from bench.backends import _flashinfer as fi
     from bench.measure import run_point
-    from bench.workload import BenchPoint
+    from bench.synthetic import BenchPoint
 
     dist.init_process_group("gloo", init_method=f"file://{directory}/store", rank=rank, world_size=world_size)
     group = dist.group.WORLD

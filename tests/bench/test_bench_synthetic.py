@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from bench.measure import Sampling, check_combine, check_dispatch, summarize
 from bench.backends import Received
 from bench.routing import BadRouting, parse_routing
-from bench.workload import (
+from bench.synthetic import (
     E4M3_MAX_CODE,
     FP8_BLOCK_SCALE_EXPONENTS,
     BenchPoint,
@@ -418,7 +418,7 @@ def test_any_hidden_seed_and_token_survives_the_cast(hidden, seed, first, mode):
 def test_expert_rows_decoded_in_chunks_equal_the_whole_decode(monkeypatch):
     import torch
 
-    from bench import workload as wl
+    from bench import synthetic as wl
 
     w = wl.BenchPoint(64, 256, 4, 16, 2, "bf16", seed=3)
     batch = w.batch(1)
@@ -450,7 +450,7 @@ def test_the_first_cpu_batch_is_sized_from_the_warm_up():
 
 
 def test_payload_rows_come_from_a_table_generated_once_and_equal_the_hashes():
-    from bench import workload as wl
+    from bench import synthetic as wl
 
     p = wl.BenchPoint(16, 256, 4, 16, 2, "nvfp4", seed=5)
     ids = torch.tensor([3, 0, 31, 3], dtype=torch.int64)
@@ -465,7 +465,7 @@ def test_payload_rows_come_from_a_table_generated_once_and_equal_the_hashes():
 
 
 def test_the_expected_combine_is_computed_once_from_the_points_own_batch():
-    from bench import workload as wl
+    from bench import synthetic as wl
 
     p = wl.BenchPoint(8, 256, 4, 16, 2, "bf16", seed=3)
     first = p.expected_combine(1)
@@ -479,7 +479,7 @@ def test_the_expected_combine_is_computed_once_from_the_points_own_batch():
 
 def test_payload_hash_bytes_are_the_scalar_formula():
     # the formula every rank regenerates; the tensor code mixes in place, the bytes must not change
-    from bench.workload import _hash_bytes
+    from bench.synthetic import _hash_bytes
 
     def byte(g, j, seed, salt):
         m = 0xFFFFFFFF

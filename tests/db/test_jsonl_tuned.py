@@ -14,7 +14,7 @@ from support.db import file_state, hgx_host, make_result, single_h200_host
 from support.paths import FIXTURES
 
 from autoselect.cli import main
-from db import transfer
+from db import jsonl
 from db.errors import BadImportRecord, ImportFormatTooNew
 from db.queries import connect_readonly
 from db.store import Store, import_file, merge_into
@@ -58,7 +58,7 @@ def filled(path: Path) -> Path:
 def export(path: Path) -> str:
     """`db export` of ``path`` as text."""
     out = io.StringIO()
-    transfer.write_jsonl(connect_readonly(path), out)
+    jsonl.write_jsonl(connect_readonly(path), out)
     return out.getvalue()
 
 
