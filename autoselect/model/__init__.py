@@ -6,33 +6,33 @@ never weights, never remote code — and returns a :class:`MoeProfile`: hidden s
 experts, top-k, MoE layer count, weight quantization and the activation dtype that crosses the
 all2all on each GPU architecture. One module per step, in the order :func:`load_profile` runs them:
 
+* :mod:`~autoselect.model.profile` — :class:`MoeProfile`, :func:`load_profile` (the route below,
+  read top to bottom) and the GPU architecture spellings (:func:`normalize_arch`);
 * :mod:`~autoselect.model.source` — which names resolve (:class:`ModelSource`) and to which
-  files: local directories, ``serve``'s model roots, Hub ids (:mod:`~autoselect.model.hub`);
-* :mod:`~autoselect.model.files` — one config file read as a bounded UTF-8 JSON object;
-* :mod:`~autoselect.model.validation` — :func:`check_config`: every field the readers use,
-  typed and bounded, before anything reads it;
-* :mod:`~autoselect.model.fields` — the field names of the shape (and nested text configs);
-  :mod:`~autoselect.model.layers` — which decoder layers have routed experts;
-* :mod:`~autoselect.model.quantization` (and :mod:`~autoselect.model.compressed_tensors`) — the
-  weight format, read as vLLM reads it; anything unknown is refused, never guessed;
+  files: local directories, ``serve``'s model roots, Hub ids; one config file read as a bounded
+  UTF-8 JSON object;
+* :mod:`~autoselect.model.config` — the config fields: their names (and nested text configs),
+  :func:`check_config` (every field the readers use, typed and bounded, before anything reads
+  it), which decoder layers have routed experts;
+* :mod:`~autoselect.model.quantization` — the weight format, read as vLLM reads it (ModelOpt, FP8,
+  compressed-tensors ...); anything unknown is refused, never guessed;
 * :mod:`~autoselect.model.formats` — the tables: weight format -> activation dtype per
   architecture (:data:`QUANT_FORMATS`), ModelOpt algorithms, compressed-tensors schemes;
-* :mod:`~autoselect.model.profile` — :class:`MoeProfile`; :mod:`~autoselect.model.arch` —
-  GPU architecture spellings; :mod:`~autoselect.model.errors` — one class per mistake.
+* :mod:`~autoselect.model.errors` — one class per mistake.
 """
 
-from autoselect.model.arch import GPU_ARCHS, UnknownGpuArch, normalize_arch
-from autoselect.model.compressed_tensors import compressed_tensors_weight_quant
+from autoselect.model.config import (CONFIG_INTS, CONFIG_LAYER_LISTS, CONFIG_TEXTS, EXPERT_FIELDS, HIDDEN_FIELDS,
+                                     MAX_LAYERS, TEXT_CONFIG_KEYS, TOP_K_FIELDS, check_config, count_moe_layers,
+                                     first_field, text_config)
 from autoselect.model.errors import (
     DenseModel,
     InvalidShape,
     ModelConfigInvalid,
     ModelConfigNotFound,
     MoeFieldsMissing,
+    UnknownGpuArch,
     UnsupportedQuantization,
 )
-from autoselect.model.fields import EXPERT_FIELDS, HIDDEN_FIELDS, TEXT_CONFIG_KEYS, TOP_K_FIELDS, first_field, text_config
-from autoselect.model.files import MAX_CONFIG_BYTES, read_config_json
 from autoselect.model.formats import (
     CT_ARG_DEFAULTS,
     FP8_ACTIVATION_SCHEMES,
@@ -42,13 +42,10 @@ from autoselect.model.formats import (
     CtScheme,
     QuantFormat,
 )
-from autoselect.model.hub import hub_cache_dir, hub_files, hub_offline
-from autoselect.model.layers import count_moe_layers
-from autoselect.model.load import load_profile
-from autoselect.model.profile import MoeProfile
-from autoselect.model.quantization import detect_weight_quant
-from autoselect.model.source import CLI_SOURCE, MAX_MODEL_NAME, ModelSource, config_dir, locate_config
-from autoselect.model.validation import CONFIG_INTS, CONFIG_LAYER_LISTS, CONFIG_TEXTS, MAX_LAYERS, check_config
+from autoselect.model.profile import GPU_ARCHS, MoeProfile, load_profile, normalize_arch
+from autoselect.model.quantization import compressed_tensors_weight_quant, detect_weight_quant
+from autoselect.model.source import (CLI_SOURCE, MAX_CONFIG_BYTES, MAX_MODEL_NAME, ModelSource, config_dir,
+                                     hub_cache_dir, hub_files, hub_offline, locate_config, read_config_json)
 
 __all__ = [
     "CLI_SOURCE", "CONFIG_INTS", "CONFIG_LAYER_LISTS", "CONFIG_TEXTS", "CT_ARG_DEFAULTS", "CtScheme", "DenseModel",

@@ -1,4 +1,4 @@
-"""The mistakes a model name or a checkpoint's config files can hold: one class per mistake."""
+"""The mistakes a model name, a checkpoint's config files or a GPU architecture can hold: one class per mistake."""
 
 from __future__ import annotations
 
@@ -25,3 +25,6 @@ class MoeFieldsMissing(UserError):
 class UnsupportedQuantization(UserError):
     "The checkpoint's quantization scheme is not one autoselect can map to an activation dtype."
 
+
+class UnknownGpuArch(UserError):
+    "The GPU architecture given is not one autoselect knows."

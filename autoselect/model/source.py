@@ -1,19 +1,21 @@
-"""Which model names resolve, and to which config files: local directories, model roots, Hub ids.
+"""Which model names resolve, to which config files, and reading one of them.
 
 :class:`ModelSource` says what a caller accepts (the CLI: a path or a Hub id; ``serve``: Hub ids
 from the cache and names under its model roots); :func:`locate_config` turns a name into the
-config.json (and hf_quant_config.json) to read.
+config.json (and hf_quant_config.json) to read, fetching a Hub id's into the Hugging Face cache
+(:func:`hub_files`); :func:`read_config_json` reads one as a bounded UTF-8 JSON object, or
+raises one clear error naming the file.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoselect.model.errors import ModelConfigNotFound
-from autoselect.model.hub import hub_files, hub_offline
+from autoselect.model.errors import ModelConfigInvalid, ModelConfigNotFound
 
 #: a Hugging Face Hub id: ``name`` or ``org/name``
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -116,3 +118,124 @@ def _under_root(root: Path, name: str) -> tuple[Path, Path | None, list[str], st
         return None
     quant = Path(directory) / "hf_quant_config.json"
     return config, (quant if quant.is_file() else None), [], f"{name}/config.json"
+
+
+# --------------------------------------------------------------------------------------
+# Reading one config file
+# --------------------------------------------------------------------------------------
+
+
+#: The largest config.json / hf_quant_config.json read: real ones are a few KB; a bigger file is
+#: not a config, and parsing it would only cost time (serve reads configs per request).
+MAX_CONFIG_BYTES = 4 << 20
+
+
+def read_config_json(path: Path, what: str, label: str | None = None) -> dict:
+    """The JSON object in ``path``; anything else (unreadable, too big, not UTF-8, not JSON,
+    nested too deeply, not an object) is one :class:`UserError` naming the file as ``label``."""
+    label = label or str(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ModelConfigNotFound(f"cannot read {label}: {e.strerror}; check the path and permissions") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ModelConfigInvalid(f"{label} is larger than {MAX_CONFIG_BYTES >> 20} MiB; a {what} is a few KB, "
+                                 f"re-download it or fix the file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        kind = "UTF-16 text" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else "binary or not UTF-8"
+        raise ModelConfigInvalid(f"{label} is not UTF-8 text ({kind}, byte {e.start}); a {what} is UTF-8 JSON, "
+                                 f"re-download it or fix the file") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ModelConfigInvalid(
+            f"{label} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+            f"re-download the {what} or fix the file"
+        ) from None
+    except RecursionError:
+        raise ModelConfigInvalid(f"{label} is JSON nested too deeply to be a {what}; fix the file") from None
+    except ValueError as e:  # an integer literal of thousands of digits
+        raise ModelConfigInvalid(f"{label} is not JSON this reader accepts ({e}); fix the file") from None
+    if not isinstance(data, dict):
+        raise ModelConfigInvalid(f"{label} holds a JSON {type(data).__name__}, not an object; is it a {what}?")
+    return data
+
+
+# --------------------------------------------------------------------------------------
+# The Hugging Face Hub
+# --------------------------------------------------------------------------------------
+
+
+def hub_cache_dir() -> str | None:
+    """The Hugging Face Hub cache the environment names (``HF_HUB_CACHE``, ``HF_HOME``), else None."""
+    # Read at call time: huggingface_hub fixes its constants at import.
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.environ["HF_HOME"], "hub")
+    return None
+
+
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` says to use the cache only."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_files(repo_id: str, *, offline: bool) -> tuple[Path, Path | None, list[str]]:
+    """Download (or find cached) config.json and the optional hf_quant_config.json of ``repo_id``.
+
+    :param offline: the cache only (``HF_HUB_OFFLINE``, or ``serve``).
+    """
+    import huggingface_hub  # ~45 ms; only for hub ids
+    from huggingface_hub import errors as hf_errors
+
+    cache_dir = hub_cache_dir()
+    notes: list[str] = []
+    try:
+        config = huggingface_hub.hf_hub_download(
+            repo_id, "config.json", cache_dir=cache_dir, local_files_only=offline
+        )
+    except hf_errors.LocalEntryNotFoundError:
+        raise ModelConfigNotFound(
+            f"no cached config.json for {repo_id!r} and HF_HUB_OFFLINE is set; pass a local "
+            f"directory, or run once online to cache it"
+            if offline
+            else f"could not download config.json for {repo_id!r} (no network?); pass a local directory"
+        ) from None
+    except (hf_errors.RepositoryNotFoundError, hf_errors.GatedRepoError):
+        raise ModelConfigNotFound(
+            f"no Hugging Face repository {repo_id!r} (or it is gated); check the id, log in with "
+            f"`hf auth login`, or pass a local directory"
+        ) from None
+    except hf_errors.EntryNotFoundError:
+        raise ModelConfigNotFound(
+            f"{repo_id!r} has no config.json; pass a local directory or a Hugging Face model id"
+        ) from None
+    except (hf_errors.HfHubHTTPError, OSError, ValueError) as e:
+        raise ModelConfigNotFound(
+            f"could not fetch config.json for {repo_id!r}: {str(e).splitlines()[0]}; pass a local directory"
+        ) from None
+
+    quant: Path | None = None
+    cached = huggingface_hub.try_to_load_from_cache(repo_id, "hf_quant_config.json", cache_dir=cache_dir)
+    if isinstance(cached, str):
+        quant = Path(cached)
+    elif cached is None:  # unknown: not cached, and no "does not exist" marker
+        if offline:
+            notes.append(
+                "hf_quant_config.json is not in the cache (offline): a legacy ModelOpt NVFP4 "
+                "checkpoint would be reported as unquantized"
+            )
+        else:
+            try:
+                quant = Path(
+                    huggingface_hub.hf_hub_download(repo_id, "hf_quant_config.json", cache_dir=cache_dir)
+                )
+            except hf_errors.EntryNotFoundError:
+                quant = None
+            except (hf_errors.HfHubHTTPError, OSError, ValueError):
+                notes.append("could not fetch hf_quant_config.json; quantization read from config.json only")
+    return Path(config), quant, notes

@@ -1,7 +1,10 @@
-"""Validation: every config field the model readers use, checked once, before anything reads it.
+"""A checkpoint's config.json fields: their names, their validation, the MoE layer count.
 
-:func:`check_config` refuses a field of the wrong type or out of range with one error naming it,
-so a hostile or broken config.json never becomes a traceback or a wrong answer.
+:func:`text_config` finds the dict that holds the language model's fields (the top level, or a
+multimodal config's nested one); :func:`check_config` refuses every field the readers use that
+is of the wrong type or out of range with one error naming it, so a hostile or broken
+config.json never becomes a traceback or a wrong answer; then :func:`first_field` reads a shape
+field under its family's name and :func:`count_moe_layers` counts the layers with routed experts.
 """
 
 from __future__ import annotations
@@ -10,8 +13,40 @@ import json
 from typing import Any
 
 from autoselect.model.errors import ModelConfigInvalid, UnsupportedQuantization
-from autoselect.model.fields import EXPERT_FIELDS, HIDDEN_FIELDS, TEXT_CONFIG_KEYS, TOP_K_FIELDS, first_field
 from autoselect.options import MAX_EXPERTS, MAX_HIDDEN
+
+#: Routed-expert, top-k and hidden-size field names, first match wins: DeepSeek-V3 / Kimi-K2 / GLM-4.5 say
+#: ``n_routed_experts``, Qwen3-MoE ``num_experts``, Mixtral and gpt-oss ``num_local_experts`` (gpt-oss also
+#: ``experts_per_token``); Llama-4 keeps them under ``text_config``.
+EXPERT_FIELDS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
+TOP_K_FIELDS = ("num_experts_per_tok", "experts_per_token", "moe_topk")
+HIDDEN_FIELDS = ("hidden_size", "d_model", "n_embd")
+#: Where multimodal checkpoints keep the language model's config.
+TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config")
+
+
+def text_config(config: dict) -> dict:
+    """The dict that holds the language model's fields (top level, or a nested text config)."""
+    if any(k in config for k in EXPERT_FIELDS) or any(k in config for k in HIDDEN_FIELDS):
+        return config
+    for key in TEXT_CONFIG_KEYS:
+        if isinstance(config.get(key), dict):
+            return config[key]
+    return config
+
+
+def first_field(config: dict, names: tuple[str, ...]):
+    """``(name, value)`` of the first of ``names`` that ``config`` sets (not null), else ``(None, None)``."""
+    for name in names:
+        if config.get(name) is not None:
+            return name, config[name]
+    return None, None
+
+
+# --------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------
+
 
 #: The most decoder layers a config may declare (the largest MoE checkpoints have ~100):
 #: layer counting walks the layers, so a value like 1e11 must be refused, not counted.
@@ -159,3 +194,41 @@ def _check_quant_fields(q: dict, where: str) -> None:
                     raise bad(f"config_groups.{name}.{part}.{key}", value, "an integer")
                 if key in ("type", "strategy") and value is not None and not isinstance(value, str):
                     raise bad(f"config_groups.{name}.{part}.{key}", value, "a string")
+
+
+# --------------------------------------------------------------------------------------
+# MoE layers
+# --------------------------------------------------------------------------------------
+
+
+def count_moe_layers(text: dict) -> int:
+    """How many decoder layers have routed experts, as each family's modelling code decides.
+
+    DeepSeek/Kimi/GLM: ``i >= first_k_dense_replace and i % moe_layer_freq == 0``; Qwen-MoE:
+    ``(i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers``; Llama-4:
+    ``(i + 1) % interleave_moe_layer_step == 0`` (or the explicit ``moe_layers`` list); Mixtral
+    and gpt-oss: every layer. Absent fields are neutral, so one rule covers every family.
+    """
+    n = int(text.get("num_hidden_layers") or 0)
+    explicit = text.get("moe_layers")
+    if isinstance(explicit, list) and explicit:
+        return len(explicit)
+    first_dense = int(text.get("first_k_dense_replace") or 0)
+    freq = text.get("moe_layer_freq", 1)
+    if isinstance(freq, list):  # per-layer 0/1 flags
+        return sum(1 for i, flag in enumerate(freq[:n]) if flag and i >= first_dense)
+    freq = int(freq or 1)
+    sparse_step = int(text.get("decoder_sparse_step") or 1)
+    interleave = int(text.get("interleave_moe_layer_step", 1) or 0)
+    if interleave <= 0:  # Llama-4: a step of 0 means no MoE layer at all
+        return 0
+    mlp_only = set(text.get("mlp_only_layers") or [])
+    return sum(
+        1
+        for i in range(n)
+        if i >= first_dense
+        and i % freq == 0
+        and (i + 1) % sparse_step == 0
+        and (i + 1) % interleave == 0
+        and i not in mlp_only
+    )
