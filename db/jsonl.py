@@ -306,7 +306,7 @@ _TUNED_NUMBERS = ("gain", "gain_halfwidth", "tuned_latency_us", "untuned_latency
 class RunIdentities:
     """The machine and host class each run uid of an input measured on: every record of one run
     must agree (a result is stored with its run's machine and class), and so must the run the
-    target database already holds under that uid (:meth:`db.store.Store.import_records`)."""
+    target database already holds under that uid (:func:`db.importing.import_records`)."""
 
     def __init__(self):
         self.runs: dict[str, tuple[str, str, str]] = {}  # uid -> (machine_id, host_class, where)

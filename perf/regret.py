@@ -42,7 +42,7 @@ POLICIES = ("autoselect", "always-default", "fixed-priority")
 
 def fixture_db(directory: Path) -> Path:
     """A database built by importing the shipped JSONL fixtures."""
-    from db.store import import_file
+    from db.importing import import_file
 
     path = directory / "fixtures.db"
     for name in ("h200.jsonl", "b200.jsonl"):

@@ -36,12 +36,13 @@ GOAL_P99_MS = 50.0
 
 def build_db(path: Path) -> None:
     """A store with the shipped example measurements (H200 and B200 classes)."""
-    from db.store import Store
+    from db.importing import import_records
     from db.jsonl import read_file
+    from db.store import Store
 
     with Store(path) as store:
         for name in ("h200.jsonl", "b200.jsonl"):
-            store.import_records(read_file(FIXTURES / "results" / name))
+            import_records(store, read_file(FIXTURES / "results" / name))
 
 
 def host_classes(path: Path) -> list[str]:

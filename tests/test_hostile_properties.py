@@ -310,7 +310,7 @@ CONFIRM_OPTIONS = ["--dp", "--tp", "--kv-len", "--iters", "--samples", "--timeou
 
 @pytest.fixture(scope="module")
 def recommend_db(tmp_path_factory):
-    from db.store import import_file
+    from db.importing import import_file
 
     d = tmp_path_factory.mktemp("props-args")
     db = d / "fixtures.db"

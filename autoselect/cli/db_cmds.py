@@ -48,7 +48,7 @@ def info_cmd(db_path, fmt):
     Example:
       autoselect db info --db fleet.db --format json
     """
-    from db.queries import info_at
+    from db.info import info_at
 
     data = info_at(db_path)
     if fmt == "json":
@@ -105,7 +105,7 @@ def check_cmd(db_path, fmt):
     Example:
       autoselect db check --db results.db
     """
-    from db.queries import check_at
+    from db.info import check_at
 
     data = check_at(db_path)
     if fmt == "json":
@@ -184,7 +184,7 @@ def import_cmd(file, db_path, fmt):
     Example:
       autoselect db import node7.jsonl --db fleet.db
     """
-    from db.store import import_file
+    from db.importing import import_file
 
     with _progress("importing") as progress:
         summary = import_file(db_path, file, progress=progress)
@@ -204,7 +204,7 @@ def merge_cmd(other, db_path, fmt):
     Example:
       for f in nodes/*.db; do autoselect db merge "$f" --db fleet.db; done
     """
-    from db.store import merge_into
+    from db.importing import merge_into
 
     with _progress("merging") as progress:
         summary = merge_into(db_path, other, progress=progress)

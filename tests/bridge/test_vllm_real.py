@@ -91,7 +91,7 @@ def emitted_argvs() -> list[list[str]]:
 @pytest.fixture(scope="module")
 def asked(tmp_path_factory):
     """vLLM's answers to everything these tests ask, from one subprocess."""
-    from db.store import import_file
+    from db.importing import import_file
 
     db_path = tmp_path_factory.mktemp("vllm") / "fixtures.db"
     import_file(db_path, RESULTS / "h200.jsonl")
@@ -293,7 +293,7 @@ def test_recommend_validate_runs_the_flags_through_vllms_parser(monkeypatch, tmp
     from click.testing import CliRunner
 
     from autoselect.cli import main
-    from db.store import import_file
+    from db.importing import import_file
 
     db_path = tmp_path / "b200.db"
     import_file(db_path, RESULTS / "b200.jsonl")

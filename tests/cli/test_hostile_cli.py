@@ -34,7 +34,7 @@ H200 = "h200x8-5d1c7e0a"
 
 @pytest.fixture(scope="module")
 def fixture_db(tmp_path_factory) -> Path:
-    from db.store import import_file
+    from db.importing import import_file
 
     path = tmp_path_factory.mktemp("hostile-cli") / "fixtures.db"
     import_file(path, RESULTS / "h200.jsonl")

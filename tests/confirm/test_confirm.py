@@ -321,7 +321,8 @@ def db_with_e2e(tmp_path):
     """The results fixtures plus e2e rows for DeepSeek-R1 NVFP4 on the B200 class, EP8."""
     from db.queries import connect_readonly, newest_host
     from db.records import Result
-    from db.store import Store, import_file
+    from db.importing import import_file
+    from db.store import Store
 
     path = tmp_path / "with-e2e.db"
     import_file(path, RESULTS / "h200.jsonl")
@@ -365,7 +366,7 @@ def test_recommend_json_carries_the_e2e_medians_only_when_there_are_some(db_with
         "32": {"allgather_reducescatter": 8232.0, "flashinfer_nvlink_two_sided": 9132.0},
     }
     assert len(doc["e2e"]["warnings"]) == 2
-    from db.store import import_file
+    from db.importing import import_file
 
     plain = tmp_path / "plain.db"
     import_file(plain, RESULTS / "b200.jsonl")

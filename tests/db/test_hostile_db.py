@@ -20,7 +20,7 @@ from support.db import file_state, filled_db
 from support.hostile import cli, refused, run_module, tree_state, unprivileged
 from support.paths import FIXTURES
 
-from db.store import Store, import_file
+from db.importing import import_file
 
 RESULTS = FIXTURES / "results"
 MODELS = FIXTURES / "models"

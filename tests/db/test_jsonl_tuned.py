@@ -16,8 +16,9 @@ from support.paths import FIXTURES
 from autoselect.cli import main
 from db import jsonl
 from db.errors import BadImportRecord, ImportFormatTooNew
+from db.importing import import_file, merge_into
 from db.queries import connect_readonly
-from db.store import Store, import_file, merge_into
+from db.store import Store
 from db.tuned import TunedConfig, best_tuned, save_tuned
 
 SHAPE = dict(hidden=7168, top_k=8, experts=256, dispatch_dtype="bf16", world_size=8)

@@ -22,7 +22,8 @@ from support.paths import FIXTURES
 from autoselect.model import MoeProfile, load_profile
 from autoselect.selector import STALENESS_KEYS, Deployment, recommend, workload_from_kind
 from db import queries
-from db.store import Store, import_file
+from db.importing import import_file
+from db.store import Store
 
 SHAPE = dict(hidden=7168, top_k=8, experts=256, dispatch_dtype="fp8_block128")
 TOKENS = (1, 8, 64, 512, 4096)

@@ -21,9 +21,11 @@ from db.errors import (
     ImportFormatTooNew,
     NotADatabase,
 )
+from db.importing import import_file, merge_into
+from db.info import info_at
 from db.records import Result
 from db.schema import latest_version, migrations
-from db.store import Store, import_file, merge_into
+from db.store import Store
 
 
 def test_a_new_store_has_the_latest_schema_in_wal_mode(db_path):
@@ -180,7 +182,7 @@ def test_readers_report_a_dead_writers_run_as_stale_without_writing(db_path):
     from db.rows import now_iso
 
     run = _raw_running_run(db_path, socket.gethostname(), dead_pid(), now_iso())
-    info = queries.info_at(db_path)
+    info = info_at(db_path)
     assert [r["id"] for r in info["stale_running_runs"]] == [run]
     assert _status(db_path, run) == "running"
 

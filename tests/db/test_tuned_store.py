@@ -29,7 +29,7 @@ def test_recommend_reads_the_newest_configuration_with_a_measured_gain(db_path):
 
 
 def test_recommend_prints_the_tuned_knobs_of_its_pick_with_their_gain(tmp_path):
-    from db.store import import_file
+    from db.importing import import_file
 
     from autoselect.selector import recommend_for
 

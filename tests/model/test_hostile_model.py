@@ -114,7 +114,7 @@ def test_a_config_larger_than_the_limit_is_refused_without_being_parsed(tmp_path
 
 @pytest.fixture(scope="module")
 def fixture_db(tmp_path_factory) -> Path:
-    from db.store import import_file
+    from db.importing import import_file
 
     path = tmp_path_factory.mktemp("hostile-model") / "fixtures.db"
     import_file(path, RESULTS / "h200.jsonl")

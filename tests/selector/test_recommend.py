@@ -31,7 +31,7 @@ B200 = "b200x8-9a4f2b61"
 @pytest.fixture(scope="module")
 def fixture_db(tmp_path_factory) -> Path:
     """A results database filled by importing the shipped JSONL fixtures."""
-    from db.store import import_file
+    from db.importing import import_file
 
     path = tmp_path_factory.mktemp("recommend") / "fixtures.db"
     import_file(path, RESULTS / "h200.jsonl")

@@ -41,7 +41,7 @@ VERSION = "0.33.0"
 def fixture_db(tmp_path_factory) -> Path:
     """The shipped results, plus a host class whose GPUs are no reference system (H200 NVL)."""
     from db.rows import result_key
-    from db.store import import_file
+    from db.importing import import_file
 
     tmp = tmp_path_factory.mktemp("refsel")
     path = tmp / "fixtures.db"

@@ -1,19 +1,93 @@
-"""Result rows: every stored result of one shape (or of all), decoded once per distinct text, and raw samples.
+"""The results store's read side: read-only queries with the standard library's ``sqlite3`` only.
 
-The lookup's cost is building Python objects, so :func:`results_for` fetches only the columns
-the filter does not pin, the run / host columns once per run, and with ``summarize`` lets SQL
-keep one row per group of repeated measurements."""
+The fast commands (``recommend``, ``explain``, ``db info``, ...) read through this module; it
+never writes and never imports sqlite-utils, numpy or torch. In order: opening the file
+(:func:`connect_readonly`: ``mode=ro``; a missing, foreign, too-new or not yet upgraded file is
+refused), saying which rows a reader skipped (:func:`warn_skipped`: every reader skips rows that
+break the schema of :mod:`db.fields`, and says so), result rows (:class:`StoredResult`,
+:func:`results_for`, :func:`all_results`, :func:`samples_for`: the lookup's cost is building
+Python objects, so :func:`results_for` fetches only the columns the filter does not pin, the run
+/ host columns once per run, and with ``summarize`` lets SQL keep one row per group of repeated
+measurements), hosts (:func:`host_classes`, :func:`newest_host`, :func:`host`) and runs
+(:func:`runs`, :func:`stale_reason`, :func:`stale_runs`). Runs that a dead writer left
+``running`` are *reported* as stale here; only :class:`db.store.Store` marks them
+``interrupted``. What ``db info`` and ``db check`` show is :mod:`db.info`.
+"""
 
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
+import time
+import warnings
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from db.fields import RESULT_RULES, fast_check, result_problem
-from db.queries.skipped import warn_skipped
+from autoselect.hardware import HostFingerprint
+from db import default_path
+from db.errors import DatabaseNeedsUpgrade, DatabaseNotFound
+from db.fields import RESULT_RULES, SkippedRows, fast_check, host_problem, result_problem, run_problem
 from db.records import Result
-from db.rows import RESULT_COLUMNS, loads, stored_bool
+from db.rows import RESULT_COLUMNS, loads, row_to_host_dict, stored_bool
+from db.schema import BUSY_TIMEOUT_MS, check_connection, check_path, latest_version
+
+
+# --------------------------------------------------------------------------------------
+# Opening the file
+# --------------------------------------------------------------------------------------
+
+
+def connect_readonly(path: str | os.PathLike | None = None) -> sqlite3.Connection:
+    """Open the results database for reading; refuse a missing, foreign or too-new file.
+
+    Raises :class:`DatabaseNotFound`, ``NotADatabase``, ``ForeignDatabase``, ``DatabaseTooNew``
+    or :class:`DatabaseNeedsUpgrade` (all :class:`autoselect.errors.UserError`). Nothing is
+    created: the connection is opened with ``mode=ro``.
+    """
+    path = Path(path) if path is not None else default_path()
+    if not check_path(path, write=False):
+        raise DatabaseNotFound(
+            f"no results database at {path}; run `autoselect bench` to measure, or pass --db PATH"
+        )
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        version = check_connection(conn, path)
+        if version == 0:
+            raise DatabaseNotFound(f"{path} is an empty database; run `autoselect bench` to measure, or pass --db PATH")
+        if version < latest_version():
+            raise DatabaseNeedsUpgrade(
+                f"{path} has schema {version}, this autoselect reads {latest_version()}; "
+                "run `autoselect db upgrade` once (it keeps every row)"
+            )
+    except BaseException:
+        conn.close()
+        raise
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+# --------------------------------------------------------------------------------------
+# Rows a reader skips
+# --------------------------------------------------------------------------------------
+
+
+def warn_skipped(what: str, skipped: list[str]) -> None:
+    """Say (a :class:`db.fields.SkippedRows` warning) that a reader skipped rows breaking the schema."""
+    if not skipped:
+        return
+    first = "; ".join(skipped[:2]) + (f"; and {len(skipped) - 2} more" if len(skipped) > 2 else "")
+    warnings.warn(SkippedRows(
+        f"skipped {len(skipped)} stored {what} that break the schema ({first}); `autoselect db check` lists "
+        "them, `autoselect db drop-run RUN --yes` removes a run"), stacklevel=3)
+
+
+# --------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -221,3 +295,155 @@ def samples_for(conn: sqlite3.Connection, result_id: int) -> list[float]:
     cur = conn.cursor()
     cur.row_factory = None
     return [r[0] for r in cur.execute("SELECT latency_us FROM samples WHERE result_id = ? ORDER BY idx", (result_id,))]
+
+
+# --------------------------------------------------------------------------------------
+# Hosts
+# --------------------------------------------------------------------------------------
+
+
+def host_classes(conn: sqlite3.Connection) -> list[dict]:
+    """One dict per host class: host_class, gpu_name, gpu_count, gpu_arch, machines, newest (last seen)."""
+    rows = conn.execute(
+        "SELECT host_class, gpu_name, gpu_count, gpu_arch, COUNT(*) AS machines, MAX(last_seen) AS newest"
+        " FROM hosts GROUP BY host_class ORDER BY host_class"
+    )
+    return [dict(r) for r in rows]
+
+
+def newest_host(conn: sqlite3.Connection, host_class: str):
+    """The most recently seen machine of a host class, as a HostFingerprint (None if unknown)."""
+    rows = conn.execute("SELECT * FROM hosts WHERE host_class = ? ORDER BY last_seen DESC", (host_class,))
+    return _first_host(rows)
+
+
+def _first_host(rows):
+    """The first host row that keeps the schema, as a HostFingerprint (the others are skipped, and said so)."""
+    skipped = []
+    for row in rows:
+        d = row_to_host_dict(dict(row))
+        said = host_problem({**d, "first_seen": row["first_seen"], "last_seen": row["last_seen"]})
+        if said is None:
+            warn_skipped("hosts", skipped)
+            return HostFingerprint.from_dict(d)
+        skipped.append(f"host {row['machine_id']}: {said}")
+    warn_skipped("hosts", skipped)
+    return None
+
+
+def host(conn: sqlite3.Connection, machine_id: str):
+    """The stored fingerprint of one machine (None if unknown)."""
+    return _first_host(conn.execute("SELECT * FROM hosts WHERE machine_id = ?", (machine_id,)))
+
+
+# --------------------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------------------
+
+
+#: a run whose writer has not written for this long is considered dead, whatever its host
+STALE_AFTER_S = 6 * 3600
+
+
+def runs(conn: sqlite3.Connection, *, machine_id: str | None = None) -> list[dict]:
+    """Every run, oldest first: id, uid, machine_id, host_class, hostname (of the measured machine),
+    started_at, updated_at, finished_at, status, trigger, command, writer_hostname, pid,
+    autoselect_version, meta (parsed) and its result count."""
+    sql = (
+        "SELECT u.id, u.uid, u.machine_id, u.host_class, h.hostname, u.started_at, u.updated_at, u.finished_at,"
+        " u.status, u.\"trigger\" AS \"trigger\", u.command, u.hostname AS writer_hostname, u.pid,"
+        " u.autoselect_version, u.meta,"
+        " (SELECT COUNT(*) FROM results r WHERE r.run_id = u.id) AS results"
+        " FROM runs u JOIN hosts h ON h.machine_id = u.machine_id"
+    )
+    args: list[Any] = []
+    if machine_id is not None:
+        sql += " WHERE u.machine_id = ?"
+        args.append(machine_id)
+    cur = conn.cursor()
+    cur.row_factory = sqlite3.Row
+    out, skipped = [], []
+    for row in cur.execute(sql + " ORDER BY u.started_at, u.id", args):
+        d = dict(row)
+        d["meta"] = loads(d["meta"], {})
+        said = run_problem({**d, "hostname": d["writer_hostname"]})
+        if said:
+            skipped.append(f"run {d['id']}: {said}")
+            continue
+        out.append(d)
+    warn_skipped("runs", skipped)
+    return out
+
+
+def _parse_time(s: str) -> float:
+    return datetime.fromisoformat(s).timestamp()
+
+
+def _boot_time() -> float | None:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _process_state(pid: int) -> tuple[bool, float | None]:
+    """(alive, start time as epoch seconds or None) of a local process; zombies count as dead."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False, None
+    except PermissionError:
+        pass  # exists, owned by someone else
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True, None
+    after = stat.rsplit(")", 1)[1].split()
+    if after[0] in ("Z", "X"):
+        return False, None
+    boot = _boot_time()
+    if boot is None:
+        return True, None
+    return True, boot + int(after[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def stale_reason(run: dict, *, hostname: str | None = None, now: float | None = None) -> str | None:
+    """Why a ``running`` run's writer is gone (None while it may still be writing).
+
+    A run written on this host is stale when its writer pid is gone, or when that pid now
+    belongs to a process started after the run began (the pid was reused). A run from any
+    host is stale after :data:`STALE_AFTER_S` without a write.
+    """
+    hostname = hostname or socket.gethostname()
+    now = time.time() if now is None else now
+    if run["hostname"] == hostname:
+        alive, started = _process_state(int(run["pid"]))
+        if not alive:
+            return f"writer process {run['pid']} on {hostname} is gone"
+        if started is not None and started > _parse_time(run["started_at"]) + 2:
+            return f"writer pid {run['pid']} was reused by a newer process"
+    idle = now - _parse_time(run["updated_at"])
+    if idle > STALE_AFTER_S:
+        return f"no write for {idle / 3600:.1f} h (limit {STALE_AFTER_S / 3600:.0f} h)"
+    return None
+
+
+def stale_runs(conn: sqlite3.Connection, *, hostname: str | None = None, now: float | None = None) -> list[dict]:
+    """Runs still marked ``running`` whose writer is gone, each with a ``reason``."""
+    cur = conn.execute(
+        "SELECT id, uid, hostname, pid, started_at, updated_at FROM runs WHERE status = 'running' ORDER BY id"
+    )
+    cols = [c[0] for c in cur.description]
+    out = []
+    for row in cur.fetchall():
+        run = dict(zip(cols, row))
+        if run_problem(run, fields=("hostname", "pid", "started_at", "updated_at")):
+            continue  # a row no reader can judge: `db check` reports it
+        reason = stale_reason(run, hostname=hostname, now=now)
+        if reason:
+            run["reason"] = reason
+            out.append(run)
+    return out

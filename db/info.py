@@ -9,8 +9,7 @@ from pathlib import Path
 from db import default_path
 from db.errors import DatabaseDamaged
 from db.fields import host_problem, result_problem, run_problem, tuned_problem
-from db.queries.connect import connect_readonly
-from db.queries.run_info import stale_runs
+from db.queries import connect_readonly, stale_runs
 from db.rows import row_to_host_dict, row_to_result_dict, row_to_run_dict, row_to_tuned_dict
 from db.schema import latest_version
 

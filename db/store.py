@@ -1,0 +1,415 @@
+"""The results store's write side: :class:`Store`, one class for a database opened for writing.
+
+Writes go through sqlite-utils on a connection this module configures: WAL journal (readers
+never block the writer), foreign keys on, a 30 s busy timeout, and every write in its own
+``BEGIN IMMEDIATE`` transaction (:meth:`Store._write`) so that concurrent writers queue instead
+of failing and a killed writer leaves whole rows only. A :class:`Store` opens and migrates the
+file, begins and finishes runs (:meth:`Store.run`), adds measured results with their raw
+samples (:meth:`Store.add_result`) and drops runs; importing exported records is
+:mod:`db.importing`, functions over a Store. Reads for the fast commands live in
+:mod:`db.queries` (stdlib ``sqlite3``: sqlite-utils stays off their path).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from autoselect import __version__
+from db import default_path
+from db.errors import DatabaseLocked, DatabaseNotFound, DatabaseNotWritable, UnknownRun
+from db.fields import result_problem
+from db.queries import stale_runs
+from db.records import KINDS, RUN_STATUSES, STATUSES, Result
+from db.rows import dumps, host_to_row, now_iso, result_key, result_to_row
+from db.schema import BUSY_TIMEOUT_MS, check_connection, check_header, check_path, migrations, statements
+
+
+@dataclass
+class RunHandle:
+    """The run :meth:`Store.run` began: its id, and the status and meta it will be finished with."""
+
+    id: int
+    status: str = "complete"  # what a block that returns normally ends the run with
+    meta: dict = field(default_factory=dict)  # merged into the run's meta at the end
+
+
+class Store:
+    """A results database opened for writing: its runs, results and the transactions they take.
+
+    Opening validates the file (not a database, a foreign database or a newer schema is
+    refused before a byte changes), applies pending migrations, and marks runs left
+    ``running`` by writers that are gone as ``interrupted``.
+    """
+
+    path: Path
+    conn: sqlite3.Connection
+    db: sqlite_utils.Database
+    interrupted: list[dict]  # the runs opening marked interrupted, each with its reason
+
+    def __init__(self, path: str | os.PathLike | None = None, *, create: bool = True):
+        self.path = Path(path) if path is not None else default_path()
+        if not check_path(self.path, write=True):
+            if not create:
+                raise DatabaseNotFound(
+                    f"no results database at {self.path}; run `autoselect bench` to measure, or pass --db PATH"
+                )
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise DatabaseNotWritable(
+                    f"cannot create {self.path.parent} ({e.strerror}); pass --db with a writable path"
+                ) from None
+            check_path(self.path, write=True)  # the directory just made, or found, must be writable
+        try:
+            conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.OperationalError as e:
+            raise DatabaseNotWritable(f"cannot open {self.path} ({e}); pass --db with a writable path") from None
+        try:
+            check_connection(conn, self.path)
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.OperationalError as e:
+            conn.close()
+            raise _write_error(self.path, e) from None
+        except BaseException:
+            conn.close()
+            raise
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+        self.interrupted: list[dict] = []
+        try:
+            self._migrate()
+            self.interrupted = self.mark_interrupted()
+        except BaseException:
+            conn.close()
+            raise
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One ``BEGIN IMMEDIATE`` transaction: takes the write lock first, so no upgrade deadlock."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            raise _write_error(self.path, e) from None
+        try:
+            yield
+            self.conn.execute("COMMIT")
+        except BaseException as e:
+            if self.conn.in_transaction:  # some errors (disk full, ...) already rolled it back
+                self.conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.OperationalError) and _write_error(self.path, e, None) is not None:
+                raise _write_error(self.path, e) from None
+            raise
+
+    def _migrate(self) -> None:
+        for m in migrations():
+            with self._write():
+                current = self.conn.execute("PRAGMA user_version").fetchone()[0]
+                if current >= m.version:
+                    continue  # another process migrated while we waited for the lock
+                for stmt in statements(m.sql):
+                    self.conn.execute(stmt)
+                self.conn.execute(f"PRAGMA user_version = {m.version}")
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version of the open database."""
+        return self.conn.execute("PRAGMA user_version").fetchone()[0]
+
+    def close(self) -> None:
+        """Close the connection (the WAL is checkpointed by the last one to close)."""
+        self.conn.close()
+
+    def __enter__(self):  # -> the Store itself
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def mark_interrupted(self) -> list[dict]:
+        """Mark ``running`` runs whose writer is gone as ``interrupted``; returns them with reasons."""
+        with self._write():
+            found = stale_runs(self.conn)
+            for run in found:
+                self.conn.execute(
+                    "UPDATE runs SET status = 'interrupted' WHERE id = ? AND status = 'running'", (run["id"],)
+                )
+        return found
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def begin_run(self, host, *, trigger: str = "manual", command: str | None = None, meta: dict | None = None) -> int:
+        """Record the start of a run on ``host`` (a HostFingerprint) by this process; returns its id."""
+        h = host.to_dict() if hasattr(host, "to_dict") else dict(host)
+        now = now_iso()
+        with self._write():
+            self._upsert_host(h, now, now)
+            return self.db["runs"].insert(
+                {
+                    "uid": uuid.uuid4().hex,
+                    "machine_id": h["machine_id"],
+                    "host_class": h["host_class"],
+                    "started_at": now,
+                    "updated_at": now,
+                    "finished_at": None,
+                    "status": "running",
+                    "trigger": trigger,
+                    "command": command,
+                    "hostname": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "autoselect_version": __version__,
+                    "meta": dumps(meta or {}),
+                }
+            ).last_pk
+
+    @contextmanager
+    def run(self, host, *, trigger: str = "manual", command: str | None = None,
+            meta: dict | None = None) -> Iterator["RunHandle"]:
+        """Begin a run, yield a :class:`RunHandle`, and always finish the run on the way out.
+
+        The final status is ``interrupted`` when the block raises ``KeyboardInterrupt``
+        (``launch.signals_raise`` turns SIGTERM/SIGHUP into one), ``failed`` when it raises
+        anything else (the exception propagates either way), and otherwise ``handle.status``
+        (``complete`` unless the block set ``failed`` or ``interrupted``). Keys the block puts
+        in ``handle.meta`` are merged into the run's meta when it is finished::
+
+            with store.run(host, trigger="bench", command="autoselect bench") as run:
+                store.add_result(run.id, result)
+                run.meta["seconds"] = 12.5
+
+        :param host: the :class:`autoselect.hardware.HostFingerprint` the run measures.
+        :param trigger, command, meta: as for :meth:`begin_run`.
+        """
+        handle = RunHandle(self.begin_run(host, trigger=trigger, command=command, meta=meta))
+        status = None
+        try:
+            yield handle
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except BaseException:
+            status = "failed"
+            raise
+        finally:
+            self.finish_run(handle.id, status or handle.status, meta=handle.meta or None)
+
+    def finish_run(self, run_id: int, status: str = "complete", *, meta: dict | None = None) -> None:
+        """Close a run with a final status (``complete``, ``failed`` or ``interrupted``).
+
+        :param meta: keys merged into the run's meta (e.g. why a fleet node's run failed).
+        """
+        if status not in RUN_STATUSES or status == "running":
+            raise ValueError(f"finish_run status must be one of {RUN_STATUSES[1:]}, not {status!r}")
+        now = now_iso()
+        with self._write():
+            self._run(run_id)
+            self.conn.execute(
+                "UPDATE runs SET status = ?, finished_at = ?, updated_at = ? WHERE id = ?",
+                (status, now, now, run_id),
+            )
+            if meta:
+                old = self.conn.execute("SELECT meta FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+                merged = {**(json.loads(old) if old else {}), **meta}
+                self.conn.execute("UPDATE runs SET meta = ? WHERE id = ?", (dumps(merged), run_id))
+
+    def append_run_meta(self, run_id: int, key: str, items: list) -> None:
+        """Append ``items`` to the list at ``meta[key]`` of a run (created when absent), in one write.
+
+        What a run learned that is not a result row: e.g. the points the benchmark harness
+        itself could not build or run (``harness_failures``), which must never look like a
+        backend's failure.
+        """
+        with self._write():
+            self._run(run_id)
+            old = self.conn.execute("SELECT meta FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+            meta = json.loads(old) if old else {}
+            meta[key] = list(meta.get(key) or []) + list(items)
+            self.conn.execute("UPDATE runs SET meta = ?, updated_at = ? WHERE id = ?",
+                              (dumps(meta), now_iso(), run_id))
+
+    def drop_run(self, run: str | int) -> dict:
+        """Delete one run: its results (with their raw samples), its tuned configurations and the
+        run itself, in one transaction; the machine's fingerprint stays. ``run`` is the run's id
+        (as ``db info`` and the errors show it) or its uid. Returns what was removed:
+        ``{"id", "uid", "results", "tuned_configs"}``.
+
+        :raises UnknownRun: no such run.
+        """
+        with self._write():
+            found = self._find_run(run)
+            if found is None:
+                raise UnknownRun(f"no run {run} in {self.path}; `autoselect db info` shows the newest run, "
+                                 "`autoselect db check` names the runs of bad rows")
+            run_id, uid = found
+            results = self.conn.execute("SELECT COUNT(*) FROM results WHERE run_id = ?", (run_id,)).fetchone()[0]
+            self.conn.execute("DELETE FROM samples WHERE result_id IN (SELECT id FROM results WHERE run_id = ?)",
+                              (run_id,))
+            self.conn.execute("DELETE FROM results WHERE run_id = ?", (run_id,))
+            tuned = 0
+            if self.schema_version >= 2:
+                tuned = self.conn.execute("DELETE FROM tuned_configs WHERE run_id = ?", (run_id,)).rowcount
+            self.conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        return {"id": run_id, "uid": uid, "results": results, "tuned_configs": tuned}
+
+    def run_summary(self, run: str | int) -> dict | None:
+        """What :meth:`drop_run` would remove (``{"id", "uid", "results", "tuned_configs",
+        "started_at", "status", "trigger", "command"}``), None when there is no such run."""
+        found = self._find_run(run)
+        if found is None:
+            return None
+        run_id, uid = found
+        started, status, trigger, command = self.conn.execute(
+            "SELECT started_at, status, \"trigger\", command FROM runs WHERE id = ?", (run_id,)).fetchone()
+        tuned = self.conn.execute("SELECT COUNT(*) FROM tuned_configs WHERE run_id = ?", (run_id,)).fetchone()[0] \
+            if self.schema_version >= 2 else 0
+        return {"id": run_id, "uid": uid,
+                "results": self.conn.execute("SELECT COUNT(*) FROM results WHERE run_id = ?", (run_id,)).fetchone()[0],
+                "tuned_configs": tuned, "started_at": started, "status": status, "trigger": trigger,
+                "command": command}
+
+    def _find_run(self, run: str | int) -> tuple[int, str] | None:
+        """(id, uid) of a run named by its id or its uid."""
+        text = str(run).strip()
+        if text.isdigit() and text.isascii() and len(text) <= 18:
+            row = self.conn.execute("SELECT id, uid FROM runs WHERE id = ?", (int(text),)).fetchone()
+            if row is not None:
+                return row
+        return self.conn.execute("SELECT id, uid FROM runs WHERE uid = ?", (text,)).fetchone()
+
+    # -- results ------------------------------------------------------------------------------
+
+    def add_result(self, run_id: int, result: Result) -> int:
+        """Store one result and its raw samples in one transaction; returns the result's id.
+
+        ``created_at`` is set to now when the result has none (the passed object is not changed).
+        """
+        d = result.to_dict()
+        _validate_result(d)
+        if not d.get("created_at"):
+            d["created_at"] = now_iso()
+        said = result_problem(d)  # the rules import applies hold for every writer (db/fields.py)
+        if said:
+            raise ValueError(f"refusing to store a result that breaks the schema: {said}")
+        with self._write():
+            uid, machine_id, host_class, status = self._run(run_id)
+            if status != "running":
+                raise ValueError(f"run {run_id} is {status}; results can only be added to a running run")
+            # the same point measured twice in one run with the same timestamp (a caller's
+            # coarse clock) is still two measurements: move the second one a microsecond on
+            while self.conn.execute(
+                "SELECT 1 FROM results WHERE result_key = ?", (result_key(machine_id, uid, d),)
+            ).fetchone():
+                d["created_at"] = _next_microsecond(d["created_at"])
+            rid = self._insert_result(run_id, uid, machine_id, host_class, d)
+            self.conn.execute("UPDATE runs SET updated_at = ? WHERE id = ?", (now_iso(), run_id))
+        return rid
+
+    # -- the row writers that live writes and imports share ---------------------------------
+
+    def _upsert_host(self, host: dict, first_seen: str, last_seen: str) -> bool:
+        """Insert or refresh a host's fingerprint; returns True when the machine is new.
+
+        The newest fingerprint of a machine wins (by ``last_seen``); ``first_seen`` keeps the oldest.
+        """
+        row = host_to_row(host)
+        existing = self.conn.execute(
+            "SELECT first_seen, last_seen FROM hosts WHERE machine_id = ?", (row["machine_id"],)
+        ).fetchone()
+        if existing is None:
+            self.db["hosts"].insert({**row, "first_seen": first_seen, "last_seen": last_seen})
+            return True
+        if last_seen > existing[1]:
+            self.db["hosts"].update(row["machine_id"], {**row, "last_seen": last_seen})
+        if first_seen < existing[0]:
+            self.db["hosts"].update(row["machine_id"], {"first_seen": first_seen})
+        return False
+
+    def _run(self, run_id: int) -> tuple:
+        """(uid, machine_id, host_class, status) of a stored run; :class:`UnknownRun` when there is none."""
+        row = self.conn.execute(
+            "SELECT uid, machine_id, host_class, status FROM runs WHERE id = ?", (run_id,)
+        ).fetchone()
+        if row is None:
+            raise UnknownRun(f"no run {run_id} in {self.path}; start one with begin_run")
+        return row
+
+    def _insert_result(self, run_id: int, run_uid: str, machine_id: str, host_class: str, d: dict) -> int:
+        """Insert one result row (a :func:`db.rows.result_to_row` dict) and its raw samples; returns its id."""
+        row = result_to_row(d)
+        row.update(
+            result_key=result_key(machine_id, run_uid, d),
+            run_id=run_id,
+            machine_id=machine_id,
+            host_class=host_class,
+        )
+        rid = self.db["results"].insert(row).last_pk
+        samples = d.get("raw_samples_us") or []
+        if samples:  # thousands of 3-column rows: executemany, not sqlite-utils' per-row dicts
+            self.conn.executemany(
+                "INSERT INTO samples (result_id, idx, latency_us) VALUES (?, ?, ?)",
+                [(rid, i, float(v)) for i, v in enumerate(samples)],
+            )
+        return rid
+
+
+def upgrade(db_path) -> tuple[int, int]:
+    """Apply pending migrations to the database at ``db_path``; returns (old, new) schema version."""
+    path = Path(db_path) if db_path is not None else default_path()
+    if not path.is_file():
+        raise DatabaseNotFound(f"no results database at {path}; pass --db PATH")
+    old = check_header(path) or 0
+    with Store(path, create=False) as store:
+        return old, store.schema_version
+
+
+def _write_error(path: Path, e: sqlite3.OperationalError, default: Any = DatabaseLocked):
+    """The user-facing error for an SQLite write failure: a lock held too long, a read-only
+    file or directory, a full disk or a failing device; ``default`` (the lock error, or None:
+    not a user error) otherwise."""
+    text = str(e).lower()
+    if "readonly" in text or "read-only" in text:
+        return DatabaseNotWritable(f"{path} cannot be written ({e}); make it and its directory writable, "
+                                   "or pass --db with another path")
+    if "full" in text or "disk i/o" in text:
+        return DatabaseNotWritable(f"{path}: {e}; free space on its device (nothing was written), or pass "
+                                   "--db with another path")
+    if "locked" in text or "busy" in text:
+        return DatabaseLocked(f"{path}: {e}; another autoselect is writing it, try again")
+    if default is None:
+        return None
+    return default(f"{path}: {e}; another autoselect is writing it, try again")
+
+
+def _next_microsecond(iso: str) -> str:
+    """An ISO-8601 timestamp one microsecond later (UTC if it had no zone)."""
+    t = datetime.fromisoformat(iso)
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return (t + timedelta(microseconds=1)).isoformat(timespec="microseconds")
+
+
+def _validate_result(d: dict) -> None:
+    """Reject a Result the schema would store wrongly (a programming error, not user input)."""
+    if d["status"] not in STATUSES:
+        raise ValueError(f"result status must be one of {STATUSES}, not {d['status']!r}")
+    if d["kind"] not in KINDS:
+        raise ValueError(f"result kind must be one of {KINDS}, not {d['kind']!r}")
+    raw = d.get("raw_samples_us") or []
+    if raw and len(raw) != d["samples"]:
+        raise ValueError(f"result has samples={d['samples']} but {len(raw)} raw samples")
