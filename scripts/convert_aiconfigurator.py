@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoselect.errors import UserError  # noqa: E402
-from autoselect.reference import convert, store  # noqa: E402
+from autoselect.reference import convert, datafile  # noqa: E402
 from autoselect.reference.systems import SYSTEMS  # noqa: E402
 
 
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="convert_aiconfigurator.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--from", dest="from_dir", metavar="DIR",
                    help="an unpacked aiconfigurator_core-0.12.0 wheel (default: the installed package)")
-    p.add_argument("--out", type=Path, default=store.DEFAULT_PATH, help=f"file to write (default: {store.DEFAULT_PATH})")
+    p.add_argument("--out", type=Path, default=datafile.DEFAULT_PATH, help=f"file to write (default: {datafile.DEFAULT_PATH})")
     p.add_argument("--check", action="store_true",
                    help="write to a temporary file and compare its canonical dump with --out's; write nothing")
     p.add_argument("--dump", type=Path, metavar="FILE", help="also write the canonical text dump to FILE")
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"--from {args.from_dir}: no such directory")
         if args.check:
             with tempfile.TemporaryDirectory() as tmp:
-                summary = convert.convert(Path(tmp) / store.FILENAME, args.from_dir, systems=systems)
+                summary = convert.convert(Path(tmp) / datafile.FILENAME, args.from_dir, systems=systems)
                 new = _dump(summary.path)
             old = _dump(args.out)
             if args.dump:
@@ -82,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dump(path: Path) -> str:
-    conn = store.connect(path)
+    conn = datafile.connect(path)
     try:
-        return store.canonical_dump(conn)
+        return datafile.canonical_dump(conn)
     finally:
         conn.close()
 

@@ -18,7 +18,7 @@ from autoselect.reference.query import (
     default,
     source_line,
 )
-from autoselect.reference.store import ReferenceDataMissing, attach, canonical_dump, connect
+from autoselect.reference.datafile import ReferenceDataMissing, attach, canonical_dump, connect
 from autoselect.reference.transfer import SHAPE_TRANSFER_LIMIT, TRANSFERRED, Transfer, transfer_points
 from autoselect.reference.systems import (
     CLASSES,

@@ -35,7 +35,7 @@ from typing import Any
 
 from autoselect import rules
 from autoselect.errors import UserError
-from autoselect.reference import store
+from autoselect.reference import datafile
 from autoselect.reference.systems import SYSTEMS
 from autoselect.reference.tables import (
     BACKEND_NAMES,
@@ -431,7 +431,7 @@ def convert(out: Path | str, from_dir: Path | str | None = None, *, systems: tup
         records.append((t.source, points, colls, skipped))
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")
-    conn = store.create(tmp)
+    conn = datafile.create(tmp)
     try:
         _write(conn, records)
         conn.close()
@@ -447,7 +447,7 @@ def convert(out: Path | str, from_dir: Path | str | None = None, *, systems: tup
 
 def _write(conn, records) -> None:
     meta = {
-        "package": PACKAGE, "package_version": PACKAGE_VERSION, "schema_version": str(store.SCHEMA_VERSION),
+        "package": PACKAGE, "package_version": PACKAGE_VERSION, "schema_version": str(datafile.SCHEMA_VERSION),
         "converter": CONVERTER, "licence": "Apache-2.0",
         "attribution": "NVIDIA AIConfigurator (aiconfigurator-core), Copyright (c) 2025-2026 NVIDIA CORPORATION "
                        "& AFFILIATES, Apache-2.0; converted by autoselect (see NOTICE)",

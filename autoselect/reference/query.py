@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
-from autoselect.reference import derived, store
+from autoselect.reference import datafile, derived
 from autoselect.reference.transfer import Transfer, transfer_points
 from autoselect.reference.systems import ReferenceClass, get_class
 from autoselect.reference.tables import FIDELITY
@@ -128,7 +128,7 @@ class ReferenceData:
     """The packaged reference file (or another one at ``path``), opened on first use."""
 
     def __init__(self, path: Path | str | None = None):
-        self.path = Path(path) if path is not None else store.DEFAULT_PATH
+        self.path = Path(path) if path is not None else datafile.DEFAULT_PATH
         self._conn: sqlite3.Connection | None = None
         self._sources: dict[int, Source] | None = None
         self._collectives: dict[tuple[str, str, int], tuple[derived.Collective, int] | None] = {}
@@ -136,7 +136,7 @@ class ReferenceData:
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            self._conn = store.connect(self.path)
+            self._conn = datafile.connect(self.path)
         return self._conn
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ import pytest
 from support.paths import REPO
 
 from autoselect import rules
-from autoselect.reference import canonical_dump, connect, store
+from autoselect.reference import canonical_dump, connect, datafile
 from autoselect.reference import convert as conv
 
 pytest.importorskip("pyarrow", reason="pyarrow is needed to read the parquet tables (pip install pyarrow)")
@@ -49,14 +49,14 @@ def sliced(tmp_path_factory) -> Path:
 
 
 def test_the_slice_yields_exactly_the_packaged_rows(sliced):
-    shipped_sources = {s["id"]: s for s in rows(store.DEFAULT_PATH, "sources")}
+    shipped_sources = {s["id"]: s for s in rows(datafile.DEFAULT_PATH, "sources")}
     slice_sources = {s["id"]: s for s in rows(sliced, "sources")}
     by_path = {s["table_path"]: s for s in shipped_sources.values()}
     for s in slice_sources.values():
         full = by_path[s["table_path"]]
         differ = {k for k in s if s[k] != full[k]} - {"id", "table_sha256", "table_rows"}
         assert not differ, (s["table_path"], differ)  # same provenance apart from the cut file itself
-    shipped = {tuple(p[k] for k in POINT_KEY): p for p in rows(store.DEFAULT_PATH, "points")}
+    shipped = {tuple(p[k] for k in POINT_KEY): p for p in rows(datafile.DEFAULT_PATH, "points")}
     got = rows(sliced, "points")
     # DeepEP: 9 + 3 points on each of h100, h200, gb200; one-sided EP 4, 8 and two-sided 3 dtypes x EP 4, 8, 64
     assert len(got) == 3 * (9 + 3) + 2 * 5 + 3 * 3 * 5
@@ -68,7 +68,7 @@ def test_the_slice_yields_exactly_the_packaged_rows(sliced):
     # every half all_gather / reduce_scatter row of these systems is in the slice
     strip = lambda c: {k: v for k, v in c.items() if k not in ("id", "source_id")}  # noqa: E731
     assert [strip(c) for c in rows(sliced, "collectives")] == \
-           [strip(c) for c in rows(store.DEFAULT_PATH, "collectives") if c["system"] in SLICE_SYSTEMS]
+           [strip(c) for c in rows(datafile.DEFAULT_PATH, "collectives") if c["system"] in SLICE_SYSTEMS]
 
 
 def test_the_slice_records_what_it_skipped(sliced):
@@ -124,7 +124,7 @@ def _installed() -> str | None:
                     reason=f"{conv.PACKAGE}=={conv.PACKAGE_VERSION} is not installed "
                            f"(pip install --no-deps {conv.PACKAGE}=={conv.PACKAGE_VERSION})")
 def test_full_regeneration_matches_the_packaged_file_byte_for_byte(tmp_path):
-    out = tmp_path / store.FILENAME
+    out = tmp_path / datafile.FILENAME
     conv.convert(out)
     new, shipped = connect(out), connect()
     assert canonical_dump(new) == canonical_dump(shipped), (
@@ -209,7 +209,7 @@ def test_script(tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith(f"wrote {out}: ") and out.is_file()
     assert (tmp_path / "dump.txt").read_text() == canonical_dump(connect(out))
-    before = store.DEFAULT_PATH.read_bytes()
+    before = datafile.DEFAULT_PATH.read_bytes()
     differs = run_script("--from", FIXTURE, "--systems", "h200_sxm", "--check")
     assert differs.returncode == 1 and "differs from a fresh conversion" in differs.stdout
-    assert store.DEFAULT_PATH.read_bytes() == before
+    assert datafile.DEFAULT_PATH.read_bytes() == before

@@ -26,7 +26,7 @@ from autoselect.reference import (
     connect,
     default,
 )
-from autoselect.reference import store
+from autoselect.reference import datafile
 from autoselect.reference.tables import FIDELITY, ROUND_TRIP
 
 DSV3 = dict(hidden=7168, top_k=8, experts=256)
@@ -235,9 +235,9 @@ def test_meta_and_licence_ship_with_the_data():
     conn.close()
     assert meta["package"] == "aiconfigurator-core" and meta["package_version"] == "0.12.0"
     assert meta["licence"] == "Apache-2.0" and "NVIDIA" in meta["attribution"]
-    assert meta["schema_version"] == str(store.SCHEMA_VERSION)
-    assert "Apache License" in (store.DATA_DIR / "LICENSE").read_text()
-    notice = (store.DATA_DIR / "NOTICE").read_text()
+    assert meta["schema_version"] == str(datafile.SCHEMA_VERSION)
+    assert "Apache License" in (datafile.DATA_DIR / "LICENSE").read_text()
+    notice = (datafile.DATA_DIR / "NOTICE").read_text()
     assert "aiconfigurator-core 0.12.0" in notice and "derived" in notice
 
 
@@ -271,7 +271,7 @@ def test_attach_next_to_a_results_database(tmp_path):
         pass
     else:
         path = dict((name, f) for _, name, f in plain.execute("PRAGMA database_list"))["reference"]
-        assert path == str(store.DEFAULT_PATH)
+        assert path == str(datafile.DEFAULT_PATH)
         with pytest.raises(sqlite3.OperationalError):
             plain.execute("DELETE FROM reference.points")
     plain.close()
