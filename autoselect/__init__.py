@@ -6,7 +6,3 @@ The library API lives in the modules (``autoselect.model``, ``autoselect.rules``
 """
 
 __version__ = "0.1.0"
-
-from autoselect.errors import UserError  # noqa: E402
-
-__all__ = ["UserError", "__version__"]

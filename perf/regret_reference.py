@@ -48,11 +48,11 @@ sys.path.insert(0, str(ROOT))
 from autoselect import rules, vllm_flags  # noqa: E402
 from autoselect.reference import AGRS, CLASSES, default, transfer_points  # noqa: E402
 from autoselect.reference.transfer import bytes_per_token  # noqa: E402
-from autoselect.selector import Deployment, MeasuredPoint, WorkloadSpec, estimate_latency, recommend  # noqa: E402
+from autoselect.selector import MeasuredPoint, estimate_latency, recommend  # noqa: E402
+from autoselect.selector.answer import DERIVED, PUBLISHED, TRANSFERRED  # noqa: E402
 from autoselect.selector.evidence import BackendEvidence  # noqa: E402
 from autoselect.selector.reference_evidence import REFERENCE_BAND  # noqa: E402
-from autoselect.selector.answer import DERIVED, PUBLISHED, TRANSFERRED  # noqa: E402
-from autoselect.workload import WORKLOAD_TABLE, Shape  # noqa: E402
+from autoselect.workload import WORKLOAD_TABLE, Deployment, Shape, WorkloadSpec  # noqa: E402
 
 PRIORITY = ("flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "deepep_high_throughput",
             "deepep_low_latency", AGRS)

@@ -7,10 +7,11 @@ import pytest
 
 from support.paths import FIXTURES
 
+from autoselect.bridge import SOURCE_FLAG
+from autoselect.bridge.version import SOURCE_INSTALLED, SOURCE_NEWEST
 from autoselect.candidates import Target, candidate_backends, judge, legal_backends, resolve_target
 from autoselect.hardware import fingerprint
 from autoselect.model import load_profile
-from autoselect.bridge import SOURCE_FLAG, SOURCE_INSTALLED, SOURCE_NEWEST
 
 MODELS = FIXTURES / "models"
 NVFP4 = str(MODELS / "deepseek-r1-nvfp4")

@@ -6,7 +6,7 @@ import pytest
 
 from autoselect import knobs
 from autoselect.knobs import UNSET, KnobContext, check_setting, knob_space, legal_settings
-from autoselect.tune import combine_settings, plan_knob_settings
+from autoselect.tune.knob_search import combine_settings, plan_knob_settings
 
 HGX_H200 = KnobContext(device="cuda", gpu_arch="sm90", world_size=8, all_nvlinks_up=True,
                        max_tokens_per_rank=256)

@@ -15,21 +15,8 @@
 Nothing here imports vLLM or torch in the caller's process.
 """
 
-from autoselect.bridge.interpreter import (
-    CACHE_DIR_ENV,
-    VLLM_PYTHON_ENV,
-    VllmPythonInvalid,
-    installed_version,
-    interpreter_paths,
-    vllm_python,
-)
-from autoselect.bridge.version import (
-    SOURCE_ENV_PYTHON,
-    SOURCE_FLAG,
-    SOURCE_INSTALLED,
-    SOURCE_NEWEST,
-    target_version,
-)
+from autoselect.bridge.interpreter import vllm_python
+from autoselect.bridge.version import SOURCE_FLAG, target_version
 from autoselect.lazy import lazy_exports
 
 #: The re-exports that talk to vLLM, loaded on first use (PEP 562 ``__getattr__``): the module of
@@ -37,23 +24,13 @@ from autoselect.lazy import lazy_exports
 #: :func:`target_version`; importing the worker protocol, the client and the quantization answers
 #: for it (a dozen frozen dataclasses) cost it ~15 ms a start (:mod:`autoselect.lazy`).
 _LAZY = {
-    "client": ("DEFAULT_TIMEOUT_S", "WORKER", "VllmFailed", "VllmNotInstalled", "VllmTimedOut", "ask_vllm",
-               "classify_quantization", "require_vllm", "run_worker", "unavailable_reason", "validate_serve_flags",
-               "validate_serve_words", "vllm_info"),
-    "verdicts": ("FlagsRejectedByVllm", "FlagValidation", "ensure_accepted"),
+    "client": ("require_vllm", "unavailable_reason", "validate_serve_flags", "vllm_info"),
+    "verdicts": ("FlagValidation", "ensure_accepted"),
     "hooks": ("cross_check_model", "serve_command_check"),
-    "protocol": ("FlagVerdict", "VllmInfo"),
-    "quant": ("SCHEME_WEIGHT_QUANT", "CrossCheck", "QuantClassification", "cross_check"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
-    "CACHE_DIR_ENV", "DEFAULT_TIMEOUT_S", "SCHEME_WEIGHT_QUANT", "SOURCE_ENV_PYTHON", "SOURCE_FLAG",
-    "SOURCE_INSTALLED", "SOURCE_NEWEST", "VLLM_PYTHON_ENV", "WORKER",
-    "CrossCheck", "FlagValidation", "FlagVerdict", "FlagsRejectedByVllm", "QuantClassification", "VllmFailed",
-    "VllmInfo", "VllmNotInstalled", "VllmPythonInvalid", "VllmTimedOut",
-    "ask_vllm", "classify_quantization", "cross_check", "cross_check_model", "ensure_accepted",
-    "installed_version", "interpreter_paths", "require_vllm", "run_worker", "serve_command_check",
-    "target_version", "unavailable_reason", "validate_serve_flags", "validate_serve_words", "vllm_info",
-    "vllm_python",
+    "SOURCE_FLAG", "FlagValidation", "cross_check_model", "ensure_accepted", "require_vllm", "serve_command_check",
+    "target_version", "unavailable_reason", "validate_serve_flags", "vllm_info", "vllm_python",
 ]

@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from autoselect.bridge.verdicts import FlagValidation, verdict_of
 from autoselect.bridge.interpreter import VLLM_PYTHON_ENV, VllmPythonInvalid, vllm_python
 from autoselect.bridge.protocol import ParseOp, ProtocolError, QuantOp, Request, Response, VllmInfo
 from autoselect.bridge.quant import QuantClassification
+from autoselect.bridge.verdicts import FlagValidation, verdict_of
 from autoselect.errors import UserError
 from autoselect.model import MODELOPT_ALGOS
 from autoselect.vllm_flags import read_command

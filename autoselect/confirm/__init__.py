@@ -15,26 +15,9 @@ with the flags ``recommend`` would emit. Multi-GPU runs go through ``torchrun
 * :mod:`~autoselect.confirm.report` — what ran and was measured, and its text form.
 """
 
-from autoselect.confirm.output import STABLE_SPREAD_PCT, BadForwardOutput, failed_rows, parse_forward_output
-from autoselect.confirm.plan import (
-    DECODE_MAX_TOKENS,
-    BadConfirmSetting,
-    ConfirmBackendIllegal,
-    ConfirmNeedsGpus,
-    ConfirmPlan,
-    ForwardCase,
-    VllmLacksBenchForward,
-    case_tokens,
-    check_runnable,
-    plan_confirm,
-)
-from autoselect.confirm.report import BackendRun, ConfirmReport, render_text
-from autoselect.confirm.run import ConfirmProgress, confirm, run_backend, run_confirm
+from autoselect.confirm.report import render_text
+from autoselect.confirm.run import confirm
 
 __all__ = [
-    "DECODE_MAX_TOKENS", "STABLE_SPREAD_PCT",
-    "BackendRun", "BadConfirmSetting", "BadForwardOutput", "ConfirmBackendIllegal", "ConfirmNeedsGpus",
-    "ConfirmPlan", "ConfirmProgress", "ConfirmReport", "ForwardCase", "VllmLacksBenchForward",
-    "case_tokens", "check_runnable", "confirm", "failed_rows", "parse_forward_output", "plan_confirm",
-    "render_text", "run_backend", "run_confirm",
+    "confirm", "render_text",
 ]

@@ -22,29 +22,10 @@ The flow, one concern per module:
 Ray, FastAPI and uvicorn are imported where they are used, so importing this package is cheap.
 """
 
-from autoselect.fleet import deploy, drift, service
-from autoselect.fleet.cluster import (Layout, NotEnoughNodes, Placement, PlacementFailed, RayCluster, RayUnavailable,
-                                      check_reachable)
-from autoselect.fleet.drift import DriftReport, NodeDrift, NodeStatus, analyze, analyze_at, status_at
-from autoselect.fleet.events import (FleetProgress, HarnessFailed, NodeDone, NodeEvent, NodeFailed, NodeResult,
-                                     NodeSkipped, NodeStarted, Placed, ResultMeasured, TaskFinished)
-from autoselect.fleet.identity import node_scoped_hosts, retry_host, scoped_host
-from autoselect.fleet.node import Attempt, NodeOutcome, NodeRun, RetryPolicy
-from autoselect.fleet.probe import Probe, busy_reasons, gpu_load, probe_node
-from autoselect.fleet.run import FleetReport, FleetRun, NodeTasks, run_fleet
-from autoselect.fleet.schedule import DATABASE_ERRORS, run_schedule, schedule_delays
-from autoselect.fleet.service import create_app, serve
-from autoselect.fleet.spec import (BUSY_THRESHOLDS, BadFleetOption, FleetShape, FleetSpec, NodeSettings,
-                                   command_line, validate)
-from autoselect.fleet.task import NodeTask, bench_node
+from autoselect.fleet.run import run_fleet
+from autoselect.fleet.schedule import run_schedule
+from autoselect.fleet.spec import FleetSpec, command_line, validate
 
 __all__ = [
-    "Attempt", "BUSY_THRESHOLDS", "BadFleetOption", "DATABASE_ERRORS", "DriftReport", "FleetProgress",
-    "FleetReport", "FleetRun", "FleetShape", "FleetSpec", "HarnessFailed", "Layout", "NodeDone", "NodeDrift",
-    "NodeEvent", "NodeFailed", "NodeOutcome", "NodeResult", "NodeRun", "NodeSettings", "NodeSkipped",
-    "NodeStarted", "NodeStatus", "NodeTask", "NodeTasks", "NotEnoughNodes", "Placed", "Placement",
-    "PlacementFailed", "Probe", "RayCluster", "RayUnavailable", "ResultMeasured", "RetryPolicy", "TaskFinished",
-    "analyze", "analyze_at", "bench_node", "busy_reasons", "check_reachable", "command_line", "create_app", "deploy",
-    "drift", "gpu_load", "node_scoped_hosts", "probe_node", "retry_host", "run_fleet", "run_schedule",
-    "schedule_delays", "scoped_host", "serve", "service", "status_at", "validate",
+    "FleetSpec", "command_line", "run_fleet", "run_schedule", "validate",
 ]

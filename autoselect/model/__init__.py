@@ -21,39 +21,12 @@ all2all on each GPU architecture. One module per step, in the order :func:`load_
 * :mod:`~autoselect.model.errors` — one class per mistake.
 """
 
-from autoselect.model.config import (CONFIG_INTS, CONFIG_LAYER_LISTS, CONFIG_TEXTS, EXPERT_FIELDS, HIDDEN_FIELDS,
-                                     MAX_LAYERS, TEXT_CONFIG_KEYS, TOP_K_FIELDS, check_config, count_moe_layers,
-                                     first_field, text_config)
-from autoselect.model.errors import (
-    DenseModel,
-    InvalidShape,
-    ModelConfigInvalid,
-    ModelConfigNotFound,
-    MoeFieldsMissing,
-    UnknownGpuArch,
-    UnsupportedQuantization,
-)
-from autoselect.model.formats import (
-    CT_ARG_DEFAULTS,
-    FP8_ACTIVATION_SCHEMES,
-    MODELOPT_ALGOS,
-    QUANT_FORMATS,
-    WEIGHT_ONLY_INT_METHODS,
-    CtScheme,
-    QuantFormat,
-)
+from autoselect.model.errors import DenseModel, ModelConfigNotFound
+from autoselect.model.formats import MODELOPT_ALGOS
 from autoselect.model.profile import GPU_ARCHS, MoeProfile, load_profile, normalize_arch
-from autoselect.model.quantization import compressed_tensors_weight_quant, detect_weight_quant
-from autoselect.model.source import (CLI_SOURCE, MAX_CONFIG_BYTES, MAX_MODEL_NAME, ModelSource, config_dir,
-                                     hub_cache_dir, hub_files, hub_offline, locate_config, read_config_json)
+from autoselect.model.source import ModelSource, config_dir, hub_cache_dir
 
 __all__ = [
-    "CLI_SOURCE", "CONFIG_INTS", "CONFIG_LAYER_LISTS", "CONFIG_TEXTS", "CT_ARG_DEFAULTS", "CtScheme", "DenseModel",
-    "EXPERT_FIELDS", "FP8_ACTIVATION_SCHEMES", "GPU_ARCHS", "HIDDEN_FIELDS", "InvalidShape", "MAX_CONFIG_BYTES",
-    "MAX_LAYERS", "MAX_MODEL_NAME", "MODELOPT_ALGOS", "ModelConfigInvalid", "ModelConfigNotFound", "ModelSource",
-    "MoeFieldsMissing", "MoeProfile", "QUANT_FORMATS", "QuantFormat", "TEXT_CONFIG_KEYS", "TOP_K_FIELDS",
-    "UnknownGpuArch", "UnsupportedQuantization", "WEIGHT_ONLY_INT_METHODS", "check_config",
-    "compressed_tensors_weight_quant", "config_dir", "count_moe_layers", "detect_weight_quant", "first_field",
-    "hub_cache_dir", "hub_files", "hub_offline", "load_profile", "locate_config", "normalize_arch",
-    "read_config_json", "text_config",
+    "GPU_ARCHS", "MODELOPT_ALGOS", "DenseModel", "ModelConfigNotFound", "ModelSource", "MoeProfile", "config_dir",
+    "hub_cache_dir", "load_profile", "normalize_arch",
 ]

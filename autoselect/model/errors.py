@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-# InvalidShape is shared (autoselect.workload.Shape raises it too); it is re-exported here
-from autoselect.errors import InvalidShape, UserError
+from autoselect.errors import UserError
 
 
 class ModelConfigNotFound(UserError):

@@ -15,7 +15,8 @@ from typing import Any
 
 from autoselect.model.config import (EXPERT_FIELDS, HIDDEN_FIELDS, TOP_K_FIELDS, check_config, count_moe_layers,
                                      first_field, text_config)
-from autoselect.model.errors import DenseModel, InvalidShape, MoeFieldsMissing, UnknownGpuArch
+from autoselect.errors import InvalidShape
+from autoselect.model.errors import DenseModel, MoeFieldsMissing, UnknownGpuArch
 from autoselect.model.formats import QUANT_FORMATS
 from autoselect.model.quantization import detect_weight_quant
 from autoselect.model.source import CLI_SOURCE, ModelSource, locate_config, read_config_json

@@ -7,37 +7,11 @@ allgather_reducescatter from NCCL timings, ``transfer`` carries a backend's rows
 aiconfigurator-core (needs pyarrow and pyyaml; not imported here).
 """
 
-from autoselect.reference.derived import agrs_messages
-from autoselect.reference.query import (
-    AGRS,
-    DERIVED,
-    PUBLISHED,
-    ReferenceData,
-    ReferencePoint,
-    Source,
-    default,
-    source_line,
-)
-from autoselect.reference.datafile import ReferenceDataMissing, attach, canonical_dump, connect
-from autoselect.reference.transfer import SHAPE_TRANSFER_LIMIT, TRANSFERRED, Transfer, transfer_points
-from autoselect.reference.systems import (
-    CLASSES,
-    SYSTEMS,
-    GpuArchNotOfReference,
-    ReferenceClass,
-    ReferenceMatch,
-    ReferenceSystem,
-    ReferenceWorldSizeUnavailable,
-    UnknownReferenceClass,
-    get_class,
-    is_reference_class,
-    match_host,
-)
+from autoselect.reference.query import AGRS, DERIVED, ReferenceData, ReferencePoint, default
+from autoselect.reference.systems import CLASSES, ReferenceClass, get_class, is_reference_class, match_host
+from autoselect.reference.transfer import transfer_points
 
 __all__ = [
-    "AGRS", "CLASSES", "DERIVED", "GpuArchNotOfReference", "PUBLISHED", "SYSTEMS", "ReferenceClass", "ReferenceData", "ReferenceDataMissing",
-    "ReferenceMatch", "ReferencePoint", "ReferenceSystem", "ReferenceWorldSizeUnavailable", "Source",
-    "UnknownReferenceClass", "agrs_messages", "attach", "canonical_dump", "connect", "default", "get_class",
-    "is_reference_class", "match_host", "source_line", "SHAPE_TRANSFER_LIMIT", "TRANSFERRED", "Transfer",
-    "transfer_points",
+    "AGRS", "CLASSES", "DERIVED", "ReferenceClass", "ReferenceData", "ReferencePoint", "default", "get_class",
+    "is_reference_class", "match_host", "transfer_points",
 ]

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
 from autoselect.reference import datafile, derived
-from autoselect.reference.transfer import Transfer, transfer_points
 from autoselect.reference.systems import ReferenceClass, get_class
 from autoselect.reference.tables import FIDELITY
+from autoselect.reference.transfer import Transfer, transfer_points
 
 PUBLISHED = "published"
 DERIVED = "derived"

@@ -27,61 +27,9 @@ wording they share); ``write`` puts the files on disk. matplotlib (Agg backend) 
 imported inside the functions that draw, so importing this package stays cheap. Printers only read: nothing here writes to the database.
 """
 
-from autoselect.report.data import WORKLOAD_KINDS, BucketMark, ReportData, bucket_marks, collect
-from autoselect.report.errors import (
-    FleetTokensNotMeasured,
-    GpuArchNotOfReference,
-    NothingToReport,
-    ReportOutputNotWritable,
-    ReportPackagesMissing,
-)
-from autoselect.report.figures import (
-    FIGURES,
-    bandwidth_figure,
-    fleet_figure,
-    latency_figure,
-    message_figure,
-    phases_figure,
-)
-from autoselect.report.html import FIGURE_CAPTIONS, render_html
-from autoselect.report.nodes import FleetNode, FleetView, flag_drift, fleet_view
-from autoselect.report.reference_curves import ReferenceCurve, ReferenceView, reference_view
-from autoselect.report.series import (
-    BackendSeries,
-    Crossover,
-    bandwidth_gbps,
-    build_series,
-    crossovers,
-    interpolate_latency,
-    newest_per_token,
-)
-from autoselect.report.style import (
-    BACKEND_STYLE,
-    BANDWIDTH_FORMULA,
-    DPI,
-    ESTIMATED_MARK,
-    EVIDENCE_WORDS,
-    EXTRA_COLOURS,
-    FAILED_MARKER,
-    FAILURE_ORDER,
-    FIGSIZE_IN,
-    MEASURED_LINE,
-    NOT_CANDIDATE_LINE,
-    REFERENCE_LINE,
-    STATE_LABEL,
-    backend_style,
-)
-from autoselect.report.terminal import terminal_chart, terminal_report
-from autoselect.report.write import ReportFiles, figure_names, make_report, write_report
+from autoselect.report.terminal import terminal_report
+from autoselect.report.write import make_report
 
 __all__ = [
-    "BACKEND_STYLE", "BANDWIDTH_FORMULA", "DPI", "ESTIMATED_MARK", "EVIDENCE_WORDS", "EXTRA_COLOURS", "FAILED_MARKER",
-    "FAILURE_ORDER", "FIGSIZE_IN", "FIGURES", "FIGURE_CAPTIONS", "MEASURED_LINE", "NOT_CANDIDATE_LINE",
-    "REFERENCE_LINE", "STATE_LABEL", "WORKLOAD_KINDS", "BackendSeries", "BucketMark", "Crossover", "FleetNode",
-    "FleetTokensNotMeasured", "FleetView", "GpuArchNotOfReference", "NothingToReport", "ReferenceCurve",
-    "ReferenceView", "ReportData", "ReportFiles", "ReportOutputNotWritable", "ReportPackagesMissing", "backend_style",
-    "bandwidth_figure", "bandwidth_gbps", "bucket_marks", "build_series", "collect", "crossovers", "figure_names",
-    "flag_drift", "fleet_figure", "fleet_view", "interpolate_latency", "latency_figure", "make_report",
-    "message_figure", "newest_per_token", "phases_figure", "reference_view", "render_html", "terminal_chart",
-    "terminal_report", "write_report",
+    "make_report", "terminal_report",
 ]

@@ -30,100 +30,53 @@ from autoselect.rules.backends import (
     ALL_FLAG_VALUES,
     BACKENDS,
     DEFAULT_BACKEND,
-    PARSER_CHOICES,
     BackendUnknownToVersion,
-    Capability,
-    Spelling,
     UnknownBackend,
     flag_value,
-    known_to,
     parser_choices,
     recommendable_backends,
     resolve,
     value_known_to,
 )
 from autoselect.rules.budgets import (
-    BATCHED_TOKENS,
-    CHUNK_SIZE,
     DISPATCH_BUDGETS,
-    Budget,
-    DispatchBudget,
-    InvalidChunkSize,
     default_dispatch_tokens,
     dispatch_budget,
     lowered_batch_default,
     smallest_deployment,
 )
-from autoselect.rules.eplb import EPLB_RULES, EplbRule, eplb_reasons
-from autoselect.rules.serve_options import (
-    DBO_BACKENDS,
-    DBO_SUPPORT,
-    ENV_VAR_REMOVED_IN,
-    FLAG_SINCE,
-    SERVE_OPTIONS,
-    DboSupport,
-    ServeOption,
-    dbo_backends,
-)
-from autoselect.rules.legal import (
-    SHAPE_RULES,
-    GpuArchRequired,
-    InvalidRedundantExperts,
-    InvalidTokensPerRank,
-    InvalidWorldSize,
-    Verdict,
-    legal,
-    legal_alternatives,
-)
+from autoselect.rules.eplb import EPLB_RULES, eplb_reasons
+from autoselect.rules.legal import Verdict, legal, legal_alternatives
 from autoselect.rules.limits import (
     DEEPEP_HT_MAX_LOCAL_EXPERTS,
     DEEPEP_HT_ROW_BYTES,
     DEEPEP_HT_WORLD_SIZES,
-    DEEPEP_LL_SLOTS_MULTIPLE_OF,
     DEEPEP_LL_TOKENS_PER_RANK,
     DEEPEP_NVL_PEERS,
-    DEEPEP_WORLD_SIZE_GROUPING,
-    InvalidQueueDepth,
-    Limit,
-    QueueDepth,
-    RowBytes,
 )
-from autoselect.rules.one_sided import (
-    ONE_SIDED_ERAS,
-    ONE_SIDED_POLICY,
-    OneSidedEra,
-    one_sided_consequence,
-    one_sided_era,
-)
-from autoselect.rules.reports import STATUS_READ, UPSTREAM_REPORTS, ReportNote, UpstreamReport, reports_for
+from autoselect.rules.one_sided import ONE_SIDED_ERAS, ONE_SIDED_POLICY
+from autoselect.rules.reports import STATUS_READ, UPSTREAM_REPORTS
 from autoselect.rules.selection import (
     OLDEST_CHECKED,
     SELECTION_ERAS,
     VARIABLE,
     EffectiveBackend,
-    SelectionEra,
-    default_backend,
     effective_backend,
     selection_era,
 )
+from autoselect.rules.serve_options import DBO_SUPPORT, ENV_VAR_REMOVED_IN, FLAG_SINCE, SERVE_OPTIONS, dbo_backends
 from autoselect.rules.versions import NEWEST_VLLM, InvalidVllmVersion, parse_version, version_in
 
 #: Backends for which vLLM lowers the default --max-num-batched-tokens (newest release).
 BATCHED_BACKENDS = tuple(b for b in BACKENDS if lowered_batch_default(b, NEWEST_VLLM) is not None)
 
 __all__ = [
-    "ALIASES", "ALL_FLAG_VALUES", "BACKENDS", "BATCHED_BACKENDS", "BATCHED_TOKENS", "BackendUnknownToVersion",
-    "Budget", "CHUNK_SIZE", "Capability", "DBO_BACKENDS", "DBO_SUPPORT", "DEEPEP_HT_MAX_LOCAL_EXPERTS",
-    "DEEPEP_HT_ROW_BYTES", "DEEPEP_HT_WORLD_SIZES", "DEEPEP_LL_SLOTS_MULTIPLE_OF", "DEEPEP_LL_TOKENS_PER_RANK",
-    "DEEPEP_NVL_PEERS", "DEEPEP_WORLD_SIZE_GROUPING", "DEFAULT_BACKEND", "DISPATCH_BUDGETS", "DboSupport",
-    "DispatchBudget", "ENV_VAR_REMOVED_IN", "EPLB_RULES", "EffectiveBackend", "EplbRule", "FLAG_SINCE",
-    "GpuArchRequired", "InvalidChunkSize", "InvalidQueueDepth", "InvalidRedundantExperts",
-    "InvalidTokensPerRank", "InvalidVllmVersion", "InvalidWorldSize", "Limit", "NEWEST_VLLM", "OLDEST_CHECKED",
-    "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "OneSidedEra", "PARSER_CHOICES", "QueueDepth", "ReportNote",
-    "RowBytes", "SELECTION_ERAS", "SERVE_OPTIONS", "SHAPE_RULES", "STATUS_READ", "SelectionEra", "ServeOption",
-    "Spelling", "UPSTREAM_REPORTS", "UnknownBackend", "UpstreamReport", "VARIABLE", "Verdict", "dbo_backends",
-    "default_backend", "default_dispatch_tokens", "dispatch_budget", "effective_backend", "eplb_reasons",
-    "flag_value", "known_to", "legal", "legal_alternatives", "lowered_batch_default", "one_sided_consequence",
-    "one_sided_era", "parse_version", "parser_choices", "recommendable_backends", "reports_for", "resolve",
-    "selection_era", "smallest_deployment", "value_known_to", "version_in",
+    "ALIASES", "ALL_FLAG_VALUES", "BACKENDS", "DBO_SUPPORT", "DEEPEP_HT_MAX_LOCAL_EXPERTS", "DEEPEP_HT_ROW_BYTES",
+    "DEEPEP_HT_WORLD_SIZES", "DEEPEP_LL_TOKENS_PER_RANK", "DEEPEP_NVL_PEERS", "DEFAULT_BACKEND",
+    "DISPATCH_BUDGETS", "ENV_VAR_REMOVED_IN", "EPLB_RULES", "FLAG_SINCE", "NEWEST_VLLM", "OLDEST_CHECKED",
+    "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "SELECTION_ERAS", "SERVE_OPTIONS", "STATUS_READ", "UPSTREAM_REPORTS",
+    "VARIABLE", "BackendUnknownToVersion", "EffectiveBackend", "InvalidVllmVersion", "UnknownBackend", "Verdict",
+    "dbo_backends", "default_dispatch_tokens", "dispatch_budget", "effective_backend", "eplb_reasons",
+    "flag_value", "legal", "legal_alternatives", "lowered_batch_default", "parse_version", "parser_choices",
+    "recommendable_backends", "resolve", "selection_era", "smallest_deployment", "value_known_to", "version_in",
 ]

@@ -24,38 +24,12 @@ Fast path: the standard library and autoselect's pure-Python modules only (no to
 sqlite_utils or optuna); the database is read with stdlib ``sqlite3``.
 """
 
-from autoselect.errors import GpuArchRequired, UnknownHostClass
-from autoselect.noise import REL_FLOOR, Z, band_compare, point_rel_halfwidth
-from autoselect.selector.confidence import CONFIDENCE_CAPS, CONFIDENCE_LEVELS
-from autoselect.selector.decide import Decision, decide
-from autoselect.selector.e2e import E2E_MARGIN, e2e_evidence
-from autoselect.selector.estimate import (ESTIMATE_FLOOR, EXTRAPOLATION_LIMIT, FIT_POINTS, LatencyFit, MeasuredPoint,
-                                          estimate_latency, fit_latency)
-from autoselect.selector.evidence import DISQUALIFYING, BackendEvidence, EvidenceSource, MeasuredEvidence
-from autoselect.selector.flags import settle_command
-from autoselect.selector.pipeline import (BadWorkspaceAllowance, NoLegalBackend, recommend, recommend_for,
-                                           target_host, target_vllm_version)
-from autoselect.selector.render import render_args, render_env, render_explain, render_text
-from autoselect.selector.answer import (EVIDENCE_KINDS, SCHEMA_VERSION, BucketValue, Candidate, DataUsed, E2eEvidence,
-                                        Recommendation, Rejection)
-from autoselect.selector.target import STALENESS_KEYS, RecommendTarget
-from autoselect.workload import (DEFAULT_CONCURRENCY, DEFAULT_MAX_NUM_BATCHED_TOKENS, WORKLOAD_TABLE, BadDeployment,
-                                 Deployment, NoAll2All, UnknownWorkload, WorkloadSpec, resolve_deployment,
-                                 workload_from_kind)
+from autoselect.selector.estimate import MeasuredPoint, estimate_latency
+from autoselect.selector.pipeline import recommend, recommend_for, target_host
+from autoselect.selector.render import render_args, render_env, render_text
+from autoselect.selector.target import STALENESS_KEYS
 
 __all__ = [
-    # the entry points and the answer
-    "recommend", "recommend_for", "target_host", "target_vllm_version", "Recommendation", "Candidate", "Rejection",
-    "BucketValue", "DataUsed", "E2eEvidence", "SCHEMA_VERSION", "EVIDENCE_KINDS",
-    "render_text", "render_explain", "render_env", "render_args", "settle_command",
-    # the steps' public parts
-    "RecommendTarget", "STALENESS_KEYS", "EvidenceSource", "BackendEvidence", "MeasuredEvidence", "DISQUALIFYING",
-    "LatencyFit", "MeasuredPoint", "fit_latency", "estimate_latency", "ESTIMATE_FLOOR", "EXTRAPOLATION_LIMIT",
-    "FIT_POINTS", "Decision", "decide", "CONFIDENCE_CAPS", "CONFIDENCE_LEVELS", "E2E_MARGIN", "e2e_evidence",
-    "NoLegalBackend", "BadWorkspaceAllowance",
-    # the shared vocabulary, re-exported for the selector's callers (defined in autoselect.workload,
-    # autoselect.noise and autoselect.errors)
-    "Deployment", "WorkloadSpec", "WORKLOAD_TABLE", "DEFAULT_CONCURRENCY", "DEFAULT_MAX_NUM_BATCHED_TOKENS",
-    "resolve_deployment", "workload_from_kind", "BadDeployment", "NoAll2All", "UnknownWorkload",
-    "GpuArchRequired", "UnknownHostClass", "Z", "REL_FLOOR", "band_compare", "point_rel_halfwidth",
+    "STALENESS_KEYS", "MeasuredPoint", "estimate_latency", "recommend", "recommend_for", "render_args",
+    "render_env", "render_text", "target_host",
 ]

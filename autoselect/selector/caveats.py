@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autoselect.selector.answer import Candidate
 from autoselect.selector.decide import Decision
 from autoselect.selector.evidence import stale_keys
-from autoselect.selector.answer import Candidate
 from autoselect.selector.target import RecommendTarget
 from db.queries import StoredResult
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from autoselect.selector.decide import Decision
 from autoselect.selector.answer import DERIVED, PUBLISHED, TRANSFERRED, Candidate
+from autoselect.selector.decide import Decision
 
 #: Confidence levels, best first.
 CONFIDENCE_LEVELS = ("high", "medium", "low", "reference", "none")

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from autoselect.noise import point_rel_halfwidth
-from autoselect.selector.estimate import MeasuredPoint
 from autoselect.selector.answer import EVIDENCE_KINDS, MEASURED
+from autoselect.selector.estimate import MeasuredPoint
 from autoselect.selector.target import STALENESS_KEYS, RecommendTarget
 from db.queries import StoredResult, results_for
 

@@ -14,9 +14,9 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from autoselect.rules import Verdict
+from autoselect.selector.answer import MEASURED, BucketValue, Candidate, FitSummary, Rejection
 from autoselect.selector.estimate import estimate_latency, fit_all, weakest_kind, weighted
 from autoselect.selector.evidence import BackendEvidence
-from autoselect.selector.answer import MEASURED, BucketValue, Candidate, FitSummary, Rejection
 from autoselect.selector.target import RecommendTarget
 from db.queries import StoredResult
 

@@ -14,12 +14,14 @@ import sqlite3
 from typing import Any, Callable, Sequence
 
 from autoselect import rules, vllm_flags
+from autoselect.bridge import target_version
 from autoselect.candidates import candidate_backends
 from autoselect.errors import UnknownHostClass, UserError
 from autoselect.hardware import HostFingerprint, fingerprint
 from autoselect.model import MoeProfile, load_profile, normalize_arch
 from autoselect.reference import get_class, is_reference_class
 from autoselect.reference.host import reference_host
+from autoselect.selector.answer import ModelSummary, Recommendation
 from autoselect.selector.caveats import caveats
 from autoselect.selector.confidence import confidence, facts
 from autoselect.selector.decide import decide
@@ -29,10 +31,8 @@ from autoselect.selector.flags import serve_flags, settle, tuned_knobs
 from autoselect.selector.judge import judge_backend
 from autoselect.selector.provenance import data_used
 from autoselect.selector.reference_evidence import ReferenceEvidence
-from autoselect.selector.answer import ModelSummary, Recommendation
 from autoselect.selector.sources import sources_for
 from autoselect.selector.target import RecommendTarget, gpu_memory_mib, resolve
-from autoselect.bridge import target_version
 from autoselect.workload import (BadWorkloadOption, Deployment, WorkloadSpec, check_deployment_flags,
                                  check_workload_kind, resolve_deployment, workload_from_kind, workload_from_tokens)
 from db import default_path

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from autoselect.selector.evidence import when
 from autoselect.selector.answer import DataUsed, RunUsed
+from autoselect.selector.evidence import when
 from autoselect.selector.target import RecommendTarget
 from db.queries import StoredResult
 

@@ -36,9 +36,9 @@ from autoselect.noise import REL_FLOOR
 from autoselect.reference import (AGRS, ReferenceClass, ReferenceData, default, get_class, is_reference_class,
                                   match_host)
 from autoselect.reference.host import GENERIC_REQUIREMENT, REQUIREMENTS
+from autoselect.selector.answer import DERIVED, PUBLISHED, TRANSFERRED, Candidate, ReferenceSource, ReferenceUsed
 from autoselect.selector.estimate import MeasuredPoint
 from autoselect.selector.evidence import BackendEvidence
-from autoselect.selector.answer import DERIVED, PUBLISHED, TRANSFERRED, Candidate, ReferenceSource, ReferenceUsed
 from autoselect.selector.target import RecommendTarget
 
 #: Relative band of a published or derived point (see the module docstring).

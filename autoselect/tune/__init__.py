@@ -69,30 +69,9 @@ The package, one concern per module (the flow: spec -> tuner -> race over an ind
 - :mod:`~autoselect.tune.events`: the typed progress events.
 """
 
-from autoselect.tune.events import BackendPruned, KnobsNote, Measuring, TrialAdded, TuneFinished, TuneStarted
-from autoselect.tune.index import MeasurementIndex
-from autoselect.tune.knob_search import KnobSearch, ScreenedSetting, combine_settings, plan_knob_settings
-from autoselect.tune.measurement import Measurement, measurement_from_result, setting_key
-from autoselect.tune.outcome import TuneOutcome, best_recommendable
-from autoselect.tune.entry import NoCandidates, load_model, prepare, run_tune
-from autoselect.tune.race import (
-    MAX_REFINE_ROUNDS,
-    PRUNE_MIN_RUNS,
-    PRUNE_QUIET_NOISE,
-    PRUNE_SAFETY,
-    REFINE_BUCKETS_PER_ROUND,
-    Race,
-)
-from autoselect.tune.stats import Comparison, Noise, PointEstimate, Score, pool, run_to_run_noise, t_quantile
-from autoselect.tune.storage import STAGES, Study, open_storage, optuna_path, study_name
-from autoselect.tune.tuner import REFINE, SCREEN, Tuner, TuneSpec
+from autoselect.tune.entry import prepare, run_tune
+from autoselect.tune.events import TrialAdded
 
 __all__ = [
-    "MAX_REFINE_ROUNDS", "PRUNE_MIN_RUNS", "PRUNE_QUIET_NOISE", "PRUNE_SAFETY", "REFINE", "REFINE_BUCKETS_PER_ROUND",
-    "SCREEN", "STAGES", "BackendPruned", "Comparison", "KnobSearch", "KnobsNote", "Measurement",
-    "MeasurementIndex", "Measuring", "NoCandidates", "Noise", "PointEstimate", "Race", "Score", "ScreenedSetting",
-    "Study", "TrialAdded", "TuneFinished", "TuneOutcome", "TuneSpec", "TuneStarted", "Tuner", "best_recommendable",
-    "combine_settings", "load_model", "measurement_from_result", "open_storage", "optuna_path",
-    "plan_knob_settings", "pool", "prepare", "run_to_run_noise", "run_tune", "setting_key", "study_name",
-    "t_quantile",
+    "TrialAdded", "prepare", "run_tune",
 ]

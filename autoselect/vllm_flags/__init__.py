@@ -12,13 +12,6 @@ No vLLM import anywhere: ``check`` and ``recommend`` stay fast.
 
 from autoselect.lazy import lazy_exports
 from autoselect.vllm_flags.emit import (
-    BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    DEFAULT_MAX_WORKSPACE_GIB,
-    TOKEN_ROUNDING,
-    VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    WORKSPACE_SIZED_BACKENDS,
-    one_sided_workspace_bytes,
-    serve_argv,
     serve_flags,
     vllm_default_max_num_batched_tokens,
     workspace_max_num_batched_tokens,
@@ -28,15 +21,12 @@ from autoselect.vllm_flags.emit import (
 #: the names it defines. ``recommend`` only emits flags; the readers' dataclasses and patterns
 #: cost its start ~5 ms (:mod:`autoselect.lazy`).
 _LAZY = {
-    "command": ("ENTRYPOINT_MODULES", "Command", "InvalidServeCommand", "read_command"),
-    "serve_args": ("FLAG_OPTIONS", "KV_ROLES", "VALUE_OPTIONS", "ServeArgs", "parse_serve_argv"),
+    "command": ("read_command",),
+    "serve_args": ("ServeArgs", "parse_serve_argv"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
-    "BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS", "DEFAULT_MAX_WORKSPACE_GIB", "ENTRYPOINT_MODULES", "FLAG_OPTIONS",
-    "KV_ROLES", "TOKEN_ROUNDING", "VALUE_OPTIONS", "VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS", "WORKSPACE_SIZED_BACKENDS",
-    "Command", "InvalidServeCommand", "ServeArgs", "one_sided_workspace_bytes", "parse_serve_argv",
-    "read_command", "serve_argv", "serve_flags", "vllm_default_max_num_batched_tokens",
+    "ServeArgs", "parse_serve_argv", "read_command", "serve_flags", "vllm_default_max_num_batched_tokens",
     "workspace_max_num_batched_tokens",
 ]

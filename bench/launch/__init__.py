@@ -13,15 +13,12 @@ Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) the sweep runs in the calling p
 instead (:func:`serve_in_process`): torchrun owns the processes.
 """
 
-from bench.launch.group import MEASURE_GRACE_S, POLL_S, StartFailed, WorkerGroup, measure_limit_s
 from bench.launch.pool import WorkerGroups
-from bench.launch.processes import signals_raise, torchrun_rank, under_torchrun, worker_env
-from bench.launch.protocol import HARNESS_ERROR, GroupConfig, Job, JobReport, PointDone, StartUp
-from bench.launch.timing_log import TIMING_LOG_ENV
-from bench.launch.worker import WorkerSession, harness_failure, serve_in_process
+from bench.launch.processes import signals_raise, torchrun_rank, under_torchrun
+from bench.launch.protocol import HARNESS_ERROR, GroupConfig, Job, PointDone
+from bench.launch.worker import serve_in_process
 
 __all__ = [
-    "HARNESS_ERROR", "MEASURE_GRACE_S", "POLL_S", "TIMING_LOG_ENV", "GroupConfig", "Job", "JobReport",
-    "PointDone", "StartFailed", "StartUp", "WorkerGroup", "WorkerGroups", "WorkerSession", "harness_failure",
-    "measure_limit_s", "serve_in_process", "signals_raise", "torchrun_rank", "under_torchrun", "worker_env",
+    "HARNESS_ERROR", "GroupConfig", "Job", "PointDone", "WorkerGroups", "serve_in_process", "signals_raise",
+    "torchrun_rank", "under_torchrun",
 ]

@@ -16,31 +16,13 @@ One point (backend x shape x tokens per rank) runs on every rank of the group:
    algbw/busbw (:func:`run_point`).
 """
 
-from bench.measure.agreement import agree, max_over_ranks, rank0_says_done
-from bench.measure.cpu_timing import BATCH_TARGET_S, time_cpu
-from bench.measure.cuda_timing import SPLIT_PASS_ITERATIONS, batch_sample_us, time_cuda
-from bench.measure.gate import check_combine, check_dispatch, gate_round_trip
-from bench.measure.graphs import (
-    CUDA_BATCH_ROUND_TRIPS,
-    EAGER_REASONS,
-    GraphFallbackFailed,
-    builds_fields_on_access,
-    check_replay,
-    eager_reason,
-    first_line,
-    layout_of,
-    poison_outputs,
-    same_layout,
-)
-from bench.measure.point import PointOutcome, run_point
-from bench.measure.stats import relative_standard_error, split_medians, summarize
-from bench.measure.stopping import DEFAULTS, WARMUP_ITERATIONS, Sampling
+from bench.measure.agreement import agree
+from bench.measure.cpu_timing import time_cpu
+from bench.measure.gate import gate_round_trip
+from bench.measure.graphs import first_line
+from bench.measure.point import run_point
+from bench.measure.stopping import WARMUP_ITERATIONS, Sampling
 
 __all__ = [
-    "BATCH_TARGET_S", "CUDA_BATCH_ROUND_TRIPS", "DEFAULTS", "EAGER_REASONS", "SPLIT_PASS_ITERATIONS",
-    "WARMUP_ITERATIONS", "GraphFallbackFailed", "PointOutcome", "Sampling", "agree",
-    "batch_sample_us", "builds_fields_on_access", "check_combine", "check_dispatch", "check_replay",
-    "eager_reason", "first_line", "gate_round_trip", "layout_of", "max_over_ranks", "poison_outputs",
-    "rank0_says_done", "relative_standard_error", "run_point", "same_layout", "split_medians",
-    "summarize", "time_cpu", "time_cuda",
+    "WARMUP_ITERATIONS", "Sampling", "agree", "first_line", "gate_round_trip", "run_point", "time_cpu",
 ]

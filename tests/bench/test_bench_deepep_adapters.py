@@ -19,12 +19,13 @@ import torch
 from autoselect import rules
 from autoselect.model import MoeProfile
 from autoselect.payload import ACTIVATION_DTYPES
+from autoselect.rules.budgets import CHUNK_SIZE
 from bench import backends
 from bench.backends import BenchContext
 from bench.backends import deepep_common as common
 from bench.backends.deepep_high_throughput import DeepepHighThroughput
 from bench.backends.deepep_low_latency import DeepepLowLatency
-from bench.measure import check_dispatch
+from bench.measure.gate import check_dispatch
 from bench.synthetic import BenchPoint
 from support.fp8_cast import deepep_ll_cast
 
@@ -213,7 +214,7 @@ def test_low_latency_runs_unpadded_exactly_where_the_rules_accept_the_token_budg
         profile = MoeProfile.from_shape(4096, experts, 8, "bf16")
         for tokens in range(250, 530):
             batched, sized = rules.smallest_deployment("deepep_low_latency", rules.NEWEST_VLLM, tokens)
-            budget = int(sized.get(rules.CHUNK_SIZE, batched))
+            budget = int(sized.get(CHUNK_SIZE, batched))
             verdict = rules.legal("deepep_low_latency", profile, None, world_size, None, gpu_arch="sm90",
                                   max_tokens_per_rank=budget)
             if verdict.ok:

@@ -11,16 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from bench.backends import Received  # noqa: E402
-from bench.measure import (  # noqa: E402
-    EAGER_REASONS,
-    batch_sample_us,
-    check_replay,
-    eager_reason,
-    layout_of,
-    poison_outputs,
-    same_layout,
-    split_medians,
-)
+from bench.measure.cuda_timing import batch_sample_us
+from bench.measure.graphs import EAGER_REASONS, check_replay, eager_reason, layout_of, poison_outputs, same_layout
+from bench.measure.stats import split_medians
 from bench.synthetic import BenchPoint  # noqa: E402
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -164,7 +164,8 @@ def test_a_point_the_harness_cannot_build_is_a_harness_failure_and_the_session_g
     # ranks agree on it and run the next point in the same processes
     import torch.distributed as dist
 
-    from bench.launch import GroupConfig, Job, WorkerSession
+    from bench.launch import GroupConfig, Job
+    from bench.launch.worker import WorkerSession
 
     events = []
     session = WorkerSession(GroupConfig("reference_all_to_all", 1, "cpu"), 0, 1, events.append,
@@ -211,7 +212,8 @@ def test_bench_stores_no_row_for_a_harness_failure_and_keeps_it_with_the_run(plu
 
 @pytest.mark.slow
 def test_a_point_measured_again_in_a_group_reuses_its_harness_tables(tmp_path):
-    from bench.launch import GroupConfig, Job, WorkerSession
+    from bench.launch import GroupConfig, Job
+    from bench.launch.worker import WorkerSession
 
     events = []
     session = WorkerSession(GroupConfig("reference_all_to_all", 1, "cpu"), 0, 1, events.append,

@@ -317,7 +317,7 @@ def test_an_exported_queue_depth_lifts_the_token_limit_as_it_does_for_the_worker
 
 
 def test_validate_refuses_a_bad_queue_depth_in_the_sweep_env_before_tune_or_fleet_measure():
-    from autoselect.rules import InvalidQueueDepth
+    from autoselect.rules.limits import InvalidQueueDepth
     from bench.sweep import validate
 
     spec = _spec(["deepep_low_latency"], hidden=7168, top_k=8, experts=256, env={"NVSHMEM_QP_DEPTH": "-3"})

@@ -9,8 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.measure import Sampling, check_combine, check_dispatch, summarize
 from bench.backends import Received
+from bench.measure import Sampling
+from bench.measure.gate import check_combine, check_dispatch
+from bench.measure.stats import summarize
 from bench.routing import BadRouting, parse_routing
 from bench.synthetic import (
     E4M3_MAX_CODE,
@@ -214,7 +216,7 @@ def test_stopping_rule_stops_once_the_noise_is_stable():
 def test_stopping_rule_noise_from_its_reused_buffers_equals_the_noise_of_the_sample_list():
     import random
 
-    from bench.measure import relative_standard_error
+    from bench.measure.stats import relative_standard_error
 
     rng = random.Random(7)
     rule = Sampling(min_samples=10**9, min_time_s=1e9, timeout_s=1e9)

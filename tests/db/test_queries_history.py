@@ -20,7 +20,8 @@ from support.db import hgx_host, make_result
 from support.paths import FIXTURES
 
 from autoselect.model import MoeProfile, load_profile
-from autoselect.selector import STALENESS_KEYS, Deployment, recommend, workload_from_kind
+from autoselect.selector import STALENESS_KEYS, recommend
+from autoselect.workload import Deployment, workload_from_kind
 from db import queries
 from db.importing import import_file
 from db.store import Store

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from support.paths import REPO
 
 from autoselect.cli import main
-from autoselect.fleet.deploy import KINDS, TEMPLATES, cron_schedule, render, slurm_time
+from autoselect.fleet.deploy import render
+from autoselect.fleet.deploy.jobs import KINDS, TEMPLATES, cron_schedule, slurm_time
 
 ARGS = "--model deepseek-ai/DeepSeek-V3 --tokens 1,8,64"
 

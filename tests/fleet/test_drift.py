@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from autoselect.cli import main
 from autoselect.fleet import drift
+from autoselect.fleet.drift.points import reference, slow_threshold
 from db.queries import all_results, connect_readonly
 from support.fleet import DEEPSEEK_V3, NODES, SLOW_NODE, TOKENS, build_fleet_db
 
@@ -66,15 +67,15 @@ def test_drift_reports_the_software_versions_that_changed(fleet_db):
 
 
 def test_slow_threshold_is_the_larger_of_the_floor_and_k_standard_errors():
-    assert drift.slow_threshold(0.01, 0.0) == 0.05
-    assert drift.slow_threshold(0.03, 0.04) == pytest.approx(0.15)
+    assert slow_threshold(0.01, 0.0) == 0.05
+    assert slow_threshold(0.03, 0.04) == pytest.approx(0.15)
 
 
 def test_reference_noise_includes_the_run_to_run_spread():
-    ref = drift.reference([100.0, 110.0, 90.0], [0.01, 0.01, 0.01])
+    ref = reference([100.0, 110.0, 90.0], [0.01, 0.01, 0.01])
     assert ref.latency_us == 100.0
     assert ref.noise_stdrel == pytest.approx(1.4826 * 10 / 100)
-    assert drift.reference([100.0, 120.0], [0.02, 0.01]).noise_stdrel == pytest.approx(0.015)
+    assert reference([100.0, 120.0], [0.02, 0.01]).noise_stdrel == pytest.approx(0.015)
 
 
 def test_recommendation_change_since_the_previous_run_names_the_measurements_that_moved(fleet_db):

@@ -15,6 +15,12 @@ from click.testing import CliRunner
 
 from autoselect import fleet
 from autoselect.cli import main
+from autoselect.fleet.cluster import NotEnoughNodes
+from autoselect.fleet.events import NodeFailed, NodeResult, ResultMeasured, TaskFinished
+from autoselect.fleet.identity import node_scoped_hosts
+from autoselect.fleet.probe import Probe, busy_reasons
+from autoselect.fleet.run import FleetReport
+from autoselect.fleet.task import bench_node
 from autoselect.options import parse_duration
 from autoselect.workload import Shape
 from db.queries import connect_readonly, runs
@@ -106,7 +112,7 @@ def test_a_failing_node_task_is_retried_on_its_live_node_then_recorded_failed(cl
     (node,) = report.nodes
     assert (node.status, node.attempts, node.results) == ("failed", 2, 0)
     assert "NotEnoughGpus" in node.error and "no CUDA GPU" in node.error
-    assert [e.retry for e in events if isinstance(e, fleet.NodeFailed)] == [True, False]
+    assert [e.retry for e in events if isinstance(e, NodeFailed)] == [True, False]
     node_runs = _node_runs(db_path)
     assert [(r["status"], r["meta"]["attempt"]) for r in node_runs] == [("failed", 1), ("failed", 2)]
     assert node_runs[0]["meta"]["error"] == node.error
@@ -119,7 +125,7 @@ def test_a_node_killed_mid_run_is_recorded_and_the_others_finish(cluster, db_pat
     killed = {}
 
     def kill_on_first_result(event):
-        if isinstance(event, fleet.NodeResult) and event.ray_node_id in victims and not killed:
+        if isinstance(event, NodeResult) and event.ray_node_id in victims and not killed:
             killed["node"] = event.ray_node_id
             cluster.remove_node(victims[event.ray_node_id])
 
@@ -193,21 +199,21 @@ def test_durations_take_a_unit():
 def test_busy_reasons_name_each_gpu_over_a_threshold():
     gpus = [{"index": 0, "utilization": 0.0, "memory_used": 0.01},
             {"index": 1, "utilization": 0.55, "memory_used": 0.80}]
-    assert fleet.busy_reasons(gpus, utilization=0.10, memory_used=0.10) == [
+    assert busy_reasons(gpus, utilization=0.10, memory_used=0.10) == [
         "GPU 1 at 55% utilisation (limit 10%)", "GPU 1 has 80% of its memory in use (limit 10%)"]
-    assert fleet.busy_reasons([], utilization=0.10, memory_used=0.10) == []  # a CPU node is never busy
+    assert busy_reasons([], utilization=0.10, memory_used=0.10) == []  # a CPU node is never busy
 
 
 def test_ray_nodes_sharing_a_machine_get_node_scoped_ids_and_unique_machines_keep_theirs():
     host = {"machine_id": "m1", "hostname": "box"}
     other = {"machine_id": "m2", "hostname": "other"}
-    probes = [fleet.Probe(ray_node_id="aaaaaaaa11", host=host), fleet.Probe(ray_node_id="bbbbbbbb22", host=host),
-              fleet.Probe(ray_node_id="cccccccc33", host=other)]
-    scoped = fleet.node_scoped_hosts(probes)
+    probes = [Probe(ray_node_id="aaaaaaaa11", host=host), Probe(ray_node_id="bbbbbbbb22", host=host),
+              Probe(ray_node_id="cccccccc33", host=other)]
+    scoped = node_scoped_hosts(probes)
     assert [h["hostname"] for h in scoped] == ["box/aaaaaaaa", "box/bbbbbbbb", "other"]
     assert len({h["machine_id"] for h in scoped}) == 3
     assert scoped[2]["machine_id"] == "m2"
-    assert scoped == fleet.node_scoped_hosts(probes)  # stable
+    assert scoped == node_scoped_hosts(probes)  # stable
     assert host == {"machine_id": "m1", "hostname": "box"}  # the probes' hosts are not changed
 
 
@@ -217,13 +223,13 @@ def test_schedule_waits_every_plus_jitter_between_runs_and_keeps_going_after_an_
     def run_once():
         calls.append(len(calls))
         if len(calls) == 2:
-            raise fleet.NotEnoughNodes("cluster gone")
+            raise NotEnoughNodes("cluster gone")
         return len(calls)
 
     reported = []
     out = fleet.run_schedule(run_once, every_s=100, jitter_s=10, count=3, sleep=waits.append,
                              rng=random.Random(7), on_error=lambda e: reported.append((len(calls), str(e))))
-    assert out[0] == 1 and isinstance(out[1], fleet.NotEnoughNodes) and out[2] == 3
+    assert out[0] == 1 and isinstance(out[1], NotEnoughNodes) and out[2] == 3
     assert reported == [(2, "cluster gone")]  # reported when it happened, not after the loop
     assert len(waits) == 2 and all(90 <= w <= 110 for w in waits)
     assert waits == [100 + random.Random(7).uniform(-10, 10) for _ in range(1)] + [waits[1]]
@@ -246,11 +252,11 @@ def test_bench_node_streams_each_result_and_stops_starting_backends_after_the_bu
                            backends=["allgather_reducescatter", "reference_all_to_all"], budget_s=0.001,
                            min_samples=3, min_time_s=0.05, timeout_s=5)
     shapes = fleet.validate(spec)
-    events = list(fleet.bench_node(spec.node_settings(2), shapes, fingerprint().to_dict()))
-    results = [e.result for e in events if isinstance(e, fleet.ResultMeasured)]
+    events = list(bench_node(spec.node_settings(2), shapes, fingerprint().to_dict()))
+    results = [e.result for e in events if isinstance(e, ResultMeasured)]
     assert [(r.backend, r.tokens_per_rank, r.status) for r in results] == [
         ("allgather_reducescatter", 1, "ok"), ("allgather_reducescatter", 4, "ok")]
-    assert isinstance(events[-1], fleet.TaskFinished) and events[-1].budget_exhausted is True
+    assert isinstance(events[-1], TaskFinished) and events[-1].budget_exhausted is True
     assert {b: len(ups) for b, ups in events[-1].startups.items()} == {"allgather_reducescatter": 1}
 
 
@@ -260,7 +266,7 @@ def _captured_spec(monkeypatch, *argv):
 
     def fake_run_fleet(spec, db_path, progress=None):
         seen.append(spec)
-        return fleet.FleetReport(fleet_run="f", trigger=spec.trigger, db_path=str(db_path), nodes=[], seconds=0.0)
+        return FleetReport(fleet_run="f", trigger=spec.trigger, db_path=str(db_path), nodes=[], seconds=0.0)
 
     monkeypatch.setattr(fleet, "run_fleet", fake_run_fleet)
     result = CliRunner().invoke(main, ["fleet", "run", *argv])

@@ -22,7 +22,8 @@ from support.paths import FIXTURES
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
-from autoselect.fleet.service import UNKNOWN_MODEL, create_app
+from autoselect.fleet.service import create_app
+from autoselect.fleet.service.app import UNKNOWN_MODEL
 
 
 def cache_hub_model(repo_id: str, config: Path) -> Path:

@@ -9,18 +9,9 @@ import pytest
 
 from support.paths import FIXTURES
 
-from autoselect.model import (
-    DenseModel,
-    InvalidShape,
-    ModelConfigInvalid,
-    ModelConfigNotFound,
-    MoeFieldsMissing,
-    MoeProfile,
-    UnknownGpuArch,
-    UnsupportedQuantization,
-    load_profile,
-    normalize_arch,
-)
+from autoselect.errors import InvalidShape
+from autoselect.model import DenseModel, ModelConfigNotFound, MoeProfile, load_profile, normalize_arch
+from autoselect.model.errors import ModelConfigInvalid, MoeFieldsMissing, UnknownGpuArch, UnsupportedQuantization
 
 MODELS = FIXTURES / "models"
 

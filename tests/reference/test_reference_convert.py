@@ -20,8 +20,9 @@ import pytest
 from support.paths import REPO
 
 from autoselect import rules
-from autoselect.reference import canonical_dump, connect, datafile
+from autoselect.reference import datafile
 from autoselect.reference import convert as conv
+from autoselect.reference.datafile import canonical_dump, connect
 
 pytest.importorskip("pyarrow", reason="pyarrow is needed to read the parquet tables (pip install pyarrow)")
 pytest.importorskip("yaml", reason="pyyaml is needed to read collection_meta.yaml (pip install pyyaml)")

@@ -13,20 +13,11 @@ import sys
 import pytest
 
 from autoselect import payload
-from autoselect.reference import (
-    AGRS,
-    CLASSES,
-    DERIVED,
-    PUBLISHED,
-    ReferenceData,
-    ReferenceWorldSizeUnavailable,
-    UnknownReferenceClass,
-    attach,
-    canonical_dump,
-    connect,
-    default,
-)
+from autoselect.reference import AGRS, CLASSES, DERIVED, ReferenceData, default
 from autoselect.reference import datafile
+from autoselect.reference.datafile import attach, canonical_dump, connect
+from autoselect.reference.query import PUBLISHED
+from autoselect.reference.systems import ReferenceWorldSizeUnavailable, UnknownReferenceClass
 from autoselect.reference.tables import FIDELITY, ROUND_TRIP
 
 DSV3 = dict(hidden=7168, top_k=8, experts=256)

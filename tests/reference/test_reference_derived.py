@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autoselect.reference import agrs_messages, default
+from autoselect.reference import default
+from autoselect.reference.derived import agrs_messages
 from autoselect.reference.derived import MAX_EXTRAPOLATION, Collective, agrs_estimate, read_time
 
 

@@ -10,6 +10,8 @@ from support.fleet import h200_host
 
 from autoselect.cli.bench_cmd import render_text
 from autoselect.fleet import drift
+from autoselect.fleet.drift.nodes import reference_drift
+from autoselect.fleet.drift.points import Observation, Point
 from autoselect.hardware import HostFingerprint
 from autoselect.reference import CLASSES
 from autoselect.reference.health import SLOWER, SLOWER_LIMIT, Measured, check_results, compare
@@ -84,9 +86,9 @@ def test_bench_prints_the_ratio_and_the_flag_in_text_and_json():
 
 
 def _observation(backend, tokens, latency, run_id=2, machine="m-a"):
-    point = drift.Point(backend=backend, shape=Shape(hidden=7168, top_k=8, experts=256, dtype="bf16"), world_size=8,
+    point = Point(backend=backend, shape=Shape(hidden=7168, top_k=8, experts=256, dtype="bf16"), world_size=8,
                         tokens_per_rank=tokens, combine_dtype="bf16", routing="uniform", kind="micro", device="cuda")
-    return drift.Observation(machine_id=machine, hostname="gpu-a", host_class="h200x8-fleet", run_id=run_id,
+    return Observation(machine_id=machine, hostname="gpu-a", host_class="h200x8-fleet", run_id=run_id,
                              run_started_at=f"2026-11-0{run_id}", point=point, latency_us=latency, noise_stdrel=0.01)
 
 
@@ -94,7 +96,7 @@ def test_fleet_drift_uses_the_reference_as_a_baseline():
     obs = [_observation(LL, 128, 400.0), _observation(LL, 64, 170.0), _observation(AGRS, 128, 400.0),
            _observation(LL, 128, 210.0, run_id=1)]  # an older run: history, not the newest run
     nodes = drift.node_drift(obs)
-    drift.reference_drift(nodes, obs, {"h200x8-fleet": h200_host("gpu-a")})
+    reference_drift(nodes, obs, {"h200x8-fleet": h200_host("gpu-a")})
     node, = nodes
     assert node.reference_class == "ref-h200_sxm-x8" and node.compared_reference == 3
     vs_ref = [s for s in node.slow if s.versus == "reference"]

@@ -5,15 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autoselect.hardware import NVLINK_GBPS_PER_LINK, HostFingerprint, cpu_fingerprint
-from autoselect.reference import (
-    CLASSES,
-    SYSTEMS,
-    ReferenceWorldSizeUnavailable,
-    UnknownReferenceClass,
-    get_class,
-    is_reference_class,
-    match_host,
-)
+from autoselect.reference import CLASSES, get_class, is_reference_class, match_host
+from autoselect.reference.systems import SYSTEMS, ReferenceWorldSizeUnavailable, UnknownReferenceClass
 
 
 def host(gpu_name, count, *, links_up=True, fabric=None, arch="sm90"):

@@ -14,14 +14,19 @@ import matplotlib.image as mpimg
 import pytest
 from click.testing import CliRunner
 
-from autoselect import report
 from autoselect.cli import main
+from autoselect.report.data import collect
+from autoselect.report.figures import bandwidth_figure, fleet_figure, latency_figure, phases_figure
+from autoselect.report.series import BackendSeries, bandwidth_gbps, build_series, crossovers
+from autoselect.report.style import DPI, FIGSIZE_IN
+from autoselect.report.terminal import terminal_chart
+from autoselect.report.write import write_report
 from db.records import Result
 
 from support import report as h
 from support.paths import REPO
 
-FIG_H, FIG_W = int(report.FIGSIZE_IN[1] * report.DPI), int(report.FIGSIZE_IN[0] * report.DPI)
+FIG_H, FIG_W = int(FIGSIZE_IN[1] * DPI), int(FIGSIZE_IN[0] * DPI)
 
 
 def _texts(fig) -> str:
@@ -53,7 +58,7 @@ def sweep_db(tmp_path):
 
 
 def _series(backend, points):
-    return report.BackendSeries(
+    return BackendSeries(
         backend, timed=[Result(backend, 8, t, 2048, 8, 128, "bf16", latency_us_p50=v) for t, v in points]
     )
 
@@ -61,7 +66,7 @@ def _series(backend, points):
 def test_crossover_is_interpolated_in_log_log_space():
     a = _series("allgather_reducescatter", [(1, 10.0), (4, 40.0)])
     b = _series("flashinfer_nvlink_two_sided", [(1, 20.0), (4, 20.0)])
-    [c] = report.crossovers([a, b])
+    [c] = crossovers([a, b])
     assert (c.faster_below, c.faster_above) == ("allgather_reducescatter", "flashinfer_nvlink_two_sided")
     assert c.tokens_per_rank == pytest.approx(2.0)
     assert c.latency_us == pytest.approx(20.0)
@@ -72,7 +77,7 @@ def test_crossover_of_two_slower_curves_is_not_where_the_fastest_backend_changes
     a = _series("allgather_reducescatter", [(1, 10.0), (4, 40.0)])
     b = _series("flashinfer_nvlink_two_sided", [(1, 20.0), (4, 20.0)])
     fastest = _series("deepep_high_throughput", [(1, 5.0), (4, 5.0)])
-    crossings = report.crossovers([a, b, fastest])
+    crossings = crossovers([a, b, fastest])
     assert [(c.tokens_per_rank, c.on_envelope) for c in crossings] == [(pytest.approx(2.0), False)]
 
 
@@ -81,7 +86,7 @@ def test_illegal_and_baseline_curves_have_no_crossovers():
     illegal = _series("flashinfer_nvlink_one_sided", [(1, 20.0), (4, 20.0)])
     illegal.illegal_reasons = ("needs nvfp4 activations",)
     baseline = _series("reference_all_to_all", [(1, 20.0), (4, 20.0)])
-    assert report.crossovers([a, illegal, baseline]) == []
+    assert crossovers([a, illegal, baseline]) == []
 
 
 def test_series_keep_the_newest_row_per_token_count_and_name_what_failed():
@@ -90,7 +95,7 @@ def test_series_keep_the_newest_row_per_token_count_and_name_what_failed():
     new_bad = h.failed("allgather_reducescatter", 8, "incorrect", "byte 3 differs")
     new_bad.created_at = "2026-02-01T00:00:00+00:00"
     ok16 = h.timed("allgather_reducescatter", 16)
-    [s] = report.build_series([old_ok, new_bad, ok16])
+    [s] = build_series([old_ok, new_bad, ok16])
     assert s.tokens == [16]
     assert [(r.tokens_per_rank, r.status) for r in s.failed] == [(8, "incorrect")]
     assert s.state == "partial"
@@ -99,7 +104,7 @@ def test_series_keep_the_newest_row_per_token_count_and_name_what_failed():
 
 def test_bandwidth_falls_back_to_bytes_over_median_time():
     r = Result("allgather_reducescatter", 8, 1, 2048, 8, 128, "bf16", latency_us_p50=10.0, bytes_per_rank=450_000)
-    assert report.bandwidth_gbps(r) == pytest.approx(45.0)
+    assert bandwidth_gbps(r) == pytest.approx(45.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,8 +112,8 @@ def test_bandwidth_falls_back_to_bytes_over_median_time():
 
 
 def test_report_writes_every_figure_as_png_of_the_figure_size_and_one_page(sweep_db, tmp_path):
-    data = report.collect(h.QWEN, db_path=sweep_db)
-    files = report.write_report(data, tmp_path / "out")
+    data = collect(h.QWEN, db_path=sweep_db)
+    files = write_report(data, tmp_path / "out")
     assert sorted(files.pngs) == ["bandwidth", "latency", "phases"]  # one machine: no fleet figure
     for path in files.pngs.values():
         assert mpimg.imread(path).shape == (FIG_H, FIG_W, 4)
@@ -117,14 +122,14 @@ def test_report_writes_every_figure_as_png_of_the_figure_size_and_one_page(sweep
 
 
 def test_svg_flag_also_writes_each_figure_as_svg(sweep_db, tmp_path):
-    files = report.write_report(report.collect(h.QWEN, db_path=sweep_db), tmp_path / "out", svg=True)
+    files = write_report(collect(h.QWEN, db_path=sweep_db), tmp_path / "out", svg=True)
     assert sorted(p.name for p in files.svgs.values()) == ["bandwidth.svg", "latency.svg", "phases.svg"]
     assert all(p.read_text().lstrip().startswith("<?xml") for p in files.svgs.values())
 
 
 def test_latency_legend_names_illegal_incorrect_and_unavailable_backends(sweep_db):
-    data = report.collect(h.QWEN, db_path=sweep_db)
-    legend = [t.get_text() for t in report.latency_figure(data).axes[0].get_legend().get_texts()]
+    data = collect(h.QWEN, db_path=sweep_db)
+    legend = [t.get_text() for t in latency_figure(data).axes[0].get_legend().get_texts()]
     assert "allgather_reducescatter" in legend
     assert any(t.startswith("flashinfer_nvlink_one_sided — ILLEGAL here") for t in legend)
     assert any(t.startswith("deepep_low_latency — INCORRECT") for t in legend)
@@ -132,8 +137,8 @@ def test_latency_legend_names_illegal_incorrect_and_unavailable_backends(sweep_d
 
 
 def test_latency_figure_is_log_log_with_a_p10_p90_band_per_timed_backend(sweep_db):
-    data = report.collect(h.QWEN, db_path=sweep_db)
-    ax = report.latency_figure(data).axes[0]
+    data = collect(h.QWEN, db_path=sweep_db)
+    ax = latency_figure(data).axes[0]
     assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
     assert len(ax.collections) == 4  # fill_between: three legal backends + the illegal one-sided
     assert ax.get_ylabel() == "round-trip latency (µs, log scale)"
@@ -141,8 +146,8 @@ def test_latency_figure_is_log_log_with_a_p10_p90_band_per_timed_backend(sweep_d
 
 
 def test_crossovers_of_the_fixture_curves_are_annotated_where_the_fastest_backend_changes(sweep_db):
-    data = report.collect(h.QWEN, db_path=sweep_db)
-    on_envelope = [c for c in report.crossovers(data.series) if c.on_envelope]
+    data = collect(h.QWEN, db_path=sweep_db)
+    on_envelope = [c for c in crossovers(data.series) if c.on_envelope]
     # two-sided (12 µs + bytes / 40 GB/s) is fastest, then allgather_reducescatter (30 µs, 60 GB/s),
     # then DeepEP HT (55 µs, 150 GB/s): both changes fall between the measured 256 and 512 tokens.
     assert [(c.faster_below, c.faster_above) for c in on_envelope] == [
@@ -150,13 +155,13 @@ def test_crossovers_of_the_fixture_curves_are_annotated_where_the_fastest_backen
         ("allgather_reducescatter", "deepep_high_throughput"),
     ]
     assert all(256 < c.tokens_per_rank < 512 for c in on_envelope)
-    text = _texts(report.latency_figure(data))
+    text = _texts(latency_figure(data))
     for c in on_envelope:
         assert f"crossover ≈ {c.tokens_per_rank:.0f} tokens" in text
 
 
 def test_recommended_backend_per_workload_bucket_is_the_fastest_legal_estimate(sweep_db):
-    data = report.collect(h.QWEN, db_path=sweep_db, workload="1,64,1024")
+    data = collect(h.QWEN, db_path=sweep_db, workload="1,64,1024")
     assert [(b.tokens_per_rank, b.backend) for b in data.buckets] == [
         (1, "flashinfer_nvlink_two_sided"),
         (64, "flashinfer_nvlink_two_sided"),
@@ -167,14 +172,14 @@ def test_recommended_backend_per_workload_bucket_is_the_fastest_legal_estimate(s
         h.latency_us("flashinfer_nvlink_two_sided", 64),
         h.latency_us("deepep_high_throughput", 1024),
     ])
-    ax = report.latency_figure(data).axes[0]
+    ax = latency_figure(data).axes[0]
     stars = [line for line in ax.lines if line.get_marker() == "*" and len(line.get_xdata()) == 1]
     assert sorted(float(line.get_xdata()[0]) for line in stars) == [1.0, 64.0, 1024.0]
 
 
 def test_bandwidth_is_a_fraction_of_the_hosts_nvlink_peak(sweep_db):
-    data = report.collect(h.QWEN, db_path=sweep_db)
-    fig = report.bandwidth_figure(data)
+    data = collect(h.QWEN, db_path=sweep_db)
+    fig = bandwidth_figure(data)
     ax = fig.axes[0]
     agrs = next(line for line in ax.lines if line.get_label() == "allgather_reducescatter")
     expected = (1024 * h.BYTES_PER_TOKEN) / (h.latency_us("allgather_reducescatter", 1024) * 1e-6) / 1e9 / 450.0
@@ -187,9 +192,9 @@ def test_bandwidth_is_a_fraction_of_the_hosts_nvlink_peak(sweep_db):
 def test_cpu_host_bandwidth_is_plotted_in_gbps_and_says_there_is_no_nvlink_peak(tmp_path):
     db = h.write_db(tmp_path / "cpu.db", [(h.cpu_host(), [h.timed("allgather_reducescatter", t, world_size=2,
                                                                     device="cpu") for t in (1, 8, 64)])])
-    data = report.collect(h.QWEN, db_path=db, gpu_arch="sm90")
+    data = collect(h.QWEN, db_path=db, gpu_arch="sm90")
     assert data.nvlink_peak_gbps is None
-    fig = report.bandwidth_figure(data)
+    fig = bandwidth_figure(data)
     ax = fig.axes[0]
     assert ax.get_ylabel() == "logical bandwidth (GB/s) — no NVLink peak on this host"
     assert "No NVLink peak on this host (cpu device): absolute GB/s shown" in _texts(fig)
@@ -199,7 +204,7 @@ def test_cpu_host_bandwidth_is_plotted_in_gbps_and_says_there_is_no_nvlink_peak(
 
 
 def test_dispatch_and_combine_are_drawn_in_separate_panels(sweep_db):
-    fig = report.phases_figure(report.collect(h.QWEN, db_path=sweep_db))
+    fig = phases_figure(collect(h.QWEN, db_path=sweep_db))
     assert [ax.get_title() for ax in fig.axes] == ["Dispatch", "Combine"]
     two_sided = [next(line for line in ax.lines if line.get_label() == "flashinfer_nvlink_two_sided")
                  for ax in fig.axes]
@@ -209,10 +214,10 @@ def test_dispatch_and_combine_are_drawn_in_separate_panels(sweep_db):
 
 def test_a_single_measured_point_is_drawn_with_its_band_and_sane_limits(tmp_path):
     db = h.write_db(tmp_path / "one.db", [(h.gpu_host(), [h.timed("allgather_reducescatter", 64)])])
-    data = report.collect(h.QWEN, db_path=db)
-    files = report.write_report(data, tmp_path / "out")
+    data = collect(h.QWEN, db_path=db)
+    files = write_report(data, tmp_path / "out")
     assert mpimg.imread(files.pngs["latency"]).shape == (FIG_H, FIG_W, 4)
-    ax = report.latency_figure(data).axes[0]
+    ax = latency_figure(data).axes[0]
     assert ax.get_xlim() == pytest.approx((32.0, 128.0))
     p50 = h.latency_us("allgather_reducescatter", 64)
     lo, hi = ax.get_ylim()
@@ -223,16 +228,16 @@ def test_all_failed_database_draws_message_figures_naming_each_failure(tmp_path)
     rows = [h.failed("allgather_reducescatter", t, "timeout", "no result in 15 s") for t in (1, 8)]
     rows += [h.failed("deepep_low_latency", 1, "incorrect", "byte 3 differs")]
     db = h.write_db(tmp_path / "failed.db", [(h.gpu_host(), rows)])
-    data = report.collect(h.QWEN, db_path=db)
-    files = report.write_report(data, tmp_path / "out")
+    data = collect(h.QWEN, db_path=db)
+    files = write_report(data, tmp_path / "out")
     for path in files.pngs.values():
         assert mpimg.imread(path).shape == (FIG_H, FIG_W, 4)
-    text = _texts(report.latency_figure(data))
+    text = _texts(latency_figure(data))
     assert "No backend was timed" in text
     assert "allgather_reducescatter — timed out (2 points)" in text
     assert "deepep_low_latency — INCORRECT: failed the correctness gate (1 token count)" in text
     assert f"autoselect bench --model {data.model} --world-size 8" in text
-    assert "No backend was timed" in report.terminal_chart(data)
+    assert "No backend was timed" in terminal_chart(data)
 
 
 def test_empty_database_is_a_clear_error_and_writes_nothing(tmp_path):
@@ -305,19 +310,19 @@ def _fleet_db(tmp_path, slow_node: int = 2):
 
 def test_fleet_database_draws_one_bar_per_node_for_the_chosen_backend_and_tokens(tmp_path):
     db = _fleet_db(tmp_path)
-    data = report.collect(h.QWEN, db_path=db, fleet_backend="allgather_reducescatter", fleet_tokens=64)
+    data = collect(h.QWEN, db_path=db, fleet_backend="allgather_reducescatter", fleet_tokens=64)
     view = data.fleet
     assert (view.backend, view.tokens_per_rank) == ("allgather_reducescatter", 64)
     p50 = h.latency_us("allgather_reducescatter", 64)
     assert {n.hostname: n.latency_us_p50 for n in view.nodes} == pytest.approx(
         {"node-00": p50, "node-01": p50 * 1.002, "node-02": p50 * 1.6, "node-03": p50 * 1.006}
     )
-    files = report.write_report(data, tmp_path / "out")
+    files = write_report(data, tmp_path / "out")
     assert mpimg.imread(files.pngs["fleet"]).shape == (FIG_H, FIG_W, 4)
 
 
 def test_fleet_figure_defaults_to_the_recommended_backend(tmp_path):
-    data = report.collect(h.QWEN, db_path=_fleet_db(tmp_path), workload="1")
+    data = collect(h.QWEN, db_path=_fleet_db(tmp_path), workload="1")
     assert data.fleet.backend == data.recommended == "flashinfer_nvlink_two_sided"
 
 
@@ -336,8 +341,8 @@ def test_fleet_tokens_nobody_measured_is_a_clear_error(tmp_path):
 
 
 def test_page_is_self_contained_with_recommendation_command_candidates_and_figures(sweep_db, tmp_path):
-    data = report.collect(h.QWEN, db_path=sweep_db, workload="1,64,1024")
-    page = report.write_report(data, tmp_path / "out").html.read_text()
+    data = collect(h.QWEN, db_path=sweep_db, workload="1,64,1024")
+    page = write_report(data, tmp_path / "out").html.read_text()
     assert re.findall(r'src="([a-z]+):', page) == ["data"] * 3
     assert "http://" not in page and "https://" not in page and "<link" not in page
     assert f"<code>--all2all-backend {data.recommended}</code>" in page
@@ -373,7 +378,7 @@ def test_page_images_load_in_headless_chromium(tmp_path):
         print(reason)
         pytest.skip(reason)
     db = _fleet_db(tmp_path)
-    files = report.write_report(report.collect(h.QWEN, db_path=db), tmp_path / "out")
+    files = write_report(collect(h.QWEN, db_path=db), tmp_path / "out")
     # A broken image as a control: the probe must see it fail, or it proves nothing.
     broken = '<img id="control" src="data:image/png;base64,bm90IGEgcG5n" alt="control">'
     probe_page = tmp_path / "probe.html"
@@ -425,14 +430,14 @@ def test_report_command_module_does_not_import_matplotlib_until_it_runs():
 
 
 def test_fleet_figure_flags_the_node_the_drift_check_finds_slow_and_no_other(tmp_path):
-    data = report.collect(h.QWEN, db_path=_fleet_db(tmp_path, slow_node=2), fleet_tokens=512)
+    data = collect(h.QWEN, db_path=_fleet_db(tmp_path, slow_node=2), fleet_tokens=512)
     assert [(n.hostname, n.drifted, n.drift_note) for n in sorted(data.fleet.nodes, key=lambda n: n.hostname)] == [
         ("node-00", False, None),
         ("node-01", False, None),
         ("node-02", True, "+60% vs the other nodes"),
         ("node-03", False, None),
     ]
-    fig = report.fleet_figure(data)
+    fig = fleet_figure(data)
     bars = fig.axes[0].patches
     assert [b.get_facecolor()[:3] for b in bars].count(pytest.approx((0.839, 0.153, 0.157), abs=0.01)) == 1
     assert "+60% vs the other nodes" in _texts(fig)
@@ -480,7 +485,7 @@ def test_cpu_host_measurements_need_the_gpu_arch_whose_dtype_they_stand_for(tmp_
 def test_world_size_one_is_drawn_without_a_recommendation(tmp_path):
     db = h.write_db(tmp_path / "ws1.db", [(h.gpu_host(), [h.timed("allgather_reducescatter", t, world_size=1)
                                                            for t in (1, 8)])])
-    data = report.collect(h.QWEN, db_path=db)
+    data = collect(h.QWEN, db_path=db)
     assert (data.world_size, data.recommended, data.buckets) == (1, None, [])
-    page = report.write_report(data, tmp_path / "out").html.read_text()
+    page = write_report(data, tmp_path / "out").html.read_text()
     assert "No recommendation: at world size 1 vLLM builds no all2all group" in page

@@ -17,16 +17,21 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from autoselect import report
 from autoselect.cli import main
 from autoselect.reference import default
-from autoselect.selector import EVIDENCE_KINDS
+from autoselect.report.data import collect
+from autoselect.report.figures import bandwidth_figure, latency_figure, phases_figure
+from autoselect.report.html import render_html
+from autoselect.report.style import BACKEND_STYLE, DPI, EVIDENCE_WORDS, FIGSIZE_IN
+from autoselect.report.terminal import terminal_chart
+from autoselect.report.write import write_report
+from autoselect.selector.answer import EVIDENCE_KINDS
 
 from support import report as h
 
 REF = "ref-h200_sxm-x8"
 DSR1 = dict(hidden=7168, top_k=8, experts=256, dtype="bf16")
-FIG_H, FIG_W = int(report.FIGSIZE_IN[1] * report.DPI), int(report.FIGSIZE_IN[0] * report.DPI)
+FIG_H, FIG_W = int(FIGSIZE_IN[1] * DPI), int(FIGSIZE_IN[0] * DPI)
 LL_LABEL = "deepep_low_latency — published (AIConfigurator 0.12.0, vLLM 0.24.0 DeepEP on 8×H200)"
 HT_LABEL = "deepep_high_throughput — published (AIConfigurator 0.12.0, vLLM 0.24.0 DeepEP on 8×H200)"
 AGRS_LABEL = ("allgather_reducescatter — derived from NCCL (NCCL 2.29.2 timings, AIConfigurator 0.12.0); "
@@ -45,7 +50,7 @@ def _line(ax, label):
 def ref_only(tmp_path_factory):
     """DeepSeek-R1 NVFP4 (bf16 activations on Hopper) reported for the reference class alone."""
     missing = tmp_path_factory.mktemp("noref") / "no-such.db"
-    return report.collect(h.DSR1_NVFP4, host_class=REF, db_path=missing, workload="8,128,4096")
+    return collect(h.DSR1_NVFP4, host_class=REF, db_path=missing, workload="8,128,4096")
 
 
 def _dsr1_db(tmp_path, host=None, tokens=(8, 32, 128, 512)):
@@ -58,7 +63,7 @@ def _dsr1_db(tmp_path, host=None, tokens=(8, 32, 128, 512)):
 
 
 def test_the_report_words_every_evidence_kind_of_the_selector_in_its_order():
-    assert tuple(report.EVIDENCE_WORDS) == EVIDENCE_KINDS
+    assert tuple(EVIDENCE_WORDS) == EVIDENCE_KINDS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,13 +94,13 @@ def test_reference_class_alone_draws_its_published_and_derived_curves_without_a_
 
 
 def test_reference_curves_are_dashed_in_their_backends_colour_with_the_published_values(ref_only):
-    fig = report.latency_figure(ref_only)
+    fig = latency_figure(ref_only)
     ax = fig.axes[0]
     for curve, label in zip(ref_only.reference_curves, (HT_LABEL, LL_LABEL, AGRS_LABEL)):
         line = _line(ax, label)
         assert line.get_linestyle() == "--"
         assert line.get_markerfacecolor() == "none"
-        assert line.get_color() == report.BACKEND_STYLE[curve.backend][0]
+        assert line.get_color() == BACKEND_STYLE[curve.backend][0]
         assert list(line.get_xdata()) == curve.tokens
         assert list(line.get_ydata()) == pytest.approx([p.latency_us for p in curve.points])
     caption = fig.texts[0].get_text()
@@ -105,13 +110,13 @@ def test_reference_curves_are_dashed_in_their_backends_colour_with_the_published
 
 
 def test_reference_phases_and_bandwidth_are_drawn_from_the_same_points(ref_only):
-    fig = report.phases_figure(ref_only)
+    fig = phases_figure(ref_only)
     ll = ref_only.reference.curve("deepep_low_latency")
     for ax, phase in zip(fig.axes, ("dispatch_us", "combine_us")):
         line = _line(ax, "deepep_low_latency — published")
         assert line.get_linestyle() == "--"
         assert list(line.get_ydata()) == pytest.approx([getattr(p, phase) for p in ll.points])
-    ax = report.bandwidth_figure(ref_only).axes[0]
+    ax = bandwidth_figure(ref_only).axes[0]
     line = _line(ax, "deepep_low_latency — published")
     at128 = list(line.get_xdata()).index(128)
     # bytes per rank = T x (dispatch 2H + 8 top_k, combine 2H), over the round trip, / the 450 GB/s peak
@@ -120,14 +125,14 @@ def test_reference_phases_and_bandwidth_are_drawn_from_the_same_points(ref_only)
 
 
 def test_reference_class_report_renders_dashed_curves_in_each_backends_colour(ref_only, tmp_path):
-    files = report.write_report(ref_only, tmp_path / "out", svg=True)
+    files = write_report(ref_only, tmp_path / "out", svg=True)
     assert sorted(files.pngs) == ["bandwidth", "latency", "phases"]
     png = mpimg.imread(files.pngs["latency"])
     assert png.shape == (FIG_H, FIG_W, 4)
     rgb = png[..., :3]
     for backend in ("deepep_high_throughput", "deepep_low_latency", "allgather_reducescatter"):
         # the backend's colour at the reference curves' 0.9 opacity over the white axes
-        colour = 0.9 * np.array(mcolors.to_rgb(report.BACKEND_STYLE[backend][0])) + 0.1
+        colour = 0.9 * np.array(mcolors.to_rgb(BACKEND_STYLE[backend][0])) + 0.1
         assert (np.abs(rgb - colour).max(axis=-1) < 0.03).sum() > 200, backend
     svg = files.svgs["latency"].read_text()
     # every reference line (and its legend sample) is dashed; no local line is drawn
@@ -135,7 +140,7 @@ def test_reference_class_report_renders_dashed_curves_in_each_backends_colour(re
 
 
 def test_reference_class_page_and_terminal_say_every_number_is_published_or_derived(ref_only, tmp_path):
-    page = report.write_report(ref_only, tmp_path / "out").html.read_text()
+    page = write_report(ref_only, tmp_path / "out").html.read_text()
     assert "every number on this page is NVIDIA's published measurement" in page
     section = page.split("<h2>Published reference</h2>", 1)[1].split("<h2>Figures</h2>", 1)[0]
     ll = ref_only.reference.curve("deepep_low_latency")
@@ -146,7 +151,7 @@ def test_reference_class_page_and_terminal_say_every_number_is_published_or_deri
     assert f"{agrs.at(4096).latency_us:,.0f}<sup>D</sup>" in section
     assert "D derived from published NCCL timings, not a measured all2all" in section
 
-    chart = report.terminal_chart(ref_only)
+    chart = terminal_chart(ref_only)
     assert "deepep_low_latency — published" in chart and "allgather_reducescatter — derived" in chart
     assert "measured here" not in chart.split("unconnected points")[0]
     assert ("  deepep_low_latency — published: AIConfigurator 0.12.0, vLLM 0.24.0 DeepEP on 8×H200, collected "
@@ -186,7 +191,7 @@ def test_bad_reference_options_are_one_error_line_and_write_nothing(tmp_path, ar
 
 
 def test_an_nvfp4_model_on_a_gb200_tray_gets_the_tensorrt_llm_kernels_and_no_bf16_deepep_rows(tmp_path):
-    data = report.collect(h.DSR1_NVFP4, host_class="ref-gb200-x4", db_path=tmp_path / "none.db")
+    data = collect(h.DSR1_NVFP4, host_class="ref-gb200-x4", db_path=tmp_path / "none.db")
     assert (data.dispatch_dtype, data.world_size) == ("nvfp4", 4)
     curves = {c.backend: c for c in data.reference_curves}
     assert sorted(curves) == ["allgather_reducescatter", "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided"]
@@ -202,27 +207,27 @@ def test_an_nvfp4_model_on_a_gb200_tray_gets_the_tensorrt_llm_kernels_and_no_bf1
 
 
 def test_a_measured_h200_class_gets_the_reference_beside_its_lines_in_the_same_colours(tmp_path):
-    data = report.collect(h.DSR1_NVFP4, db_path=_dsr1_db(tmp_path), workload="8,128")
+    data = collect(h.DSR1_NVFP4, db_path=_dsr1_db(tmp_path), workload="8,128")
     assert data.reference.ref_class.name == REF and not data.reference_only
     assert data.reference.how.startswith("host class h200x8-test has 8×NVIDIA H200, the GPUs of ref-h200_sxm-x8")
     # clipped to the measured token range, so the reference sits beside the local lines
     assert all(8 <= t <= 512 for c in data.reference_curves for t in c.tokens)
     assert [c.backend for c in data.reference_curves] == ["deepep_high_throughput", "deepep_low_latency",
                                                           "allgather_reducescatter"]
-    ax = report.latency_figure(data).axes[0]
+    ax = latency_figure(data).axes[0]
     for backend in ("allgather_reducescatter", "deepep_high_throughput"):
         local = _line(ax, backend)
         published = next(line for line in ax.lines if line.get_label().startswith(f"{backend} — "))
         assert (local.get_linestyle(), published.get_linestyle()) == ("-", "--")
-        assert local.get_color() == published.get_color() == report.BACKEND_STYLE[backend][0]
+        assert local.get_color() == published.get_color() == BACKEND_STYLE[backend][0]
     # a local line that is never a candidate is dotted: dashed means "reference" only
     one_sided = next(line for line in ax.lines if line.get_label().startswith("flashinfer_nvlink_one_sided — ILLEGAL"))
     assert one_sided.get_linestyle() == ":"
 
 
 def test_page_marks_local_numbers_measured_here_and_reference_numbers_published(tmp_path):
-    data = report.collect(h.DSR1_NVFP4, db_path=_dsr1_db(tmp_path), workload="8,128")
-    page = report.write_report(data, tmp_path / "out").html.read_text()
+    data = collect(h.DSR1_NVFP4, db_path=_dsr1_db(tmp_path), workload="8,128")
+    page = write_report(data, tmp_path / "out").html.read_text()
     candidates = page.split("<h2>Candidates</h2>", 1)[1].split("<h2>Published reference</h2>", 1)[0]
     agrs = h.latency_us("allgather_reducescatter", 8, h.DSR1_SHAPE)
     assert f'<td class="ev-measured" title="measured here">{agrs:.1f}<sup>M</sup></td>' in candidates
@@ -236,8 +241,8 @@ def test_page_marks_local_numbers_measured_here_and_reference_numbers_published(
 
 
 def test_terminal_names_each_lines_kind_and_each_buckets_number_kind(tmp_path):
-    data = report.collect(h.DSR1_NVFP4, db_path=_dsr1_db(tmp_path), workload="8,128")
-    chart = report.terminal_chart(data)
+    data = collect(h.DSR1_NVFP4, db_path=_dsr1_db(tmp_path), workload="8,128")
+    chart = terminal_chart(data)
     assert "allgather_reducescatter — measured here" in chart
     assert "deepep_low_latency — published" in chart and "allgather_reducescatter — derived" in chart
     marks = next(line for line in chart.splitlines() if line.startswith("fastest legal backend per workload bucket"))
@@ -246,41 +251,41 @@ def test_terminal_names_each_lines_kind_and_each_buckets_number_kind(tmp_path):
 
 
 def test_no_reference_flag_and_a_host_of_other_gpus_draw_no_reference(tmp_path):
-    data = report.collect(h.DSR1_NVFP4, db_path=_dsr1_db(tmp_path), reference=False)
+    data = collect(h.DSR1_NVFP4, db_path=_dsr1_db(tmp_path), reference=False)
     assert (data.reference, data.reference_note) == (None, "reference curves left out (--no-reference)")
     nvl = h.gpu_host(gpu_name="NVIDIA H200 NVL", host_class="h200nvl-test")
     other = tmp_path / "other"
     other.mkdir()
-    data = report.collect(h.DSR1_NVFP4, db_path=_dsr1_db(other, host=nvl))
+    data = collect(h.DSR1_NVFP4, db_path=_dsr1_db(other, host=nvl))
     assert data.reference is None
     assert data.reference_note.startswith("no reference curves: host class h200nvl-test (8×NVIDIA H200 NVL) is none "
                                           "of the published reference systems")
-    assert not [line for line in report.latency_figure(data).axes[0].lines if line.get_linestyle() == "--"]
-    page = report.write_report(data, tmp_path / "out").html.read_text()
+    assert not [line for line in latency_figure(data).axes[0].lines if line.get_linestyle() == "--"]
+    page = write_report(data, tmp_path / "out").html.read_text()
     assert f"<h2>Published reference</h2>\n<p>{data.reference_note}.</p>" in page
 
 
 def test_a_dtype_the_reference_did_not_publish_gets_only_the_derived_curve_and_says_why(tmp_path):
     db = h.write_db(tmp_path / "fp8.db", [(h.gpu_host(), [
         h.timed("allgather_reducescatter", t, shape=(7168, 8, 256, "fp8_block128")) for t in (8, 64)])])
-    data = report.collect(str(h.MODELS / "deepseek-v3"), db_path=db)
+    data = collect(str(h.MODELS / "deepseek-v3"), db_path=db)
     assert [(c.backend, c.evidence) for c in data.reference_curves] == [("allgather_reducescatter", "derived")]
     [absent] = data.reference.absent
     assert absent.startswith("ref-h200_sxm-x8 has no published all2all rows for H=7168, top_k=8, 256 experts, "
                              "fp8_block128 dispatch at EP8; it has deepep_high_throughput, deepep_low_latency at")
     assert "bf16 dispatch" in absent
-    assert absent in report.terminal_chart(data)
+    assert absent in terminal_chart(data)
 
 
 def test_candidate_values_the_selector_rests_on_published_or_derived_rows_are_marked_so(tmp_path):
     """The candidate table and the terminal read each bucket's ``evidence`` (the selector writes it
     when a value is not measured here) and ``source`` (interpolated / extrapolated: estimated)."""
-    data = report.collect(h.DSR1_NVFP4, db_path=_dsr1_db(tmp_path), workload="8,128")
+    data = collect(h.DSR1_NVFP4, db_path=_dsr1_db(tmp_path), workload="8,128")
     rec = data.recommendation
     first, second = rec["candidates"][0]["buckets"]
     first.update(evidence="published", source="measured")
     second.update(evidence="derived", source="interpolated")
-    page = report.render_html(data, {})
+    page = render_html(data, {})
     candidates = page.split("<h2>Candidates</h2>", 1)[1].split("<h2>Published reference</h2>", 1)[0]
     assert (f'<td class="ev-published" title="published by NVIDIA (AIConfigurator reference tables)">'
             f'{first["latency_us"]:.1f}<sup>P</sup></td>') in candidates
@@ -294,7 +299,7 @@ def test_candidate_values_the_selector_rests_on_published_or_derived_rows_are_ma
             "NCCL timings, not a measured all2all · ~ estimated by the selector") in candidates
 
     data.buckets[0].evidence, data.buckets[1].estimated = "published", True
-    marks = next(line for line in report.terminal_chart(data).splitlines()
+    marks = next(line for line in terminal_chart(data).splitlines()
                  if line.startswith("fastest legal backend per workload bucket"))
     assert "µs (published by NVIDIA (AIConfigurator reference tables))" in marks
     assert "µs (~ estimated from values measured here)" in marks

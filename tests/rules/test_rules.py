@@ -11,9 +11,13 @@ from hypothesis import strategies as st
 from support.paths import FIXTURES
 
 from autoselect import rules
+from autoselect.errors import GpuArchRequired
 from autoselect.hardware import GpuInfo, HostFingerprint
 from autoselect.model import MoeProfile, load_profile
 from autoselect.payload import ACTIVATION_DTYPES
+from autoselect.rules.legal import InvalidTokensPerRank
+from autoselect.rules.limits import InvalidQueueDepth
+from autoselect.rules.one_sided import one_sided_consequence
 
 MODELS = FIXTURES / "models"
 ONE_SIDED = "flashinfer_nvlink_one_sided"
@@ -125,7 +129,7 @@ def test_removed_backends_are_legal_but_say_what_vllm_runs_instead():
 
 
 def test_gpu_arch_is_required_without_a_host():
-    with pytest.raises(rules.GpuArchRequired):
+    with pytest.raises(GpuArchRequired):
         rules.legal(DEFAULT := rules.DEFAULT_BACKEND, load_profile(str(MODELS / "deepseek-v3")), None, 8, "0.33.0")
     assert DEFAULT == "allgather_reducescatter"
 
@@ -190,8 +194,8 @@ def test_pr_releases_recorded_in_the_tables():
 
 
 def test_fp8_block_is_accepted_upstream_only_from_51924():
-    assert "would fail at startup (PR #40960" in rules.one_sided_consequence("fp8_block128", "0.28.0")
-    assert "accepts this line (PR #51924" in rules.one_sided_consequence("fp8_block128", "0.29.0")
+    assert "would fail at startup (PR #40960" in one_sided_consequence("fp8_block128", "0.28.0")
+    assert "accepts this line (PR #51924" in one_sided_consequence("fp8_block128", "0.29.0")
 
 
 def test_parser_choices_follow_the_version():
@@ -352,13 +356,13 @@ def test_token_limits_bind_only_low_latency():
 
 @pytest.mark.parametrize("tokens", [0, -4, True, 8.0, "512"])
 def test_tokens_per_rank_must_be_a_positive_integer(tokens):
-    with pytest.raises(rules.InvalidTokensPerRank, match="tokens per rank must be a positive integer"):
+    with pytest.raises(InvalidTokensPerRank, match="tokens per rank must be a positive integer"):
         _deepep(LL, MoeProfile.from_shape(4096, 64, 8, "bf16"), 8, max_tokens_per_rank=tokens)
 
 
 @pytest.mark.parametrize("depth", ["abc", "0", "-8", ""])
 def test_a_bad_nvshmem_qp_depth_is_refused_with_what_to_do(depth):
-    with pytest.raises(rules.InvalidQueueDepth, match=r"NVSHMEM_QP_DEPTH=.* is not a positive integer; unset it"):
+    with pytest.raises(InvalidQueueDepth, match=r"NVSHMEM_QP_DEPTH=.* is not a positive integer; unset it"):
         _deepep(LL, MoeProfile.from_shape(4096, 64, 8, "bf16"), 8, max_tokens_per_rank=256,
                 environ={"NVSHMEM_QP_DEPTH": depth})
 
@@ -410,7 +414,8 @@ def test_the_row_rule_refuses_exactly_the_rows_the_adapter_plan_refuses(hidden, 
 
 
 def test_recommend_rejects_low_latency_above_its_token_limit_with_the_reason():
-    from autoselect.selector import Deployment, recommend
+    from autoselect.selector import recommend
+    from autoselect.workload import Deployment
 
     profile = load_profile(str(MODELS / "deepseek-v3"))
     kw = dict(conn=None, deployment=Deployment(dp=8), gpu_arch="sm90", vllm_version="0.33.0")

@@ -10,6 +10,10 @@ import pytest
 
 from autoselect import rules
 from autoselect.model import MoeProfile
+from autoselect.rules.budgets import InvalidChunkSize
+from autoselect.rules.reports import reports_for
+from autoselect.rules.selection import default_backend
+from autoselect.rules.serve_options import DBO_BACKENDS
 
 LL, HT = "deepep_low_latency", "deepep_high_throughput"
 ONE_SIDED, TWO_SIDED = "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided"
@@ -25,7 +29,7 @@ ONE_SIDED, TWO_SIDED = "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sid
      ("0.33.0", "allgather_reducescatter")],
 )
 def test_the_default_backend_by_release(version, default):
-    assert rules.default_backend(version) == default
+    assert default_backend(version) == default
     assert rules.effective_backend(version).backend == default
     assert rules.effective_backend(version).origin == "vLLM's default"
 
@@ -130,7 +134,7 @@ def test_turning_vllms_chunking_off_lets_a_batch_overrun_the_chunk_sized_buffer(
 
 @pytest.mark.parametrize("raw", ["0", "-4", "many", ""])
 def test_a_bad_chunk_size_is_refused_where_vllm_reads_it(raw):
-    with pytest.raises(rules.InvalidChunkSize, match="VLLM_MOE_DP_CHUNK_SIZE="):
+    with pytest.raises(InvalidChunkSize, match="VLLM_MOE_DP_CHUNK_SIZE="):
         rules.dispatch_budget(LL, "0.19.1", environ={"VLLM_MOE_DP_CHUNK_SIZE": raw})
     assert rules.dispatch_budget(LL, "0.20.0", environ={"VLLM_MOE_DP_CHUNK_SIZE": raw}).tokens == 256
 
@@ -203,14 +207,14 @@ def test_options_by_release():
 def test_dbo_backends_by_release():
     assert rules.dbo_backends("0.11.0") == (LL, HT)
     assert rules.dbo_backends("0.23.0") == (LL, HT)
-    assert rules.dbo_backends("0.24.0") == rules.DBO_BACKENDS == (LL, HT, "nixl_ep")
+    assert rules.dbo_backends("0.24.0") == DBO_BACKENDS == (LL, HT, "nixl_ep")
 
 
 # ---- upstream reports -----------------------------------------------------------------------
 
 
 def texts(backend, version, **kw):
-    return [n.text for n in rules.reports_for(backend, version, **kw)]
+    return [n.text for n in reports_for(backend, version, **kw)]
 
 
 def test_the_double_reduce_applies_before_0_22_with_tp_above_1_only():
@@ -219,7 +223,7 @@ def test_the_double_reduce_applies_before_0_22_with_tp_above_1_only():
         "upstream report #41382", "upstream report #39722"]
     assert texts(TWO_SIDED, "0.22.0", tensor_parallel_size=2, **full)[0].startswith("upstream report #39722")
     assert all("#41382" not in t for t in texts(TWO_SIDED, "0.21.0", tensor_parallel_size=1, **full))
-    [note] = rules.reports_for(ONE_SIDED, "0.21.0", tensor_parallel_size=2, **full)
+    [note] = reports_for(ONE_SIDED, "0.21.0", tensor_parallel_size=2, **full)
     assert note.certain and note.text == (
         "upstream report #41382 (fixed; affects vLLM 0.16.0-0.21.x, fixed in 0.22.0): vLLM reduced the FlashInfer "
         "combine output a second time over the TP group (accuracy drop), with -tp > 1 and data + expert "
@@ -227,23 +231,23 @@ def test_the_double_reduce_applies_before_0_22_with_tp_above_1_only():
 
 
 def test_a_report_in_a_range_nobody_checked_says_its_status_is_unknown():
-    [double, gibberish] = rules.reports_for(TWO_SIDED, "0.14.1", dtype="bf16", arch="sm100", tensor_parallel_size=2)
+    [double, gibberish] = reports_for(TWO_SIDED, "0.14.1", dtype="bf16", arch="sm100", tensor_parallel_size=2)
     assert not double.certain and "whether vLLM 0.14.1 has it is unknown (first seen in 0.16.0, nobody checked " \
                                   "0.11.0-0.15.x)" in double.text
     assert not gibberish.certain
-    assert rules.reports_for(TWO_SIDED, "0.10.2") == []  # before the backend: no report
+    assert reports_for(TWO_SIDED, "0.10.2") == []  # before the backend: no report
 
 
 def test_reports_are_left_out_where_a_known_condition_rules_them_out():
     assert texts(TWO_SIDED, "0.33.0", arch="sm90", dtype="bf16") == []  # #39722 was seen on GB200 only
-    [mxfp8] = rules.reports_for(TWO_SIDED, "0.33.0", arch="sm90")
+    [mxfp8] = reports_for(TWO_SIDED, "0.33.0", arch="sm90")
     assert mxfp8.report.ref == "#42118" and mxfp8.text.endswith("applies only to mxfp8 dispatch")
     assert texts(ONE_SIDED, "0.33.0", dtype="nvfp4", arch="sm100", role="decode", tensor_parallel_size=1) == []
-    [prefill] = rules.reports_for(ONE_SIDED, "0.33.0", dtype="nvfp4", arch="sm100", role="prefill",
+    [prefill] = reports_for(ONE_SIDED, "0.33.0", dtype="nvfp4", arch="sm100", role="prefill",
                                   tensor_parallel_size=1)
     assert prefill.certain and prefill.text.startswith(
         "upstream report #40373 (open as of 2026-12-01; seen from vLLM 0.19.1, no fix known): DeepSeek-R1 NVFP4")
-    [unknown_role] = rules.reports_for(ONE_SIDED, "0.33.0", dtype="nvfp4", arch="sm100", tensor_parallel_size=1)
+    [unknown_role] = reports_for(ONE_SIDED, "0.33.0", dtype="nvfp4", arch="sm100", tensor_parallel_size=1)
     assert not unknown_role.certain and unknown_role.text.endswith("applies where this instance runs prefill")
 
 

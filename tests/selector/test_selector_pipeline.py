@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 from autoselect.model import MoeProfile
-from autoselect.selector import (CONFIDENCE_CAPS, BackendEvidence, MeasuredEvidence, MeasuredPoint, Recommendation,
-                                 recommend)
+from autoselect.selector import MeasuredPoint, recommend
+from autoselect.selector.answer import Recommendation
+from autoselect.selector.confidence import CONFIDENCE_CAPS
 from autoselect.selector.confidence import Facts, confidence
+from autoselect.selector.evidence import BackendEvidence, MeasuredEvidence
 from autoselect.workload import Deployment, WorkloadSpec
 from db.queries import StoredResult
 

@@ -18,14 +18,18 @@ from support.paths import REPO
 
 from autoselect.cli import main
 from autoselect.model import load_profile
-from autoselect.reference import (CLASSES, GpuArchNotOfReference, ReferenceWorldSizeUnavailable, SHAPE_TRANSFER_LIMIT,
-                                  UnknownReferenceClass, default, transfer_points)
+from autoselect.reference import CLASSES, default, transfer_points
 from autoselect.reference.host import ON_SERVING_HOST, reference_host
-from autoselect.selector import (CONFIDENCE_CAPS, BackendEvidence, Deployment, MeasuredPoint, recommend, recommend_for,
-                                 render_explain, render_text)
+from autoselect.reference.systems import GpuArchNotOfReference, ReferenceWorldSizeUnavailable, UnknownReferenceClass
+from autoselect.reference.transfer import SHAPE_TRANSFER_LIMIT
+from autoselect.selector import MeasuredPoint, recommend, recommend_for, render_text
+from autoselect.selector.confidence import CONFIDENCE_CAPS
 from autoselect.selector.confidence import Facts, confidence
+from autoselect.selector.evidence import BackendEvidence
 from autoselect.selector.reference_evidence import ReferenceEvidence, choose_reference
+from autoselect.selector.render import render_explain
 from autoselect.selector.target import resolve
+from autoselect.workload import Deployment
 from autoselect.workload import Shape
 
 ROOT = REPO
@@ -40,8 +44,8 @@ VERSION = "0.33.0"
 @pytest.fixture(scope="module")
 def fixture_db(tmp_path_factory) -> Path:
     """The shipped results, plus a host class whose GPUs are no reference system (H200 NVL)."""
-    from db.rows import result_key
     from db.importing import import_file
+    from db.rows import result_key
 
     tmp = tmp_path_factory.mktemp("refsel")
     path = tmp / "fixtures.db"

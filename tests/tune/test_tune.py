@@ -23,7 +23,8 @@ from support.paths import FIXTURES
 
 from autoselect import knobs
 from autoselect.cli import main
-from autoselect.tune import open_storage, optuna_path, prepare, run_tune
+from autoselect.tune import prepare, run_tune
+from autoselect.tune.storage import open_storage, optuna_path
 
 SLOW = FIXTURES / "slow_backend"
 SHAPE = "shape:128x8x2:bf16"

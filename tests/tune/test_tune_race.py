@@ -7,7 +7,10 @@ import pytest
 import math
 
 from autoselect.noise import REL_FLOOR
-from autoselect.tune import Measurement, Noise, Race, Study, optuna_path, pool, study_name, t_quantile
+from autoselect.tune.measurement import Measurement
+from autoselect.tune.race import Race
+from autoselect.tune.stats import Noise, pool, t_quantile
+from autoselect.tune.storage import Study, optuna_path, study_name
 from autoselect.workload import Shape, WorkloadSpec
 
 DECODE = WorkloadSpec("explicit", ((8, 0.5), (64, 0.5)))
@@ -219,7 +222,7 @@ class _FakeHarness:
 def _tuner(tmp_path, monkeypatch, harness, backends):
     import autoselect.tune.tuner
     from autoselect.knobs import KnobContext
-    from autoselect.tune import Tuner, TuneSpec
+    from autoselect.tune.tuner import TuneSpec, Tuner
 
     monkeypatch.setattr(autoselect.tune.tuner, "run_sweep", harness)
     workload = WorkloadSpec("explicit", ((8, 0.25), (16, 0.25), (32, 0.25), (64, 0.25)))

@@ -5,15 +5,14 @@ from __future__ import annotations
 import pytest
 
 from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
-from autoselect.selector import Deployment
 from autoselect.vllm_flags import (
-    one_sided_workspace_bytes,
     parse_serve_argv,
-    serve_argv,
     serve_flags,
     vllm_default_max_num_batched_tokens,
     workspace_max_num_batched_tokens,
 )
+from autoselect.vllm_flags.emit import one_sided_workspace_bytes, serve_argv
+from autoselect.workload import Deployment
 
 DS = {"hidden": 7168, "top_k": 8}
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autoselect.vllm_flags import InvalidServeCommand, parse_serve_argv, read_command
+from autoselect.vllm_flags import parse_serve_argv, read_command
+from autoselect.vllm_flags.command import InvalidServeCommand
 
 
 def codes(args):

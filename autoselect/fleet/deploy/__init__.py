@@ -5,9 +5,8 @@ data) through the quoting of each file's format (:mod:`~autoselect.fleet.deploy.
 ``autoselect fleet deploy`` prints or writes them (:func:`~autoselect.fleet.deploy.jobs.write_files`).
 """
 
-from autoselect.fleet.deploy.jobs import (KINDS, TEMPLATES, DeployOutputNotWritable, RelativeDeployPath,
-                                          UnknownDeployKind, UnschedulableInterval, cron_schedule, render, slurm_time,
-                                          write_files)
+from autoselect.fleet.deploy.jobs import render, write_files
 
-__all__ = ["DeployOutputNotWritable", "KINDS", "RelativeDeployPath", "TEMPLATES", "UnknownDeployKind",
-           "UnschedulableInterval", "cron_schedule", "render", "slurm_time", "write_files"]
+__all__ = [
+    "render", "write_files",
+]

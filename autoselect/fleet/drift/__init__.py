@@ -30,18 +30,11 @@ changes between fleet runs), :mod:`~.analysis` (``fleet drift``'s report), :mod:
 (``fleet status``).
 """
 
-from autoselect.fleet.drift.analysis import BadThreshold, DriftReport, analyze, analyze_at, check_thresholds
-from autoselect.fleet.drift.nodes import NodeDrift, SlowPoint, node_drift, reference_drift
-from autoselect.fleet.drift.points import (MAD_SCALE, MIN_SLOWDOWN, NOISE_K, POINT_FIELDS, Observation, Point,
-                                           Reference, observations, point_of, reference, slow_threshold)
-from autoselect.fleet.drift.recommendations import (FleetRuns, MovedPoint, RecommendationChange, fleet_run_of,
-                                                    known_models, moved_points, recommendation_changes)
-from autoselect.fleet.drift.status import NodeStatus, node_status, status_at
+from autoselect.fleet.drift.analysis import DriftReport, analyze, analyze_at
+from autoselect.fleet.drift.nodes import NodeDrift, node_drift
+from autoselect.fleet.drift.points import observations
+from autoselect.fleet.drift.status import NodeStatus, status_at
 
 __all__ = [
-    "BadThreshold", "DriftReport", "FleetRuns", "MAD_SCALE", "MIN_SLOWDOWN", "MovedPoint", "NOISE_K", "NodeDrift",
-    "NodeStatus", "Observation", "POINT_FIELDS", "Point", "RecommendationChange", "Reference", "SlowPoint",
-    "analyze", "analyze_at", "check_thresholds", "fleet_run_of", "known_models", "moved_points", "node_drift",
-    "node_status", "observations", "point_of", "recommendation_changes", "reference", "reference_drift",
-    "slow_threshold", "status_at",
+    "DriftReport", "NodeDrift", "NodeStatus", "analyze", "analyze_at", "node_drift", "observations", "status_at",
 ]

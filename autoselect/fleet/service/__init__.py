@@ -29,13 +29,9 @@ FastAPI), :mod:`~.answers` (the answer cache and the path scrubber), :mod:`~.ser
 and uvicorn: :func:`serve`).
 """
 
-from autoselect.fleet.service.answers import CACHE_SIZE, AnswerCache, Scrubber
-from autoselect.fleet.service.app import (MAX_QUERY, NOT_FOUND, UNKNOWN_MODEL, BadServeOption, Served,
-                                          ServeUnavailable, create_app, model_source)
-from autoselect.fleet.service.server import DB_ENV, ROOTS_ENV, PortInUse, app_from_env, bind, is_loopback, serve
+from autoselect.fleet.service.app import create_app
+from autoselect.fleet.service.server import serve
 
 __all__ = [
-    "AnswerCache", "BadServeOption", "CACHE_SIZE", "DB_ENV", "MAX_QUERY", "NOT_FOUND", "PortInUse", "ROOTS_ENV",
-    "Scrubber", "ServeUnavailable", "Served", "UNKNOWN_MODEL", "app_from_env", "bind", "create_app",
-    "is_loopback", "model_source", "serve",
+    "create_app", "serve",
 ]
