@@ -263,7 +263,7 @@ def http_client(tmp_path_factory):
     from fastapi.testclient import TestClient
     from support.fleet import build_fleet_db
 
-    from autoselect.fleet.service import create_app
+    from autoselect.fleet.service.app import create_app
 
     d = tmp_path_factory.mktemp("props-http")
     db = build_fleet_db(d / "fleet.db")

@@ -289,7 +289,7 @@ def test_recommend_never_picks_a_negative_latency(tmp_path):
 def test_serve_answers_a_poisoned_database_without_a_500(tmp_path):
     from fastapi.testclient import TestClient
 
-    from autoselect.fleet.service import create_app
+    from autoselect.fleet.service.app import create_app
 
     db = poison(fixture_db(tmp_path / "p.db"))
     client = TestClient(create_app(db, model_roots=[MODELS]))

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from autoselect.cli import main
 from autoselect.fleet import drift
+from autoselect.fleet.drift.analysis import analyze
 from autoselect.fleet.drift.points import reference, slow_threshold
 from db.queries import all_results, connect_readonly
 from support.fleet import DEEPSEEK_V3, NODES, SLOW_NODE, TOKENS, build_fleet_db
@@ -81,7 +82,7 @@ def test_reference_noise_includes_the_run_to_run_spread():
 def test_recommendation_change_since_the_previous_run_names_the_measurements_that_moved(fleet_db):
     conn = connect_readonly(fleet_db)
     try:
-        report = drift.analyze(conn)
+        report = analyze(conn)
     finally:
         conn.close()
     changes = [r for r in report.recommendations if r.changed]

@@ -22,7 +22,7 @@ from support.paths import FIXTURES
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
-from autoselect.fleet.service import create_app
+from autoselect.fleet.service.app import create_app
 from autoselect.fleet.service.app import UNKNOWN_MODEL
 
 

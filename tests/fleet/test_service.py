@@ -26,7 +26,7 @@ def fleet_db(tmp_path_factory):
 @pytest.fixture(scope="module")
 def base_url(fleet_db):
     """``autoselect.fleet.service`` on 127.0.0.1 at a free port, in a background thread."""
-    from autoselect.fleet.service import create_app
+    from autoselect.fleet.service.app import create_app
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -124,7 +124,7 @@ def test_serve_rejects_a_port_out_of_range(fleet_db):
 def test_healthz_is_503_with_the_reason_when_the_database_goes_away(tmp_path):
     from fastapi.testclient import TestClient
 
-    from autoselect.fleet.service import create_app
+    from autoselect.fleet.service.app import create_app
 
     db = build_fleet_db(tmp_path / "fleet.db")
     client = TestClient(create_app(db))

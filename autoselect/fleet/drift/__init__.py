@@ -30,11 +30,11 @@ changes between fleet runs), :mod:`~.analysis` (``fleet drift``'s report), :mod:
 (``fleet status``).
 """
 
-from autoselect.fleet.drift.analysis import DriftReport, analyze, analyze_at
-from autoselect.fleet.drift.nodes import NodeDrift, node_drift
+from autoselect.fleet.drift.analysis import analyze_at
+from autoselect.fleet.drift.nodes import node_drift
 from autoselect.fleet.drift.points import observations
-from autoselect.fleet.drift.status import NodeStatus, status_at
+from autoselect.fleet.drift.status import status_at
 
 __all__ = [
-    "DriftReport", "NodeDrift", "NodeStatus", "analyze", "analyze_at", "node_drift", "observations", "status_at",
+    "analyze_at", "node_drift", "observations", "status_at",
 ]

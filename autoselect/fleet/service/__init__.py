@@ -29,9 +29,8 @@ FastAPI), :mod:`~.answers` (the answer cache and the path scrubber), :mod:`~.ser
 and uvicorn: :func:`serve`).
 """
 
-from autoselect.fleet.service.app import create_app
 from autoselect.fleet.service.server import serve
 
 __all__ = [
-    "create_app", "serve",
+    "serve",
 ]
