@@ -31,7 +31,7 @@ class Target:
     ``gpu_arch`` None (a CPU host without ``--gpu-arch``) judges on every known arch: a backend is
     illegal only where it is illegal on all of them. ``host`` None leaves the hardware and package
     rules unchecked (a ``--device cpu`` run; ``legal`` says so in a warning).
-    ``max_tokens_per_rank`` and ``environ`` feed the per-token kernel limits (vLLM's
+    ``max_num_batched_tokens`` and ``environ`` feed the per-token kernel limits (vLLM's
     ``--max-num-batched-tokens``; an exported ``NVSHMEM_QP_DEPTH``). ``tensor_parallel_size``
     (the deployment's ``-tp``; None: unknown) judges the upstream reports that need TP > 1:
     with a known tp they apply or not, unknown they are worded as a condition.
@@ -43,13 +43,13 @@ class Target:
     vllm_version_source: str = SOURCE_FLAG
     gpu_arch: str | None = None
     host: HostFingerprint | None = None
-    max_tokens_per_rank: int | None = None
+    max_num_batched_tokens: int | None = None
     environ: Mapping[str, str] | None = dataclasses.field(default=None, compare=False)
     tensor_parallel_size: int | None = None
 
-    def with_tokens(self, max_tokens_per_rank: int | None) -> "Target":
-        """The same target for a deployment that runs ``max_tokens_per_rank`` tokens per rank."""
-        return dataclasses.replace(self, max_tokens_per_rank=max_tokens_per_rank)
+    def with_token_budget(self, max_num_batched_tokens: int | None) -> "Target":
+        """The same target under the token budget ``max_num_batched_tokens`` (per engine, so per rank)."""
+        return dataclasses.replace(self, max_num_batched_tokens=max_num_batched_tokens)
 
 
 class VllmWithoutBackendFlag(UserError):
@@ -72,7 +72,7 @@ def check_vllm_version(version: str) -> str:
 
 def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None = None,
                    host: HostFingerprint | None = None, vllm_version: str | None = None,
-                   vllm_version_source: str | None = None, max_tokens_per_rank: int | None = None,
+                   vllm_version_source: str | None = None, max_num_batched_tokens: int | None = None,
                    environ: Mapping[str, str] | None = None, tensor_parallel_size: int | None = None,
                    problems: list[str] | None = None) -> Target:
     """A :class:`Target`, the vLLM version resolved as every command resolves it.
@@ -95,7 +95,7 @@ def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None
     gpu_arch = gpu_arch or (host.gpu_arch if host is not None else None)
     return Target(profile=profile, world_size=world_size, vllm_version=version, vllm_version_source=source,
                   gpu_arch=normalize_arch(gpu_arch) if gpu_arch else None, host=host,
-                  max_tokens_per_rank=max_tokens_per_rank, environ=environ,
+                  max_num_batched_tokens=max_num_batched_tokens, environ=environ,
                   tensor_parallel_size=tensor_parallel_size)
 
 
@@ -109,7 +109,7 @@ def judge(target: Target, backend: str) -> Verdict | None:
     archs = (target.gpu_arch,) if target.gpu_arch else GPU_ARCHS
     try:
         verdicts = [rules.legal(backend, target.profile, target.host, target.world_size, target.vllm_version,
-                                gpu_arch=arch, max_tokens_per_rank=target.max_tokens_per_rank,
+                                gpu_arch=arch, max_num_batched_tokens=target.max_num_batched_tokens,
                                 environ=target.environ, tensor_parallel_size=target.tensor_parallel_size)
                     for arch in archs]
     except UnknownBackend:

@@ -302,7 +302,7 @@ def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version:
         canonical = rules.resolve(backend)
     except rules.UnknownBackend:
         return out  # already an invalid-choice error
-    limits = {"max_tokens_per_rank": args.max_num_batched_tokens, "environ": serving,
+    limits = {"max_num_batched_tokens": args.max_num_batched_tokens, "environ": serving,
               "redundant_experts": args.redundant_experts}
     verdict = rules.legal(backend, profile, None, args.world_size, version, gpu_arch=arch,
                           tensor_parallel_size=args.tensor_parallel_size, role=role, **limits)

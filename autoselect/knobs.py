@@ -49,7 +49,7 @@ class KnobContext:
     world_size: int = 8
     nodes: int = 1
     all_nvlinks_up: bool = False
-    max_tokens_per_rank: int = 256  # the workload's largest batch per rank
+    max_num_batched_tokens: int = 256  # the token budget the deployment needs: the workload's largest batch per rank
     enable_dbo: bool = False  # vllm serve --enable-dbo
     cpus: int = 0  # CPU cores of the host (CPU runs)
     #: Whether the benchmark applies ``vllm serve`` flag knobs. bench's adapters size their
@@ -58,18 +58,18 @@ class KnobContext:
     bench_applies_flags: bool = False
 
     @classmethod
-    def from_host(cls, host: Any, *, world_size: int, max_tokens_per_rank: int,
+    def from_host(cls, host: Any, *, world_size: int, max_num_batched_tokens: int,
                   enable_dbo: bool = False) -> "KnobContext":
         """Build a context from an ``autoselect.hardware.HostFingerprint`` (or None: a CPU host)."""
         if host is None:
-            return cls(device="cpu", world_size=world_size, max_tokens_per_rank=max_tokens_per_rank,
+            return cls(device="cpu", world_size=world_size, max_num_batched_tokens=max_num_batched_tokens,
                        enable_dbo=enable_dbo, cpus=os.cpu_count() or 1)
         return cls(
             device=getattr(host, "device", "cpu") or "cpu",
             gpu_arch=getattr(host, "gpu_arch", None),
             world_size=world_size,
             all_nvlinks_up=bool(getattr(host, "all_nvlinks_up", False)),
-            max_tokens_per_rank=max_tokens_per_rank,
+            max_num_batched_tokens=max_num_batched_tokens,
             enable_dbo=enable_dbo,
             cpus=os.cpu_count() or 1,
         )
@@ -119,7 +119,7 @@ VALUE_RULES: dict[str, tuple[Callable[[str, KnobContext], bool], str]] = {
                       "NCCL enables it only on SM90/SM100 with NVLink; forcing it elsewhere can corrupt data"),
     "multi_node": (lambda v, c: c.nodes > 1, "NCCL uses it only with one GPU per node"),
     "within_cpus": (lambda v, c: int(v) <= c.cpus, "more threads than this host has CPU cores"),
-    "covers_workload": (lambda v, c: int(v) >= c.max_tokens_per_rank,
+    "covers_workload": (lambda v, c: int(v) >= c.max_num_batched_tokens,
                         "smaller than the workload's largest batch per rank"),
 }
 

@@ -47,7 +47,7 @@ class PointPhase:
     """A point entered a phase: ``setup``, ``gate`` or ``measure``."""
 
     backend: str
-    tokens: int
+    tokens_per_rank: int
     phase: str
 
 

@@ -145,7 +145,7 @@ def legality(spec: SweepSpec, host, tokens: int | None = None):
             # the smallest deployment that dispatches `tokens` per rank at once; which setting
             # carries its buffer depends on the target release (rules.smallest_deployment)
             budget, sized = smallest_deployment(name, target.vllm_version, tokens)
-            point = replace(target.with_tokens(budget), environ={**(target.environ or {}), **sized})
+            point = replace(target.with_token_budget(budget), environ={**(target.environ or {}), **sized})
         verdicts.update(candidate_backends(point, [name]))
     return verdicts
 
@@ -255,13 +255,13 @@ class _Recorder:
             if isinstance(ev, (PointPhase, GroupStarted)):
                 self.emit(ev)
             elif isinstance(ev, PointDone):
-                self.point(name, ev, ev.tokens in illegal_at)
+                self.point(name, ev, ev.tokens_per_rank in illegal_at)
         return on_event
 
     def point(self, name: str, done: PointDone, illegal: bool) -> None:
         s = self.spec
         result = Result(
-            backend=name, world_size=s.world_size, tokens_per_rank=done.tokens, hidden=s.hidden,
+            backend=name, world_size=s.world_size, tokens_per_rank=done.tokens_per_rank, hidden=s.hidden,
             top_k=s.top_k, experts=s.experts, dispatch_dtype=s.dtype, routing=self.routing,
             status=done.status, error=done.error, device=s.device, illegal=illegal,
             knobs=self.knobs, versions=self.versions,
@@ -273,7 +273,7 @@ class _Recorder:
             if self.store is not None and done.status == HARNESS_ERROR:
                 # not a measurement of the backend: kept with the run, never as a result row
                 self.store.append_run_meta(self.run_id, "harness_failures", [
-                    {"backend": name, "tokens_per_rank": done.tokens, "error": done.error}])
+                    {"backend": name, "tokens_per_rank": done.tokens_per_rank, "error": done.error}])
             elif self.store is not None:
                 self.store.add_result(self.run_id, result)
             self.emit(PointMeasured(result))
@@ -291,9 +291,9 @@ def group_config(spec: SweepSpec, backend: str, host) -> GroupConfig:
                             nvlinks_all_up=getattr(host, "all_nvlinks_up", None))
 
 
-def _job(spec: SweepSpec, points: list[int]) -> Job:
+def _job(spec: SweepSpec, tokens: list[int]) -> Job:
     routing = parse_routing(spec.routing)
-    return Job(points=tuple(points), hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts,
+    return Job(tokens=tuple(tokens), hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts,
                dtype=spec.dtype, routing=f"file:{routing.path}" if routing.kind == "file" else spec.routing,
                seed=spec.seed, max_noise=spec.max_noise, min_samples=spec.min_samples,
                min_time_s=spec.min_time_s, timeout_s=spec.timeout_s)

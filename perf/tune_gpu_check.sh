@@ -27,7 +27,7 @@ from autoselect.tune import open_storage
 db, out = sys.argv[1], json.load(open(sys.argv[2]))
 study = optuna.load_study(study_name=out["study"], storage=open_storage(out["study_path"]))
 host = fingerprint()
-ctx = knobs.KnobContext.from_host(host, world_size=int(sys.argv[3]), max_tokens_per_rank=256)
+ctx = knobs.KnobContext.from_host(host, world_size=int(sys.argv[3]), max_num_batched_tokens=256)
 names = [k.name for k in knobs.KNOBS]
 bad, settings = [], set()
 for t in study.trials:

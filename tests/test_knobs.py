@@ -9,10 +9,10 @@ from autoselect.knobs import UNSET, KnobContext, check_setting, knob_space, lega
 from autoselect.tune.knob_search import combine_settings, plan_knob_settings
 
 HGX_H200 = KnobContext(device="cuda", gpu_arch="sm90", world_size=8, all_nvlinks_up=True,
-                       max_tokens_per_rank=256)
+                       max_num_batched_tokens=256)
 PCIE_H200 = KnobContext(device="cuda", gpu_arch="sm90", world_size=8, all_nvlinks_up=False,
-                        max_tokens_per_rank=256)
-CPU = KnobContext(device="cpu", world_size=2, max_tokens_per_rank=64, cpus=2)
+                        max_num_batched_tokens=256)
+CPU = KnobContext(device="cpu", world_size=2, max_num_batched_tokens=64, cpus=2)
 
 
 def test_every_knob_names_its_source_kind_and_known_conditions():
@@ -70,7 +70,7 @@ def test_min_channels_above_max_channels_is_illegal_and_never_enumerated():
 
 
 def test_the_token_capacity_flag_is_not_searched_while_the_harness_cannot_apply_it():
-    ctx = KnobContext(device="cuda", gpu_arch="sm100", all_nvlinks_up=True, max_tokens_per_rank=2048)
+    ctx = KnobContext(device="cuda", gpu_arch="sm100", all_nvlinks_up=True, max_num_batched_tokens=2048)
     assert not any("--max-num-batched-tokens" in s for s in plan_knob_settings("flashinfer_nvlink_one_sided", ctx))
     _, excluded = knob_space("deepep_low_latency", ctx)
     assert [(k.name, why) for k, why in excluded] == [(
@@ -79,7 +79,7 @@ def test_the_token_capacity_flag_is_not_searched_while_the_harness_cannot_apply_
 
 
 def test_a_token_capacity_below_the_workload_is_illegal():
-    ctx = KnobContext(device="cuda", gpu_arch="sm100", all_nvlinks_up=True, max_tokens_per_rank=2048,
+    ctx = KnobContext(device="cuda", gpu_arch="sm100", all_nvlinks_up=True, max_num_batched_tokens=2048,
                       bench_applies_flags=True)
     planned = plan_knob_settings("flashinfer_nvlink_one_sided", ctx)
     capacities = [s["--max-num-batched-tokens"] for s in planned if "--max-num-batched-tokens" in s]

@@ -188,7 +188,7 @@ class _Progress:
         elif isinstance(event, GroupStarted):
             self.bar.update(self.task, description=f"{event.backend}: workers ready in {event.seconds:.1f} s")
         elif isinstance(event, PointPhase):
-            self.bar.update(self.task, description=f"{event.backend} @ {event.tokens}: {event.phase}")
+            self.bar.update(self.task, description=f"{event.backend} @ {event.tokens_per_rank}: {event.phase}")
         elif isinstance(event, PointMeasured):
             self.bar.advance(self.task)
 

@@ -76,18 +76,18 @@ class FleetShape:
     """One MoE layer shape a fleet run measures, with the activation dtype per GPU arch.
 
     ``model`` names it in the run (the model as given, or ``shape:HxEXPERTSxTOPK:DTYPE`` for an
-    explicit shape); ``dtypes`` is ``((arch, dtype), ...)`` from the model's profile.
+    explicit shape); ``activation_dtypes`` is ``((arch, dtype), ...)`` from the model's profile.
     """
 
     model: str
     hidden: int
     top_k: int
     experts: int
-    dtypes: tuple[tuple[str, str], ...]
+    activation_dtypes: tuple[tuple[str, str], ...]
 
-    def dtype(self, arch: str) -> str:
+    def activation_dtype(self, arch: str) -> str:
         """The activation dtype a node of ``arch`` dispatches (KeyError for an arch the profile lacks)."""
-        return dict(self.dtypes)[arch]
+        return dict(self.activation_dtypes)[arch]
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class NodeSettings:
         """The harness sweep of one backend at ``shape`` on a node of ``arch`` (its GPU arch, or ``cpu_arch``)."""
         return SweepSpec(
             backends=[backend], tokens=list(self.tokens), hidden=shape.hidden, top_k=shape.top_k,
-            experts=shape.experts, dtype=shape.dtype(arch), world_size=self.world_size, device=self.device,
+            experts=shape.experts, dtype=shape.activation_dtype(arch), world_size=self.world_size, device=self.device,
             max_noise=self.max_noise, min_samples=self.min_samples, min_time_s=self.min_time_s,
             timeout_s=self.timeout_s, setup_timeout_s=self.setup_timeout_s, gpu_arch=gpu_arch,
         )
@@ -162,11 +162,11 @@ def resolve_shapes(spec: FleetSpec) -> list[FleetShape]:
         if p.num_experts <= 0:
             raise DenseModel(f"{model} has no routed experts: a dense model has no MoE all2all to measure")
         out.append(FleetShape(model=model, hidden=p.hidden_size, top_k=p.top_k, experts=p.num_experts,
-                              dtypes=tuple(dict(p.activation_dtypes).items())))
+                              activation_dtypes=tuple(dict(p.activation_dtypes).items())))
     for shape in spec.shapes:
         p = shape.profile()
         out.append(FleetShape(model=p.model, hidden=shape.hidden, top_k=shape.top_k, experts=shape.experts,
-                              dtypes=tuple(dict(p.activation_dtypes).items())))
+                              activation_dtypes=tuple(dict(p.activation_dtypes).items())))
     return out
 
 

@@ -59,7 +59,7 @@ class Capability(NamedTuple):
     world_size_grouping: Limit | None = None  # value n: fewer than n ranks or a multiple of n
     max_local_experts: Limit | None = None  # value: most experts one rank holds
     max_row_bytes: Limit | None = None  # value: a RowBytes
-    max_tokens_per_rank: Limit | None = None  # value: a QueueDepth
+    max_tokens_per_rank: Limit | None = None  # the kernel limit on tokens per rank; value: a QueueDepth
     slots_multiple_of: Limit | None = None  # value n: EP size x max tokens per rank % n == 0
     needs_all_nvlinks: bool = False  # every P2P NVLink of each GPU up (at world size > 1)
     needs_fabric_across_nodes: bool = False  # beyond one node only over an MNNVL fabric

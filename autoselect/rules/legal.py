@@ -123,7 +123,7 @@ def _known_to(cap: Capability, value: str, version: str) -> bool:
 REFERENCE_BASELINE = "benchmark-only baseline: vLLM has no such backend; never recommended"
 
 
-def _checked_inputs(backend, host, world_size, vllm_version, gpu_arch, max_tokens_per_rank,
+def _checked_inputs(backend, host, world_size, vllm_version, gpu_arch, max_num_batched_tokens,
                     redundant_experts) -> tuple[str, str, str]:
     """``(version, canonical backend, arch)`` of a :func:`legal` question, or its bad-input error
     (checked in this order: version, world size, tokens per rank, redundant experts, backend, arch)."""
@@ -131,10 +131,11 @@ def _checked_inputs(backend, host, world_size, vllm_version, gpu_arch, max_token
     parse_version(version)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise InvalidWorldSize(f"world size must be a positive integer (dp x tp), got {world_size!r}")
-    if max_tokens_per_rank is not None and (isinstance(max_tokens_per_rank, bool)
-                                            or not isinstance(max_tokens_per_rank, int) or max_tokens_per_rank < 1):
+    if max_num_batched_tokens is not None and (isinstance(max_num_batched_tokens, bool)
+                                               or not isinstance(max_num_batched_tokens, int)
+                                               or max_num_batched_tokens < 1):
         raise InvalidTokensPerRank(f"tokens per rank must be a positive integer (--max-num-batched-tokens), "
-                                   f"got {max_tokens_per_rank!r}")
+                                   f"got {max_num_batched_tokens!r}")
     if isinstance(redundant_experts, bool) or not isinstance(redundant_experts, int) or redundant_experts < 0:
         raise InvalidRedundantExperts(f"redundant experts must be a non-negative integer, got {redundant_experts!r}")
     canonical = resolve(backend)
@@ -311,7 +312,7 @@ def _all2all_warnings(c: _Case, tensor_parallel_size, role) -> list[str]:
                                         tensor_parallel_size=tensor_parallel_size, role=role)]
 
 
-def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, max_tokens_per_rank=None,
+def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, max_num_batched_tokens=None,
           environ=None, tensor_parallel_size=None, role=None, redundant_experts=0) -> Verdict:
     """Every reason ``backend`` cannot serve ``profile`` at ``world_size`` (EP size) on ``vllm_version``.
 
@@ -322,7 +323,7 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, ma
     :param world_size: the EP group size (dp x tp).
     :param vllm_version: e.g. ``"0.33.0"``; None means :data:`NEWEST_VLLM`.
     :param gpu_arch: the target arch; defaults to ``host.gpu_arch``; required without a host.
-    :param max_tokens_per_rank: the line's ``--max-num-batched-tokens`` (None: not set). A
+    :param max_num_batched_tokens: the line's ``--max-num-batched-tokens`` (None: not set). A
         batched backend's dispatch buffer comes from it or from ``VLLM_MOE_DP_CHUNK_SIZE``,
         depending on the release (:func:`autoselect.rules.budgets.dispatch_budget`).
     :param environ: the serving environment, for limits an environment variable moves
@@ -334,7 +335,7 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, ma
         InvalidTokensPerRank, InvalidQueueDepth, InvalidChunkSize, InvalidRedundantExperts: bad input.
     """
     version, canonical, arch = _checked_inputs(backend, host, world_size, vllm_version, gpu_arch,
-                                               max_tokens_per_rank, redundant_experts)
+                                               max_num_batched_tokens, redundant_experts)
     if canonical.startswith("reference_"):
         return Verdict(backend, True, (), (REFERENCE_BASELINE,))
     # The steps in the order their reasons and warnings are listed.
@@ -342,7 +343,7 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, ma
     case = _Case(cap, profile, arch, profile.activation_dtype(arch), version, world_size, redundant_experts)
     reasons += [reason for rule in SHAPE_RULES if (reason := rule(case))]
     warnings += _padding_warnings(case)
-    budget = dispatch_budget(cap.backend, version, max_num_batched_tokens=max_tokens_per_rank, environ=environ)
+    budget = dispatch_budget(cap.backend, version, max_num_batched_tokens=max_num_batched_tokens, environ=environ)
     reasons += _kernel_limit_reasons(cap, profile, world_size, arch, case.dtype, budget, case.experts, environ)
     if arch not in cap.archs:
         reasons.append(f"{cap.backend} does not run on {arch}")
@@ -353,11 +354,11 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, ma
 
 
 def legal_alternatives(profile, host, world_size, vllm_version, *, gpu_arch=None, exclude=(),
-                       max_tokens_per_rank=None, environ=None, redundant_experts=0) -> list[str]:
+                       max_num_batched_tokens=None, environ=None, redundant_experts=0) -> list[str]:
     """The recommendable backends that :func:`legal` accepts, in table order."""
     return [
         b for b in recommendable_backends(vllm_version)
         if b not in exclude and legal(b, profile, host, world_size, vllm_version, gpu_arch=gpu_arch,
-                                      max_tokens_per_rank=max_tokens_per_rank, environ=environ,
+                                      max_num_batched_tokens=max_num_batched_tokens, environ=environ,
                                       redundant_experts=redundant_experts).ok
     ]

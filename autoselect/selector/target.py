@@ -100,7 +100,7 @@ def resolve(profile: MoeProfile, *, deployment: Deployment, host_class: str | No
     gpu_arch = normalize_arch(gpu_arch)
     legality = resolve_target(profile, world_size=deployment.world_size, gpu_arch=gpu_arch, host=host,
                               vllm_version=vllm_version, vllm_version_source=vllm_version_source,
-                              max_tokens_per_rank=max_num_batched_tokens, tensor_parallel_size=deployment.tp)
+                              max_num_batched_tokens=max_num_batched_tokens, tensor_parallel_size=deployment.tp)
     workload = workload or workload_from_kind("mixed", deployment, max_num_batched_tokens=max_num_batched_tokens)
     versions = {  # a reference class has no installed versions: its packages are the serving host's
         "vllm": legality.vllm_version,

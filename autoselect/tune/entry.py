@@ -128,7 +128,7 @@ def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens
     shape = Shape(hidden=profile.hidden_size, top_k=profile.top_k, experts=profile.num_experts, dtype=dtype)
     ctx = knobs_mod.KnobContext.from_host(
         host if device == "cuda" else None, world_size=world_size,
-        max_tokens_per_rank=max(spec_workload.tokens), enable_dbo=enable_dbo)
+        max_num_batched_tokens=max(spec_workload.tokens), enable_dbo=enable_dbo)
     spec = TuneSpec(shape=shape, world_size=world_size, device=device, workload=spec_workload, backends=chosen,
                     db_path=Path(db_path), host=host, vllm_version=target.vllm_version, budget_s=budget_s,
                     model=profile.model, knob_ctx=ctx, search_knobs=search_knobs, gpu_arch=arch)

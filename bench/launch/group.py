@@ -209,7 +209,7 @@ class WorkerGroup:
         started (or restarted) for the job.
         """
         started, before = time.monotonic(), len(self.startups)
-        remaining = list(job.points)
+        remaining = list(job.tokens)
         while remaining:
             if not self.running and self.unavailable is None:
                 try:
@@ -225,8 +225,8 @@ class WorkerGroup:
                                  job, None, on_event)
                 self.close(f"unavailable: {self.unavailable}")
                 break
-            remaining = self._feed(job.with_points(remaining), on_event)
-        report = JobReport(self.config.backend, len(job.points), time.monotonic() - started,
+            remaining = self._feed(job.with_tokens(remaining), on_event)
+        report = JobReport(self.config.backend, len(job.tokens), time.monotonic() - started,
                            self.startups[before:])
         self.jobs.append(report)
         timing_log.log("job", backend=self.config.backend, job=self._job_ids, points=report.points,
@@ -260,7 +260,7 @@ class _JobWatch:
 
     def __init__(self, group: WorkerGroup, job: Job, job_id: int, on_event):
         self.group, self.job, self.job_id, self.on_event = group, job, job_id, on_event
-        self.remaining = list(job.points)
+        self.remaining = list(job.tokens)
         self.current: int | None = self.remaining[0]
         self.setup_limit = group.config.setup_timeout_s
         self.measure_limit = measure_limit_s(job.timeout_s)

@@ -79,11 +79,11 @@ class GroupConfig:
 class Job:
     """Points of one shape with one stopping rule, run in order by a started group.
 
-    ``points``: tokens per rank, repeats allowed (each copy is measured: independent runs of
-    a point within one job).
+    ``tokens``: the tokens per rank of its points, repeats allowed (each copy is measured:
+    independent runs of a point within one job).
     """
 
-    points: tuple[int, ...]
+    tokens: tuple[int, ...]
     hidden: int
     top_k: int
     experts: int
@@ -95,20 +95,20 @@ class Job:
     min_time_s: float = 0.5
     timeout_s: float = 15.0
 
-    def with_points(self, points) -> "Job":
+    def with_tokens(self, tokens) -> "Job":
         """The same job for other points (what is left after a restart)."""
-        return replace(self, points=tuple(points))
+        return replace(self, tokens=tuple(tokens))
 
     def to_dict(self) -> dict:
         """The JSON form a worker reads."""
         d = asdict(self)
-        d["points"] = list(self.points)
+        d["tokens"] = list(self.tokens)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Job":
         """Inverse of :meth:`to_dict`."""
-        return cls(**{**d, "points": tuple(d["points"])})
+        return cls(**{**d, "tokens": tuple(d["tokens"])})
 
     @property
     def rule(self) -> dict:
@@ -127,7 +127,7 @@ class PointDone:
     """
 
     backend: str
-    tokens: int
+    tokens_per_rank: int
     status: str
     error: str | None = None
     fields: dict = field(default_factory=dict)

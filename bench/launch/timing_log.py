@@ -37,6 +37,6 @@ def log(event: str, **fields) -> None:
 
 def log_point(done, *, dtype: str | None, job: int | None) -> None:
     """The ``point`` line of a :class:`bench.launch.protocol.PointDone`."""
-    log("point", backend=done.backend, dtype=dtype, tokens=done.tokens, status=done.status,
+    log("point", backend=done.backend, dtype=dtype, tokens=done.tokens_per_rank, status=done.status,
         timing=done.timing, timing_note=done.timing_note,
         seconds=None if done.seconds is None else round(done.seconds, 4), job=job)

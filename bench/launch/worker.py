@@ -134,7 +134,7 @@ class WorkerSession:
         import torch.distributed as dist
 
         started = time.monotonic()
-        for tokens in job.points:
+        for tokens in job.tokens:
             t0 = time.monotonic()
             self.say({"event": "phase", "job": job_id, "tokens": tokens, "phase": "setup"})
             point, batch, problem = self.prepare(job, tokens)
@@ -238,8 +238,8 @@ def serve_in_process(config: GroupConfig, job: Job, on_event) -> None:
             on_event(PointDone(config.backend, ev["tokens"], ev["status"], ev.get("error"), ev.get("fields") or {},
                                ev.get("timing"), ev.get("timing_note"), ev.get("seconds")))
         elif ev["event"] == "fresh":
-            at = list(job.points).index(ev["tokens"])
-            for t in job.points[at:]:
+            at = list(job.tokens).index(ev["tokens"])
+            for t in job.tokens[at:]:
                 on_event(PointDone(config.backend, t, "error", f"needs a fresh process ({ev['reason']}); "
                                    "under torchrun the processes are torchrun's: run it without torchrun"))
 
@@ -247,7 +247,7 @@ def serve_in_process(config: GroupConfig, job: Job, on_event) -> None:
     try:
         reason = session.open()
         if reason:
-            for t in job.points:
+            for t in job.tokens:
                 translate({"event": "result", "tokens": t, "status": "unavailable", "error": reason})
             return
         session.run_job(1, job)

@@ -216,7 +216,7 @@ def test_low_latency_runs_unpadded_exactly_where_the_rules_accept_the_token_budg
             batched, sized = rules.smallest_deployment("deepep_low_latency", rules.NEWEST_VLLM, tokens)
             budget = int(sized.get(CHUNK_SIZE, batched))
             verdict = rules.legal("deepep_low_latency", profile, None, world_size, None, gpu_arch="sm90",
-                                  max_tokens_per_rank=budget)
+                                  max_num_batched_tokens=budget)
             if verdict.ok:
                 plan = common.ll_plan("bf16", 4096, 8, experts, world_size, tokens)
                 assert plan.max_tokens == budget, (world_size, tokens)

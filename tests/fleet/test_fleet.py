@@ -279,7 +279,7 @@ def test_the_explicit_shape_keeps_top_k_and_experts_apart(monkeypatch, db_path):
                           "--dtype", "bf16", "--db", str(db_path))
     assert spec.shapes == [Shape(hidden=2048, top_k=4, experts=32, dtype="bf16")]
     (shape,) = fleet.validate(spec)
-    assert (shape.hidden, shape.top_k, shape.experts, shape.dtype("sm90")) == (2048, 4, 32, "bf16")
+    assert (shape.hidden, shape.top_k, shape.experts, shape.activation_dtype("sm90")) == (2048, 4, 32, "bf16")
     assert shape.model == "shape:2048x32x4:bf16"  # HIDDENxEXPERTSxTOPK, as tune --model spells it
 
 

@@ -313,18 +313,18 @@ def test_row_bytes_follow_vllms_padding_and_the_wire_dtype():
 
 def test_deepep_low_latency_dispatches_at_most_511_tokens_per_rank_by_default():
     profile = MoeProfile.from_shape(4096, 64, 8, "bf16")
-    assert _deepep(LL, profile, 4, max_tokens_per_rank=512).reasons == (
+    assert _deepep(LL, profile, 4, max_num_batched_tokens=512).reasons == (
         "deepep_low_latency dispatches at most 511 tokens per rank with NVSHMEM_QP_DEPTH=1024, not 512 "
         "(--max-num-batched-tokens 512): "
         "lower --max-num-batched-tokens to 511 or set NVSHMEM_QP_DEPTH to at least 1026 (DeepEP 2.1 "
         "deep_ep/buffers/legacy.py:609: nvshmem_qp_depth >= (num_max_dispatch_tokens_per_rank + 1) * 2)",)
-    assert _deepep(LL, profile, 4, max_tokens_per_rank=511).ok
+    assert _deepep(LL, profile, 4, max_num_batched_tokens=511).ok
 
 
 def test_nvshmem_qp_depth_in_the_environment_moves_the_token_limit():
     profile = MoeProfile.from_shape(4096, 64, 8, "bf16")
-    assert _deepep(LL, profile, 4, max_tokens_per_rank=1023, environ={"NVSHMEM_QP_DEPTH": "2048"}).ok
-    deeper = _deepep(LL, profile, 4, max_tokens_per_rank=1024, environ={"NVSHMEM_QP_DEPTH": "2048"})
+    assert _deepep(LL, profile, 4, max_num_batched_tokens=1023, environ={"NVSHMEM_QP_DEPTH": "2048"}).ok
+    deeper = _deepep(LL, profile, 4, max_num_batched_tokens=1024, environ={"NVSHMEM_QP_DEPTH": "2048"})
     assert deeper.reasons[0].startswith("deepep_low_latency dispatches at most 1023 tokens per rank with "
                                         "NVSHMEM_QP_DEPTH=2048, not 1024 (--max-num-batched-tokens 1024): "
                                         "lower --max-num-batched-tokens to "
@@ -333,37 +333,37 @@ def test_nvshmem_qp_depth_in_the_environment_moves_the_token_limit():
 
 def test_deepep_low_latency_needs_ranks_times_tokens_a_multiple_of_4():
     profile = MoeProfile.from_shape(4096, 64, 8, "bf16")
-    assert _deepep(LL, profile, 2, max_tokens_per_rank=255).reasons == (
+    assert _deepep(LL, profile, 2, max_num_batched_tokens=255).reasons == (
         "deepep_low_latency needs EP size x tokens per rank to be a multiple of 4, not 2 x 255 = 510 "
         "(--max-num-batched-tokens 255): make "
         "--max-num-batched-tokens a multiple of 4 (DeepEP 2.1 csrc/legacy/buffer.hpp:1526: 'TMA requires the "
         "number of tokens to be multiple of 4')",)
-    assert _deepep(LL, profile, 4, max_tokens_per_rank=255).ok
+    assert _deepep(LL, profile, 4, max_num_batched_tokens=255).ok
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4, 5, 6, 7, 8, 16, 64])
 def test_vllms_default_256_tokens_passes_every_low_latency_token_rule(world_size):
     profile = MoeProfile.from_shape(4096, 64 * world_size, 8, "bf16")
-    assert _deepep(LL, profile, world_size, max_tokens_per_rank=256).ok
+    assert _deepep(LL, profile, world_size, max_num_batched_tokens=256).ok
     assert _deepep(LL, profile, world_size).ok  # None: vLLM's default 256
 
 
 def test_token_limits_bind_only_low_latency():
     profile = MoeProfile.from_shape(4096, 64, 8, "bf16")
     for backend in (HT, rules.DEFAULT_BACKEND, TWO_SIDED):
-        assert _deepep(backend, profile, 2, max_tokens_per_rank=16383).ok, backend
+        assert _deepep(backend, profile, 2, max_num_batched_tokens=16383).ok, backend
 
 
 @pytest.mark.parametrize("tokens", [0, -4, True, 8.0, "512"])
 def test_tokens_per_rank_must_be_a_positive_integer(tokens):
     with pytest.raises(InvalidTokensPerRank, match="tokens per rank must be a positive integer"):
-        _deepep(LL, MoeProfile.from_shape(4096, 64, 8, "bf16"), 8, max_tokens_per_rank=tokens)
+        _deepep(LL, MoeProfile.from_shape(4096, 64, 8, "bf16"), 8, max_num_batched_tokens=tokens)
 
 
 @pytest.mark.parametrize("depth", ["abc", "0", "-8", ""])
 def test_a_bad_nvshmem_qp_depth_is_refused_with_what_to_do(depth):
     with pytest.raises(InvalidQueueDepth, match=r"NVSHMEM_QP_DEPTH=.* is not a positive integer; unset it"):
-        _deepep(LL, MoeProfile.from_shape(4096, 64, 8, "bf16"), 8, max_tokens_per_rank=256,
+        _deepep(LL, MoeProfile.from_shape(4096, 64, 8, "bf16"), 8, max_num_batched_tokens=256,
                 environ={"NVSHMEM_QP_DEPTH": depth})
 
 

@@ -111,25 +111,25 @@ def test_the_lowered_batch_default_arrived_with_the_flag_sized_buffer():
 
 def test_before_0_20_a_large_batch_is_chunked_and_only_the_chunk_size_can_break_the_queue_depth():
     profile = MoeProfile.from_shape(7168, 256, 8, "bf16")
-    assert rules.legal(LL, profile, None, 8, "0.19.1", gpu_arch="sm90", max_tokens_per_rank=8192).ok
+    assert rules.legal(LL, profile, None, 8, "0.19.1", gpu_arch="sm90", max_num_batched_tokens=8192).ok
     too_deep = rules.legal(LL, profile, None, 8, "0.19.1", gpu_arch="sm90", environ={"VLLM_MOE_DP_CHUNK_SIZE": "1024"})
     assert too_deep.reasons[0].startswith(
         "deepep_low_latency dispatches at most 511 tokens per rank with NVSHMEM_QP_DEPTH=1024, not 1024 "
         "(VLLM_MOE_DP_CHUNK_SIZE=1024): lower VLLM_MOE_DP_CHUNK_SIZE to 511 or set NVSHMEM_QP_DEPTH to at least 2050")
-    assert not rules.legal(LL, profile, None, 8, "0.20.0", gpu_arch="sm90", max_tokens_per_rank=8192).ok
+    assert not rules.legal(LL, profile, None, 8, "0.20.0", gpu_arch="sm90", max_num_batched_tokens=8192).ok
 
 
 def test_turning_vllms_chunking_off_lets_a_batch_overrun_the_chunk_sized_buffer():
     profile = MoeProfile.from_shape(7168, 256, 8, "bf16")
     off = {"VLLM_ENABLE_MOE_DP_CHUNK": "0"}
-    verdict = rules.legal(LL, profile, None, 8, "0.19.1", gpu_arch="sm90", max_tokens_per_rank=2048, environ=off)
+    verdict = rules.legal(LL, profile, None, 8, "0.19.1", gpu_arch="sm90", max_num_batched_tokens=2048, environ=off)
     assert verdict.reasons == (
         "VLLM_ENABLE_MOE_DP_CHUNK=0 turns off vLLM's MoE chunking: batches up to --max-num-batched-tokens 2048 "
         "reach a deepep_low_latency buffer sized for vLLM's default VLLM_MOE_DP_CHUNK_SIZE=256; set "
         "--max-num-batched-tokens to at most 256, raise VLLM_MOE_DP_CHUNK_SIZE, or drop VLLM_ENABLE_MOE_DP_CHUNK=0 "
         f"({rules.budgets.CHUNKING_SWITCH_SOURCE})",)
-    assert rules.legal(LL, profile, None, 8, "0.19.1", gpu_arch="sm90", max_tokens_per_rank=256, environ=off).ok
-    assert rules.legal(LL, profile, None, 8, "0.12.0", gpu_arch="sm90", max_tokens_per_rank=2048, environ=off).ok
+    assert rules.legal(LL, profile, None, 8, "0.19.1", gpu_arch="sm90", max_num_batched_tokens=256, environ=off).ok
+    assert rules.legal(LL, profile, None, 8, "0.12.0", gpu_arch="sm90", max_num_batched_tokens=2048, environ=off).ok
 
 
 @pytest.mark.parametrize("raw", ["0", "-4", "many", ""])
