@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
 
 from autoselect.errors import UserError
 
@@ -87,10 +86,6 @@ class BadList(UserError):
 
 class BadDuration(UserError):
     "A duration that is not a positive number with a unit (90s, 15m, 1h30m, 7d)."
-
-
-class BadStoppingRule(UserError):
-    "A stopping-rule option (--max-noise, --min-samples, --min-time, --timeout) out of range."
 
 
 # --------------------------------------------------------------------------------------
@@ -297,49 +292,6 @@ def parse_duration(text: str, *, what: str = "duration", allow_zero: bool = Fals
         raise BadDuration(f"{what} {text!r} is longer than {maximum / 86400:g} days; write a shorter duration")
     return seconds
 
-
-# --------------------------------------------------------------------------------------
-# The stopping rule of one measured point
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StoppingRule:
-    """When the sampling of one point stops (nvbench's ``stdrel`` criterion and its defaults).
-
-    A point is sampled for at least ``min_samples`` samples and ``min_time_s`` seconds of sample
-    time, then until the relative standard error of its median is below ``max_noise``, or until
-    ``timeout_s`` seconds (the noise target is then recorded as not met).
-    """
-
-    max_noise: float = 0.005
-    min_samples: int = 10
-    min_time_s: float = 0.5
-    timeout_s: float = 15.0
-
-    def validate(self) -> None:
-        """Refuse a rule that cannot stop sensibly.
-
-        :raises BadStoppingRule: naming the option and the value.
-        """
-        if not (0 < self.max_noise < 1):
-            raise BadStoppingRule(f"--max-noise must be a fraction in (0, 1), got {self.max_noise}")
-        if isinstance(self.min_samples, bool) or not isinstance(self.min_samples, int) \
-                or not 1 <= self.min_samples <= MAX_INT:
-            raise BadStoppingRule(f"--min-samples must be a whole number of at least 1, got {self.min_samples}")
-        if not (0 <= self.min_time_s <= MAX_DURATION_S):
-            raise BadStoppingRule(f"--min-time must be 0 or more seconds, got {self.min_time_s}")
-        if not (0 < self.timeout_s <= MAX_DURATION_S):
-            raise BadStoppingRule(f"--timeout must be a positive number of seconds, got {self.timeout_s}")
-
-    def to_dict(self) -> dict:
-        """``{"max_noise", "min_samples", "min_time_s", "timeout_s"}``."""
-        return asdict(self)
-
-
-#: The stopping rule of ``bench`` and ``fleet`` (and their --max-noise/--min-samples/--min-time/
-#: --timeout defaults): 10 samples, 0.5 s, 0.5 % noise, 15 s per point.
-STOPPING = StoppingRule()
 
 #: Wall-clock seconds a worker group's start-up (spawn to ready) and each point's adapter setup
 #: may take (``--setup-timeout`` of bench, a fleet spec's ``setup_timeout_s``): FlashInfer's JIT

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from autoselect.errors import GpuArchRequired, MissingShape, UserError
 from autoselect.hardware import fingerprint
 from autoselect.model import load_profile, normalize_arch
-from autoselect.options import DEFAULT_TOKENS, SETUP_TIMEOUT_S, STOPPING, parse_int_list, parse_name_list
+from autoselect.options import DEFAULT_TOKENS, SETUP_TIMEOUT_S, parse_int_list, parse_name_list
+from autoselect.stopping import STOPPING
 from autoselect.reference.health import ReferenceCheck, check_results
 from autoselect.workload import Shape
 from bench import launch

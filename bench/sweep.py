@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field, replace
 from autoselect.candidates import candidate_backends, check_vllm_version, resolve_target
 from autoselect.errors import UserError
 from autoselect.hardware import fingerprint
-from autoselect.options import SETUP_TIMEOUT_S, STOPPING, StoppingRule, check_seconds, check_seed
+from autoselect.options import SETUP_TIMEOUT_S, check_seconds, check_seed
+from autoselect.stopping import STOPPING, StoppingRule
 from autoselect.rules import BACKENDS, smallest_deployment
 from autoselect.workload import Shape
 from bench import launch

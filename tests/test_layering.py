@@ -38,6 +38,7 @@ COMPONENTS: dict[str, str] = {
     "autoselect": "vocabulary",  # the package itself (__version__)
     "autoselect.errors": "vocabulary",
     "autoselect.options": "vocabulary",
+    "autoselect.stopping": "vocabulary",
     "autoselect.payload": "vocabulary",
     "autoselect.hardware": "vocabulary",
     # domain: the model, the rules and what is derived from them (no store, no measuring)
@@ -320,8 +321,8 @@ def test_a_planted_import_in_the_worker_is_caught(tree):
 
 def test_the_vocabulary_and_the_decision_import_nothing_heavy(tree):
     heavy = heavy_modules(tree)
-    fast = ["autoselect.errors", "autoselect.options", "autoselect.payload", "autoselect.hardware",
-            "autoselect.model", "autoselect.rules", "autoselect.workload", "autoselect.noise",
+    fast = ["autoselect.errors", "autoselect.options", "autoselect.stopping", "autoselect.payload",
+            "autoselect.hardware", "autoselect.model", "autoselect.rules", "autoselect.workload", "autoselect.noise",
             "autoselect.candidates", "autoselect.selector", "autoselect.check", "autoselect.bridge", "db.queries",
             "db.tuned"]
     assert [m for m in fast if m in heavy] == []

@@ -9,15 +9,13 @@ from autoselect.cli import main
 from autoselect.options import (
     MAX_INT,
     MAX_TOKENS_PER_RANK,
-    STOPPING,
     BadDuration,
     BadList,
-    BadStoppingRule,
-    StoppingRule,
     parse_duration,
     parse_int_list,
     parse_weighted_tokens,
 )
+from autoselect.stopping import STOPPING, BadStoppingRule, StoppingRule
 
 # --- integer lists -------------------------------------------------------------------
 

@@ -27,7 +27,8 @@ import click
 
 from autoselect import __version__
 from autoselect.errors import UserError
-from autoselect.options import STOPPING, parse_int, parse_number
+from autoselect.options import parse_int, parse_number
+from autoselect.stopping import STOPPING
 
 
 class InputError(click.ClickException):
@@ -232,7 +233,7 @@ def db_option(f):
 def stopping_rule_options(f):
     """``--max-noise``, ``--min-samples``, ``--min-time``, ``--timeout``: the stopping rule of each
     measured point (``bench``, ``fleet run``, ``fleet schedule``), defaults from
-    :data:`autoselect.options.STOPPING`; parameters ``max_noise``, ``min_samples``, ``min_time_s``,
+    :data:`autoselect.stopping.STOPPING`; parameters ``max_noise``, ``min_samples``, ``min_time_s``,
     ``timeout_s``."""
     options = [
         click.option("--max-noise", type=float, default=STOPPING.max_noise, show_default=True,

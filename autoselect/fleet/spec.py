@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from autoselect.errors import MissingShape, UserError
 from autoselect.model import DenseModel, load_profile
-from autoselect.options import FLEET_TOKENS, SETUP_TIMEOUT_S, STOPPING, StoppingRule
+from autoselect.options import FLEET_TOKENS, SETUP_TIMEOUT_S
+from autoselect.stopping import STOPPING, StoppingRule
 from autoselect.workload import Shape
 from bench.backends import check_names
 from bench.sweep import SweepSpec

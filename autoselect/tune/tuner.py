@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from autoselect import knobs as knobs_mod
 from autoselect.hardware import HostFingerprint
-from autoselect.options import StoppingRule
+from autoselect.stopping import StoppingRule
 from autoselect.tune import knob_search
 from autoselect.tune.events import BackendPruned, Measuring, TrialAdded, TuneFinished, TuneStarted
 from autoselect.tune.measurement import Measurement, measurement_from_result

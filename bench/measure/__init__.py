@@ -10,7 +10,8 @@ One point (backend x shape x tokens per rank) runs on every rank of the group:
    allows capture and the graph passes its own check (:mod:`~bench.measure.graphs`); else
    eager, with the reason in :attr:`PointOutcome.timing_note`. The latency of an iteration
    is the **maximum over ranks** (:mod:`~bench.measure.agreement`).
-3. **Stopping** (:mod:`~bench.measure.stopping`): nvbench's rule, defaults in :data:`DEFAULTS`.
+3. **Stopping** (:mod:`~bench.measure.sampling`): nvbench's rule, defined with its defaults in
+   :mod:`autoselect.stopping`.
 4. **Statistics** (:mod:`~bench.measure.stats`): median, mean, min, p10, p90, p99, relative
    stdev, the noise (relative standard error of the median), plus bytes per rank and
    algbw/busbw (:func:`run_point`).
@@ -21,7 +22,7 @@ from bench.measure.cpu_timing import time_cpu
 from bench.measure.gate import gate_round_trip
 from bench.measure.graphs import first_line
 from bench.measure.point import run_point
-from bench.measure.stopping import WARMUP_ITERATIONS, Sampling
+from bench.measure.sampling import WARMUP_ITERATIONS, Sampling
 
 __all__ = [
     "WARMUP_ITERATIONS", "Sampling", "agree", "first_line", "gate_round_trip", "run_point", "time_cpu",

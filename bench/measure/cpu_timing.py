@@ -10,7 +10,7 @@ from time import perf_counter_ns
 
 from bench.measure.agreement import max_over_ranks, rank0_says_done
 from bench.measure.stats import split_medians
-from bench.measure.stopping import WARMUP_ITERATIONS
+from bench.measure.sampling import WARMUP_ITERATIONS
 
 #: Target wall time of one CPU timing batch (one all_reduce per batch).
 BATCH_TARGET_S = 0.02

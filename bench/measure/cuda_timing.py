@@ -12,7 +12,7 @@ from __future__ import annotations
 from bench.measure.agreement import max_over_ranks, rank0_says_done
 from bench.measure.graphs import CAPTURE_FAILED, CUDA_BATCH_ROUND_TRIPS, capture, eager_reason
 from bench.measure.stats import split_medians
-from bench.measure.stopping import WARMUP_ITERATIONS
+from bench.measure.sampling import WARMUP_ITERATIONS
 
 #: Eager round trips of the CUDA dispatch/combine split pass.
 SPLIT_PASS_ITERATIONS = 50

@@ -9,7 +9,7 @@ from bench.measure.cuda_timing import time_cuda
 from bench.measure.gate import gate_round_trip
 from bench.measure.graphs import layout_of
 from bench.measure.stats import summarize
-from bench.measure.stopping import Sampling
+from bench.measure.sampling import Sampling
 from bench.synthetic import algbw_gbps, busbw_gbps
 
 

@@ -1,8 +1,8 @@
-"""The stopping rule applied: one point's samples and when to stop taking them (nvbench's stdrel criterion).
+"""Sampling one point under the stopping rule: its samples, and whether to take another.
 
-:class:`Sampling` applies an :class:`autoselect.options.StoppingRule` (the settings a user
-gives) to the samples of one point as they arrive. No torch: it sees plain floats
-(microseconds); numpy, imported lazily, computes the noise estimate
+:class:`Sampling` applies the rule of :mod:`autoselect.stopping` (every number of it, the
+defaults included, is defined there) to the samples of one point as they arrive. No torch: it
+sees plain floats (microseconds); numpy, imported lazily, computes the noise estimate
 (:func:`bench.measure.stats.relative_standard_error`).
 """
 
@@ -11,43 +11,28 @@ from __future__ import annotations
 import math
 import time
 
-from autoselect.options import STOPPING
+from autoselect.stopping import STOPPING, StoppingRule
 from bench.measure.stats import relative_standard_error
-
-#: Stopping-rule defaults (nvbench's stdrel criterion); the four a user sets are
-#: :data:`autoselect.options.STOPPING` (bench, tune, fleet and their click options read them there).
-DEFAULTS = {
-    "min_samples": STOPPING.min_samples,  # at least this many samples (10)
-    "min_time_s": STOPPING.min_time_s,  # at least this much accumulated sample time (0.5 s)
-    "max_noise": STOPPING.max_noise,  # stop once the relative standard error of the median is below 0.5 %
-    "timeout_s": STOPPING.timeout_s,  # wall-clock limit per point (15 s): stop, noise_target_met = False
-    "stable_window": 8,  # noise estimates compared for the "noise is stable" stop
-    "stable_rel_std": 0.05,  # ... stop when they vary by less than 5 % (relative stdev)
-    "max_samples": 200_000,  # memory bound
-}
 
 #: Round trips run before timing starts (JIT, caches, lazy allocations).
 WARMUP_ITERATIONS = 3
 
 
 class Sampling:
-    """One point's samples under a stopping rule: ``add(sample)`` each sample, ask ``done()``.
+    """One point's samples under the stopping rule: ``add(sample)`` each sample, ask ``done()``.
 
-    Done when (a) at least ``min_samples`` samples and ``min_time_s`` of accumulated
-    sample time were taken and the noise (relative standard error of the median) is at
-    most ``max_noise``, or the last ``stable_window`` noise estimates vary by less than
-    ``stable_rel_std`` (the noise has stopped shrinking); or (b) ``timeout_s`` of wall
-    time passed since sampling began (:meth:`start`, else the first sample; then
-    ``noise_target_met`` is False); or (c) ``max_samples`` were taken.
+    Done as :class:`autoselect.stopping.StoppingRule` says; settings left None take
+    :data:`autoselect.stopping.STOPPING`'s. The wall time counts from :meth:`start`, else from
+    the first sample.
     """
 
     def __init__(self, *, max_noise=None, min_samples=None, min_time_s=None, timeout_s=None,
                  clock=time.monotonic):
-        d = DEFAULTS
-        self.max_noise = d["max_noise"] if max_noise is None else max_noise
-        self.min_samples = d["min_samples"] if min_samples is None else min_samples
-        self.min_time_s = d["min_time_s"] if min_time_s is None else min_time_s
-        self.timeout_s = d["timeout_s"] if timeout_s is None else timeout_s
+        d = STOPPING
+        self.max_noise = d.max_noise if max_noise is None else max_noise
+        self.min_samples = d.min_samples if min_samples is None else min_samples
+        self.min_time_s = d.min_time_s if min_time_s is None else min_time_s
+        self.timeout_s = d.timeout_s if timeout_s is None else timeout_s
         self.clock = clock
         self.samples: list[float] = []
         self._array = None  # (values, scratch, count): float64 buffers for done(), see _as_arrays
@@ -81,7 +66,7 @@ class Sampling:
         if self.noise is not None:
             self.noise_history.append(self.noise)
         self.noise_target_met = self.noise is not None and self.noise <= self.max_noise
-        if n >= DEFAULTS["max_samples"]:
+        if n >= StoppingRule.MAX_SAMPLES:
             return True
         if self.started is not None and self.clock() - self.started >= self.timeout_s:
             self.timed_out = True
@@ -115,13 +100,13 @@ class Sampling:
         return values[:n], scratch[:n]
 
     def noise_is_stable(self) -> bool:
-        """The last ``stable_window`` noise estimates vary by less than ``stable_rel_std``."""
-        window = self.noise_history[-DEFAULTS["stable_window"]:]
-        if len(window) < DEFAULTS["stable_window"]:
+        """The last ``STABLE_WINDOW`` noise estimates vary by less than ``STABLE_REL_STD``."""
+        window = self.noise_history[-StoppingRule.STABLE_WINDOW:]
+        if len(window) < StoppingRule.STABLE_WINDOW:
             return False
         mean = sum(window) / len(window)
         if mean == 0:
             return True
         var = sum((x - mean) ** 2 for x in window) / (len(window) - 1)
-        return math.sqrt(var) / mean < DEFAULTS["stable_rel_std"]
+        return math.sqrt(var) / mean < StoppingRule.STABLE_REL_STD
 
