@@ -341,6 +341,26 @@ def test_the_checker_reads_a_table_of_lazy_re_exports_as_module_level_imports(tr
     assert "db/lazy_up/selector.py:1: db must not import selector (autoselect.selector)" in violations(planted)
 
 
+#: Module names several packages use, each for the same role in its own package: its mistakes,
+#: its entry as a library call, its typed progress events, its worker process and the protocol
+#: spoken with it, its statistics, its per-node view of a fleet. Any other name means one thing.
+SHARED_ROLE_NAMES = frozenset({"__init__", "__main__", "errors", "run", "events", "worker", "protocol", "stats",
+                               "nodes"})
+
+
+def test_a_module_name_means_one_thing_across_the_packages(tree):
+    folders: dict[str, set[str]] = {}
+    for module, (path, _) in tree.items():
+        name = Path(path).stem
+        folders.setdefault(name, set()).add(str(Path(path).parent))
+    shared = {name: sorted(where) for name, where in folders.items() if len(where) > 1}
+    assert {name: where for name, where in shared.items() if name not in SHARED_ROLE_NAMES} == {}
+    # the names that once meant two things (the JSONL format and shape transfer, the database
+    # schema and the answer's, ...) mean one
+    for name in ("workload", "transfer", "schema", "fields", "health", "flags", "target", "store"):
+        assert len(folders.get(name, ())) <= 1, (name, folders.get(name))
+
+
 def test_the_checker_sees_function_level_and_relative_imports():
     tree = {"bench": ("bench/__init__.py", ""), "bench.a": ("bench/a.py", "from . import b\n"),
             "bench.b": ("bench/b.py", "def f():\n    from .a import x\n")}

@@ -1,5 +1,5 @@
 """Hostile model configs: every command that loads a checkpoint refuses a broken config.json in
-one ``Error:`` line (the one validation layer, ``autoselect.model.check_config``), never hangs,
+one ``Error:`` line (the one validation layer, ``autoselect.model.config.check_config``), never hangs,
 never guesses a dtype."""
 
 from __future__ import annotations
