@@ -12,8 +12,11 @@ Endpoints (GET, and HEAD answered like GET; every other method is 405):
 
 Bad parameters get 400 with ``{"error": "..."}`` (the same sentence the CLI prints); an
 unknown model or host class gets 404. The database is opened read-only per request; answers
-are cached as JSON bytes per (endpoint, parameters) until the database file or its WAL
-changes; a miss is computed in the thread pool, a hit is served from the event loop.
+are kept as JSON bytes until the database file or its WAL changes, by parameters and by the
+request as it arrived: a request answered before is answered by the front from the event loop
+(a ``stat``, a dictionary lookup, a write: FastAPI never sees it); a new one is validated by
+FastAPI and, unless the same question was answered before in another spelling, computed in the
+thread pool.
 
 The server answers strangers, so ``model=`` never names a path: models are Hugging Face ids
 resolved from the local cache only (never downloaded), or names under the model roots the
@@ -25,8 +28,9 @@ config and of each parameter (at most :data:`MAX_QUERY` bytes of query string).
 
 The modules: :mod:`~.app` (what the app answers from, checked before serving, and
 :func:`create_app`), :mod:`~.routes` (the handlers and the assembly; the only one importing
-FastAPI), :mod:`~.answers` (the answer cache and the path scrubber), :mod:`~.server` (the socket
-and uvicorn: :func:`serve`).
+FastAPI), :mod:`~.front` (the pure ASGI layer answering requests answered before),
+:mod:`~.answers` (the answer cache and the path scrubber), :mod:`~.server` (the socket and
+uvicorn: :func:`serve`).
 """
 
 from autoselect.fleet.service.server import serve

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -39,42 +38,73 @@ class Scrubber:
 
 
 class AnswerCache:
-    """A small LRU of JSON answers, dropped whenever the database files change."""
+    """JSON answers kept per database state: dropped whenever the database or its WAL changes.
+
+    Two small LRUs share the bodies: ``answers`` by the route's parsed parameters (so two spellings
+    of one question are computed once) and ``requests`` by the request as it arrived, path and raw
+    query string (so a request answered before is found without parsing anything: the front's
+    lookup, :class:`~autoselect.fleet.service.front.Front`). Used from the event loop only (the
+    thread pool computes, the loop stores), so no lock.
+    """
 
     def __init__(self, db_path: Path, size: int = CACHE_SIZE):
         self.db_path = db_path
         self.size = size
-        self._lock = threading.Lock()
+        self._files = (os.fspath(db_path), f"{db_path}-wal")
         self._state: tuple | None = None
         self._answers: OrderedDict = OrderedDict()
+        self._requests: OrderedDict = OrderedDict()
 
     def state(self) -> tuple:
         """(mtime_ns, size) of the database and its WAL: any commit changes it."""
         out = []
-        for p in (self.db_path, Path(f"{self.db_path}-wal")):
+        for name in self._files:
             try:
-                st = p.stat()
+                st = os.stat(name)
                 out.append((st.st_mtime_ns, st.st_size))
             except OSError:
                 out.append(None)
         return tuple(out)
 
-    def lookup(self, key: tuple) -> tuple[Any, tuple]:
-        """(the cached answer or None, the database state it must belong to)."""
+    def current(self) -> tuple:
+        """The database state now; every kept answer is dropped if it changed."""
         state = self.state()
-        with self._lock:
-            if state != self._state:
-                self._answers.clear()
-                self._state = state
-            value = self._answers.get(key)
-            if value is not None:
-                self._answers.move_to_end(key)
-            return value, state
+        if state != self._state:
+            self._answers.clear()
+            self._requests.clear()
+            self._state = state
+        return state
+
+    def lookup(self, key: tuple) -> tuple[Any, tuple]:
+        """(the answer for the parsed parameters ``key``, or None; the database state it must belong to)."""
+        state = self.current()
+        return _get(self._answers, key), state
 
     def store(self, key: tuple, state: tuple, value: Any) -> None:
         """Keep ``value`` for ``key`` unless the database changed while it was computed."""
-        with self._lock:
-            if state == self._state:
-                self._answers[key] = value
-                while len(self._answers) > self.size:
-                    self._answers.popitem(last=False)
+        if state == self._state:
+            _put(self._answers, key, value, self.size)
+
+    def answered(self, request: tuple) -> tuple[Any, tuple]:
+        """(the answer given before to ``request`` (path, raw query string), or None; the database state)."""
+        state = self.current()
+        return _get(self._requests, request), state
+
+    def remember(self, request: tuple, state: tuple, value: Any) -> None:
+        """Keep the answer to ``request`` unless the database changed while it was answered."""
+        if state == self._state:
+            _put(self._requests, request, value, self.size)
+
+
+def _get(lru: OrderedDict, key) -> Any:
+    value = lru.get(key)
+    if value is not None:
+        lru.move_to_end(key)
+    return value
+
+
+def _put(lru: OrderedDict, key, value, size: int) -> None:
+    lru[key] = value
+    lru.move_to_end(key)
+    while len(lru) > size:
+        lru.popitem(last=False)

@@ -2,7 +2,8 @@
 
 :func:`create_app` checks the database and the model roots, then assembles the FastAPI app from
 the route handlers of :mod:`autoselect.fleet.service.routes` (which imports FastAPI: this module
-does not, so importing it costs nothing until an app is made).
+does not, so importing it costs nothing until an app is made) behind the front that answers
+requests answered before.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ class Served:
 
 
 def create_app(db_path: str | os.PathLike | None = None, *, model_roots=()):
-    """The FastAPI application serving the database at ``db_path`` (checked readable now).
+    """The ASGI application serving the database at ``db_path`` (checked readable now): the
+    FastAPI app behind its :class:`~autoselect.fleet.service.front.Front` (``.app``).
 
     :param model_roots: directories whose checkpoint sub-directories ``model=`` may name
         (relative names only); default none: Hugging Face ids from the local cache only.

@@ -19,7 +19,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from autoselect import __version__
 from autoselect.errors import UserError
 from autoselect.fleet.drift import analyze_at
-from autoselect.fleet.service.app import MAX_QUERY, NOT_FOUND, UNKNOWN_MODEL, Served
+from autoselect.fleet.service.app import NOT_FOUND, UNKNOWN_MODEL, Served
+from autoselect.fleet.service.front import Front
 from autoselect.model import ModelConfigNotFound
 from autoselect.options import MIN_SLOWDOWN, NOISE_K
 from autoselect.selector import recommend_for
@@ -29,18 +30,19 @@ from db.queries import connect_readonly, host_classes
 ROUTES = {"/healthz": "healthz", "/v1/recommend": "recommend", "/v1/hosts": "hosts", "/v1/drift": "drift"}
 
 
-def assemble(served: Served) -> FastAPI:
-    """The app: the error handlers, the query-length bound, and the read-only routes of :class:`Api`."""
+def assemble(served: Served) -> Front:
+    """The app: the read-only routes of :class:`Api` and their error handlers, behind the
+    :class:`~autoselect.fleet.service.front.Front` that answers a request answered before (and
+    bounds the query string's length)."""
     api = Api(served)
     app = FastAPI(title="autoselect", version=__version__, docs_url=None, redoc_url=None,
                   description="Read-only recommendations of vLLM's --all2all-backend from measured data.")
     app.add_exception_handler(UserError, api.user_error)
     app.add_exception_handler(StarletteHTTPException, api.http_error)
     app.add_exception_handler(RequestValidationError, api.bad_params)
-    app.middleware("http")(api.bounded)
     for route, name in ROUTES.items():
         app.api_route(route, methods=["GET", "HEAD"])(getattr(api, name))
-    return app
+    return Front(app, served.cache)
 
 
 class Api:
@@ -80,12 +82,6 @@ class Api:
             where = ".".join(str(x) for x in e.get("loc", ())[1:]) or "request"
             parts.append(f"{where}: {e.get('msg', 'invalid')}")
         return JSONResponse({"error": self.scrub("; ".join(parts))}, status_code=400)
-
-    async def bounded(self, request: Request, call_next):
-        """Refuse a query string longer than any parameter needs before anything parses it."""
-        if len(request.url.query) > MAX_QUERY:
-            return JSONResponse({"error": f"query string longer than {MAX_QUERY} bytes"}, status_code=414)
-        return await call_next(request)
 
     # -- routes ------------------------------------------------------------------------------------
 

@@ -1,0 +1,74 @@
+"""The front of the app: a request answered before is answered again from the event loop.
+
+A pure ASGI layer in front of the FastAPI app (no middleware stack, no parameter parsing). Every
+answer of this read-only API depends only on the request and the database, so the body of a 200
+answer is kept under the request as it arrived (path and raw query string) until the database
+changes (:class:`~autoselect.fleet.service.answers.AnswerCache`): the next identical request is
+one ``stat`` of the database files, a dictionary lookup and a write. Everything else (a request
+not answered before, an error, another method) goes to the app, which validates it; a query string
+longer than any parameter needs is refused here, before anything parses it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from autoselect.fleet.service.answers import AnswerCache
+from autoselect.fleet.service.app import MAX_QUERY
+
+#: the methods whose 200 answers are kept (HEAD is answered like GET; the server drops its body)
+READS = frozenset({"GET", "HEAD"})
+_TOO_LONG = json.dumps({"error": f"query string longer than {MAX_QUERY} bytes"}, separators=(",", ":")).encode()
+
+
+def _start(status: int, body: bytes) -> dict:
+    return {"type": "http.response.start", "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]}
+
+
+class Front:
+    """The ASGI application ``serve`` runs: kept answers first, then ``app`` (the FastAPI app)."""
+
+    def __init__(self, app, cache: AnswerCache):
+        self.app = app
+        self.cache = cache
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":  # lifespan: the app's own
+            await self.app(scope, receive, send)
+            return
+        query = scope["query_string"]
+        if len(query) > MAX_QUERY:
+            await send(_start(414, _TOO_LONG))
+            await send({"type": "http.response.body", "body": _TOO_LONG})
+            return
+        if scope["method"] not in READS:
+            await self.app(scope, receive, send)
+            return
+        request = (scope["path"], query)
+        body, state = self.cache.answered(request)
+        if body is not None:
+            await send(_start(200, body))
+            await send({"type": "http.response.body", "body": body})
+            return
+        if scope["method"] == "GET":  # a HEAD answer's body may be left out: keep GET's only
+            send = _Keep(send, self.cache, request, state)
+        await self.app(scope, receive, send)
+
+
+class _Keep:
+    """``send`` for a request not answered before: passes every message on and keeps the body
+    of a 200 answer sent in one piece (every answer of the API is one JSON body)."""
+
+    __slots__ = ("send", "cache", "request", "state", "ok")
+
+    def __init__(self, send, cache: AnswerCache, request: tuple, state: tuple):
+        self.send, self.cache, self.request, self.state, self.ok = send, cache, request, state, False
+
+    async def __call__(self, message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.ok = message["status"] == 200
+        elif kind == "http.response.body" and self.ok and not message.get("more_body", False):
+            self.cache.remember(self.request, self.state, bytes(message.get("body", b"")))
+        await self.send(message)
