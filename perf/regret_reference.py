@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from autoselect import rules, vllm_flags  # noqa: E402
 from autoselect.reference import AGRS, CLASSES, default, transfer_points  # noqa: E402
-from autoselect.reference.transfer import bytes_per_token  # noqa: E402
+from autoselect.payload import all2all_bytes_per_token as bytes_per_token  # noqa: E402
 from autoselect.selector import MeasuredPoint, estimate_latency, recommend  # noqa: E402
 from autoselect.selector.answer import DERIVED, PUBLISHED, TRANSFERRED  # noqa: E402
 from autoselect.selector.evidence import BackendEvidence  # noqa: E402

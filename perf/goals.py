@@ -1,0 +1,56 @@
+"""The goals a perf script states, printed beside what it measured, and its exit status.
+
+Every CPU-runnable script under ``perf/`` has a ``--quick`` mode (small sizes, few repeats: the
+test suite runs it, ``tests/test_perf_scripts.py``) and ends with :meth:`Goals.finish`. The rule:
+
+* a **timing** goal (wall time, throughput, CPU time, ratios of times) depends on the machine and
+  its load: it is printed beside its value in every mode, and judged (a miss makes the exit status
+  1) in the full mode only; quick mode prints it as ``not judged (quick)``;
+* an **exact** goal (errors, identical answers, a module that must not load, a regret computed
+  from fixed data) does not depend on the machine: judged in both modes.
+
+The last line is always ``goals: N met, N missed, N not judged (quick)`` (or ``goals: none
+stated``): the suite checks that it is there, so a script that stops early or prints nothing fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+TIMING, EXACT = "timing", "exact"
+
+
+def add_quick(parser: argparse.ArgumentParser, what: str) -> None:
+    """The ``--quick`` flag; ``what`` says what it shrinks (shown in ``--help``)."""
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a quick run for the test suite: {what}; timing goals are printed, not judged")
+
+
+class Goals:
+    """Collects the goals of one run; :meth:`finish` prints the summary and returns the exit status."""
+
+    def __init__(self, quick: bool):
+        self.quick = quick
+        self.met = self.missed = self.unjudged = 0
+
+    def check(self, name: str, value: str, goal: str, met: bool, kind: str = TIMING) -> bool:
+        """Print ``goal <name>: <value> (goal <goal>): met | MISSED | not judged (quick)``; returns ``met``."""
+        if kind not in (TIMING, EXACT):
+            raise ValueError(f"goal kind {kind!r}: use {TIMING!r} or {EXACT!r}")
+        if kind == TIMING and self.quick:
+            verdict = f"{'met' if met else 'not met'}, not judged (quick)"
+            self.unjudged += 1
+        elif met:
+            verdict, self.met = "met", self.met + 1
+        else:
+            verdict, self.missed = "MISSED", self.missed + 1
+        print(f"goal {name}: {value} (goal {goal}): {verdict}", flush=True)
+        return met
+
+    def finish(self) -> int:
+        """Print the summary line; 1 if any judged goal was missed, else 0."""
+        if self.met + self.missed + self.unjudged == 0:
+            print("goals: none stated", flush=True)
+        else:
+            print(f"goals: {self.met} met, {self.missed} missed, {self.unjudged} not judged (quick)", flush=True)
+        return 1 if self.missed else 0
