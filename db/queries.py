@@ -17,7 +17,6 @@ measurements), hosts (:func:`host_classes`, :func:`newest_host`, :func:`host`) a
 from __future__ import annotations
 
 import os
-import socket
 import sqlite3
 import time
 import warnings
@@ -417,7 +416,10 @@ def stale_reason(run: dict, *, hostname: str | None = None, now: float | None = 
     belongs to a process started after the run began (the pid was reused). A run from any
     host is stale after :data:`STALE_AFTER_S` without a write.
     """
-    hostname = hostname or socket.gethostname()
+    if not hostname:
+        import socket  # ~2 ms: only when a running run is judged, which recommend never does
+
+        hostname = socket.gethostname()
     now = time.time() if now is None else now
     if run["hostname"] == hostname:
         alive, started = _process_state(int(run["pid"]))

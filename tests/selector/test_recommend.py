@@ -380,7 +380,8 @@ print(",".join(sorted(m for m in heavy if m in sys.modules)))
 def test_recommend_loads_neither_the_vllm_bridge_nor_the_command_readers(fixture_db):
     """Without --validate, recommend asks vLLM nothing and reads no command line: the bridge's worker
     protocol, client and quantization answers and vllm_flags' readers stay unbuilt (their re-exports
-    are lazy; perf/recommend_imports.py times the difference)."""
+    are lazy; perf/recommend_imports.py times the difference). Nor does it hash, resolve a host name
+    or start a process (hashlib, socket, subprocess: ~2 ms each to import)."""
     code = f"""
 import sys
 from click.testing import CliRunner
@@ -392,7 +393,8 @@ for host_class in ({B200!r}, "ref-b200_sxm-x8"):
 unused = ("autoselect.bridge.client", "autoselect.bridge.protocol", "autoselect.bridge.quant",
           "autoselect.bridge.verdicts", "autoselect.bridge.hooks", "autoselect.vllm_flags.command",
           "autoselect.vllm_flags.serve_args", "autoselect.tune", "autoselect.fleet", "autoselect.report")
-print(",".join(sorted(m for m in sys.modules if m.startswith(unused))))
+stdlib = ("hashlib", "socket", "subprocess")
+print(",".join(sorted(m for m in sys.modules if m.startswith(unused) or m in stdlib)))
 import autoselect.bridge, autoselect.vllm_flags
 assert autoselect.bridge.FlagValidation.__module__ == "autoselect.bridge.verdicts"
 assert autoselect.vllm_flags.read_command.__module__ == "autoselect.vllm_flags.command"
