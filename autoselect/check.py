@@ -8,7 +8,7 @@ and runs the legality rules (:mod:`autoselect.rules`) for each GPU architecture 
 Every problem becomes a :class:`Finding` with a severity; any ``error`` makes the exit status 1.
 
 GPU architecture: ``--gpu-arch`` when given; otherwise the local GPUs' arch when
-:func:`autoselect.hardware.fingerprint` finds one; otherwise (a CPU host) both ``sm90`` and
+:func:`autoselect.hardware.local_gpu_arch` finds one; otherwise (a CPU host) both ``sm90`` and
 ``sm100`` are checked and reported separately, because the same checkpoint dispatches
 different dtypes on them.
 """
@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoselect import rules
-from autoselect.bridge import serve_command_check, target_version
+from autoselect import bridge
+from autoselect.bridge import VllmPythonInvalid, target_version, vllm_python
 from autoselect.errors import UserError
-from autoselect.hardware import fingerprint
+from autoselect.hardware import local_gpu_arch
 from autoselect.model import GPU_ARCHS, DenseModel, MoeProfile, load_profile, normalize_arch
 from autoselect.vllm_flags import ServeArgs, parse_serve_argv
 
@@ -100,7 +101,7 @@ class CheckReport:
 def _local_gpu_arch() -> str | None:
     """The arch of the local GPUs, or None (no NVML, a CPU host)."""
     try:
-        return fingerprint().gpu_arch
+        return local_gpu_arch()
     except Exception:  # NVML trouble must not break a static check; fall back to both archs
         return None
 
@@ -332,6 +333,18 @@ def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version:
     return out
 
 
+def _ask_vllm(serve_words) -> tuple[Any, list]:
+    """:func:`autoselect.bridge.serve_command_check` when there is a vLLM to ask (or a
+    ``$AUTOSELECT_VLLM_PYTHON`` to complain about); without one, no answer and no finding, and the
+    bridge's client (its worker protocol, a dozen dataclasses, subprocess) is never imported."""
+    try:
+        if vllm_python() is None:
+            return None, []
+    except VllmPythonInvalid:
+        pass  # serve_command_check turns it into a warning
+    return bridge.serve_command_check(serve_words)
+
+
 def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_version: str | None = None,
                         environ: dict | None = None, role: str | None = None) -> CheckReport:
     """Check a `vllm serve MODEL [flags...]` command line and return every finding.
@@ -365,7 +378,7 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
     # vLLM's own parser, when vLLM is installed (a subprocess; see autoselect/bridge/),
     # sees the words `vllm serve` receives; the version it reports is the one the rules judge
     # the line against, unless --vllm-version or the line's image tag name another.
-    answered, vllm_findings = serve_command_check(args.serve_words)
+    answered, vllm_findings = _ask_vllm(args.serve_words)
     if not vllm_version and args.image_version:
         version, version_source = args.image_version, f"the line's image, {args.image}"
     else:

@@ -3,7 +3,8 @@
 Everything comes from NVML (the ``pynvml`` module of nvidia-ml-py) and ``importlib.metadata``;
 no GPU package is imported. :func:`fingerprint` takes the NVML module as a parameter so tests
 can replay what NVML answered on a real machine (``tests/fixtures/nvml/*.json``). On a machine
-without NVML or GPUs it returns a CPU fingerprint instead of failing.
+without NVML or GPUs it returns a CPU fingerprint instead of failing. :func:`local_gpu_arch` asks
+NVML for the GPUs' arch only (what ``check`` needs), not for a whole fingerprint.
 
 Two keys identify a host:
 
@@ -17,13 +18,11 @@ Two keys identify a host:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
 import re
-import socket
-import uuid
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,19 +115,40 @@ def fingerprint(nvml: Any = None) -> HostFingerprint:
     :param nvml: a pynvml-compatible module (default: ``import pynvml``); tests pass a replay
         of recorded NVML answers.
     """
+    with _gpus(nvml) as nvml:
+        return cpu_fingerprint() if nvml is None else _nvml_fingerprint(nvml)
+
+
+def local_gpu_arch(nvml: Any = None) -> str | None:
+    """The arch of this machine's GPUs as :func:`fingerprint` records it (the first GPU's), or None
+    without NVML or GPUs: for a command that needs the arch only (``check`` without ``--gpu-arch``),
+    without the rest of a fingerprint (every GPU and link, the installed versions, the hashes).
+
+    :param nvml: as for :func:`fingerprint`.
+    """
+    with _gpus(nvml) as nvml:
+        if nvml is None:
+            return None
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(nvml.nvmlDeviceGetHandleByIndex(0))
+        return arch_family(major, minor)
+
+
+@contextmanager
+def _gpus(nvml: Any = None):
+    """NVML started (and shut down after), or None where it cannot start or sees no GPU."""
     if nvml is None:
         try:
             import pynvml as nvml  # nvidia-ml-py
         except ImportError:
-            return cpu_fingerprint()
+            yield None
+            return
     try:
         nvml.nvmlInit()
     except Exception:  # NVMLError_LibraryNotFound / DriverNotLoaded / ...: no usable GPU
-        return cpu_fingerprint()
+        yield None
+        return
     try:
-        if nvml.nvmlDeviceGetCount() == 0:
-            return cpu_fingerprint()
-        return _nvml_fingerprint(nvml)
+        yield nvml if nvml.nvmlDeviceGetCount() > 0 else None
     finally:
         try:
             nvml.nvmlShutdown()
@@ -293,7 +313,7 @@ def _nvml_fingerprint(nvml: Any) -> HostFingerprint:
     }
     slug = _slug(gpu_name.removeprefix("NVIDIA "))
     return HostFingerprint(
-        hostname=socket.gethostname(),
+        hostname=_hostname(),
         machine_id=machine_id(),
         host_class=f"{slug}x{count}-{_short_hash(summary)}",
         device="cuda",
@@ -318,7 +338,7 @@ def cpu_fingerprint() -> HostFingerprint:
     count = os.cpu_count() or 1
     summary = {"cpu_model": model, "cpu_count": count}
     return HostFingerprint(
-        hostname=socket.gethostname(),
+        hostname=_hostname(),
         machine_id=machine_id(),
         host_class=f"cpu-{_slug(model)[:24]}x{count}-{_short_hash(summary)}",
         device="cpu",
@@ -349,9 +369,11 @@ def machine_id() -> str:
         except OSError:
             continue
         if raw:
-            return hashlib.sha256(f"autoselect:{raw}".encode()).hexdigest()[:32]
-    raw = f"{socket.gethostname()}:{uuid.getnode():012x}"
-    return hashlib.sha256(f"autoselect:{raw}".encode()).hexdigest()[:32]
+            return _sha256(f"autoselect:{raw}")[:32]
+    import uuid  # the MAC address: only on a machine without a machine-id
+
+    raw = f"{_hostname()}:{uuid.getnode():012x}"
+    return _sha256(f"autoselect:{raw}")[:32]
 
 
 def software_versions() -> dict[str, str]:
@@ -374,4 +396,18 @@ def _slug(s: str) -> str:
 
 
 def _short_hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:10]
+    return _sha256(json.dumps(obj, sort_keys=True))[:10]
+
+
+# hashlib and socket cost ~2 ms each to import (OpenSSL, the socket module): only a fingerprint
+# needs them, which recommend, check and inspect never take, so they are imported here.
+def _sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()

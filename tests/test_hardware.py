@@ -15,7 +15,7 @@ from support.nvml import ReplayNvml, load
 
 import autoselect
 from autoselect import hardware
-from autoselect.hardware import HostFingerprint, fingerprint, link_matrix, nvlink_per_link_gbps
+from autoselect.hardware import HostFingerprint, fingerprint, link_matrix, local_gpu_arch, nvlink_per_link_gbps
 
 
 def test_hgx_h200_has_18_nvlinks_per_gpu_and_18_between_every_pair():
@@ -93,6 +93,17 @@ def test_nvml_is_shut_down_after_the_fingerprint():
     nvml = ReplayNvml(load("hgx_h200_8gpu"))
     fingerprint(nvml)
     assert nvml.calls == ["nvmlInit", "nvmlShutdown"]
+
+
+@pytest.mark.parametrize("recording", ["hgx_h200_8gpu", "gb200_nvl72_tray", "h200_1gpu_no_nvlink"])
+def test_local_gpu_arch_is_the_fingerprint_s_arch_and_shuts_nvml_down(recording):
+    nvml = ReplayNvml(load(recording))
+    assert local_gpu_arch(nvml) == fingerprint(ReplayNvml(load(recording))).gpu_arch is not None
+    assert nvml.calls == ["nvmlInit", "nvmlShutdown"]
+
+
+def test_local_gpu_arch_without_usable_nvml_is_none():
+    assert local_gpu_arch(ReplayNvml(load("hgx_h200_8gpu"), init_error="DriverNotLoaded")) is None
 
 
 def test_per_link_bandwidth_follows_the_nvlink_generation_table():

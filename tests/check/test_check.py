@@ -376,6 +376,8 @@ for args in {argsets!r}:
         pass
 heavy = sorted(m for m in ("torch", "numpy", "sqlite_utils", "optuna", "vllm", "flashinfer") if m in sys.modules)
 print("HEAVY", heavy)
+print("UNUSED", sorted(m for m in ("autoselect.bridge.client", "autoselect.bridge.protocol", "hashlib", "socket",
+                                   "subprocess") if m in sys.modules))
 """
 
 
@@ -391,7 +393,19 @@ def test_inspect_and_check_never_import_torch():
     out = subprocess.run([sys.executable, "-c", _NO_TORCH.format(argsets=argsets)], capture_output=True,
                          text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "HEAVY []"
+    assert out.stdout.strip().splitlines()[-2] == "HEAVY []"
+
+
+def test_check_without_a_vllm_to_ask_loads_no_bridge_client():
+    """Without vLLM (nor $AUTOSELECT_VLLM_PYTHON) check has nobody to ask: the bridge's client, its
+    worker protocol and subprocess are never imported (a dozen dataclasses: ~8 ms of every check);
+    with --gpu-arch it asks NVML nothing either (pynvml imports subprocess), nor hashes anything."""
+    argsets = [["check", "--gpu-arch", "sm90", "--", "vllm", "serve", BF16, "-dp", "2", "-ep"]]
+    env = {k: v for k, v in os.environ.items() if k != "AUTOSELECT_VLLM_PYTHON"}
+    out = subprocess.run([sys.executable, "-c", _NO_TORCH.format(argsets=argsets)], capture_output=True,
+                         text=True, env=dict(env, HF_HUB_OFFLINE="1"), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "UNUSED []"
 
 
 # ---- the backend each release runs: flag, VLLM_ALL2ALL_BACKEND, default --------------------------
