@@ -1,3 +1,3 @@
-from autoselect.cli import main
+from autoselect.cli import run
 
-main()
+run()
