@@ -9,7 +9,7 @@ test suite runs it, ``tests/test_perf_scripts.py``) and ends with :meth:`Goals.f
 * an **exact** goal (errors, identical answers, a module that must not load, a regret computed
   from fixed data) does not depend on the machine: judged in both modes.
 
-The last line is always ``goals: N met, N missed, N not judged (quick)`` (or ``goals: none
+The last line is always ``goals: N met, N missed, N not judged (...)`` (or ``goals: none
 stated``): the suite checks that it is there, so a script that stops early or prints nothing fails.
 """
 
@@ -29,16 +29,19 @@ def add_quick(parser: argparse.ArgumentParser, what: str) -> None:
 class Goals:
     """Collects the goals of one run; :meth:`finish` prints the summary and returns the exit status."""
 
-    def __init__(self, quick: bool):
+    def __init__(self, quick: bool, why: str = "quick"):
+        """``quick``: timing goals are printed, not judged; ``why`` says so in each line (another
+        reduced problem than ``--quick`` may give its own reason)."""
         self.quick = quick
+        self.why = why
         self.met = self.missed = self.unjudged = 0
 
     def check(self, name: str, value: str, goal: str, met: bool, kind: str = TIMING) -> bool:
-        """Print ``goal <name>: <value> (goal <goal>): met | MISSED | not judged (quick)``; returns ``met``."""
+        """Print ``goal <name>: <value> (goal <goal>): met | MISSED | ... not judged (<why>)``; returns ``met``."""
         if kind not in (TIMING, EXACT):
             raise ValueError(f"goal kind {kind!r}: use {TIMING!r} or {EXACT!r}")
         if kind == TIMING and self.quick:
-            verdict = f"{'met' if met else 'not met'}, not judged (quick)"
+            verdict = f"{'met' if met else 'not met'}, not judged ({self.why})"
             self.unjudged += 1
         elif met:
             verdict, self.met = "met", self.met + 1
@@ -52,5 +55,5 @@ class Goals:
         if self.met + self.missed + self.unjudged == 0:
             print("goals: none stated", flush=True)
         else:
-            print(f"goals: {self.met} met, {self.missed} missed, {self.unjudged} not judged (quick)", flush=True)
+            print(f"goals: {self.met} met, {self.missed} missed, {self.unjudged} not judged ({self.why})", flush=True)
         return 1 if self.missed else 0

@@ -15,6 +15,7 @@ protocol, client and quantization answers; tune, fleet, report) are listed if th
 
     python3 perf/recommend_imports.py                  # 21 runs of each
     python3 perf/recommend_imports.py --repeats 41
+    python3 perf/recommend_imports.py --quick          # 3 runs of each
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "perf"))
 
+from goals import EXACT, Goals, add_quick  # noqa: E402
 from recommend_latency import timed  # noqa: E402  (the same fresh-process timer as the whole command's)
 
 RECOMMEND_PATH = "import autoselect.cli.recommend_cmd, autoselect.selector"
@@ -61,8 +63,11 @@ print(json.dumps({{"import_ms": total * 1e3, "cost_ms": {{m: v * 1e3 for m, v in
 def main() -> int:
     """Time the three imports interleaved, then probe the dataclasses; print medians, ratios, counts."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=21, help="timed runs of each command")
+    ap.add_argument("--repeats", type=int, default=None, help="timed runs of each command (default 21)")
+    add_quick(ap, "3 runs of each")
     args = ap.parse_args()
+    args.repeats = args.repeats or (3 if args.quick else 21)
+    goals = Goals(args.quick)
 
     with tempfile.TemporaryDirectory() as tmp:
         # As installed: bytecode cached (the warm-up run writes it, outside the tree).
@@ -97,8 +102,8 @@ def main() -> int:
     for module in sorted(cost, key=cost.get, reverse=True)[:10]:
         print(f"  {cost[module]:6.1f} ms {count[module]:3d}  {module}")
     loaded = [m for m in probe["modules"] if m.startswith(MUST_NOT_LOAD)]
-    print(f"modules recommend has no use for, loaded: {', '.join(loaded) or 'none'}")
-    return 1 if loaded else 0
+    goals.check("modules recommend has no use for, loaded", ", ".join(loaded) or "none", "none", not loaded, EXACT)
+    return goals.finish()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ recommend's ~75 ms per fresh process.
 
     python3 perf/reference_query.py            # 15 runs of each
     python3 perf/reference_query.py --runs 30
+    python3 perf/reference_query.py --quick    # 2 runs of each
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from goals import Goals, add_quick  # noqa: E402
 
 LOOKUP = """
 from autoselect.reference import ReferenceData
@@ -69,10 +72,12 @@ def fresh(code: str, env: dict) -> tuple[float, float]:
     return ms, (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1e3
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--runs", type=int, default=None, help="runs of each (default 15)")
+    add_quick(ap, "2 runs of each")
     args = ap.parse_args()
+    args.runs = args.runs or (2 if args.quick else 15)
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     # as installed: bytecode cached (a PYTHONDONTWRITEBYTECODE shell would recompile every module)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -119,7 +124,8 @@ def main() -> None:
         alone = med["open + lookup (2 classes, 5 backends)"] - med["python -c pass"]
         added = med["selector + reference open + lookup"] - med["import autoselect.selector (recommend's library)"]
         print(f"{label}: fresh lookup minus bare interpreter {alone:.1f} ms; added to recommend's imports {added:.1f} ms")
+    return Goals(args.quick).finish()  # it states none: recommend_latency.py holds the whole command's goal
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

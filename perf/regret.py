@@ -18,6 +18,7 @@ Usage::
 
     python perf/regret.py                    # the shipped fixtures (tests/fixtures/results)
     python perf/regret.py --db results.db    # any results database
+    python perf/regret.py --quick            # the same (the suite's run)
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autoselect import rules  # noqa: E402
+from goals import EXACT, Goals, add_quick  # noqa: E402
 from autoselect.selector import recommend  # noqa: E402
 from autoselect.workload import Deployment, Shape, WorkloadSpec  # noqa: E402
 
@@ -125,6 +127,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, default=None, help="results database (default: the fixtures)")
     parser.add_argument("--vllm-version", default=None, help="target vLLM (default: the newest known)")
+    add_quick(parser, "the same study (the fixtures are small)")
     args = parser.parse_args(argv)
     from db.queries import connect_readonly
 
@@ -144,7 +147,12 @@ def main(argv=None) -> int:
               f"{s['max']:>7.3f} {s['best']:>6.0%} {s['within5']:>7.0%}")
     for why, n in sorted(skipped.items()):
         print(f"skipped {n}: {why}")
-    return 0
+    goals = Goals(args.quick)
+    mean = {p: statistics.fmean(regrets[p]) if regrets[p] else float("inf") for p in POLICIES}
+    goals.check("autoselect mean regret below both static policies",
+                ", ".join(f"{p} {mean[p]:.3f}" for p in POLICIES), "autoselect lowest",
+                mean["autoselect"] < min(mean["always-default"], mean["fixed-priority"]), EXACT)
+    return goals.finish()
 
 
 if __name__ == "__main__":
