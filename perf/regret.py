@@ -32,11 +32,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "perf"))  # goals.py, also when a test imports this file
 
 from autoselect import rules  # noqa: E402
-from goals import EXACT, Goals, add_quick  # noqa: E402
 from autoselect.selector import recommend  # noqa: E402
 from autoselect.workload import Deployment, Shape, WorkloadSpec  # noqa: E402
+from goals import EXACT, Goals, add_quick  # noqa: E402
 
 PRIORITY = ("flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "allgather_reducescatter")
 POLICIES = ("autoselect", "always-default", "fixed-priority")

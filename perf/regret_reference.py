@@ -46,7 +46,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autoselect import rules, vllm_flags  # noqa: E402
-from goals import EXACT, Goals, add_quick  # noqa: E402
 from autoselect.reference import AGRS, CLASSES, default, transfer_points  # noqa: E402
 from autoselect.payload import all2all_bytes_per_token as bytes_per_token  # noqa: E402
 from autoselect.selector import MeasuredPoint, estimate_latency, recommend  # noqa: E402
@@ -54,6 +53,7 @@ from autoselect.selector.answer import DERIVED, PUBLISHED, TRANSFERRED  # noqa: 
 from autoselect.selector.evidence import BackendEvidence  # noqa: E402
 from autoselect.selector.reference_evidence import REFERENCE_BAND  # noqa: E402
 from autoselect.workload import WORKLOAD_TABLE, Deployment, Shape, WorkloadSpec  # noqa: E402
+from goals import EXACT, Goals, add_quick  # noqa: E402
 
 PRIORITY = ("flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "deepep_high_throughput",
             "deepep_low_latency", AGRS)
