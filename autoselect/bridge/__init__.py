@@ -15,7 +15,7 @@
 Nothing here imports vLLM or torch in the caller's process.
 """
 
-from autoselect.bridge.interpreter import vllm_python
+from autoselect.bridge.interpreter import VllmPythonInvalid, vllm_python
 from autoselect.bridge.version import SOURCE_FLAG, target_version
 from autoselect.lazy import lazy_exports
 
@@ -31,6 +31,6 @@ _LAZY = {
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
-    "SOURCE_FLAG", "FlagValidation", "cross_check_model", "ensure_accepted", "require_vllm", "serve_command_check",
+    "SOURCE_FLAG", "FlagValidation", "VllmPythonInvalid", "cross_check_model", "ensure_accepted", "require_vllm", "serve_command_check",
     "target_version", "unavailable_reason", "validate_serve_flags", "vllm_info", "vllm_python",
 ]

@@ -12,7 +12,8 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
 import autoselect.fleet.service.routes as routes
-from autoselect.fleet.service import AnswerCache, create_app
+from autoselect.fleet.service.answers import AnswerCache
+from autoselect.fleet.service.app import create_app
 from autoselect.fleet.service.front import Front
 
 RECOMMEND = {"model": "deepseek-v3", "host_class": HOST_CLASS, "workload": "decode"}
