@@ -59,6 +59,10 @@ MAX_HIDDEN = 1 << 20
 MAX_EXPERTS = 1 << 16
 MAX_WORLD_SIZE = 1 << 16
 MAX_TOKENS_PER_RANK = 1 << 24
+#: The largest one-sided workspace allowance (``--max-workspace-gib``) any command takes: more
+#: than any GPU's memory (the largest hold 288 GiB); beyond it the value is a typing mistake, and
+#: ``1e308`` GiB in bytes overflows a float.
+MAX_WORKSPACE_GIB = 4096.0
 
 #: Token counts per rank ``autoselect bench`` sweeps when --tokens is not given: the decode grid.
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)

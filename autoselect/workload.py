@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from autoselect.errors import InvalidShape, MissingShape, UserError
 from autoselect.model import MoeProfile
-from autoselect.options import MAX_EXPERTS, MAX_HIDDEN, MAX_WORLD_SIZE, parse_weighted_tokens
+from autoselect.options import MAX_EXPERTS, MAX_HIDDEN, MAX_TOKENS_PER_RANK, MAX_WORLD_SIZE, parse_weighted_tokens
 from autoselect.payload import ACTIVATION_DTYPES
 
 
@@ -37,7 +37,7 @@ class UnknownWorkload(UserError):
 
 
 class BadWorkloadOption(UserError):
-    "--workload and --tokens given together, or --concurrency / --max-num-batched-tokens below 1."
+    "--workload and --tokens given together, or --concurrency / --max-num-batched-tokens out of range."
 
 
 # --------------------------------------------------------------------------------------
@@ -250,12 +250,33 @@ class WorkloadSpec:
 
 
 def normalized_workload(kind: str, pairs: Iterable[tuple[int, float]]) -> WorkloadSpec:
-    """``(tokens, weight)`` pairs as a :class:`WorkloadSpec`: repeats merged, weights summing to 1."""
+    """``(tokens, weight)`` pairs as a :class:`WorkloadSpec`: repeats merged, weights summing to 1.
+
+    The weights are relative and each finite, but their sum need not be (``1:1e308,64:1e308``):
+    summed as given it overflows to ``inf``, every share becomes 0 and every backend "ties" at 0 µs.
+    So each weight is divided by the largest first (shares in ``[0, 1]``, a sum of at most one
+    per item); a bucket whose share rounds to 0 carries no weight and is dropped, as a zero
+    weight is. Every bucket must lie in ``[1, MAX_TOKENS_PER_RANK]``: a workload beyond what
+    ``bench`` can measure would compare extrapolations and suggest a bench command that fails.
+
+    :raises BadWorkloadOption: no positive finite weight, or a bucket out of range.
+    """
+    pairs = list(pairs)
+    for tokens, _ in pairs:
+        if not 1 <= tokens <= MAX_TOKENS_PER_RANK:
+            raise BadWorkloadOption(
+                f"the workload has a bucket of {tokens} tokens per rank, outside 1..{MAX_TOKENS_PER_RANK}; "
+                "lower --concurrency or --max-num-batched-tokens, or pass --tokens")
+    weights = [w for _, w in pairs]
+    if not weights or not all(math.isfinite(w) and w >= 0 for w in weights) or max(weights) <= 0:
+        raise BadWorkloadOption(f"workload weights {weights} must be finite, non-negative and not all zero")
+    top = max(weights)
     merged: dict[int, float] = {}
     for tokens, weight in pairs:
-        merged[tokens] = merged.get(tokens, 0.0) + weight
+        merged[tokens] = merged.get(tokens, 0.0) + weight / top
     total = sum(merged.values())
-    return WorkloadSpec(kind, tuple((t, round(merged[t] / total, 12)) for t in sorted(merged)))
+    shares = ((t, round(merged[t] / total, 12)) for t in sorted(merged))
+    return WorkloadSpec(kind, tuple((t, w) for t, w in shares if w > 0))
 
 
 def check_workload_kind(kind: str) -> None:

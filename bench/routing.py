@@ -3,8 +3,8 @@
 - ``uniform``: DeepEP-style, ``top_k`` distinct experts per token, every expert equally
   likely (top-k of i.i.d. uniform scores).
 - ``zipf`` or ``zipf:S``: expert popularity follows Zipf's law with exponent ``S``
-  (default 1.2) over a seeded permutation of the experts; ``top_k`` distinct experts per
-  token drawn without replacement.
+  (default 1.2; a decimal in (0, 8]) over a seeded permutation of the experts; ``top_k``
+  distinct experts per token drawn without replacement.
 - a file (``file:PATH`` or just ``PATH`` ending in ``.json``, ``.npy`` or ``.pt``): an
   integer array ``[rows, top_k]`` of expert ids (JSON: a list of lists), ids in
   ``[0, experts)`` and distinct within a row. Global token ``g`` uses row ``g % rows``, so
@@ -18,9 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoselect.errors import UserError
+from autoselect.options import parse_number
 
 #: Default Zipf exponent for ``routing="zipf"``.
 DEFAULT_ZIPF_EXPONENT = 1.2
+#: The largest Zipf exponent: far more skew than any measured MoE router (fits give about 0.5-2),
+#: and small enough that every expert keeps a non-zero float32 probability (rank ``65536 ** -8``
+#: is about 3e-39), so ``top_k`` distinct experts can always be drawn. ``zipf:inf`` would leave
+#: one expert with any probability at all.
+MAX_ZIPF_EXPONENT = 8.0
 
 
 class BadRouting(UserError):
@@ -53,14 +59,13 @@ def parse_routing(routing: str) -> RoutingSpec:
     if text == "zipf" or text.startswith("zipf:"):
         exponent = DEFAULT_ZIPF_EXPONENT
         if ":" in text:
-            try:
-                exponent = float(text.split(":", 1)[1])
-            except ValueError:
-                raise BadRouting(
-                    f"routing {routing!r}: the Zipf exponent must be a number; use e.g. zipf:1.2"
-                ) from None
+            try:  # the decimal grammar of every numeric option: finite, ASCII digits
+                exponent = parse_number(text.split(":", 1)[1], what=f"routing {routing!r}: the Zipf exponent",
+                                        maximum=MAX_ZIPF_EXPONENT)
+            except UserError as e:
+                raise BadRouting(f"{e}; use e.g. zipf:1.2") from None
             if not exponent > 0:
-                raise BadRouting(f"routing {routing!r}: the Zipf exponent must be > 0")
+                raise BadRouting(f"routing {routing!r}: the Zipf exponent must be > 0; use e.g. zipf:1.2")
         return RoutingSpec("zipf", exponent=exponent)
     path = text[5:] if text.startswith("file:") else text
     if path.endswith((".json", ".npy", ".pt")) or text.startswith("file:"):

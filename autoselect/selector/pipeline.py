@@ -8,7 +8,6 @@ store, resolves the host, runs :func:`recommend`, and adds the stored end-to-end
 
 from __future__ import annotations
 
-import math
 import os
 import sqlite3
 from typing import Any, Callable, Sequence
@@ -19,6 +18,7 @@ from autoselect.candidates import candidate_backends
 from autoselect.errors import UnknownHostClass, UserError
 from autoselect.hardware import HostFingerprint, fingerprint
 from autoselect.model import MoeProfile, load_profile, normalize_arch
+from autoselect.options import MAX_WORKSPACE_GIB
 from autoselect.reference import get_class, is_reference_class
 from autoselect.reference.host import reference_host
 from autoselect.selector.answer import ModelSummary, Recommendation
@@ -44,7 +44,7 @@ class NoLegalBackend(UserError):
 
 
 class BadWorkspaceAllowance(UserError):
-    "The --max-workspace-gib allowance is not a positive number."
+    "The --max-workspace-gib allowance is not a positive number of GiB within MAX_WORKSPACE_GIB."
 
 
 def recommend(
@@ -150,8 +150,9 @@ def _check_flags(workload, tokens, concurrency, max_num_batched_tokens, max_work
         raise BadWorkloadOption("pass either --workload or --tokens, not both")
     explicit = workload_from_tokens(tokens) if tokens is not None else None
     check_workload_kind(workload or "mixed")
-    if max_workspace_gib is not None and not (max_workspace_gib > 0 and math.isfinite(max_workspace_gib)):
-        raise BadWorkspaceAllowance(f"--max-workspace-gib {max_workspace_gib} must be a positive number of GiB")
+    if max_workspace_gib is not None and not (0 < max_workspace_gib <= MAX_WORKSPACE_GIB):
+        raise BadWorkspaceAllowance(f"--max-workspace-gib {max_workspace_gib} must be a positive number of GiB, "
+                                    f"at most {MAX_WORKSPACE_GIB:g} (more than any GPU holds)")
     for name, value in (("--concurrency", concurrency), ("--max-num-batched-tokens", max_num_batched_tokens)):
         if value is not None and value < 1:
             raise BadWorkloadOption(f"{name} {value} must be at least 1")

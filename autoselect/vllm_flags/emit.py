@@ -83,7 +83,7 @@ def workspace_max_num_batched_tokens(
     if backend not in WORKSPACE_SIZED_BACKENDS:
         return max_num_batched_tokens, notes
     allowance = DEFAULT_MAX_WORKSPACE_GIB if max_workspace_gib is None else max_workspace_gib
-    limit = int(allowance * 2**30)
+    limit = allowance * 2**30  # a float: int() of a huge allowance would overflow
     dispatch = dispatch_bytes_per_token(dispatch_dtype, hidden, top_k)
     combine = combine_bytes_per_token(hidden)
     wanted = max_num_batched_tokens or vllm_default_max_num_batched_tokens(backend, gpu_memory_mib)
@@ -93,9 +93,16 @@ def workspace_max_num_batched_tokens(
 
     if size(wanted) <= limit:
         return max_num_batched_tokens, notes
-    tokens = wanted // TOKEN_ROUNDING * TOKEN_ROUNDING
-    while tokens > 0 and size(tokens) > limit:
-        tokens -= TOKEN_ROUNDING
+    # the largest multiple of TOKEN_ROUNDING that fits: the size grows with the tokens, so a
+    # bisection (a budget of 2**31 tokens stepped down by 256 would take millions of steps)
+    low, high = 0, wanted // TOKEN_ROUNDING  # units of TOKEN_ROUNDING; `low` always fits (or is 0)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if size(mid * TOKEN_ROUNDING) <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    tokens = low * TOKEN_ROUNDING
     if tokens <= 0:
         tokens = TOKEN_ROUNDING
         notes.append(

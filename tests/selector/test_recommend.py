@@ -312,7 +312,7 @@ def test_one_sided_workspace_lowers_max_num_batched_tokens_to_the_allowance(fixt
          "Error: dp=1: vLLM only uses an all2all backend with --data-parallel-size > 1 (tensor-parallel-only "
          "expert parallelism has no all2all); pass --dp 2 or more\n"),
         (["--host-class", H200, "--max-workspace-gib", "0"],
-         "Error: --max-workspace-gib 0.0 must be a positive number of GiB\n"),
+         "Error: --max-workspace-gib 0.0 must be a positive number of GiB, at most 4096 (more than any GPU holds)\n"),
         (["--host-class", H200, "--gpu-arch", "sm75"], None),
         (["--host-class", H200, "--vllm-version", "banana"], None),
     ],

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
 from autoselect.vllm_flags import (
@@ -92,3 +94,29 @@ def test_other_backends_keep_the_users_token_budget():
         "allgather_reducescatter", dispatch_dtype="bf16", world_size=8, max_num_batched_tokens=4096,
         max_workspace_gib=0.01, **DS
     ) == (4096, [])
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(wanted=st.integers(1, 1 << 20), gib=st.floats(1e-300, 4096), world=st.sampled_from([2, 8, 64, 256]))
+def test_the_lowered_budget_is_the_largest_multiple_of_256_that_fits(wanted, gib, world):
+    c, d = combine_bytes_per_token(7168), dispatch_bytes_per_token("nvfp4", **DS)
+    tokens, _ = workspace_max_num_batched_tokens("flashinfer_nvlink_one_sided", dispatch_dtype="nvfp4",
+                                                 world_size=world, max_num_batched_tokens=wanted,
+                                                 max_workspace_gib=gib, **DS)
+    limit = gib * 2**30
+    if one_sided_workspace_bytes(world, wanted, d, c) <= limit:
+        assert tokens == wanted
+    elif one_sided_workspace_bytes(world, 256, d, c) > limit:
+        assert tokens == 256  # nothing fits: the smallest budget, with a note to raise the allowance
+    else:
+        assert tokens % 256 == 0 and tokens <= wanted
+        assert one_sided_workspace_bytes(world, tokens, d, c) <= limit
+        assert tokens + 256 > wanted or one_sided_workspace_bytes(world, tokens + 256, d, c) > limit
+
+
+def test_a_huge_token_budget_with_a_tiny_allowance_is_lowered_at_once():
+    # 2**31 tokens stepped down by 256 would be millions of workspace sizes; a bisection is ~23
+    tokens, notes = workspace_max_num_batched_tokens(
+        "flashinfer_nvlink_one_sided", dispatch_dtype="nvfp4", world_size=8, max_num_batched_tokens=2**31 - 1,
+        max_workspace_gib=0.5, **DS)
+    assert tokens == 3584 and "lowered from 2147483647 to 3584" in notes[0]
