@@ -12,6 +12,10 @@ their ranges) is converted through :func:`autoselect.options.parse_int` / ``pars
 when the command is loaded (:func:`strict_numbers`): ASCII digits only, bounded, finite, so
 ``--dp ١٢``, ``--timeout nan`` and ``--dp 99999999999999999999`` are one ``Error:`` line
 wherever they are typed.
+
+Text: every argument (and every ``AUTOSELECT_*`` variable) must be valid UTF-8; one that is not
+is one ``Error:`` line before click reads anything (:func:`autoselect.text.check_argv`), whatever
+option or argument it was meant for.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from autoselect import __version__
 from autoselect.errors import UserError
 from autoselect.options import parse_int, parse_number
 from autoselect.stopping import STOPPING
+from autoselect.text import check_argv
 
 
 class InputError(click.ClickException):
@@ -155,6 +160,11 @@ class LazyGroup(click.Group):
         """click's main, except that a usage error is one ``Error: ...`` line (exit 2)."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:  # text enters here: every argument, before click reads any (autoselect/text.py)
+            check_argv(sys.argv[1:] if args is None else list(args), dict(os.environ))
+        except UserError as e:
+            click.echo(f"Error: {e}", err=True)
+            sys.exit(InputError.exit_code)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as e:  # a group called alone: its help, as click shows it

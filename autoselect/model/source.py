@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoselect.model.errors import ModelConfigInvalid, ModelConfigNotFound
+from autoselect.text import check_json
 
 #: a Hugging Face Hub id: ``name`` or ``org/name``
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -105,19 +106,34 @@ def locate_config(model: str, source: ModelSource = CLI_SOURCE) -> tuple[Path, P
 
 def _under_root(root: Path, name: str) -> tuple[Path, Path | None, list[str], str] | None:
     """The config files of ``root/name`` when that is a checkpoint directory whose real path stays
-    inside the root's (a symbolic link out of it does not count); else None."""
+    inside the root's, and so do the real paths of its config.json and hf_quant_config.json (a
+    symbolic link out of the root, of the directory or of either file, does not count: the server
+    would read, and its errors quote, a file its operator never offered); else None.
+
+    The files are returned by their real paths, so what was checked is what is read."""
     try:
         real_root = os.path.realpath(root)
         directory = os.path.realpath(os.path.join(real_root, name))
-        if os.path.commonpath([real_root, directory]) != real_root:
+        if not _inside(real_root, directory):
             return None
-        config = Path(directory) / "config.json"
-        if not config.is_file():
+        config = os.path.realpath(os.path.join(directory, "config.json"))
+        if not _inside(real_root, config) or not os.path.isfile(config):
             return None
+        quant = os.path.join(directory, "hf_quant_config.json")
+        if os.path.lexists(quant):
+            quant = os.path.realpath(quant)
+            if not _inside(real_root, quant) or not os.path.isfile(quant):
+                return None  # a quantization file the root does not hold: refuse rather than read without it
+        else:
+            quant = None
     except (OSError, ValueError):
         return None
-    quant = Path(directory) / "hf_quant_config.json"
-    return config, (quant if quant.is_file() else None), [], f"{name}/config.json"
+    return Path(config), (Path(quant) if quant else None), [], f"{name}/config.json"
+
+
+def _inside(real_root: str, real_path: str) -> bool:
+    """``real_path`` is ``real_root`` or below it (both already resolved)."""
+    return os.path.commonpath([real_root, real_path]) == real_root
 
 
 # --------------------------------------------------------------------------------------
@@ -132,7 +148,8 @@ MAX_CONFIG_BYTES = 4 << 20
 
 def read_config_json(path: Path, what: str, label: str | None = None) -> dict:
     """The JSON object in ``path``; anything else (unreadable, too big, not UTF-8, not JSON,
-    nested too deeply, not an object) is one :class:`UserError` naming the file as ``label``."""
+    nested too deeply, not an object, a string that is no Unicode text) is one
+    :class:`UserError` naming the file as ``label``."""
     label = label or str(path)
     try:
         with open(path, "rb") as f:
@@ -161,7 +178,7 @@ def read_config_json(path: Path, what: str, label: str | None = None) -> dict:
         raise ModelConfigInvalid(f"{label} is not JSON this reader accepts ({e}); fix the file") from None
     if not isinstance(data, dict):
         raise ModelConfigInvalid(f"{label} holds a JSON {type(data).__name__}, not an object; is it a {what}?")
-    return data
+    return check_json(data, label, ModelConfigInvalid)  # a "\ud800" escape is JSON, but no text
 
 
 # --------------------------------------------------------------------------------------

@@ -249,3 +249,77 @@ def test_loopback_binds_do_not_warn(fleet_db):
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert "Warning" not in err
+
+
+def _secret_config(tmp_path: Path) -> Path:
+    """A JSON file outside every root whose values an error message would quote."""
+    secret = tmp_path / "outside" / "secret.json"
+    secret.parent.mkdir()
+    secret.write_text(json.dumps({**json.loads((MODELS / "deepseek-v3" / "config.json").read_text()),
+                                  "decoder_sparse_step": "TOKEN-abc123", "model_type": "TOKEN-abc123"}))
+    return secret
+
+
+@pytest.mark.parametrize("link", ["config.json", "hf_quant_config.json", "directory-of-links"])
+def test_a_config_file_linked_out_of_the_root_is_an_unknown_model(tmp_path, fleet_db, link):
+    secret = _secret_config(tmp_path)
+    root = tmp_path / "root"
+    model = root / "leaky"
+    model.mkdir(parents=True)
+    if link == "config.json":
+        (model / "config.json").symlink_to(secret)
+    elif link == "hf_quant_config.json":
+        shutil.copy(MODELS / "deepseek-v3" / "config.json", model / "config.json")
+        (model / "hf_quant_config.json").symlink_to(secret)
+    else:  # every file a link to outside, the directory itself inside
+        (model / "config.json").symlink_to(secret)
+        (model / "hf_quant_config.json").symlink_to(tmp_path / "outside")
+    (root / "missing").mkdir()
+    client = TestClient(create_app(fleet_db, model_roots=[root]))
+    answers = [client.get("/v1/recommend", params={"model": name, "host_class": HOST_CLASS}) for name in
+               ("leaky", "missing", "nosuch")]
+    for r in answers:
+        assert (r.status_code, r.json()) == (404, {"error": UNKNOWN_MODEL})
+        assert "TOKEN" not in r.text
+
+
+def test_a_config_linked_inside_the_root_is_still_served(tmp_path, fleet_db):
+    root = tmp_path / "root"
+    shutil.copytree(MODELS / "deepseek-v3", root / "store" / "deepseek-v3")
+    (root / "alias").mkdir()
+    (root / "alias" / "config.json").symlink_to(root / "store" / "deepseek-v3" / "config.json")
+    client = TestClient(create_app(fleet_db, model_roots=[root]))
+    r = client.get("/v1/recommend", params={"model": "alias", "host_class": HOST_CLASS})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("query, name", [
+    ("model=deepseek-v3&host_class=%ff%fe", "host_class"),
+    ("model=%ed%a0%80", "model"),  # the UTF-8 spelling of a lone surrogate: not UTF-8 either
+    ("model=deepseek-v3&tokens=1%c3", "tokens"),
+    ("model=deepseek-v3&vllm_version=0.%80", "vllm_version"),
+])
+def test_a_query_that_is_not_utf8_is_refused_before_anything_reads_it(fleet_db, query, name):
+    client = TestClient(create_app(fleet_db, model_roots=[MODELS]))
+    for route in ("/v1/recommend", "/v1/drift", "/v1/hosts"):
+        r = client.get(f"{route}?{query}")
+        assert r.status_code == 400, (route, r.text)
+        error = r.json()["error"]
+        assert error.startswith(f"query parameter '{name}' is not valid UTF-8 (byte ") and error.endswith(
+            "of its value, percent-decoded); send UTF-8 text, percent-encoded"), error
+
+
+#: numbers the web framework read its own way (pydantic: "1_0" is 10, " 8 " is 8) or not at all
+@pytest.mark.parametrize("name, value", [("dp", "1_0"), ("dp", "١٠"), ("dp", "0x10"), ("dp", "1e1"), ("dp", "+8"),
+                                         ("tp", "1_0"), ("world_size", "8.0"), ("concurrency", "2_56"),
+                                         ("max_num_batched_tokens", "8_192"), ("max_workspace_gib", "1_0"),
+                                         ("max_workspace_gib", "nan"), ("max_workspace_gib", "inf")])
+def test_a_query_number_is_refused_where_the_command_line_refuses_it(fleet_db, name, value):
+    from support.hostile import cli
+
+    client = TestClient(create_app(fleet_db, model_roots=[MODELS]))
+    r = client.get("/v1/recommend", params={"model": "deepseek-v3", "host_class": HOST_CLASS, name: value})
+    line = refused(cli("recommend", "--model", MODELS / "deepseek-v3", "--host-class", HOST_CLASS, "--db", fleet_db,
+                       f"--{name.replace('_', '-')}={value}"))
+    assert r.status_code == 400
+    assert r.json()["error"] == line[len("Error: "):].replace(f"--{name.replace('_', '-')}", name, 1)

@@ -88,7 +88,7 @@ def test_unknown_host_class_is_404(base_url):
 
 @pytest.mark.parametrize("params, message", [
     ({}, "model: Field required"),
-    ({"model": "deepseek-v3", "dp": "two"}, "dp: Input should be a valid integer, unable to parse string as an integer"),
+    ({"model": "deepseek-v3", "dp": "two"}, "dp 'two' is not a whole number written in digits 0-9"),
     ({"model": "deepseek-v3", "host_class": HOST_CLASS, "workload": "weekend"},
      "unknown workload 'weekend'; use one of decode, prefill, mixed or --tokens"),
 ])

@@ -11,7 +11,9 @@ Endpoints (GET, and HEAD answered like GET; every other method is 405):
 * ``/healthz``: ``{"status": "ok", ...}`` when the database can be read.
 
 Bad parameters get 400 with ``{"error": "..."}`` (the same sentence the CLI prints); an
-unknown model or host class gets 404. The database is opened read-only per request; answers
+unknown model or host class gets 404. Every parameter is read by the command line's grammar
+(``dp=1_0`` is refused as ``--dp 1_0`` is; :mod:`~.params`), and a query whose text is not UTF-8
+is refused before anything reads it. The database is opened read-only per request; answers
 are kept as JSON bytes until the database file or its WAL changes, by parameters and by the
 request as it arrived: a request answered before is answered by the front from the event loop
 (a ``stat``, a dictionary lookup, a write: FastAPI never sees it); a new one is validated by
@@ -29,8 +31,8 @@ config and of each parameter (at most :data:`MAX_QUERY` bytes of query string).
 The modules: :mod:`~.app` (what the app answers from, checked before serving, and
 :func:`create_app`), :mod:`~.routes` (the handlers and the assembly; the only one importing
 FastAPI), :mod:`~.front` (the pure ASGI layer answering requests answered before),
-:mod:`~.answers` (the answer cache and the path scrubber), :mod:`~.server` (the socket and
-uvicorn: :func:`serve`).
+:mod:`~.params` (the parameters' grammar), :mod:`~.answers` (the answer cache and the path
+scrubber), :mod:`~.server` (the socket and uvicorn: :func:`serve`).
 """
 
 from autoselect.fleet.service.server import serve

@@ -6,15 +6,18 @@ answer is kept under the request as it arrived (path and raw query string) until
 changes (:class:`~autoselect.fleet.service.answers.AnswerCache`): the next identical request is
 one ``stat`` of the database files, a dictionary lookup and a write. Everything else (a request
 not answered before, an error, another method) goes to the app, which validates it; a query string
-longer than any parameter needs is refused here, before anything parses it.
+longer than any parameter needs, or one not answered before whose text is not UTF-8 (Starlette
+would read it as U+FFFD), is refused here, before anything parses it.
 """
 
 from __future__ import annotations
 
 import json
 
+from autoselect.errors import UserError
 from autoselect.fleet.service.answers import AnswerCache
 from autoselect.fleet.service.app import MAX_QUERY
+from autoselect.text import check_query
 
 #: the methods whose 200 answers are kept (HEAD is answered like GET; the server drops its body)
 READS = frozenset({"GET", "HEAD"})
@@ -49,6 +52,13 @@ class Front:
         body, state = self.cache.answered(request)
         if body is not None:
             await send(_start(200, body))
+            await send({"type": "http.response.body", "body": body})
+            return
+        try:  # a new request: text that is not UTF-8 is refused before anything reads it (never kept)
+            check_query(query.decode("latin-1"))
+        except UserError as e:
+            body = json.dumps({"error": str(e)}, separators=(",", ":")).encode()
+            await send(_start(400, body))
             await send({"type": "http.response.body", "body": body})
             return
         if scope["method"] == "GET":  # a HEAD answer's body may be left out: keep GET's only

@@ -21,6 +21,7 @@ from autoselect.errors import UserError
 from autoselect.fleet.drift import analyze_at
 from autoselect.fleet.service.app import NOT_FOUND, UNKNOWN_MODEL, Served
 from autoselect.fleet.service.front import Front
+from autoselect.fleet.service.params import read_params
 from autoselect.model import ModelConfigNotFound
 from autoselect.options import MIN_SLOWDOWN, NOISE_K
 from autoselect.selector import recommend_for
@@ -103,15 +104,16 @@ class Api:
         return {"status": "ok", "db": self.path.name, "schema_version": version}
 
     async def recommend(self, model: str, host_class: str | None = None, workload: str | None = None,
-                        tokens: str | None = None, dp: int | None = None, tp: int | None = None,
-                        world_size: int | None = None, gpu_arch: str | None = None, vllm_version: str | None = None,
-                        concurrency: int | None = None, max_num_batched_tokens: int | None = None,
-                        max_workspace_gib: float | None = None):
+                        tokens: str | None = None, dp: str | None = None, tp: str | None = None,
+                        world_size: str | None = None, gpu_arch: str | None = None, vllm_version: str | None = None,
+                        concurrency: str | None = None, max_num_batched_tokens: str | None = None,
+                        max_workspace_gib: str | None = None):
         """The same JSON as ``autoselect recommend --format json``."""
-        kw = {"host_class": host_class, "workload": workload, "tokens": tokens, "dp": dp, "tp": tp,
-              "world_size": world_size, "gpu_arch": gpu_arch, "vllm_version": vllm_version,
-              "concurrency": concurrency, "max_num_batched_tokens": max_num_batched_tokens,
-              "max_workspace_gib": max_workspace_gib}
+        # every parameter arrives as text and goes through the command line's grammar (params.py)
+        kw = read_params({"host_class": host_class, "workload": workload, "tokens": tokens, "dp": dp, "tp": tp,
+                          "world_size": world_size, "gpu_arch": gpu_arch, "vllm_version": vllm_version,
+                          "concurrency": concurrency, "max_num_batched_tokens": max_num_batched_tokens,
+                          "max_workspace_gib": max_workspace_gib})
         key = ("recommend", model, tuple(sorted(kw.items())))
         return await self.answer(key, lambda: recommend_for(model, db_path=self.path, model_source=self.served.source,
                                                             **kw).to_dict())
@@ -127,9 +129,12 @@ class Api:
         finally:
             c.close()
 
-    async def drift(self, host_class: str | None = None, min_slowdown: float = MIN_SLOWDOWN,
-                    noise_k: float = NOISE_K):
+    async def drift(self, host_class: str | None = None, min_slowdown: str | None = None,
+                    noise_k: str | None = None):
         """``autoselect fleet drift --format json``."""
+        given = read_params({"min_slowdown": min_slowdown, "noise_k": noise_k})
+        min_slowdown = MIN_SLOWDOWN if given["min_slowdown"] is None else given["min_slowdown"]
+        noise_k = NOISE_K if given["noise_k"] is None else given["noise_k"]
         key = ("drift", host_class, min_slowdown, noise_k)
         return await self.answer(key, lambda: analyze_at(self.path, host_class=host_class,
                                                          min_slowdown=min_slowdown, noise_k=noise_k).to_dict())
