@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from autoselect.atomic import output_directory, replacing
 from autoselect.report.data import ReportData, collect
 from autoselect.report.errors import ReportOutputNotWritable
 from autoselect.report.figures import FIGURES, pyplot
@@ -36,17 +37,6 @@ class ReportFiles:
         }
 
 
-def _prepare_out_dir(out_dir: os.PathLike | str) -> Path:
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ReportOutputNotWritable(f"--out {out} is a file; pass a directory (it is created if missing)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ReportOutputNotWritable(f"cannot create --out directory {out}: {e.strerror}; pass a writable directory") from None
-    if not os.access(out, os.W_OK):
-        raise ReportOutputNotWritable(f"--out directory {out} is not writable; pass a writable directory")
-    return out
 
 
 def figure_names(data: ReportData) -> list[str]:
@@ -61,23 +51,29 @@ def write_report(data: ReportData, out_dir: os.PathLike | str, *, svg: bool = Fa
     :param out_dir: created when missing.
     :param svg: also write ``<figure>.svg`` beside each PNG.
     """
-    out = _prepare_out_dir(out_dir)
+    out = output_directory(out_dir, what="--out", error=ReportOutputNotWritable, create=True)
     plt = pyplot()
     pngs, svgs, images = {}, {}, {}
-    for name in figure_names(data):
-        fig = FIGURES[name](data)
-        try:
-            path = out / f"{name}.png"
-            fig.savefig(path, dpi=DPI, format="png")
-            pngs[name] = path
-            images[name] = path.read_bytes()
-            if svg:
-                svgs[name] = out / f"{name}.svg"
-                fig.savefig(svgs[name], format="svg")
-        finally:
-            plt.close(fig)
     page = out / "report.html"
-    page.write_text(render_html(data, images), encoding="utf-8")
+    try:
+        for name in figure_names(data):
+            fig = FIGURES[name](data)
+            try:
+                path = out / f"{name}.png"
+                fig.savefig(path, dpi=DPI, format="png")
+                pngs[name] = path
+                images[name] = path.read_bytes()
+                if svg:
+                    svgs[name] = out / f"{name}.svg"
+                    fig.savefig(svgs[name], format="svg")
+            finally:
+                plt.close(fig)
+        with replacing(page) as f:  # whole or not at all: the page is what a reader opens
+            f.write(render_html(data, images))
+    except OSError as e:  # a full disk, the directory removed or made read-only meanwhile
+        done = ", ".join(p.name for p in [*pngs.values(), *svgs.values()]) or "no file"
+        raise ReportOutputNotWritable(f"cannot write the report into {out} ({e.strerror or e}); {done} written "
+                                      "before that, report.html not written; free space or pass another --out") from None
     return ReportFiles(out, pngs, svgs, page)
 
 

@@ -97,6 +97,43 @@ def test_a_relative_database_path_is_refused():
     assert "is not an absolute path" in refused(cli("fleet", "deploy", "--kind", "systemd", "--db", "fleet.db"))
 
 
+@pytest.mark.parametrize("db, why", [
+    ("/var/lib/../etc/fleet.db", "is not a plain path to a file"),
+    ("/var/lib/./fleet.db", "is not a plain path to a file"),
+    ("/var//lib/fleet.db", "is not a plain path to a file"),
+    ("/var/lib/autoselect/", "is not a plain path to a file"),
+    ("/", "is not a plain path to a file"),
+    ("/..", "is not a plain path to a file"),
+])
+@pytest.mark.parametrize("kind", ["systemd", "kubernetes", "slurm"])
+def test_a_database_path_that_is_not_plain_is_refused_for_every_kind(tmp_path, kind, db, why):
+    before = tree_state(tmp_path)
+    assert why in refused(cli("fleet", "deploy", "--kind", kind, "--db", db, "--out", tmp_path))
+    assert tree_state(tmp_path) == before
+
+
+def test_a_database_directly_under_the_root_is_refused_for_kubernetes_only(tmp_path):
+    line = refused(cli("fleet", "deploy", "--kind", "kubernetes", "--db", "/fleet.db"))
+    assert "lies directly under /: the CronJob mounts its volume on the database's directory" in line
+    unit = cli("fleet", "deploy", "--kind", "systemd", "--db", "/fleet.db")
+    assert unit.exit_code == 0 and "Environment=AUTOSELECT_DB=/fleet.db" in unit.stdout
+
+
+def test_every_rendered_mount_path_is_absolute_and_plain():
+    for db in ("/var/lib/autoselect/fleet.db", "/data/a b/fleet.db", "/x/y.db"):
+        cronjob, _ = list(yaml.safe_load_all(render("kubernetes", db_path=db)["cronjob.yaml"]))
+        mount = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]
+        path = mount["mountPath"]
+        assert path.startswith("/") and path != "/" and ".." not in path.split("/") and db.startswith(path + "/")
+
+
+def test_out_longer_than_the_file_system_allows_is_one_error_line(tmp_path):
+    before = tree_state(tmp_path)
+    line = refused(cli("fleet", "deploy", "--kind", "systemd", "--out", tmp_path / ("a" * 300)))
+    assert "(File name too long); pass another directory" in line
+    assert tree_state(tmp_path) == before
+
+
 def test_out_into_a_missing_directory_creates_nothing(tmp_path):
     before = tree_state(tmp_path)
     line = refused(cli("fleet", "deploy", "--kind", "systemd", "--out", tmp_path / "no" / "such" / "dir"))
@@ -109,7 +146,7 @@ def test_out_into_an_unwritable_directory_is_one_error_line(tmp_path):
     ro.mkdir()
     ro.chmod(0o555)
     line = refused(unprivileged("fleet", "deploy", "--kind", "systemd", "--out", ro))
-    assert "Permission denied" in line and list(ro.iterdir()) == []
+    assert "is not writable" in line and list(ro.iterdir()) == []
 
 
 def test_out_replaces_the_files_it_renders_and_leaves_nothing_else(tmp_path):

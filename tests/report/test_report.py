@@ -24,6 +24,7 @@ from autoselect.report.write import write_report
 from db.records import Result
 
 from support import report as h
+from support.hostile import refused, tree_state
 from support.paths import REPO
 
 FIG_H, FIG_W = int(FIGSIZE_IN[1] * DPI), int(FIGSIZE_IN[0] * DPI)
@@ -292,6 +293,17 @@ def test_out_that_is_a_file_is_a_clear_error(sweep_db, tmp_path):
     assert result.exit_code == 2
     assert result.stderr == f"Error: --out {out} is a file; pass a directory (it is created if missing)\n"
     assert out.read_text() == "x"
+
+
+@pytest.mark.parametrize("name", ["a" * 300, "b/" * 2100 + "c", "taken/sub"])
+def test_out_the_file_system_cannot_hold_is_one_error_line_and_writes_nothing(sweep_db, tmp_path, name):
+    area = tmp_path / "area"
+    area.mkdir()
+    (area / "taken").write_text("x")  # a file where a directory is needed: ENOTDIR
+    before = tree_state(area)
+    line = refused(_run("--model", h.QWEN, "--db", str(sweep_db), "--out", str(area / name)))
+    assert line.startswith("Error: cannot use --out ") and line.endswith("; pass another directory")
+    assert tree_state(area) == before
 
 
 # ---------------------------------------------------------------------------------------------

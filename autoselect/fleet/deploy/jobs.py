@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from string import Template
 
-from autoselect.atomic import replacing
+from autoselect.atomic import output_directory, replacing
 from autoselect.errors import UserError
 from autoselect.fleet.deploy.quoting import (
     refuse_control,
@@ -48,11 +48,38 @@ class UnschedulableInterval(UserError):
 
 
 class RelativeDeployPath(UserError):
-    "A database path for a rendered job that is not absolute."
+    "A database path for a rendered job that is not one plain absolute path to a file."
 
 
 class DeployOutputNotWritable(UserError):
     "An --out directory for fleet deploy that does not exist or cannot be written."
+
+
+def database_directory(db_path: str, kind: str) -> str:
+    """The directory of the rendered job's database (Kubernetes mounts its volume there), once
+    ``db_path`` is known to name a file by one plain absolute path.
+
+    Refused: a relative path (the job runs in a directory of its own: a container, a unit's
+    root); a ``.`` or ``..`` component or a doubled ``/`` (Kubernetes refuses a ``mountPath``
+    with ``..``, and the file meant is not what the text says); a path ending in ``/`` (a
+    directory, not a database file); for Kubernetes, a file directly under ``/`` (the volume
+    would be mounted over the container's root).
+
+    :raises RelativeDeployPath: naming what is wrong and an example that works.
+    """
+    example = "e.g. /var/lib/autoselect/fleet.db"
+    if not os.path.isabs(db_path):
+        raise RelativeDeployPath(f"--db {db_path!r} is not an absolute path; the job runs in a directory of its own "
+                                 f"(a container, a unit's root), so give it the whole path, {example}")
+    parts = db_path.split("/")[1:]
+    if db_path.endswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise RelativeDeployPath(f"--db {db_path!r} is not a plain path to a file (a '.' or '..' component, a doubled "
+                                 f"or trailing '/'); write the file's path itself, {example}")
+    directory = str(PurePosixPath(db_path).parent)
+    if kind == "kubernetes" and directory == "/":
+        raise RelativeDeployPath(f"--db {db_path!r} lies directly under /: the CronJob mounts its volume on the "
+                                 f"database's directory, which cannot be the container's root; {example}")
+    return directory
 
 
 def cron_schedule(every_s: float) -> str:
@@ -103,10 +130,7 @@ def render(kind: str, *, fleet_args: str = "", db_path: str = "/var/lib/autosele
         extra = shlex.split(fleet_args)
     except ValueError as e:
         raise UnknownDeployKind(f"--args {fleet_args!r} is not valid shell syntax ({e}); quote it") from None
-    if not os.path.isabs(db_path):
-        raise RelativeDeployPath(f"--db {db_path!r} is not an absolute path; the job runs in a directory of its own "
-                                 "(a container, a unit's root), so give it the whole path, e.g. /var/lib/autoselect/fleet.db")
-    db_dir = str(Path(db_path).parent)
+    db_dir = database_directory(db_path, kind)
     values = {
         "every": every,
         "jitter": jitter,
@@ -143,12 +167,7 @@ def write_files(files: dict[str, str], out_dir: str | os.PathLike) -> list[Path]
     beside its final name and renamed over it, so a failure leaves no half-written unit; any OS
     error (an unwritable directory, a full disk) is :class:`DeployOutputNotWritable`.
     """
-    out = Path(out_dir)
-    if not out.is_dir():
-        raise DeployOutputNotWritable(
-            f"--out {out} is not an existing directory; create it first (fleet deploy writes its files into a "
-            "directory that exists, and creates none)"
-        )
+    out = output_directory(out_dir, what="--out", error=DeployOutputNotWritable, create=False)
     written = []
     for name, text in files.items():
         target = out / name
