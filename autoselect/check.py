@@ -194,13 +194,33 @@ def _flag_value_findings(args: ServeArgs, version: str, effective: rules.Effecti
     return out
 
 
+def _unknown_origin(args: ServeArgs, effective: rules.EffectiveBackend) -> str | None:
+    """``--all2all-backend $X`` or ``VLLM_ALL2ALL_BACKEND=$X`` when the backend vLLM runs (or
+    whether it starts at all) depends on that value, which the line leaves to the shell; else None."""
+    if effective.origin == FLAG and "--all2all-backend" in args.unexpanded:
+        return f"--all2all-backend {args.all2all_backend}"
+    if VARIABLE in args.unexpanded and (effective.origin == VARIABLE or effective.variable_refused):
+        return f"{VARIABLE}={effective.variable}"
+    return None
+
+
 def _variable_findings(args: ServeArgs, version: str, effective: rules.EffectiveBackend) -> list[Finding]:
-    """Findings about VLLM_ALL2ALL_BACKEND: whether this release reads it, and what to write instead."""
+    """Findings about VLLM_ALL2ALL_BACKEND: whether this release reads it, and what to write instead.
+
+    A value the shell expands is not judged: the release's handling of the variable is said,
+    never that its (unknown) value is invalid or what to write instead of it."""
     value = effective.variable
     if value is None:
         return []
     era = effective.era
-    advice = flag_advice(value, version)
+    if VARIABLE in args.unexpanded:
+        if effective.origin == VARIABLE or effective.variable_refused:
+            return []  # the backend-unknown finding says it
+        effective = rules.EffectiveBackend(effective.backend, effective.origin, era, effective.flag, value,
+                                           effective.overridden, effective.variable_ignored, None)
+        advice = ""
+    else:
+        advice = flag_advice(value, version)
     tail = f": {advice}" if advice else ""
     name = f"{VARIABLE}={value}"
     if effective.variable_refused:
@@ -386,13 +406,23 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
     serving = args.serving_environ(dict(os.environ if environ is None else environ))
     role = role or args.role
     effective = rules.effective_backend(version, args.all2all_backend, serving.get(VARIABLE))
-    if effective.origin == FLAG and not rules.value_known_to(effective.backend, version):
-        # vllm serve exits at parse time (an invalid-choice or unknown-value error says so)
-        effective = rules.EffectiveBackend(None, FLAG, effective.era, effective.flag, effective.variable,
+    unknown = _unknown_origin(args, effective)
+    if unknown or (effective.origin == FLAG and not rules.value_known_to(effective.backend, version)):
+        # vllm serve exits at parse time (an invalid-choice or unknown-value error says so), or
+        # the backend is a shell expansion's value, which only the shell knows
+        effective = rules.EffectiveBackend(None, effective.origin, effective.era, effective.flag, effective.variable,
                                            effective.overridden, effective.variable_ignored, effective.variable_refused)
+    # the rules judge only values the line states: one a shell expands is left to vLLM's default
+    serving = {k: v for k, v in serving.items() if k not in args.unexpanded or k == VARIABLE}
     findings = [Finding(sev, code, msg) for sev, code, msg in args.notes]
     findings += _option_findings(args, version)
-    findings += _flag_value_findings(args, version, effective)
+    if unknown:
+        findings.append(Finding("warning", "backend-unknown",
+                                f"{unknown} is a shell expansion, read here literally: the backend vLLM {version} "
+                                f"runs is its value, which only the shell knows; pass the line the shell ran "
+                                f"(expand it, e.g. with echo) to check the backend"))
+    if "--all2all-backend" not in args.unexpanded:
+        findings += _flag_value_findings(args, version, effective)
     findings += _variable_findings(args, version, effective)
     findings += [Finding(sev, code, msg) for sev, code, msg in vllm_findings]
     if version_source == "newest known":

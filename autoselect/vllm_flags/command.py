@@ -25,6 +25,7 @@ class InvalidServeCommand(UserError):
 #: Modules that start the OpenAI server with the same flags as `vllm serve` (cli.main needs `serve`).
 ENTRYPOINT_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main")
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PYTHON = re.compile(r"^python[0-9.]*$")
 #: The vLLM server images; the tag names the release (``v0.17.0-cu130`` -> 0.17.0).
 _IMAGE = re.compile(r"^(?:[\w.-]+(?::\d+)?/)*vllm/vllm-openai(?:-rocm)?(?::(?P<tag>[\w.-]+))?$")
@@ -42,7 +43,10 @@ _ENV_VALUE_OPTIONS = ("-C", "--chdir", "-S", "--split-string")
 _BROKEN_CONTINUATION = re.compile(r"(?<!\\)\\[ \t]+(#.*)?$")
 #: `vllm` subcommands (0.33.0 vllm/entrypoints/cli/): only `serve` starts the server.
 _SUBCOMMANDS = frozenset({"serve", "bench", "chat", "complete", "collect-env", "run-batch", "launch"})
-_SHELL_VARIABLE = re.compile(r"\$(\{?[A-Za-z_][A-Za-z0-9_]*\}?|\()")
+#: What a shell expands in a word: ``$NAME``, ``${...}`` (with its default, ``${X:-v}``), ``$1``,
+#: ``$@`` and the like, ``$(...)`` / ``$((...))``, and backquotes. A word holding one has a value
+#: only the shell that runs the line knows.
+_SHELL_VARIABLE = re.compile(r"\$(?:\{[^}]*\}?|\(\(?|[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])|`[^`]*`?")
 
 
 @dataclass
@@ -134,14 +138,19 @@ def _logical_lines(text: str, notes: list) -> list[tuple[int, str]]:
 def split_words(argv: list[str]) -> tuple[list[str], list]:
     """Shell words of one command: ``argv`` as given, or the one pasted string split as a shell would.
 
-    ``export VAR=value`` lines of a pasted block become leading assignments of the command.
+    ``export VAR=value`` lines of a pasted block written before the command become leading
+    assignments of the command; one written after it, or a ``VAR=value`` line without ``export``
+    (a shell variable), does not reach the command's environment: a note says so.
     :raises InvalidServeCommand: unbalanced quotes, or more than one command in the block.
     """
     notes: list = []
     argv = list(argv)
     if len(argv) != 1 or not argv[0].strip() or (" " not in argv[0].strip() and "\n" not in argv[0]):
         return argv, notes
-    exports, commands = [], []
+    exported: dict[str, str] = {}  # the environment the lines before the command build, as bash does
+    shell: dict[str, str] = {}  # variables set without export: the shell's own, not the command's
+    marked: set[str] = set()  # `export NAME` of a name with no value yet
+    commands, late, unexported = [], [], []
     for number, line in _logical_lines(argv[0], notes):
         try:
             words = shlex.split(line, comments=True)
@@ -150,10 +159,42 @@ def split_words(argv: list[str]) -> tuple[list[str], list]:
                 from None
         if not words:
             continue
-        if words[0] == "export" and all(_ENV_ASSIGNMENT.match(w) for w in words[1:]):
-            exports += words[1:]
+        if words[0] == "export" and all(_ENV_ASSIGNMENT.match(w) or _NAME.match(w) for w in words[1:]):
+            if commands:  # an export reaches only the commands after it
+                late.append((number, words[1:]))
+                continue
+            for w in words[1:]:
+                name, eq, value = w.partition("=")
+                if eq:
+                    exported[name] = value
+                elif name in shell:  # `export NAME` exports the shell variable's value
+                    exported[name] = shell.pop(name)
+                elif name not in exported:
+                    marked.add(name)  # exported once it gets a value
+        elif all(_ENV_ASSIGNMENT.match(w) for w in words):
+            if commands:
+                continue
+            for w in words:  # an exported name stays exported: the assignment changes its value
+                name, _, value = w.partition("=")
+                if name in exported or name in marked:
+                    exported[name] = value
+                    marked.discard(name)
+                else:
+                    shell[name] = value
+                    unexported.append((number, name))
         else:
             commands.append((number, words))
+    for number, names in late:
+        notes.append(("warning", "export-after-command",
+                      f"line {number}: `export {' '.join(_names(names))}` comes after the command, so the command "
+                      f"does not see it; read here without it (move it above the command if the server needs it)"))
+    unexported = [(n, name) for n, name in unexported if name in shell]  # `export NAME` later still counts
+    for number in dict.fromkeys(n for n, _ in unexported):
+        names = ", ".join(dict.fromkeys(name for n, name in unexported if n == number))
+        notes.append(("info", "shell-assignment",
+                      f"line {number}: {names} set without `export` (shell variables): the command's environment "
+                      f"does not get them; read here without them"))
+    exports = [f"{name}={value}" for name, value in exported.items()]
     for _, words in commands:
         while words and words[-1] in ("&", ";"):  # a shell control operator, not an argument
             words.pop()
@@ -164,6 +205,17 @@ def split_words(argv: list[str]) -> tuple[list[str], list]:
     if not commands:
         raise InvalidServeCommand("no command in the text; pass `vllm serve MODEL [flags...]`")
     return exports + commands[0][1], notes
+
+
+def _names(assignments: list[str]) -> list[str]:
+    """The variable names of ``NAME=value`` words."""
+    return [w.partition("=")[0] for w in assignments]
+
+
+def has_shell_expansion(text: str) -> bool:
+    """True when a shell would expand something in ``text`` (``$X``, ``${X:-v}``, ``$(...)``,
+    backquotes): its value is not known from the line itself."""
+    return _SHELL_VARIABLE.search(text) is not None
 
 
 def _is_vllm(word: str) -> bool:
@@ -273,9 +325,13 @@ def read_command(argv: list[str]) -> Command:
     if command.launcher or entrypoint != "vllm serve" or (skipped and skipped[0] != "vllm"):
         command.notes.append(("info", "launcher", f"read the server command after `{' '.join(skipped)}`"
                               + (f" (its tag names vLLM {command.image_version})" if command.image_version else "")))
-    variables = sorted({m.group(0) for w in command.serve_words for m in _SHELL_VARIABLE.finditer(w)})
+    # the serve words and the environment the command gets are read alike: a shell expansion is
+    # kept as written, and a value holding one is not judged as if it were the value the shell makes
+    texts = [*command.serve_words, *command.env.values()]
+    variables = sorted({m.group(0) for w in texts for m in _SHELL_VARIABLE.finditer(w)})
     if variables:
         command.notes.append(("warning", "shell-variables",
                               f"the line uses shell variables ({', '.join(variables)}), read here literally: "
-                              f"pass the line the shell ran (expand them, e.g. with echo) for a full check"))
+                              f"a value that holds one is not judged; pass the line the shell ran (expand them, "
+                              f"e.g. with echo) for a full check"))
     return command

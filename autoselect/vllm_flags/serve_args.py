@@ -12,7 +12,8 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 
-from autoselect.vllm_flags.command import Command, InvalidServeCommand, read_command
+from autoselect.text import check_json
+from autoselect.vllm_flags.command import Command, InvalidServeCommand, has_shell_expansion, read_command
 
 #: option spelling -> (field, converter). Options that take a value.
 VALUE_OPTIONS = {
@@ -112,6 +113,16 @@ class ServeArgs:
         """``prefill`` / ``decode`` / ``both`` from --kv-transfer-config's kv_role; None when unknown."""
         return KV_ROLES.get(str((self.kv_transfer_config or {}).get("kv_role", "")))
 
+    @property
+    def unexpanded(self) -> frozenset:
+        """What the line sets to a value only the shell knows (``$X``, ``${X:-v}``, ``$(...)``):
+        ``--all2all-backend`` and the names of its environment assignments. Such a value is read
+        literally and must not be judged as if it were the value the shell makes."""
+        names = {k for k, v in self.env.items() if has_shell_expansion(v)}
+        if self.all2all_backend is not None and has_shell_expansion(self.all2all_backend):
+            names.add("--all2all-backend")
+        return frozenset(names)
+
     def serving_environ(self, environ: dict) -> dict:
         """The environment the server starts with: ``environ`` after the launcher's changes."""
         base = {} if self.clear_env else {k: v for k, v in environ.items() if k not in self.unset}
@@ -126,6 +137,7 @@ class ServeArgs:
         d["uses_all2all"] = self.uses_all2all
         d["redundant_experts"] = self.redundant_experts
         d["role"] = self.role
+        d["unexpanded"] = sorted(self.unexpanded)
         return d
 
 
@@ -163,7 +175,7 @@ def _convert(option: str, conv, raw: str):
                 from None
         if not isinstance(value, dict):
             raise InvalidServeCommand(f"{option} must be a JSON object, got {raw!r}")
-        return value
+        return check_json(value, option, InvalidServeCommand, "fix the JSON (vLLM could not encode it either)")
     return raw
 
 
@@ -249,11 +261,31 @@ def _keep_unknown(reading: _Reading, args: list[str], i: int, has_eq: str) -> in
     return i
 
 
+#: Characters that look like ``-`` but are not (what word processors and chat clients make of
+#: ``--``): a word starting with one is no option to vLLM's parser.
+UNICODE_DASHES = {"\u2010": "HYPHEN", "\u2011": "NON-BREAKING HYPHEN", "\u2012": "FIGURE DASH", "\u2013": "EN DASH",
+                  "\u2014": "EM DASH", "\u2015": "HORIZONTAL BAR", "\u2212": "MINUS SIGN", "\ufe58": "SMALL EM DASH",
+                  "\ufe63": "SMALL HYPHEN-MINUS", "\uff0d": "FULLWIDTH HYPHEN-MINUS"}
+
+
+def _unicode_dash(reading: _Reading, word: str) -> None:
+    """Say that ``word``, which starts with a dash that is not ASCII, is no option to vLLM."""
+    name = word.lstrip("-" + "".join(UNICODE_DASHES))
+    dash = next(c for c in word if c in UNICODE_DASHES)
+    meant = f"-{name}" if f"-{name}" in VALUE_OPTIONS or f"-{name}" in FLAG_OPTIONS else f"--{name}"
+    reading.notes.append(("error", "unicode-dash",
+                          f"{word} has {UNICODE_DASHES[dash]} (U+{ord(dash):04X}) where the ASCII '-' belongs: to vLLM's "
+                          f"parser it is not the option it looks like, and `vllm serve` exits with "
+                          f"'unrecognized arguments' (or takes it for the model); type {meant}"))
+
+
 def _read_words(args: list[str], notes: list) -> _Reading:
     """Every serve word read, the dotted keys merged into their JSON options."""
     reading = _Reading(notes=notes)
     i = 0
     while i < len(args):
+        if args[i].lstrip("-")[:1] in UNICODE_DASHES:
+            _unicode_dash(reading, args[i])  # then read as vLLM reads it: an argument (or an unknown option)
         if _is_positional(args[i]):
             reading.positional.append(args[i])
         else:
