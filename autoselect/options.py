@@ -32,6 +32,12 @@ grammar with an optional ``-``, finite (``nan``, ``inf`` and ``1e400`` are refus
 **Name list** (:func:`parse_name_list`): ``NAME[,NAME...]`` (``--backends``); an empty text, an
 empty item or a repeated name is refused. An empty ``--backends ''`` is a mistake, not "all".
 
+**Run reference** (:func:`parse_run_ref`): how ``db drop-run RUN`` names a run: its id (ASCII
+digits without leading zeros, as ``db info`` and the errors show it) or its uid, exactly as shown: no blanks around it,
+no control characters, at most :data:`MAX_NAME` characters. A text of digits may be both a run's
+id and another run's uid (a uid is any short printable text once imported): the store refuses such
+an ambiguity rather than pick one (:class:`RunRef` carries both readings).
+
 Each grammar raises one error class (:class:`BadList`, :class:`BadDuration`, :class:`BadNumber`)
 whose message names the option, the offending item and an example of what works. Stdlib only: this module is on
 every command's fast path.
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 from autoselect.errors import UserError
 
@@ -261,6 +268,49 @@ def check_seed(value: int, *, what: str = "--seed") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
         raise BadNumber(f"{what} must be a whole number from 0 to {MAX_SEED}, got {value}")
     return value
+
+
+# --------------------------------------------------------------------------------------
+# Run references (db drop-run RUN)
+# --------------------------------------------------------------------------------------
+
+#: The longest identifier autoselect stores (a run uid, a host class, a backend): db/fields.py's names
+MAX_NAME = 256
+#: The most digits a run id has (SQLite's INTEGER holds 2**63 - 1, 19 digits; ids count up from 1)
+_RUN_ID_DIGITS = 18
+
+
+class BadRunRef(UserError):
+    "A run named by something that is neither a run id nor a run uid as autoselect shows them."
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """A run as the user named it: ``text`` exactly, and ``id`` when the text is also a run id."""
+
+    text: str
+    id: int | None = None
+
+
+def parse_run_ref(text: str, *, what: str = "RUN") -> RunRef:
+    """``"12"`` -> ``RunRef("12", 12)``; ``"9f2c..."`` -> ``RunRef("9f2c...")`` (the run-reference grammar).
+
+    :raises BadRunRef: an empty text, blanks or control characters anywhere (``" 12"`` is not
+        ``12``), digits of another script, or a text longer than any uid.
+    """
+    s = str(text)
+    if not s:
+        raise BadRunRef(f"{what} is empty; pass a run id or uid as `autoselect db info` shows it")
+    if len(s) > MAX_NAME:
+        raise BadRunRef(f"{what} {_short(s)!r} is longer than any run id or uid ({MAX_NAME} characters)")
+    if s.strip() != s or any(c.isspace() or not c.isprintable() for c in s):
+        raise BadRunRef(f"{what} {s!r} holds blanks or control characters; pass the run id or uid exactly as "
+                        "`autoselect db info` shows it, e.g. 12")
+    if s.isdigit() and not _DIGITS.fullmatch(s):
+        raise BadRunRef(f"{what} {s!r} is not written in digits 0-9; pass the run id as `autoselect db info` shows it")
+    if _DIGITS.fullmatch(s) and len(s) <= _RUN_ID_DIGITS and s == str(int(s)):
+        return RunRef(s, int(s))  # an id as shown: no leading zeros (``0012`` can only be a uid)
+    return RunRef(s)
 
 
 # --------------------------------------------------------------------------------------

@@ -11,8 +11,11 @@ from autoselect.options import (
     MAX_TOKENS_PER_RANK,
     BadDuration,
     BadList,
+    BadRunRef,
+    RunRef,
     parse_duration,
     parse_int_list,
+    parse_run_ref,
     parse_weighted_tokens,
 )
 from autoselect.stopping import STOPPING, BadStoppingRule, StoppingRule
@@ -155,3 +158,28 @@ def test_tune_budget_takes_days_and_hour_minute_groups(tmp_path):
         assert spec.budget_s == seconds
     with pytest.raises(BadDuration, match=r"^--budget '0s' must be longer than zero"):
         prepare("shape:256x8x2:bf16", db_path=tmp_path / "r.db", device="cpu", budget="0s")
+
+
+# --- run references (db drop-run RUN) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, ref", [
+    ("12", RunRef("12", 12)),
+    ("1", RunRef("1", 1)),
+    ("0012", RunRef("0012")),  # no run id is shown with leading zeros: only a uid can be this
+    ("9f2c1e0a5b7d4c3e8a1b2c3d4e5f6a7b", RunRef("9f2c1e0a5b7d4c3e8a1b2c3d4e5f6a7b")),
+    ("1" * 19, RunRef("1" * 19)),  # beyond any SQLite id: a uid
+    ("run-é", RunRef("run-é")),
+])
+def test_a_run_reference_is_an_id_as_shown_or_a_uid(text, ref):
+    assert parse_run_ref(text) == ref
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("", "is empty"), (" 12", "holds blanks"), ("12 ", "holds blanks"), ("1 2", "holds blanks"),
+    ("12\n", "holds blanks"), ("1\x1e", "holds blanks or control characters"), ("\t", "holds blanks"),
+    ("12\u00a0", "holds blanks"), ("١٢", "is not written in digits 0-9"), ("x" * 257, "is longer than any run"),
+])
+def test_a_run_reference_is_taken_exactly_as_shown(text, problem):
+    with pytest.raises(BadRunRef, match=problem):
+        parse_run_ref(text)

@@ -228,9 +228,11 @@ def drop_run_cmd(run, db_path, yes, fmt):
     Example:
       autoselect db drop-run 12 --yes --db results.db
     """
+    from autoselect.options import parse_run_ref
     from db.errors import DropNotConfirmed
     from db.store import Store
 
+    run = parse_run_ref(run).text  # the one grammar of a run reference, before the database is opened
     with Store(db_path, create=False) as store:
         found = store.run_summary(run)
         if found is None:
