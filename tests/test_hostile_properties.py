@@ -218,7 +218,10 @@ def test_deploy_values_come_back_exactly_or_are_refused(db, address, image, word
     except UserError as e:
         text = db_path + address + image + fleet_args
         unsafe = [c for c in text if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF]
-        assert unsafe and ("holds the control character" in str(e) or "is not valid UTF-8" in str(e)), str(e)
+        if unsafe:
+            assert "holds the control character" in str(e) or "is not valid UTF-8" in str(e), str(e)
+        else:  # a path with "." / ".." / "//" or a trailing "/" names no file plainly (a k8s mountPath refuses "..")
+            assert not _plain_path(db_path) and "is not a plain path to a file" in str(e), str(e)
         return
     unit = files["systemd"]["autoselect-fleet.service"]
     assert systemd_environment_of(unit) == {"RAY_ADDRESS": address, "AUTOSELECT_DB": db_path}
@@ -233,6 +236,10 @@ def test_deploy_values_come_back_exactly_or_are_refused(db, address, image, word
     assert shlex.split(export[len("export "):]) == [f"AUTOSELECT_DB={db_path}"]
 
 
+def _plain_path(path: str) -> bool:
+    return not path.endswith("/") and all(part not in ("", ".", "..") for part in path.split("/")[1:])
+
+
 @settings(max_examples=25, **BOUNDED)
 @given(db=DEPLOY_TEXT)
 def test_bash_reads_the_slurm_database_path_back_exactly(db):
@@ -240,6 +247,7 @@ def test_bash_reads_the_slurm_database_path_back_exactly(db):
 
     assume(not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF for c in db))
     db_path = "/var/lib/" + db
+    assume(_plain_path(db_path))
     script = render("slurm", db_path=db_path)["autoselect-fleet.sbatch"]
     export = next(ln for ln in script.splitlines() if ln.startswith("export AUTOSELECT_DB="))
     proc = subprocess.run(["bash", "-c", f'{export}; printf %s "$AUTOSELECT_DB"'], capture_output=True, timeout=30)
@@ -364,3 +372,93 @@ def test_any_drift_threshold_is_a_report_or_one_error_line(recommend_db, option,
     before = tree_state(recommend_db.parent)
     _keeps_the_argument_promise(cli("fleet", "drift", "--db", recommend_db, f"{option}={value}"))
     assert tree_state(recommend_db.parent) == before
+
+
+# --- text that is not valid Unicode, at the command line and over HTTP ---------------------------------
+
+#: argument text with lone surrogates (what bytes that are not UTF-8 become in argv) among other text
+UNICODE_TEXT = st.text(alphabet=st.one_of(st.characters(codec="utf-8"),
+                                          st.sampled_from(["\udcff", "\udc80", "\ud800", "\udfff", "é", "—"])),
+                       max_size=12)
+#: (command line with one slot, whether it needs the fixture database): every kind of text option
+TEXT_SLOTS = [
+    (["recommend", "--model", str(MODELS / "deepseek-v3"), "--host-class", None], True),
+    (["explain", "--model", None], True),
+    (["recommend", "--model", str(MODELS / "deepseek-v3"), "--tokens", None], True),
+    (["fleet", "drift", "--host-class", None], True),
+    (["db", "drop-run", None], True),
+    (["db", "import", None], True),
+    (["inspect", "--model", None, "--gpu-arch", "sm90"], False),
+    (["check", "--gpu-arch", "sm90", "vllm", "serve", str(MODELS / "deepseek-v3"), "--all2all-backend", None], False),
+    (["fleet", "deploy", "--kind", "systemd", "--address", None], False),
+]
+
+
+def _files(directory: Path) -> dict:
+    """tree_state without the -wal / -shm a reader of a WAL database creates and removes in turn."""
+    return {k: v for k, v in tree_state(directory).items() if not k.endswith(("-wal", "-shm"))}
+
+
+@settings(max_examples=120, **BOUNDED)
+@given(slot=st.sampled_from(TEXT_SLOTS), text=UNICODE_TEXT)
+def test_any_argument_text_is_unicode_or_refused_at_the_door(recommend_db, slot, text):
+    from autoselect.text import is_unicode
+
+    argv, with_db = slot
+    args = [text if a is None else a for a in argv] + (["--db", str(recommend_db)] if with_db else [])
+    before = _files(recommend_db.parent)
+    result = cli(*args)
+    if argv[0] == "check" and result.exit_code == 1:  # check's own verdict: the line has errors
+        assert "FAIL:" in result.stdout and "Traceback" not in result.stderr, result.stdout
+    else:
+        _keeps_the_argument_promise(result)
+    if not is_unicode(text):
+        assert result.exit_code == 2 and "is not valid Unicode text" in result.stderr, result.stderr
+    assert _files(recommend_db.parent) == before
+
+
+@settings(max_examples=120, **BOUNDED)
+@given(route=st.sampled_from(["/v1/recommend", "/v1/drift", "/v1/hosts"]),
+       params=st.dictionaries(st.sampled_from(RECOMMEND_PARAMS + ["min_slowdown", "noise_k"]), st.binary(max_size=8),
+                              max_size=4))
+def test_any_query_bytes_are_an_answer_or_a_4xx(http_client, route, params):
+    from urllib.parse import quote_from_bytes
+
+    client, secrets = http_client
+    params.setdefault("model", b"deepseek-v3")
+    query = "&".join(f"{name}={quote_from_bytes(value)}" for name, value in params.items())
+    r = client.get(f"{route}?{query}")
+    assert r.status_code < 500, (route, query, r.text)
+    not_utf8 = []
+    for value in params.values():
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            not_utf8.append(value)
+    if not_utf8:
+        assert r.status_code == 400 and "is not valid UTF-8" in r.json()["error"], r.text
+    for secret in secrets:
+        assert secret not in r.text
+
+
+NUMBER_PARAMS = ["dp", "tp", "world_size", "concurrency", "max_num_batched_tokens", "max_workspace_gib"]
+
+
+@settings(max_examples=150, **BOUNDED)
+@given(name=st.sampled_from(NUMBER_PARAMS), value=ARG_TEXT)
+def test_a_number_means_the_same_on_the_command_line_and_over_http(recommend_db, name, value):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from autoselect.fleet.service.app import create_app
+
+    client = TestClient(create_app(recommend_db, model_roots=[MODELS]))
+    r = client.get("/v1/recommend", params={"model": "deepseek-v3", "host_class": "h200x8-5d1c7e0a", name: value})
+    result = cli("recommend", "--model", MODELS / "deepseek-v3", "--host-class", "h200x8-5d1c7e0a", "--db",
+                 recommend_db, "--format", "json", f"--{name.replace('_', '-')}={value}")
+    _keeps_the_argument_promise(result)
+    assert r.status_code < 500, r.text
+    assert (result.exit_code == 0) == (r.status_code == 200), (name, value, result.stderr, r.text)
+    if r.status_code == 200:
+        cli_answer = json.loads(result.stdout)
+        assert r.json()["backend"] == cli_answer["backend"] and r.json()["deployment"] == cli_answer["deployment"]
