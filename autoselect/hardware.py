@@ -41,6 +41,18 @@ NVLINK_GBPS_PER_LINK = {
     "10.3": ("NVLink 5", 50.0),
 }
 
+#: Host classes that start with this name NVIDIA's published reference systems
+#: (``autoselect/reference``: ``ref-h200_sxm-x8`` ...). The namespace is read-only: no machine's
+#: fingerprint is given such a class, and every path that writes host rows (bench, import, merge,
+#: fleet) refuses one, so measurements can never pass for the published reference.
+REFERENCE_CLASS_PREFIX = "ref-"
+
+
+def is_reference_class(name: str | None) -> bool:
+    """True for a host class in the reserved reference namespace (``ref-...``, known or not)."""
+    return bool(name) and name.startswith(REFERENCE_CLASS_PREFIX)
+
+
 #: compute capability major -> arch family used by the rules ("sm90" Hopper, "sm100" Blackwell)
 ARCH_FAMILY = {9: "sm90", 10: "sm100", 11: "sm100"}
 
@@ -312,6 +324,8 @@ def _nvml_fingerprint(nvml: Any) -> HostFingerprint:
         "pairs": sorted(matrix[i][j] for i in range(count) for j in range(i + 1, count)),
     }
     slug = _slug(gpu_name.removeprefix("NVIDIA "))
+    if is_reference_class(slug + "-"):  # a GPU named "Ref ...": never a class of the reserved namespace
+        slug = f"gpu-{slug}"
     return HostFingerprint(
         hostname=_hostname(),
         machine_id=machine_id(),

@@ -144,3 +144,13 @@ def test_versions_come_from_metadata_without_importing_the_packages():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", ["Ref Board 9000", "REF-accelerator", "NVIDIA Ref H200", "ref"])
+def test_no_gpu_name_gives_a_class_in_the_reserved_reference_namespace(name):
+    rec = copy.deepcopy(load("hgx_h200_8gpu"))
+    for dev in rec["devices"]:
+        dev["name"] = name
+    host = fingerprint(ReplayNvml(rec))
+    assert not hardware.is_reference_class(host.host_class), host.host_class
+    assert host.host_class.startswith("gpu-ref") or host.host_class.startswith("refx")

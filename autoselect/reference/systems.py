@@ -23,9 +23,10 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from autoselect.errors import UserError
+from autoselect.hardware import REFERENCE_CLASS_PREFIX, is_reference_class  # the reserved namespace
 
-#: Every reference class name starts with this; no measured host class does.
-PREFIX = "ref-"
+#: Every reference class name starts with this; no measured host class may (autoselect.hardware).
+PREFIX = REFERENCE_CLASS_PREFIX
 
 
 class UnknownReferenceClass(UserError):
@@ -155,11 +156,6 @@ def rack_class(s: ReferenceSystem) -> ReferenceClass:
 CLASSES: dict[str, ReferenceClass] = {
     c.name: c for c in [_node_class(s) for s in SYSTEMS.values()] + [rack_class(SYSTEMS[k]) for k in RACK_SYSTEMS]
 }
-
-
-def is_reference_class(name: str | None) -> bool:
-    """True for a ``ref-...`` host class name (known or not)."""
-    return bool(name) and name.startswith(PREFIX)
 
 
 def get_class(name: str | ReferenceClass) -> ReferenceClass:
