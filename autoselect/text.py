@@ -12,7 +12,10 @@ at once (never option by option):
   JSON escape ``"\\ud800"`` is valid JSON syntax but no character).
 * **HTTP** — ``serve`` refuses a query whose percent-escapes are not UTF-8 before anything
   parses it (:func:`check_query`), rather than reading them as U+FFFD the way Starlette would.
-* **the database** — text SQLite hands back is UTF-8 by construction once the doors above hold.
+* **the database** — text SQLite hands back is UTF-8 once the doors above hold; a value another
+  program stored that is not is named by ``db check`` (read escaped there), refused by
+  ``db merge``, and one ``Error:`` line for every other command (sqlite3 raises
+  :data:`SQLITE_NOT_UTF8`; the CLI and ``serve`` translate it).
 
 The rule is the same at every door: text that is not valid Unicode is refused with one message
 that shows it escaped (``'\\udcff'``), never echoed raw. Stdlib only (on every command's path).
@@ -29,6 +32,10 @@ from autoselect.errors import UserError
 #: how much of a refused text the message shows (escaped)
 _SHOWN = 40
 _ESCAPED_BYTE = re.compile(r"\\udc([89a-f][0-9a-f])")
+
+
+#: What sqlite3 says when a stored TEXT value is not UTF-8 (``sqlite3.OperationalError``)
+SQLITE_NOT_UTF8 = "Could not decode to UTF-8"
 
 
 class NotUnicode(UserError):

@@ -11,7 +11,7 @@ from db.errors import DatabaseDamaged
 from db.fields import host_problem, result_problem, run_problem, tuned_problem
 from db.queries import connect_readonly, stale_runs
 from db.rows import row_to_host_dict, row_to_result_dict, row_to_run_dict, row_to_tuned_dict
-from db.schema import latest_version
+from db.schema import decode_text, latest_version
 
 
 def info(conn: sqlite3.Connection, path: str | os.PathLike) -> dict:
@@ -77,6 +77,8 @@ def check(conn: sqlite3.Connection, path: str | os.PathLike) -> dict:
         except sqlite3.DatabaseError as e:
             return None, str(e)
 
+    conn.text_factory = decode_text  # text another program stored that is not UTF-8 is read escaped, and named
+
     integrity, err = attempt(lambda: [r[0] for r in conn.execute("PRAGMA integrity_check")])
     if err:
         integrity = [f"cannot run: {err}"]
@@ -117,6 +119,9 @@ def schema_problems(conn: sqlite3.Connection) -> tuple[int, list[str]]:
         if len(found) < 20:
             found.append(what)
 
+    for what in _text_problems(conn):
+        note(what)
+    conn.text_factory = decode_text  # the checks below read such values escaped
     cur = conn.cursor()
     cur.row_factory = sqlite3.Row
     for row in cur.execute("SELECT * FROM hosts ORDER BY machine_id"):
@@ -143,6 +148,41 @@ def schema_problems(conn: sqlite3.Connection) -> tuple[int, list[str]]:
         if said:
             note(f"tuned configuration {row['id']}: {said}")
     return count, found
+
+
+#: table -> the column that names a row in messages
+_ROW_NAMES = {"hosts": "machine_id", "runs": "id", "results": "id", "tuned_configs": "id"}
+
+
+def _text_problems(conn: sqlite3.Connection) -> list[str]:
+    """Stored values that are not UTF-8 text (another program wrote them), one sentence each."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    previous, conn.text_factory = conn.text_factory, bytes
+    out = []
+    try:
+        for table, key in _ROW_NAMES.items():
+            if table not in tables:
+                continue
+            cur = conn.execute(f"SELECT * FROM {table} ORDER BY rowid")
+            names = [c[0] for c in cur.description]
+            for row in cur:
+                for name, value in zip(names, row):
+                    if isinstance(value, bytes) and not _utf8(value):
+                        ident = row[names.index(key)]
+                        ident = decode_text(ident) if isinstance(ident, bytes) else ident
+                        out.append(f"{table[:-1].replace('_config', ' configuration')} {ident}: {name} is "
+                                   f"'{decode_text(value)[:40]}', not UTF-8 text (written by another program)")
+    finally:
+        conn.text_factory = previous
+    return out
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def info_at(path: str | os.PathLike | None = None) -> dict:

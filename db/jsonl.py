@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from autoselect.atomic import replacing
+from autoselect.text import check_json
 from db import default_path
 from db.errors import BadImportRecord, ImportFileNotFound, ImportFormatTooNew, OutputNotWritable
 from db.fields import host_problem, result_problem, run_problem, tuned_problem
@@ -328,7 +329,10 @@ class RunIdentities:
 
 def _decode_line(line: str, where: str) -> Any:
     try:
-        return json.loads(line)
+        obj = json.loads(line)
+        if "\\u" in line:  # the file is UTF-8 text: only a \uXXXX escape can make a lone surrogate
+            check_json(obj, where, BadImportRecord, "import files must be written by `autoselect db export`")
+        return obj
     except json.JSONDecodeError as e:
         raise BadImportRecord(f"{where}: not JSON ({e.msg}); import files must be written by `autoselect db export`") from None
     except RecursionError:

@@ -169,6 +169,19 @@ def refuse_too_new(path: Path, version: int) -> None:
         )
 
 
+def decode_text(raw: bytes) -> str:
+    """A stored TEXT value as ``str``, each byte that is not UTF-8 escaped (``\\xff``): the
+    ``text_factory`` of ``db check`` and ``db merge``'s checks, which must read a file such
+    bytes are in to name them (the readers keep sqlite3's faster strict decoding, and a value
+    that is not UTF-8 is one ``Error:`` line there: the CLI translates
+    :data:`autoselect.text.SQLITE_NOT_UTF8`). autoselect never stores such a value (text is
+    checked where it enters); only another program writing the file can."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "backslashreplace")
+
+
 def check_connection(conn: sqlite3.Connection, path: Path) -> int:
     """Validate an open connection: readable, not too new, ours. Returns ``user_version``."""
     try:

@@ -34,7 +34,7 @@ from autoselect import __version__
 from autoselect.errors import UserError
 from autoselect.options import parse_int, parse_number
 from autoselect.stopping import STOPPING
-from autoselect.text import check_argv
+from autoselect.text import SQLITE_NOT_UTF8, check_argv
 
 
 class InputError(click.ClickException):
@@ -200,6 +200,13 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except UserError as e:
             raise InputError(str(e)) from None
+        except Exception as e:
+            sqlite3 = sys.modules.get("sqlite3")  # not imported: the error is no database's
+            if sqlite3 is None or not isinstance(e, sqlite3.OperationalError) or SQLITE_NOT_UTF8 not in str(e):
+                raise
+            # a database another program wrote text into that is not UTF-8: damage, not a bug
+            raise InputError(f"the results database holds text that is not UTF-8 ({e}); `autoselect db check` "
+                             "names the rows, `autoselect db drop-run RUN --yes` removes a run") from None
         finally:
             warnings.showwarning = previous
 

@@ -8,6 +8,7 @@ which holds what the app answers from (:class:`~autoselect.fleet.service.app.Ser
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
@@ -25,6 +26,7 @@ from autoselect.fleet.service.params import read_params
 from autoselect.model import ModelConfigNotFound
 from autoselect.options import MIN_SLOWDOWN, NOISE_K
 from autoselect.selector import recommend_for
+from autoselect.text import SQLITE_NOT_UTF8
 from db.queries import connect_readonly, host_classes
 
 #: route -> the :class:`Api` method answering it (GET, and HEAD answered the same way)
@@ -41,6 +43,7 @@ def assemble(served: Served) -> Front:
     app.add_exception_handler(UserError, api.user_error)
     app.add_exception_handler(StarletteHTTPException, api.http_error)
     app.add_exception_handler(RequestValidationError, api.bad_params)
+    app.add_exception_handler(sqlite3.OperationalError, api.damaged)
     for route, name in ROUTES.items():
         app.api_route(route, methods=["GET", "HEAD"])(getattr(api, name))
     return Front(app, served.cache)
@@ -83,6 +86,14 @@ class Api:
             where = ".".join(str(x) for x in e.get("loc", ())[1:]) or "request"
             parts.append(f"{where}: {e.get('msg', 'invalid')}")
         return JSONResponse({"error": self.scrub("; ".join(parts))}, status_code=400)
+
+    async def damaged(self, request: Request, exc: sqlite3.OperationalError) -> JSONResponse:
+        """Text another program stored in the database that is not UTF-8: 503, as /healthz says
+        of a database it cannot read (any other SQLite failure stays a server error)."""
+        if SQLITE_NOT_UTF8 not in str(exc):
+            raise exc
+        return JSONResponse({"error": "the database holds text that is not UTF-8; its operator can find the rows "
+                                      "with `autoselect db check`"}, status_code=503)
 
     # -- routes ------------------------------------------------------------------------------------
 
