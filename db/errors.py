@@ -63,3 +63,15 @@ class DatabaseNotReadable(UserError):
 
 class DropNotConfirmed(UserError):
     "`db drop-run` without --yes where nobody can be asked, or the question was answered no."
+
+
+class ReservedHostClass(UserError):
+    "A host, run or tuned configuration in the reserved ref- host-class namespace (the published reference: read-only)."
+
+
+class RunStillRunning(UserError):
+    "A destructive command aimed at a run whose writer may still be measuring."
+
+
+class AmbiguousRun(UserError):
+    "A run reference that is one run's id and another run's uid."

@@ -12,6 +12,12 @@ record as a sentence, or None; the callers decide what it means:
 * the readers (:mod:`db.queries`, :mod:`db.tuned`) skip such a row and say so
   (:class:`SkippedRows`, a warning the CLI prints as one ``Warning:`` line).
 
+One rule keeps a namespace read-only: a host class starting with ``ref-`` names NVIDIA's published
+reference systems (:data:`autoselect.hardware.REFERENCE_CLASS_PREFIX`), so no host, run, result
+or tuned configuration may carry one. Import, merge and every store writer refuse it, ``db check``
+reports it in an older file, and the readers skip such rows: measurements never pass for the
+published reference.
+
 The records are in their exported form (JSON columns decoded, booleans as ``bool``), which is
 also what :func:`db.rows.row_to_result_dict` and its siblings return for a stored row.
 """
@@ -23,17 +29,22 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from autoselect.options import MAX_EXPERTS, MAX_HIDDEN, MAX_TOKENS_PER_RANK, MAX_WORLD_SIZE
+from autoselect.hardware import is_reference_class
+# MAX_NAME: identifiers (backend, host class, machine id, run uid, dtypes) are short printable text
+from autoselect.options import MAX_DURATION_S, MAX_EXPERTS, MAX_HIDDEN, MAX_NAME, MAX_TOKENS_PER_RANK, MAX_WORLD_SIZE
+from db.errors import ReservedHostClass
 from db.records import KINDS, RUN_STATUSES, STATUSES, TUNED_STATUSES
 
 #: GPUs one machine may report
 MAX_GPUS = 1 << 12
 #: a process id (pid_t is a 32-bit signed integer)
 MAX_PID = (1 << 31) - 1
+#: The largest time (µs), bandwidth or fraction a stored measurement may hold: a year. Beyond it a
+#: value is no measurement, and the readers' arithmetic (the latency model's least squares squares
+#: latencies; workload-weighted sums add them) must stay finite: 1e308 µs would overflow to inf.
+MAX_MEASURED = MAX_DURATION_S * 1e6
 #: SQLite's INTEGER range: a larger Python int cannot be stored at all
 SQLITE_INT_MAX = (1 << 63) - 1
-#: identifiers (backend, host class, machine id, run uid, dtypes): short, printable text
-MAX_NAME = 256
 #: result.device / host.device / tuned.device
 DEVICES = ("cuda", "cpu")
 
@@ -48,6 +59,11 @@ def _is_int(v: Any) -> bool:
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_measured_class(v: Any) -> bool:
+    """A host class a measurement may carry: a name outside the reserved ``ref-`` namespace."""
+    return _is_name(v) and not is_reference_class(v)
 
 
 def _is_timestamp(v: Any) -> bool:
@@ -141,20 +157,22 @@ KIND_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "text": (lambda v: isinstance(v, str), "a string"),
     "name": (_is_name, f"a non-empty printable string of at most {MAX_NAME} characters"),
+    "host_class": (_is_measured_class, "a measured host class: ref-... names NVIDIA's published reference "
+                                       "systems and is read-only"),
     "timestamp": (_is_timestamp, "an ISO-8601 timestamp"),
     # a result written by an old or foreign writer may be undated: its run's start dates it
     "result_time": (lambda v: v == "" or _is_timestamp(v), "an ISO-8601 timestamp (or empty: dated by its run)"),
     "object": (lambda v: isinstance(v, dict), "a JSON object"),
     "text_map": (_is_text_map, "a JSON object of strings"),
     "text_list": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
-    "samples": (lambda v: isinstance(v, list) and all(_is_number(x) and x >= 0 for x in v),
-                "a list of finite numbers >= 0"),
+    "samples": (lambda v: isinstance(v, list) and all(_is_number(x) and 0 <= x <= MAX_MEASURED for x in v),
+                "a list of numbers from 0 to a year in µs"),
     "knobs": (_is_knobs, "a JSON object (env: an object of values, flags: a list of strings)"),
     "gpus": (_is_gpus, "a list of GPU objects (index, name, uuid, memory_total_mib, sm_arch, ...)"),
     "matrix": (_is_matrix, "a list of lists of link counts"),
 }
 
-_LATENCY = Rule("number", low=0.0, nullable=True)
+_LATENCY = Rule("number", low=0.0, high=MAX_MEASURED, nullable=True)
 
 #: ``result`` fields (db/records.py Result)
 RESULT_RULES: dict[str, Rule] = {
@@ -192,7 +210,7 @@ RESULT_RULES: dict[str, Rule] = {
 HOST_RULES: dict[str, Rule] = {
     "machine_id": Rule("name"),
     "hostname": Rule("text"),
-    "host_class": Rule("name"),
+    "host_class": Rule("host_class"),
     "device": Rule("choice", choices=DEVICES),
     "gpu_name": Rule("text", nullable=True),
     "gpu_count": Rule("int", 0, MAX_GPUS),
@@ -213,7 +231,7 @@ HOST_RULES: dict[str, Rule] = {
 #: ``run`` fields (the runs table, meta decoded)
 RUN_RULES: dict[str, Rule] = {
     "uid": Rule("name"),
-    "host_class": Rule("name"),
+    "host_class": Rule("host_class"),
     "started_at": Rule("timestamp"),
     "updated_at": Rule("timestamp"),
     "finished_at": Rule("timestamp", nullable=True),
@@ -229,7 +247,7 @@ RUN_RULES: dict[str, Rule] = {
 
 #: ``tuned`` fields (the tuned_configs table, JSON columns decoded)
 TUNED_RULES: dict[str, Rule] = {
-    "host_class": Rule("name"),
+    "host_class": Rule("host_class"),
     "machine_id": Rule("name"),
     "created_at": Rule("timestamp"),
     "hidden": RESULT_RULES["hidden"],
@@ -370,3 +388,14 @@ def run_problem(run: dict, *, fields: Iterable[str] | None = None) -> str | None
 def tuned_problem(tuned: dict) -> str | None:
     """:func:`problem` of a tuned configuration."""
     return problem(TUNED_RULES, tuned, "tuned")
+
+
+def check_host_class(host_class: Any, prefix: str) -> None:
+    """What a store writer calls before it writes a host, a run or a tuned configuration: the
+    host-class rule of :data:`HOST_RULES` (the reserved reference namespace is read-only).
+
+    :raises db.errors.ReservedHostClass: naming the class and why; nothing is written.
+    """
+    said = problem({"host_class": HOST_RULES["host_class"]}, {"host_class": host_class}, prefix)
+    if said:
+        raise ReservedHostClass(f"{said}; nothing was written")

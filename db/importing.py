@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from db.errors import BadImportRecord
+from db.errors import BadImportRecord, DatabaseNotWritable
 from db.info import schema_problems
 from db.jsonl import RunIdentities, count_records, iter_labeled_records, iter_records, parse_record, read_file
 from db.queries import connect_readonly
@@ -95,19 +95,25 @@ def import_records(store: Store, records: Iterable[dict], *, progress=None, tota
     summary = ImportSummary()
     batch: list[dict] = []
     done = 0
-    for rec in records:
-        batch.append(rec)
-        if len(batch) >= IMPORT_BATCH:
+    try:
+        for rec in records:
+            batch.append(rec)
+            if len(batch) >= IMPORT_BATCH:
+                _import_batch(store, batch, summary)
+                done += len(batch)
+                batch = []
+                if progress:
+                    progress(done, total)
+        if batch:
             _import_batch(store, batch, summary)
             done += len(batch)
-            batch = []
             if progress:
                 progress(done, total)
-    if batch:
-        _import_batch(store, batch, summary)
-        done += len(batch)
-        if progress:
-            progress(done, total)
+    except DatabaseNotWritable as e:  # each batch is one transaction: the batches before it stay
+        if done == 0:
+            raise
+        raise DatabaseNotWritable(f"{e}; the first {done} records are in the database: import again once it can be "
+                                  "written (records already present are skipped)") from None
     return summary
 
 def _refuse_other_machines(store: Store, runs) -> None:

@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from autoselect.hardware import HostFingerprint
+from autoselect.hardware import HostFingerprint, is_reference_class
 from db import default_path
 from db.errors import DatabaseNeedsUpgrade, DatabaseNotFound
 from db.fields import RESULT_RULES, SkippedRows, fast_check, host_problem, result_problem, run_problem
@@ -137,6 +137,10 @@ class _Decoder:
         run = self.runs.get(row[self.run_index])
         if run is None:  # its run or the run's host is missing (foreign keys were off)
             self.skipped.append(f"result {d['id']}: its run {d['run_id']} or that run's host is missing")
+            return None
+        if is_reference_class(run["host_class"]):  # an older autoselect imported it: never evidence
+            self.skipped.append(f"result {d['id']} (run {d['run_id']}): host class {run['host_class']!r} is in the "
+                                "reserved ref- namespace of the published reference")
             return None
         d.update(run)
         d["illegal"] = stored_bool(d["illegal"])
@@ -302,12 +306,18 @@ def samples_for(conn: sqlite3.Connection, result_id: int) -> list[float]:
 
 
 def host_classes(conn: sqlite3.Connection) -> list[dict]:
-    """One dict per host class: host_class, gpu_name, gpu_count, gpu_arch, machines, newest (last seen)."""
+    """One dict per host class: host_class, gpu_name, gpu_count, gpu_arch, machines, newest (last seen).
+
+    A class of the reserved ``ref-`` namespace (stored by an older autoselect) is not listed,
+    and said so: no measured machine belongs to it."""
     rows = conn.execute(
         "SELECT host_class, gpu_name, gpu_count, gpu_arch, COUNT(*) AS machines, MAX(last_seen) AS newest"
         " FROM hosts GROUP BY host_class ORDER BY host_class"
     )
-    return [dict(r) for r in rows]
+    out = [dict(r) for r in rows]
+    warn_skipped("hosts", [f"host class {d['host_class']!r}: in the reserved ref- namespace of the published "
+                           "reference" for d in out if is_reference_class(d["host_class"])])
+    return [d for d in out if not is_reference_class(d["host_class"])]
 
 
 def newest_host(conn: sqlite3.Connection, host_class: str):

@@ -27,10 +27,12 @@ from typing import Any
 import sqlite_utils
 
 from autoselect import __version__
+from autoselect.options import parse_run_ref
 from db import default_path
-from db.errors import DatabaseLocked, DatabaseNotFound, DatabaseNotWritable, UnknownRun
-from db.fields import result_problem
-from db.queries import stale_runs
+from db.errors import (AmbiguousRun, DatabaseLocked, DatabaseNotFound, DatabaseNotWritable, RunStillRunning,
+                       UnknownRun)
+from db.fields import check_host_class, result_problem, run_problem
+from db.queries import STALE_AFTER_S, stale_reason, stale_runs
 from db.records import KINDS, RUN_STATUSES, STATUSES, Result
 from db.rows import dumps, host_to_row, now_iso, result_key, result_to_row
 from db.schema import BUSY_TIMEOUT_MS, check_connection, check_header, check_path, migrations, statements
@@ -155,8 +157,12 @@ class Store:
     # -- runs ---------------------------------------------------------------------------------
 
     def begin_run(self, host, *, trigger: str = "manual", command: str | None = None, meta: dict | None = None) -> int:
-        """Record the start of a run on ``host`` (a HostFingerprint) by this process; returns its id."""
+        """Record the start of a run on ``host`` (a HostFingerprint) by this process; returns its id.
+
+        :raises ReservedHostClass: ``host`` claims a class of the reserved ``ref-`` namespace.
+        """
         h = host.to_dict() if hasattr(host, "to_dict") else dict(host)
+        check_host_class(h.get("host_class"), "host")  # the reference namespace is read-only
         now = now_iso()
         with self._write():
             self._upsert_host(h, now, now)
@@ -193,21 +199,42 @@ class Store:
                 store.add_result(run.id, result)
                 run.meta["seconds"] = 12.5
 
+        A write that fails for want of space or a failing device (:class:`DatabaseNotWritable`)
+        is raised saying what the database keeps of the run: the results stored before it.
+
         :param host: the :class:`autoselect.hardware.HostFingerprint` the run measures.
         :param trigger, command, meta: as for :meth:`begin_run`.
         """
         handle = RunHandle(self.begin_run(host, trigger=trigger, command=command, meta=meta))
-        status = None
         try:
             yield handle
-        except KeyboardInterrupt:
-            status = "interrupted"
+        except BaseException as e:
+            status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+            try:
+                self.finish_run(handle.id, status, meta=handle.meta or None)
+            except DatabaseNotWritable:
+                pass  # the run stays `running` until the next open marks it interrupted; e says why
+            if isinstance(e, DatabaseNotWritable):
+                raise self._run_kept(handle.id, e) from None
             raise
-        except BaseException:
-            status = "failed"
-            raise
-        finally:
-            self.finish_run(handle.id, status or handle.status, meta=handle.meta or None)
+        else:
+            try:
+                self.finish_run(handle.id, handle.status, meta=handle.meta or None)
+            except DatabaseNotWritable as e:
+                raise self._run_kept(handle.id, e) from None
+
+    def _run_kept(self, run_id: int, error: DatabaseNotWritable) -> DatabaseNotWritable:
+        """``error`` (a write of run ``run_id`` failed: a full disk, a failing device) with what
+        the database still holds of the run: the results stored before stay."""
+        try:
+            results = self.conn.execute("SELECT COUNT(*) FROM results WHERE run_id = ?", (run_id,)).fetchone()[0]
+            status = self.conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+        except sqlite3.Error:
+            return error  # the file cannot even be read: nothing more is known
+        state = ("it stays `running` until the database is next opened for writing, which marks it interrupted"
+                 if status == "running" else f"its status: {status}")
+        return DatabaseNotWritable(f"{error}; run {run_id} keeps the {results} result(s) stored before the failure "
+                                   f"({state}): `autoselect db drop-run {run_id} --yes` removes them")
 
     def finish_run(self, run_id: int, status: str = "complete", *, meta: dict | None = None) -> None:
         """Close a run with a final status (``complete``, ``failed`` or ``interrupted``).
@@ -246,10 +273,17 @@ class Store:
     def drop_run(self, run: str | int) -> dict:
         """Delete one run: its results (with their raw samples), its tuned configurations and the
         run itself, in one transaction; the machine's fingerprint stays. ``run`` is the run's id
-        (as ``db info`` and the errors show it) or its uid. Returns what was removed:
+        (as ``db info`` and the errors show it) or its uid, in the run-reference grammar
+        (:func:`autoselect.options.parse_run_ref`). Returns what was removed:
         ``{"id", "uid", "results", "tuned_configs"}``.
 
-        :raises UnknownRun: no such run.
+        A run still ``running`` is dropped only once its writer is gone (:func:`db.queries.stale_reason`:
+        its pid on this host dead or reused, or no write for six hours from another host): the
+        check and the delete are one transaction, so the writer cannot add a result between them.
+
+        :raises UnknownRun: no such run. :raises AmbiguousRun: the reference is one run's id and
+            another's uid. :raises RunStillRunning: its writer may be alive (the message says how
+            to stop it).
         """
         with self._write():
             found = self._find_run(run)
@@ -257,6 +291,7 @@ class Store:
                 raise UnknownRun(f"no run {run} in {self.path}; `autoselect db info` shows the newest run, "
                                  "`autoselect db check` names the runs of bad rows")
             run_id, uid = found
+            self._refuse_live(run_id)
             results = self.conn.execute("SELECT COUNT(*) FROM results WHERE run_id = ?", (run_id,)).fetchone()[0]
             self.conn.execute("DELETE FROM samples WHERE result_id IN (SELECT id FROM results WHERE run_id = ?)",
                               (run_id,))
@@ -266,6 +301,25 @@ class Store:
                 tuned = self.conn.execute("DELETE FROM tuned_configs WHERE run_id = ?", (run_id,)).rowcount
             self.conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         return {"id": run_id, "uid": uid, "results": results, "tuned_configs": tuned}
+
+    def _refuse_live(self, run_id: int) -> None:
+        """Refuse to destroy a ``running`` run whose writer may still be measuring."""
+        cur = self.conn.execute("SELECT status, hostname, pid, started_at, updated_at FROM runs WHERE id = ?",
+                                (run_id,))
+        run = dict(zip([c[0] for c in cur.description], cur.fetchone()))
+        if run["status"] != "running" or run_problem(run, fields=("hostname", "pid", "started_at", "updated_at")):
+            return  # finished, or a row no reader can judge (`db check` reports it): nothing writes it
+        if stale_reason(run) is not None:
+            return  # its writer is gone: the run is interrupted in all but name
+        pid, host, last = run["pid"], run["hostname"], run["updated_at"][:19]
+        if host == socket.gethostname():
+            how = (f"its writer, process {pid} on this host, is alive (last write {last}); stop it first "
+                   f"(Ctrl-C where it runs, or `kill {pid}`): it ends the run as interrupted, which can then be dropped")
+        else:
+            how = (f"its writer, process {pid} on {host}, wrote last at {last}, and this host cannot see whether it "
+                   f"is alive; stop it on {host} first (`kill {pid}` there), or drop the run once it has not "
+                   f"written for {STALE_AFTER_S // 3600} h")
+        raise RunStillRunning(f"run {run_id} is still running: {how}; nothing was deleted")
 
     def run_summary(self, run: str | int) -> dict | None:
         """What :meth:`drop_run` would remove (``{"id", "uid", "results", "tuned_configs",
@@ -284,13 +338,19 @@ class Store:
                 "command": command}
 
     def _find_run(self, run: str | int) -> tuple[int, str] | None:
-        """(id, uid) of a run named by its id or its uid."""
-        text = str(run).strip()
-        if text.isdigit() and text.isascii() and len(text) <= 18:
-            row = self.conn.execute("SELECT id, uid FROM runs WHERE id = ?", (int(text),)).fetchone()
-            if row is not None:
-                return row
-        return self.conn.execute("SELECT id, uid FROM runs WHERE uid = ?", (text,)).fetchone()
+        """(id, uid) of a run named by its id or its uid (the run-reference grammar); None when none is.
+
+        :raises BadRunRef: text outside the grammar (blanks, control characters ...).
+        :raises AmbiguousRun: the text is one run's id and another run's uid.
+        """
+        ref = parse_run_ref(str(run))
+        by_id = (self.conn.execute("SELECT id, uid FROM runs WHERE id = ?", (ref.id,)).fetchone()
+                 if ref.id is not None else None)
+        by_uid = self.conn.execute("SELECT id, uid FROM runs WHERE uid = ?", (ref.text,)).fetchone()
+        if by_id is not None and by_uid is not None and tuple(by_id) != tuple(by_uid):
+            raise AmbiguousRun(f"{ref.text} is run {by_id[0]}'s id and run {by_uid[0]}'s uid; pass the uid of the run "
+                               f"you mean: {by_id[1]} (run {by_id[0]}) or {by_uid[1]} (run {by_uid[0]})")
+        return by_id if by_id is not None else by_uid
 
     # -- results ------------------------------------------------------------------------------
 
@@ -345,8 +405,9 @@ class Store:
         row = self.conn.execute(
             "SELECT uid, machine_id, host_class, status FROM runs WHERE id = ?", (run_id,)
         ).fetchone()
-        if row is None:
-            raise UnknownRun(f"no run {run_id} in {self.path}; start one with begin_run")
+        if row is None:  # never begun, or dropped while it was being written (by hand, or an older autoselect)
+            raise UnknownRun(f"run {run_id} is not in {self.path} (removed while it was measuring?); what it "
+                             "measured from here on cannot be stored: start a new run")
         return row
 
     def _insert_result(self, run_id: int, run_uid: str, machine_id: str, host_class: str, d: dict) -> int:
@@ -386,9 +447,9 @@ def _write_error(path: Path, e: sqlite3.OperationalError, default: Any = Databas
     if "readonly" in text or "read-only" in text:
         return DatabaseNotWritable(f"{path} cannot be written ({e}); make it and its directory writable, "
                                    "or pass --db with another path")
-    if "full" in text or "disk i/o" in text:
-        return DatabaseNotWritable(f"{path}: {e}; free space on its device (nothing was written), or pass "
-                                   "--db with another path")
+    if "full" in text or "disk i/o" in text:  # only this write is known lost: callers say what else stays
+        return DatabaseNotWritable(f"{path}: {e}; the write that failed was not stored; free space on its device, "
+                                   "or pass --db with another path")
     if "locked" in text or "busy" in text:
         return DatabaseLocked(f"{path}: {e}; another autoselect is writing it, try again")
     if default is None:

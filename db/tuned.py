@@ -10,7 +10,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
-from db.fields import tuned_problem
+from db.fields import check_host_class, tuned_problem
 from db.queries import warn_skipped
 from db.records import TUNED_STATUSES
 from db.rows import now_iso, row_to_tuned_dict, tuned_to_row
@@ -54,6 +54,7 @@ def save_tuned(store: Any, config: TunedConfig) -> int:
     """Insert one tuned configuration in its own transaction; returns its id."""
     if config.status not in TUNED_STATUSES:
         raise ValueError(f"tuned status {config.status!r} is not one of {TUNED_STATUSES}")
+    check_host_class(config.host_class, "tuned")  # the reference namespace is read-only
     row = config.to_dict()
     row["created_at"] = row["created_at"] or now_iso()
     with store._write():

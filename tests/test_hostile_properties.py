@@ -181,6 +181,55 @@ def test_an_import_either_keeps_the_schema_or_writes_nothing(export_lines, data)
         assert json.loads(check.stdout)["schema_violations"] == 0
 
 
+#: text for an imported string field: lone surrogates (a JSON \\ud800 escape), control characters,
+#: non-ASCII, the reserved host-class prefix
+IMPORT_TEXT = st.one_of(
+    st.text(alphabet=st.one_of(st.characters(codec="utf-8"), st.sampled_from(["\ud800", "\udcff", "\udfff", "\x00",
+                                                                              "\x1b", "\n", "é", "—"])),
+            max_size=16),
+    st.sampled_from(["ref-h200_sxm-x8", "ref-", "ref-x", "REF-x", ""]),
+)
+#: the text fields of each record part (a host class among them)
+TEXT_FIELDS = {"host": ["hostname", "gpu_name", "cpu_model", "host_class", "driver_version", "machine_id"],
+               "run": ["command", "trigger", "hostname", "uid", "host_class"],
+               "result": ["error", "backend", "routing", "dispatch_dtype"]}
+
+
+@settings(max_examples=200, **BOUNDED)
+@given(data=st.data())
+def test_imported_text_is_unicode_outside_the_reference_namespace_or_refused(export_lines, data):
+    from autoselect.text import is_unicode
+
+    records, target = export_lines
+    rec = copy.deepcopy(data.draw(st.sampled_from([r for r in records if "result" in r])))
+    part = data.draw(st.sampled_from(sorted(TEXT_FIELDS)))
+    field = data.draw(st.sampled_from(TEXT_FIELDS[part]))
+    text = data.draw(IMPORT_TEXT)
+    rec[part][field] = text
+    if part == "host" and field == "host_class":
+        rec["run"]["host_class"] = text  # a run keeps its host's class: the namespace rule, not a mismatch
+    rec.pop("result_key", None)
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        db = d / "t.db"
+        shutil.copy(target, db)
+        f = d / "in.jsonl"
+        f.write_text(json.dumps(rec) + "\n")
+        before = tree_state(d)
+        result = cli("db", "import", f, "--db", db)
+        _keeps_the_promise(result)
+        read = json.loads(json.dumps(text))  # what the importer sees: an escaped surrogate pair is one character
+        if not is_unicode(read):
+            assert result.exit_code == 2 and "not valid Unicode text" in result.stderr, (field, text, result.stderr)
+        elif field == "host_class" and read.startswith("ref-"):
+            assert result.exit_code == 2 and "not a measured host class" in result.stderr, (text, result.stderr)
+        if result.exit_code == 2:
+            assert tree_state(d) == before
+            return
+        check = cli("db", "check", "--db", db, "--format", "json")
+        assert check.exit_code == 0 and json.loads(check.stdout)["schema_violations"] == 0, check.stdout
+
+
 @settings(max_examples=30, **BOUNDED)
 @given(st.lists(HOSTILE_JSON, min_size=1, max_size=3))
 def test_any_json_line_imports_or_is_one_error_line(values):

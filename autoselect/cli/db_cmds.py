@@ -244,7 +244,7 @@ def drop_run_cmd(run, db_path, yes, fmt):
                 raise DropNotConfirmed(f"db drop-run deletes {what}; pass --yes to confirm")
             if not click.confirm(f"delete {what}?", err=True):
                 raise DropNotConfirmed("nothing deleted")
-        dropped = store.drop_run(found["id"])
+        dropped = store.drop_run(run)  # the reference as typed: it resolved to this run just now
     if fmt == "json":
         click.echo(json.dumps(dropped, indent=2))
     else:

@@ -33,6 +33,7 @@ from autoselect.fleet.node import NodeOutcome, NodeRun, RetryPolicy
 from autoselect.fleet.probe import Probe, probe_node
 from autoselect.fleet.spec import FleetShape, FleetSpec, NodeSettings, validate
 from autoselect.fleet.task import bench_node
+from db.errors import ReservedHostClass
 from db.schema import check_path
 
 
@@ -179,10 +180,18 @@ class FleetRun:
                 self.start(node, node.probe, hosts[node.bundle])
 
     def start(self, node: NodeRun, probe: Probe, host: dict) -> None:
-        """Begin a run in the store for the node's next attempt and start its bench task."""
-        run_id = self.store.begin_run(host, trigger=self.spec.trigger, command=self.spec.command,
-                                      meta={**self.meta, "bundle": node.bundle, "attempt": node.outcome.attempts + 1,
-                                            "ray_node_id": probe.ray_node_id})
+        """Begin a run in the store for the node's next attempt and start its bench task; a node
+        whose fingerprint the store refuses (a host class of the reserved ref- namespace) fails
+        alone, nothing of it stored."""
+        try:
+            run_id = self.store.begin_run(host, trigger=self.spec.trigger, command=self.spec.command,
+                                          meta={**self.meta, "bundle": node.bundle,
+                                                "attempt": node.outcome.attempts + 1, "ray_node_id": probe.ray_node_id})
+        except ReservedHostClass as e:
+            node.give_up(node_alive=True, error=f"{host.get('hostname')}: {e}")
+            self.emit(NodeFailed(bundle=node.bundle, hostname=host.get("hostname"), error=node.outcome.error,
+                                 retry=False))
+            return
         attempt = node.begin(probe, host, run_id)
         self.live[self.tasks.bench(node.bundle, self.shapes, host)] = node
         self.emit(NodeStarted(bundle=node.bundle, hostname=attempt.hostname, attempt=attempt.number,
