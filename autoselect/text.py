@@ -71,6 +71,15 @@ def _character(c: str, from_bytes: bool) -> str:
     return f"the lone surrogate U+{code:04X}, which is no character"
 
 
+def one_line(message: str) -> str:
+    """``message`` with every character that is not printable escaped (``\\r``, ``\\n``, ``\\x1b``):
+    what the CLI prints for an error or a warning, so text a message quotes from its input (a
+    path, a run id) can neither break it into lines nor send a terminal control sequence."""
+    if message.isprintable():
+        return message
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in message)
+
+
 def check_text(text: str, what: str, error: type[UserError] = NotUnicode,
                fix: str = "retype it or fix its encoding", *, from_bytes: bool = False) -> str:
     """``text`` itself when it is valid Unicode.

@@ -137,3 +137,13 @@ def test_the_checks_name_where_the_bad_text_is():
     check_query("a=%C3%A9&b=1+2&c")
     with pytest.raises(NotUnicode, match="query parameter 'b'"):
         check_query("a=1&b=%ff")
+
+
+@pytest.mark.parametrize("text", ["\r", "a\nb", "x\x1b[31my", "\x85", "line\u2028sep"])
+def test_a_message_quoting_control_characters_stays_one_line(tmp_path, text):
+    before = tree_state(tmp_path)
+    for args in (["db", "import", text, "--db", tmp_path / "x.db"], [f"no{text}such"],
+                 ["recommend", "--model", text, "--db", tmp_path / "x.db"]):
+        line = refused(cli(*args))
+        assert line.isprintable() and "\x1b" not in line, line
+    assert tree_state(tmp_path) == before

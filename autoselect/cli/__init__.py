@@ -34,13 +34,16 @@ from autoselect import __version__
 from autoselect.errors import UserError
 from autoselect.options import parse_int, parse_number
 from autoselect.stopping import STOPPING
-from autoselect.text import SQLITE_NOT_UTF8, check_argv
+from autoselect.text import SQLITE_NOT_UTF8, check_argv, one_line
 
 
 class InputError(click.ClickException):
     "Bad input: one line on stderr, exit status 2."
 
     exit_code = 2
+
+    def format_message(self) -> str:
+        return one_line(self.message)  # a message that quotes its input stays one line
 
 
 class _StrictNumber(click.ParamType):
@@ -163,7 +166,7 @@ class LazyGroup(click.Group):
         try:  # text enters here: every argument, before click reads any (autoselect/text.py)
             check_argv(sys.argv[1:] if args is None else list(args), dict(os.environ))
         except UserError as e:
-            click.echo(f"Error: {e}", err=True)
+            click.echo(f"Error: {one_line(str(e))}", err=True)
             sys.exit(InputError.exit_code)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -212,14 +215,15 @@ class LazyGroup(click.Group):
 
 
 def _one_line(text: str) -> str:
-    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    """click's own (multi-line) message as one line, control characters it quotes escaped."""
+    return one_line(" ".join(part.strip() for part in str(text).splitlines() if part.strip()))
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
     """The project's own warnings (a reader skipped rows that break the schema, ...) as one
     ``Warning: ...`` line on stderr; anything else as Python prints it."""
     if issubclass(category, UserWarning) and category.__module__.split(".")[0] in ("autoselect", "db", "bench", "deploy"):
-        click.echo(f"Warning: {message}", err=True)
+        click.echo(f"Warning: {one_line(str(message))}", err=True)
         return
     _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
 
