@@ -35,6 +35,9 @@ class Target:
     ``--max-num-batched-tokens``; an exported ``NVSHMEM_QP_DEPTH``). ``tensor_parallel_size``
     (the deployment's ``-tp``; None: unknown) judges the upstream reports that need TP > 1:
     with a known tp they apply or not, unknown they are worded as a condition.
+    ``redundant_experts`` (EPLB's ``num_redundant_experts``) count as experts for the kernels.
+    ``platform`` None is vLLM on GPUs; ``"cpu"`` (a host without GPUs) judges by the CPU
+    platform's row (:data:`autoselect.rules.PLATFORMS`): no GPU arch, only what its communicator builds.
     """
 
     profile: MoeProfile
@@ -46,6 +49,8 @@ class Target:
     max_num_batched_tokens: int | None = None
     environ: Mapping[str, str] | None = dataclasses.field(default=None, compare=False)
     tensor_parallel_size: int | None = None
+    redundant_experts: int = 0
+    platform: str | None = None
 
     def with_token_budget(self, max_num_batched_tokens: int | None) -> "Target":
         """The same target under the token budget ``max_num_batched_tokens`` (per engine, so per rank)."""
@@ -74,6 +79,7 @@ def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None
                    host: HostFingerprint | None = None, vllm_version: str | None = None,
                    vllm_version_source: str | None = None, max_num_batched_tokens: int | None = None,
                    environ: Mapping[str, str] | None = None, tensor_parallel_size: int | None = None,
+                   redundant_experts: int = 0, platform: str | None = None, require_flag: bool = True,
                    problems: list[str] | None = None) -> Target:
     """A :class:`Target`, the vLLM version resolved as every command resolves it.
 
@@ -82,6 +88,11 @@ def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None
     :param vllm_version: ``--vllm-version``; None: :func:`autoselect.bridge.target_version`.
     :param vllm_version_source: where an explicit ``vllm_version`` came from (default ``--vllm-version``).
     :param tensor_parallel_size: the deployment's ``-tp`` (None: unknown).
+    :param redundant_experts: EPLB's redundant experts of the deployment.
+    :param platform: None (GPUs) or a platform of :data:`autoselect.rules.PLATFORMS`.
+    :param require_flag: refuse a release without ``--all2all-backend`` (everything that picks or
+        measures a backend); False judges a backend the line itself names, whatever the release
+        (``launch``: ``VLLM_ALL2ALL_BACKEND`` on a release before the flag).
     :param problems: collects a sentence for a ``$AUTOSELECT_VLLM_PYTHON`` that could not be read.
     :raises autoselect.rules.InvalidVllmVersion: an explicit version that does not parse.
     :raises VllmWithoutBackendFlag: a target release without --all2all-backend.
@@ -91,12 +102,14 @@ def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None
         source = vllm_version_source or source
     else:
         version, source = target_version(problems=problems)
-    check_vllm_version(version)
+    if require_flag:
+        check_vllm_version(version)
     gpu_arch = gpu_arch or (host.gpu_arch if host is not None else None)
     return Target(profile=profile, world_size=world_size, vllm_version=version, vllm_version_source=source,
                   gpu_arch=normalize_arch(gpu_arch) if gpu_arch else None, host=host,
                   max_num_batched_tokens=max_num_batched_tokens, environ=environ,
-                  tensor_parallel_size=tensor_parallel_size)
+                  tensor_parallel_size=tensor_parallel_size, redundant_experts=redundant_experts,
+                  platform=platform)
 
 
 def judge(target: Target, backend: str) -> Verdict | None:
@@ -104,13 +117,15 @@ def judge(target: Target, backend: str) -> Verdict | None:
 
     None for a name the rules table does not know (a third-party benchmark adapter): it is
     measured unjudged, never recommended. Without a target arch the first arch that accepts the
-    backend answers, else the first arch's verdict (its reasons).
+    backend answers, else the first arch's verdict (its reasons); a platform without GPUs has no arch.
     """
-    archs = (target.gpu_arch,) if target.gpu_arch else GPU_ARCHS
+    gpus = target.platform in (None, rules.CUDA)
+    archs = ((target.gpu_arch,) if target.gpu_arch else GPU_ARCHS) if gpus else (None,)
     try:
         verdicts = [rules.legal(backend, target.profile, target.host, target.world_size, target.vllm_version,
                                 gpu_arch=arch, max_num_batched_tokens=target.max_num_batched_tokens,
-                                environ=target.environ, tensor_parallel_size=target.tensor_parallel_size)
+                                environ=target.environ, tensor_parallel_size=target.tensor_parallel_size,
+                                redundant_experts=target.redundant_experts, platform=target.platform)
                     for arch in archs]
     except UnknownBackend:
         return None

@@ -17,6 +17,8 @@ One module per table, each row with the upstream source that backs it:
 * :mod:`~autoselect.rules.eplb` — :data:`EPLB_RULES`, what vLLM requires of redundant experts.
 * :mod:`~autoselect.rules.serve_options` — :data:`SERVE_OPTIONS` (when the related ``vllm serve``
   options came and went) and :data:`DBO_SUPPORT` (the backends ``--enable-dbo`` takes).
+* :mod:`~autoselect.rules.platforms` — :data:`PLATFORMS`, the backends a vLLM platform without
+  GPUs builds at all (the CPU platform: allgather_reducescatter only).
 * :mod:`~autoselect.rules.reports` — :data:`UPSTREAM_REPORTS`, upstream bug reports with the
   releases they affect and their status.
 * :mod:`~autoselect.rules.versions` — version parsing and ranges.
@@ -55,6 +57,7 @@ from autoselect.rules.limits import (
     DEEPEP_NVL_PEERS,
 )
 from autoselect.rules.one_sided import ONE_SIDED_ERAS, ONE_SIDED_POLICY
+from autoselect.rules.platforms import CUDA, PLATFORMS, platform_reason
 from autoselect.rules.reports import STATUS_READ, UPSTREAM_REPORTS
 from autoselect.rules.selection import (
     OLDEST_CHECKED,
@@ -71,12 +74,12 @@ from autoselect.rules.versions import NEWEST_VLLM, InvalidVllmVersion, parse_ver
 BATCHED_BACKENDS = tuple(b for b in BACKENDS if lowered_batch_default(b, NEWEST_VLLM) is not None)
 
 __all__ = [
-    "ALIASES", "ALL_FLAG_VALUES", "BACKENDS", "DBO_SUPPORT", "DEEPEP_HT_MAX_LOCAL_EXPERTS", "DEEPEP_HT_ROW_BYTES",
+    "ALIASES", "ALL_FLAG_VALUES", "BACKENDS", "CUDA", "DBO_SUPPORT", "DEEPEP_HT_MAX_LOCAL_EXPERTS", "DEEPEP_HT_ROW_BYTES",
     "DEEPEP_HT_WORLD_SIZES", "DEEPEP_LL_TOKENS_PER_RANK", "DEEPEP_NVL_PEERS", "DEFAULT_BACKEND",
     "DISPATCH_BUDGETS", "ENV_VAR_REMOVED_IN", "EPLB_RULES", "FLAG_SINCE", "NEWEST_VLLM", "OLDEST_CHECKED",
-    "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "SELECTION_ERAS", "SERVE_OPTIONS", "STATUS_READ", "UPSTREAM_REPORTS",
+    "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "PLATFORMS", "SELECTION_ERAS", "SERVE_OPTIONS", "STATUS_READ", "UPSTREAM_REPORTS",
     "VARIABLE", "BackendUnknownToVersion", "EffectiveBackend", "InvalidVllmVersion", "UnknownBackend", "Verdict",
     "dbo_backends", "default_dispatch_tokens", "dispatch_budget", "effective_backend", "eplb_reasons",
     "flag_value", "legal", "legal_alternatives", "lowered_batch_default", "parse_version", "parser_choices",
-    "recommendable_backends", "resolve", "selection_era", "smallest_deployment", "value_known_to", "version_in",
+    "platform_reason", "recommendable_backends", "resolve", "selection_era", "smallest_deployment", "value_known_to", "version_in",
 ]

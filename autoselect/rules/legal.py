@@ -12,6 +12,7 @@ from autoselect.rules.backends import ALIASES, BACKENDS, Capability, recommendab
 from autoselect.rules.budgets import CHUNK_SIZE, CHUNKING_SWITCH, CHUNKING_SWITCH_SOURCE, Budget, dispatch_budget
 from autoselect.rules.limits import DEEPEP_NVL_PEERS, Limit
 from autoselect.rules.one_sided import one_sided_consequence
+from autoselect.rules.platforms import CUDA, PLATFORMS, platform_reason
 from autoselect.rules.reports import reports_for
 from autoselect.rules.selection import IGNORED, IGNORED_WARNED, selection_era
 from autoselect.rules.versions import NEWEST_VLLM, parse_version, version_in
@@ -124,9 +125,10 @@ REFERENCE_BASELINE = "benchmark-only baseline: vLLM has no such backend; never r
 
 
 def _checked_inputs(backend, host, world_size, vllm_version, gpu_arch, max_num_batched_tokens,
-                    redundant_experts) -> tuple[str, str, str]:
+                    redundant_experts, arch_required=True) -> tuple[str, str, str | None]:
     """``(version, canonical backend, arch)`` of a :func:`legal` question, or its bad-input error
-    (checked in this order: version, world size, tokens per rank, redundant experts, backend, arch)."""
+    (checked in this order: version, world size, tokens per rank, redundant experts, backend, arch;
+    the arch only where it is required: a GPU platform)."""
     version = vllm_version or NEWEST_VLLM
     parse_version(version)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
@@ -140,6 +142,8 @@ def _checked_inputs(backend, host, world_size, vllm_version, gpu_arch, max_num_b
         raise InvalidRedundantExperts(f"redundant experts must be a non-negative integer, got {redundant_experts!r}")
     canonical = resolve(backend)
     arch = gpu_arch or (getattr(host, "gpu_arch", None) if host is not None else None)
+    if not arch and not arch_required:
+        return version, canonical, None
     if not arch:
         raise GpuArchRequired(
             "no GPU architecture: pass --gpu-arch sm90|sm100 (the host fingerprint has no GPU)"
@@ -313,7 +317,7 @@ def _all2all_warnings(c: _Case, tensor_parallel_size, role) -> list[str]:
 
 
 def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, max_num_batched_tokens=None,
-          environ=None, tensor_parallel_size=None, role=None, redundant_experts=0) -> Verdict:
+          environ=None, tensor_parallel_size=None, role=None, redundant_experts=0, platform=None) -> Verdict:
     """Every reason ``backend`` cannot serve ``profile`` at ``world_size`` (EP size) on ``vllm_version``.
 
     :param backend: an ``--all2all-backend`` value (old spellings are resolved) or ``reference_*``.
@@ -331,13 +335,22 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, ma
     :param tensor_parallel_size: ``-tp`` (None: unknown), for upstream reports that need TP > 1.
     :param role: ``"prefill"``, ``"decode"`` or ``"both"`` (None: unknown), for role-bound reports.
     :param redundant_experts: EPLB's ``num_redundant_experts``; the kernels see routed + redundant.
+    :param platform: None or ``"cuda"`` (GPUs: every rule above), or a platform of
+        :data:`autoselect.rules.platforms.PLATFORMS` (``"cpu"``): its communicator's row decides
+        which backends run at all, no GPU arch is needed, and the GPU rules (dtype, kernels, NVLinks)
+        do not apply.
     :raises UnknownBackend, InvalidVllmVersion, InvalidWorldSize, GpuArchRequired,
         InvalidTokensPerRank, InvalidQueueDepth, InvalidChunkSize, InvalidRedundantExperts: bad input.
     """
+    if platform not in (None, CUDA) and platform not in PLATFORMS:
+        raise ValueError(f"unknown vLLM platform {platform!r}; known: {CUDA}, {', '.join(PLATFORMS)}")
+    gpus = platform in (None, CUDA)
     version, canonical, arch = _checked_inputs(backend, host, world_size, vllm_version, gpu_arch,
-                                               max_num_batched_tokens, redundant_experts)
+                                               max_num_batched_tokens, redundant_experts, arch_required=gpus)
     if canonical.startswith("reference_"):
         return Verdict(backend, True, (), (REFERENCE_BASELINE,))
+    if not gpus:
+        return _platform_verdict(backend, canonical, profile, world_size, version, platform, redundant_experts)
     # The steps in the order their reasons and warnings are listed.
     cap, reasons, warnings = _selection(backend, canonical, version)
     case = _Case(cap, profile, arch, profile.activation_dtype(arch), version, world_size, redundant_experts)
@@ -350,6 +363,22 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, ma
     host_reasons, host_warnings = _host_findings(cap, host, world_size)
     reasons += host_reasons
     warnings += host_warnings + _all2all_warnings(case, tensor_parallel_size, role)
+    return Verdict(backend, not reasons, tuple(reasons), tuple(warnings))
+
+
+def _platform_verdict(backend: str, canonical: str, profile, world_size: int, version: str, platform: str,
+                      redundant_experts: int) -> Verdict:
+    """:func:`legal` on a platform without GPUs: the release must know the value, the platform's
+    communicator must build it (after a removed backend's silent replacement), and every rank needs
+    an expert; nothing of the GPU kernels applies."""
+    cap, reasons, warnings = _selection(backend, canonical, version)
+    case = _Case(cap, profile, platform, "", version, world_size, redundant_experts)
+    if (reason := platform_reason(platform, cap.backend)) is not None:
+        reasons.append(reason)
+    if (reason := _every_rank_holds_an_expert(case)) is not None:
+        reasons.append(reason)
+    if world_size == 1:
+        warnings.append("world size 1: there is no all2all to run, the backend changes nothing")
     return Verdict(backend, not reasons, tuple(reasons), tuple(warnings))
 
 
