@@ -4,14 +4,16 @@
   server receives: continuations, comments, ``export`` lines, launchers and their environment.
 * :mod:`~autoselect.vllm_flags.serve_args` — :class:`ServeArgs`, the options that matter to the
   all2all backend, read with vLLM's spellings (old ones included).
-* :mod:`~autoselect.vllm_flags.emit` — the flags that run a chosen backend, and the one-sided
-  workspace's token budget.
+* :mod:`~autoselect.vllm_flags.emit` — the flags (or, before the flag, the environment) that run
+  a chosen backend, and the one-sided workspace's token budget.
 
 No vLLM import anywhere: ``check`` and ``recommend`` stay fast.
 """
 
 from autoselect.lazy import lazy_exports
 from autoselect.vllm_flags.emit import (
+    BackendSetting,
+    backend_setting,
     serve_flags,
     vllm_default_max_num_batched_tokens,
     workspace_max_num_batched_tokens,
@@ -21,12 +23,13 @@ from autoselect.vllm_flags.emit import (
 #: the names it defines. ``recommend`` only emits flags; the readers' dataclasses and patterns
 #: cost its start ~5 ms (:mod:`autoselect.lazy`).
 _LAZY = {
-    "command": ("read_command",),
-    "serve_args": ("ServeArgs", "parse_serve_argv"),
+    "command": ("Command", "is_python", "leading_assignments", "read_command"),
+    "serve_args": ("CONFIG_UNREAD", "ServeArgs", "parse_serve_argv", "serve_args_of"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
-    "ServeArgs", "parse_serve_argv", "read_command", "serve_flags", "vllm_default_max_num_batched_tokens",
+    "CONFIG_UNREAD", "BackendSetting", "Command", "ServeArgs", "backend_setting", "is_python", "leading_assignments",
+    "parse_serve_argv", "read_command", "serve_args_of", "serve_flags", "vllm_default_max_num_batched_tokens",
     "workspace_max_num_batched_tokens",
 ]

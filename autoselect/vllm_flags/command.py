@@ -62,6 +62,13 @@ class Command:
     image: str | None = None  # the container image, when the line runs one
     image_version: str | None = None  # the vLLM release its tag names
     notes: list = field(default_factory=list)  # (severity, code, message): what reading the line did
+    words: list = field(default_factory=list)  # every shell word of the line (`export` assignments first)
+    start: int | None = None  # index in words of the program that starts the server; None: the line names none
+
+    @property
+    def program(self) -> str | None:
+        """The word that starts the server (``vllm``, a Python, a container image), or None."""
+        return self.words[self.start] if self.start is not None else None
 
 
 def _open_quote(text: str, quote: str | None) -> str | None:
@@ -218,6 +225,19 @@ def has_shell_expansion(text: str) -> bool:
     return _SHELL_VARIABLE.search(text) is not None
 
 
+def leading_assignments(words: list[str]) -> int:
+    """How many of ``words`` are ``VAR=value`` assignments before the first program word."""
+    n = 0
+    while n < len(words) and _ENV_ASSIGNMENT.match(words[n]):
+        n += 1
+    return n
+
+
+def is_python(word: str) -> bool:
+    """True when ``word`` names a Python interpreter (``python``, ``/venv/bin/python3.11``)."""
+    return _PYTHON.match(PurePosixPath(word).name) is not None
+
+
 def _is_vllm(word: str) -> bool:
     return PurePosixPath(word).name == "vllm"
 
@@ -296,7 +316,7 @@ def read_command(argv: list[str]) -> Command:
         after it, ``vllm`` with another subcommand.
     """
     words, notes = split_words(argv)
-    command = Command(serve_words=[], notes=notes)
+    command = Command(serve_words=[], notes=notes, words=list(words))
     found = _serve_start(words)
     if found is None:
         lead = 0
@@ -312,6 +332,7 @@ def read_command(argv: list[str]) -> Command:
         command.serve_words = rest[1:] if rest[:1] == ["serve"] else rest
         return command
     begin, end, entrypoint, image = found
+    command.start = begin
     _environment(words[:begin], command)
     command.launcher = [w for w in words[:begin] if not _ENV_ASSIGNMENT.match(w)]
     command.entrypoint = entrypoint

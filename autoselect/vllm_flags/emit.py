@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Mapping
+
 from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
-from autoselect.rules import NEWEST_VLLM, flag_value, lowered_batch_default
+from autoselect.rules import (NEWEST_VLLM, VARIABLE, BackendUnknownToVersion, UnknownBackend, flag_value,
+                              lowered_batch_default, resolve, selection, selection_era)
 
 
 #: The one-sided workspace the user allows per GPU when they do not say (TensorRT-LLM's
@@ -160,3 +164,49 @@ def serve_argv(
     return ["vllm", "serve", model] + serve_flags(
         backend, deployment, vllm_version, max_num_batched_tokens=max_num_batched_tokens, extra=extra
     )
+
+
+@dataclass(frozen=True)
+class BackendSetting:
+    """How one vLLM release is told to run a backend: flags, environment, and variables to unset."""
+
+    flags: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    unset: tuple[str, ...] = ()  # variables that would override the flag if left in the environment
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict."""
+        return {"flags": list(self.flags), "env": dict(self.env), "unset": list(self.unset)}
+
+
+def backend_setting(backend: str, vllm_version: str, environ: Mapping[str, str] | None = None) -> BackendSetting:
+    """What makes ``vllm_version`` run ``backend``, the way that release reads it
+    (:data:`autoselect.rules.SELECTION_ERAS`).
+
+    A release with the flag gets ``--all2all-backend`` spelled for it (:func:`autoselect.rules.flag_value`);
+    where ``VLLM_ALL2ALL_BACKEND`` overrides the flag (0.14.0-0.15.x) and ``environ`` sets it, the
+    variable is unset too. A release before the flag gets ``VLLM_ALL2ALL_BACKEND`` with the value it
+    accepts for the backend (an old name where it has one).
+
+    :raises BackendUnknownToVersion: the release has no way to name the backend.
+    """
+    era = selection_era(vllm_version)
+    canonical = resolve(backend)
+    if era.flag:
+        flags = ("--all2all-backend", flag_value(canonical, vllm_version))
+        overrides = era.variable == selection.OVER_FLAG and VARIABLE in (environ or {})
+        return BackendSetting(flags=flags, unset=(VARIABLE,) if overrides else ())
+    values = sorted(v for v in era.variable_values if v == backend or _canonical(v) == canonical)
+    if not values:
+        raise BackendUnknownToVersion(
+            f"vLLM {vllm_version} chooses the backend only through {VARIABLE}, which takes "
+            f"{', '.join(sorted(era.variable_values))}: none of them is {canonical} ({era.cite})")
+    value = backend if backend in values else values[0]
+    return BackendSetting(env={VARIABLE: value})
+
+
+def _canonical(value: str) -> str | None:
+    try:
+        return resolve(value)
+    except UnknownBackend:  # a value of the variable the rules table has no row for
+        return None

@@ -25,12 +25,14 @@ VALUE_OPTIONS = {
     "-dpl": ("data_parallel_size_local", int),
     "--all2all-backend": ("all2all_backend", str),
     "--max-num-batched-tokens": ("max_num_batched_tokens", int),
+    "--max-num-seqs": ("max_num_seqs", int),
     "--quantization": ("quantization", str),
     "-q": ("quantization", str),
     "--model": ("model", str),
     "--eplb-config": ("eplb_config", "json"),
     "--num-redundant-experts": ("num_redundant_experts", "count"),
     "--kv-transfer-config": ("kv_transfer_config", "json"),
+    "--config": ("config", str),
 }
 
 #: flag spelling -> (field, value). Options that take no value (argparse BooleanOptionalAction).
@@ -58,6 +60,10 @@ _SINGLE_DASH_LONG = re.compile(r"^-[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.I)
 #: kv_role of --kv-transfer-config -> the serving role of the instance.
 KV_ROLES = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}
+#: The file types vLLM's ``--config`` takes (``FlexibleArgumentParser.load_config_file``).
+CONFIG_EXTENSIONS = ("yaml", "yml")
+#: The note a ``--config`` file that cannot be read here leaves (its options are not seen).
+CONFIG_UNREAD = "config-unread"
 
 
 @dataclass
@@ -73,10 +79,12 @@ class ServeArgs:
     enable_eplb: bool = False
     enable_dbo: bool = False
     max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
     quantization: str | None = None
     eplb_config: dict | None = None
     num_redundant_experts: int | None = None  # --num-redundant-experts (releases before 0.12.0)
     kv_transfer_config: dict | None = None
+    config: str | None = None  # --config FILE.yaml: its keys are read as options the line's own flags override
     env: dict = field(default_factory=dict)  # VAR=value assignments before the command
     unset: list = field(default_factory=list)  # names `env -u` removes from the environment
     clear_env: bool = False  # `env -i`
@@ -311,18 +319,85 @@ def _model(reading: _Reading) -> str:
     return model
 
 
+def _config_words(path: str, notes: list) -> list[str]:
+    """The options a ``--config`` YAML file gives, as vLLM's parser expands them (0.32.0
+    ``vllm/utils/argparse_utils.py`` ``load_config_file``: a true boolean is ``--key``, a false
+    one ``--no-key`` where that option exists, a mapping its JSON, anything else its text),
+    written ``--key=value`` so no value is mistaken for the model. A file that cannot be read
+    here leaves a :data:`CONFIG_UNREAD` warning and no options.
+
+    :raises InvalidServeCommand: not a .yaml/.yml file, not YAML, not a mapping.
+    """
+    if path.rsplit(".", 1)[-1] not in CONFIG_EXTENSIONS:
+        raise InvalidServeCommand(f"--config {path}: vLLM reads only .yaml / .yml config files")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        notes.append(("warning", CONFIG_UNREAD, f"--config {path} cannot be read here ({why}): the options it "
+                                                f"sets are not seen"))
+        return []
+    import yaml  # only for a line with --config; vLLM itself reads the file with yaml.safe_load
+
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise InvalidServeCommand(f"--config {path} is not valid YAML ({' '.join(str(e).split())}); vLLM would "
+                                  f"refuse it too") from None
+    if not isinstance(config, dict):
+        raise InvalidServeCommand(f"--config {path} must hold a mapping of option names to values, "
+                                  f"got {type(config).__name__}")
+    words: list[str] = []
+    for key, value in config.items():
+        option = f"--{key}"
+        if isinstance(value, bool):
+            if value:
+                words.append(option)
+            elif _canonical(f"--no-{key}")[0] in FLAG_OPTIONS:
+                words.append(f"--no-{key}")
+        elif isinstance(value, (dict, list)):
+            if value:
+                words.append(f"{option}={json.dumps(value)}")
+        elif value is not None:
+            words.append(f"{option}={value}")
+    notes.append(("info", "config-read", f"read {len(words)} option(s) from --config {path}; the line's own "
+                                         f"options override them, as in vLLM"))
+    return words
+
+
+def _with_config(args: list[str], notes: list) -> list[str]:
+    """The words to read: ``--config FILE`` replaced by the options the file gives (before the
+    line's own, which win), as vLLM's parser does for the exact word ``--config``."""
+    if "--config" not in args:
+        return args
+    if args.count("--config") > 1:
+        raise InvalidServeCommand("more than one --config: vLLM reads one config file")
+    i = args.index("--config")
+    if i + 1 >= len(args):
+        raise InvalidServeCommand("--config needs a file: pass --config FILE.yaml")
+    path = args[i + 1]
+    return _config_words(path, notes) + [f"--config={path}"] + args[:i] + args[i + 2:]
+
+
 def parse_serve_argv(argv: list[str]) -> ServeArgs:
     """Read a `vllm serve MODEL [flags...]` command line (see :func:`read_command` for the forms).
 
     Accepts ``--opt value`` and ``--opt=value``, underscores in long option names, unambiguous
-    prefixes (as argparse does), ``--eplb-config.KEY VALUE``. Options autoselect does not know
-    are kept in ``unknown``.
+    prefixes (as argparse does), ``--eplb-config.KEY VALUE``, a ``--config FILE.yaml`` (its keys
+    read as options the line's own override). Options autoselect does not know are kept in ``unknown``.
 
-    :raises InvalidServeCommand: no model, a missing or non-integer value, invalid JSON.
+    :raises InvalidServeCommand: no model, a missing or non-integer value, invalid JSON, a
+        ``--config`` that is no YAML mapping.
     """
-    command: Command = read_command(argv)
+    return serve_args_of(read_command(argv))
+
+
+def serve_args_of(command: Command) -> ServeArgs:
+    """:func:`parse_serve_argv` on a command :func:`read_command` already found."""
     args = command.serve_words
-    reading = _read_words(args, list(command.notes))
+    notes = list(command.notes)
+    reading = _read_words(_with_config(args, notes), notes)
     model = _model(reading)
     values = reading.values
     redundant = (values.get("eplb_config") or {}).get("num_redundant_experts")

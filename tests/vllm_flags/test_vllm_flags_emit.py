@@ -120,3 +120,44 @@ def test_a_huge_token_budget_with_a_tiny_allowance_is_lowered_at_once():
         "flashinfer_nvlink_one_sided", dispatch_dtype="nvfp4", world_size=8, max_num_batched_tokens=2**31 - 1,
         max_workspace_gib=0.5, **DS)
     assert tokens == 3584 and "lowered from 2147483647 to 3584" in notes[0]
+
+
+# ---- how each release is told the backend: the flag, or VLLM_ALL2ALL_BACKEND before it ------------
+
+
+def test_a_release_with_the_flag_gets_the_flag_spelled_for_it():
+    from autoselect.vllm_flags import backend_setting
+
+    assert backend_setting("deepep_low_latency", "0.33.0").flags == ("--all2all-backend", "deepep_low_latency")
+    assert backend_setting("flashinfer_nvlink_two_sided", "0.17.0").flags == ("--all2all-backend",
+                                                                              "flashinfer_all2allv")
+    assert backend_setting("deepep_low_latency", "0.33.0").env == {}
+
+
+def test_a_release_before_the_flag_gets_the_variable_with_a_value_it_accepts():
+    from autoselect.vllm_flags import backend_setting
+
+    s = backend_setting("flashinfer_nvlink_two_sided", "0.11.0")
+    assert (s.flags, dict(s.env)) == ((), {"VLLM_ALL2ALL_BACKEND": "flashinfer_all2allv"})
+    assert dict(backend_setting("deepep_high_throughput", "0.10.1.1").env) == {
+        "VLLM_ALL2ALL_BACKEND": "deepep_high_throughput"}
+
+
+def test_a_backend_a_release_cannot_be_told_is_refused():
+    from autoselect.rules import BackendUnknownToVersion
+    from autoselect.vllm_flags import backend_setting
+
+    with pytest.raises(BackendUnknownToVersion, match="takes deepep_high_throughput, deepep_low_latency, naive, pplx"):
+        backend_setting("allgather_reducescatter", "0.10.1")
+    with pytest.raises(BackendUnknownToVersion, match="first in v0.18.0"):
+        backend_setting("flashinfer_nvlink_one_sided", "0.17.0")
+
+
+def test_where_the_variable_overrides_the_flag_a_set_variable_is_unset():
+    from autoselect.vllm_flags import backend_setting
+
+    env = {"VLLM_ALL2ALL_BACKEND": "pplx"}
+    assert backend_setting("deepep_low_latency", "0.14.0", env).unset == ("VLLM_ALL2ALL_BACKEND",)
+    assert backend_setting("deepep_low_latency", "0.14.0", {}).unset == ()
+    assert backend_setting("deepep_low_latency", "0.13.0", env).unset == ()  # the flag wins there
+    assert backend_setting("deepep_low_latency", "0.33.0", env).unset == ()  # not read at all

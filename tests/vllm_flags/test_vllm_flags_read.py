@@ -170,3 +170,81 @@ def test_the_words_vllms_own_parser_receives_carry_no_launcher():
     assert command.serve_words == ["org/m", "-dp", "2", "-ep"]
     assert parse_serve_argv(["python3 -m vllm.entrypoints.openai.api_server --model org/m -tp 2"]).serve_words == [
         "--model", "org/m", "-tp", "2"]
+
+
+# ---- what launch needs from the reader: the program, --max-num-seqs, --config YAML ----------------
+
+
+def test_the_command_keeps_its_words_and_where_the_server_program_starts():
+    c = read_command(["A=1", "B=2", "nohup", "/opt/venv/bin/vllm", "serve", "org/m", "-dp", "2"])
+    assert c.words[:3] == ["A=1", "B=2", "nohup"] and c.start == 3 and c.program == "/opt/venv/bin/vllm"
+    c = read_command(["python3", "-u", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"])
+    assert (c.start, c.program) == (0, "python3")
+    c = read_command(["docker", "run", "--gpus", "all", "vllm/vllm-openai:v0.19.1", "m", "-dp", "2"])
+    assert c.program == "vllm/vllm-openai:v0.19.1"
+    assert read_command(["org/m", "-dp", "2"]).start is None  # bare arguments: no program
+
+
+def test_leading_assignments_and_interpreters_are_told_apart():
+    from autoselect.vllm_flags import is_python, leading_assignments
+
+    assert leading_assignments(["A=1", "B=", "vllm", "serve", "C=3"]) == 2
+    assert leading_assignments(["vllm"]) == 0
+    assert [is_python(w) for w in ("python", "/v/bin/python3.11", "python3", "pythonista", "vllm")] == \
+        [True, True, True, False, False]
+
+
+def test_max_num_seqs_is_read():
+    assert parse_serve_argv(["vllm", "serve", "m", "--max-num-seqs", "64"]).max_num_seqs == 64
+    assert parse_serve_argv(["vllm", "serve", "m", "--max_num_seqs=8"]).max_num_seqs == 8
+    with pytest.raises(InvalidServeCommand, match="--max-num-seqs needs an integer"):
+        parse_serve_argv(["vllm", "serve", "m", "--max-num-seqs", "many"])
+
+
+def test_a_config_file_is_read_as_options_the_line_overrides(tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text("data-parallel-size: 8\nenable_expert_parallel: true\nall2all-backend: deepep_low_latency\n"
+                      "tensor-parallel-size: 2\nenable-eplb: false\nport: 8000\n"
+                      "kv-transfer-config:\n  kv_connector: NixlConnector\n  kv_role: kv_producer\n")
+    a = parse_serve_argv(["vllm", "serve", "org/m", "--config", str(config), "-tp", "1"])
+    assert (a.model, a.data_parallel_size, a.tensor_parallel_size, a.enable_expert_parallel) == ("org/m", 8, 1, True)
+    assert (a.all2all_backend, a.config, a.role, a.enable_eplb) == ("deepep_low_latency", str(config), "prefill", False)
+    assert "--port=8000" in a.unknown
+    assert a.serve_words == ["org/m", "--config", str(config), "-tp", "1"]  # what vLLM itself receives
+    [note] = [m for _, c, m in a.notes if c == "config-read"]
+    assert note.startswith("read 7 option(s) from --config")
+
+
+def test_the_api_server_module_takes_its_model_from_the_config_file(tmp_path):
+    config = tmp_path / "c.yml"
+    config.write_text("model: org/from-config\ndata-parallel-size: 2\n")
+    a = parse_serve_argv(["python", "-m", "vllm.entrypoints.openai.api_server", "--config", str(config), "-ep"])
+    assert (a.model, a.data_parallel_size, a.uses_all2all) == ("org/from-config", 2, True)
+
+
+def test_a_config_file_that_cannot_be_read_here_is_a_warning_and_its_options_are_not_seen(tmp_path):
+    a = parse_serve_argv(["vllm", "serve", "org/m", "--config", str(tmp_path / "absent.yaml"), "-dp", "2"])
+    assert (a.data_parallel_size, a.config) == (2, str(tmp_path / "absent.yaml"))
+    [(severity, message)] = [(s, m) for s, c, m in a.notes if c == "config-unread"]
+    assert severity == "warning" and "cannot be read here (No such file or directory)" in message
+
+
+@pytest.mark.parametrize("text, message", [
+    ("- a\n- b\n", "must hold a mapping of option names to values, got list"),
+    ("a: [unclosed\n", "is not valid YAML"),
+])
+def test_a_config_file_vllm_would_refuse_is_refused(tmp_path, text, message):
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    with pytest.raises(InvalidServeCommand, match=message):
+        parse_serve_argv(["vllm", "serve", "m", "--config", str(config)])
+
+
+@pytest.mark.parametrize("words, message", [
+    (["--config", "c.json"], "vLLM reads only .yaml / .yml config files"),
+    (["--config"], "--config needs a file"),
+    (["--config", "a.yaml", "--config", "b.yaml"], "more than one --config"),
+])
+def test_config_mistakes_vllm_refuses_are_refused(words, message):
+    with pytest.raises(InvalidServeCommand, match=message):
+        parse_serve_argv(["vllm", "serve", "m", *words])
