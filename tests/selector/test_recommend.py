@@ -428,3 +428,14 @@ def test_leave_one_out_regret_on_the_fixtures_beats_both_static_policies(fixture
     assert ours["max"] < 1.01  # within 1 % of the best legal backend at every held-out point
     assert ours["mean"] < priority["mean"] < default["mean"]
     assert dict(skipped) == {}
+
+
+def test_read_db_false_answers_without_opening_the_database(tmp_path):
+    broken = tmp_path / "broken.db"
+    broken.write_bytes(b"not a database at all")
+    with pytest.raises(Exception):
+        recommend_for(str(MODELS / "deepseek-v3"), db_path=broken, gpu_arch="sm90", world_size=8)
+    rec = recommend_for(str(MODELS / "deepseek-v3"), db_path=broken, gpu_arch="sm90", world_size=8, read_db=False)
+    assert rec.data_used.results == 0 and broken.read_bytes() == b"not a database at all"
+    answer = recommend_for(str(MODELS / "deepseek-v3"), db_path=broken, host_class="ref-h200_sxm-x8", read_db=False)
+    assert answer.reference is not None and answer.confidence == "reference"
