@@ -332,14 +332,19 @@ def fleet_deploy_cmd(kind, out_dir, fleet_args, db_path, address, every, jitter,
 @click.option("--model-root", "model_roots", multiple=True, metavar="DIR",
               help="A directory of checkpoint directories that model= may name by their relative name (repeatable). "
                    "Default: none; model= is a Hugging Face id, read from the local cache only.")
-def serve_cmd(db_path, host, port, workers, model_roots):
+@click.option("--token-file", default=None, metavar="PATH", type=click.Path(dir_okay=False),
+              help="A file holding a bearer token (first line) every request but /healthz must carry "
+                   "(`Authorization: Bearer ...`, as `autoselect launch --token-file` sends it); TLS stays with a "
+                   "reverse proxy in front. Default: no token.")
+def serve_cmd(db_path, host, port, workers, model_roots, token_file):
     """Serve recommendations over a small read-only HTTP API.
 
     GET /v1/recommend?model=...&host_class=...&workload=... returns the same JSON as
     `recommend --format json`; also /v1/hosts, /v1/drift and /healthz. No write endpoints.
     model= is a Hugging Face id found in the local cache (never downloaded) or a name under a
     --model-root; never a path on the server. Binds to 127.0.0.1 unless --host says otherwise
-    (with a warning: there is no authentication).
+    (with a warning); beyond loopback, --token-file makes every request but /healthz carry a
+    bearer token, and a TLS proxy in front keeps it secret.
 
     \b
     Example:
@@ -348,5 +353,5 @@ def serve_cmd(db_path, host, port, workers, model_roots):
     """
     from autoselect.fleet.service import serve
 
-    serve(db_path, host=host, port=port, workers=workers, model_roots=model_roots,
+    serve(db_path, host=host, port=port, workers=workers, model_roots=model_roots, token_file=token_file,
           on_warning=lambda message: click.echo(f"Warning: {message}", err=True))

@@ -10,6 +10,10 @@ Endpoints (GET, and HEAD answered like GET; every other method is 405):
 * ``/v1/drift``: ``autoselect fleet drift --format json``.
 * ``/healthz``: ``{"status": "ok", ...}`` when the database can be read.
 
+With ``--token-file`` every route but ``/healthz`` needs ``Authorization: Bearer <token>``
+(compared in constant time, never logged; :mod:`autoselect.bearer`); a wrong or missing token is
+401. TLS stays with a reverse proxy in front of the service (docs/launch.md).
+
 Bad parameters get 400 with ``{"error": "..."}`` (the same sentence the CLI prints); an
 unknown model or host class gets 404. Every parameter is read by the command line's grammar
 (``dp=1_0`` is refused as ``--dp 1_0`` is; :mod:`~.params`), and a query whose text is not UTF-8

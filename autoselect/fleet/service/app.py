@@ -8,11 +8,13 @@ requests answered before.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autoselect.bearer import read_token_file
 from autoselect.errors import UnknownHostClass, UserError
 from autoselect.fleet.service.answers import AnswerCache, Scrubber
 from autoselect.model import ModelConfigNotFound, ModelSource
@@ -43,17 +45,20 @@ def model_source(model_roots=()) -> Any:
 
 @dataclass(frozen=True)
 class Served:
-    """What an app answers from: the database, the models ``model=`` may name, the answers' scrubber and cache."""
+    """What an app answers from: the database, the models ``model=`` may name, the answers' scrubber and
+    cache, and the bearer token every request but ``/healthz`` must carry (None: no token asked)."""
 
     path: Path
     source: Any  # a ModelSource
     scrub: Scrubber
     cache: AnswerCache
+    token: str | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
-    def open(cls, db_path: str | os.PathLike | None = None, model_roots=()) -> "Served":
-        """Check that the database at ``db_path`` (default: ``db.default_path()``) is readable and
-        every root is a directory; one :class:`UserError` otherwise."""
+    def open(cls, db_path: str | os.PathLike | None = None, model_roots=(),
+             token_file: str | os.PathLike | None = None) -> "Served":
+        """Check that the database at ``db_path`` (default: ``db.default_path()``) is readable,
+        every root is a directory and the token file holds a token; one :class:`UserError` otherwise."""
         path = Path(db_path) if db_path is not None else default_path()
         conn = connect_readonly(path)  # refuse a missing / foreign / too-new database before serving
         conn.close()
@@ -62,21 +67,26 @@ class Served:
             if not root.is_dir():
                 raise BadServeOption(f"--model-root {root} is not a directory; pass a directory of checkpoint "
                                      "directories")
-        return cls(path=path, source=model_source(roots), scrub=Scrubber(path, roots), cache=AnswerCache(path))
+        token = read_token_file(token_file) if token_file is not None else None
+        return cls(path=path, source=model_source(roots), scrub=Scrubber(path, roots), cache=AnswerCache(path),
+                   token=token)
 
 
-def create_app(db_path: str | os.PathLike | None = None, *, model_roots=()):
+def create_app(db_path: str | os.PathLike | None = None, *, model_roots=(),
+               token_file: str | os.PathLike | None = None):
     """The ASGI application serving the database at ``db_path`` (checked readable now): the
     FastAPI app behind its :class:`~autoselect.fleet.service.front.Front` (``.app``).
 
     :param model_roots: directories whose checkpoint sub-directories ``model=`` may name
         (relative names only); default none: Hugging Face ids from the local cache only.
+    :param token_file: a file holding the bearer token every request but ``/healthz`` must carry
+        (:mod:`autoselect.bearer`); default none: no token asked.
     """
     try:
         import fastapi  # noqa: F401
     except ImportError:
         raise ServeUnavailable("fastapi is not installed; pip install 'autoselect[serve]'") from None
-    served = Served.open(db_path, model_roots)
+    served = Served.open(db_path, model_roots, token_file)
     from autoselect.fleet.service.routes import assemble  # imports FastAPI
 
     return assemble(served)

@@ -8,12 +8,18 @@ one ``stat`` of the database files, a dictionary lookup and a write. Everything 
 not answered before, an error, another method) goes to the app, which validates it; a query string
 longer than any parameter needs, or one not answered before whose text is not UTF-8 (Starlette
 would read it as U+FFFD), is refused here, before anything parses it.
+
+When the service has a bearer token (``serve --token-file``), the front asks for it first, before
+the kept answers: a request to any route but :data:`OPEN_ROUTES` without the right token gets
+the one 401 answer whatever it presented, so a kept answer never reaches a client that could not
+have asked for it (:mod:`autoselect.bearer`: compared in constant time, never logged or echoed).
 """
 
 from __future__ import annotations
 
 import json
 
+from autoselect.bearer import HEADER, SCHEME, presented_token, token_matches
 from autoselect.errors import UserError
 from autoselect.fleet.service.answers import AnswerCache
 from autoselect.fleet.service.app import MAX_QUERY
@@ -22,23 +28,43 @@ from autoselect.text import check_query
 #: the methods whose 200 answers are kept (HEAD is answered like GET; the server drops its body)
 READS = frozenset({"GET", "HEAD"})
 _TOO_LONG = json.dumps({"error": f"query string longer than {MAX_QUERY} bytes"}, separators=(",", ":")).encode()
+#: Routes answered without the bearer token: liveness probes carry none, and it tells nothing of the data.
+OPEN_ROUTES = frozenset({"/healthz"})
+#: The one answer to a request without the right token (the same whatever was presented).
+UNAUTHORIZED = "this service needs a bearer token: send `Authorization: Bearer <token>` (autoselect launch --token-file)"
+_UNAUTHORIZED = json.dumps({"error": UNAUTHORIZED}, separators=(",", ":")).encode()
+_HEADER = HEADER.lower().encode()
 
 
-def _start(status: int, body: bytes) -> dict:
+def _start(status: int, body: bytes, extra: tuple = ()) -> dict:
     return {"type": "http.response.start", "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]}
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *extra]}
+
+
+def _presented(scope) -> str | None:
+    """The bearer token of the request's ``Authorization`` header (the first one), or None."""
+    for name, value in scope["headers"]:
+        if name == _HEADER:
+            return presented_token(value.decode("latin-1"))
+    return None
 
 
 class Front:
     """The ASGI application ``serve`` runs: kept answers first, then ``app`` (the FastAPI app)."""
 
-    def __init__(self, app, cache: AnswerCache):
+    def __init__(self, app, cache: AnswerCache, *, token: str | None = None):
         self.app = app
         self.cache = cache
+        self.token = token
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":  # lifespan: the app's own
             await self.app(scope, receive, send)
+            return
+        if self.token is not None and scope["path"] not in OPEN_ROUTES \
+                and not token_matches(_presented(scope), self.token):
+            await send(_start(401, _UNAUTHORIZED, ((b"www-authenticate", SCHEME.encode()),)))
+            await send({"type": "http.response.body", "body": _UNAUTHORIZED})
             return
         query = scope["query_string"]
         if len(query) > MAX_QUERY:

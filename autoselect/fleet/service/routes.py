@@ -35,8 +35,8 @@ ROUTES = {"/healthz": "healthz", "/v1/recommend": "recommend", "/v1/hosts": "hos
 
 def assemble(served: Served) -> Front:
     """The app: the read-only routes of :class:`Api` and their error handlers, behind the
-    :class:`~autoselect.fleet.service.front.Front` that answers a request answered before (and
-    bounds the query string's length)."""
+    :class:`~autoselect.fleet.service.front.Front` that asks for the bearer token, bounds the
+    query string's length and answers a request answered before."""
     api = Api(served)
     app = FastAPI(title="autoselect", version=__version__, docs_url=None, redoc_url=None,
                   description="Read-only recommendations of vLLM's --all2all-backend from measured data.")
@@ -46,7 +46,7 @@ def assemble(served: Served) -> Front:
     app.add_exception_handler(sqlite3.OperationalError, api.damaged)
     for route, name in ROUTES.items():
         app.api_route(route, methods=["GET", "HEAD"])(getattr(api, name))
-    return Front(app, served.cache)
+    return Front(app, served.cache, token=served.token)
 
 
 class Api:

@@ -22,13 +22,15 @@ class PortInUse(UserError):
 
 #: environment variable carrying the model roots to uvicorn workers (os.pathsep-separated)
 ROOTS_ENV = "AUTOSELECT_SERVE_MODEL_ROOTS"
+#: environment variable carrying the token file's path (never the token) to uvicorn workers
+TOKEN_FILE_ENV = "AUTOSELECT_SERVE_TOKEN_FILE"
 
 
 def app_from_env():
-    """uvicorn factory for ``--workers`` > 1: the database path and model roots come from
-    :data:`DB_ENV` and :data:`ROOTS_ENV`."""
+    """uvicorn factory for ``--workers`` > 1: the database path, model roots and token file come
+    from :data:`DB_ENV`, :data:`ROOTS_ENV` and :data:`TOKEN_FILE_ENV`."""
     roots = [r for r in os.environ.get(ROOTS_ENV, "").split(os.pathsep) if r]
-    return create_app(os.environ[DB_ENV], model_roots=roots)
+    return create_app(os.environ[DB_ENV], model_roots=roots, token_file=os.environ.get(TOKEN_FILE_ENV) or None)
 
 
 def is_loopback(host: str) -> bool:
@@ -64,13 +66,16 @@ def bind(host: str, port: int):
 
 
 def serve(db_path: str | os.PathLike | None = None, *, host: str = "127.0.0.1", port: int = 8765,
-          workers: int = 1, model_roots=(), on_warning: Callable[[str], None] | None = None) -> None:
-    """Run the API with uvicorn until interrupted (checks the database, options and the address
-    first, so each mistake is one :class:`UserError`).
+          workers: int = 1, model_roots=(), token_file: str | os.PathLike | None = None,
+          on_warning: Callable[[str], None] | None = None) -> None:
+    """Run the API with uvicorn until interrupted (checks the database, options, token file and
+    the address first, so each mistake is one :class:`UserError`).
 
     :param model_roots: see :func:`create_app`.
+    :param token_file: see :func:`create_app`.
     :param on_warning: told (one sentence) when the address is reachable from other machines:
-        the API has no authentication.
+        without a token anyone can read it; with one, the token travels in clear text unless a
+        TLS proxy fronts the service.
     """
     if not 0 < port < 65536:
         raise BadServeOption(f"--port {port} is not a TCP port; use 1-65535")
@@ -80,18 +85,23 @@ def serve(db_path: str | os.PathLike | None = None, *, host: str = "127.0.0.1", 
         import uvicorn
     except ImportError:
         raise ServeUnavailable("uvicorn is not installed; pip install 'autoselect[serve]'") from None
-    app = create_app(db_path, model_roots=model_roots)
+    app = create_app(db_path, model_roots=model_roots, token_file=token_file)
     sock = bind(host, port)
     if not is_loopback(host) and on_warning is not None:
-        on_warning(f"serving on {host}:{port}, reachable from other machines, without authentication: anyone who "
-                   "reaches it can read every recommendation and host class in the database; put it behind a "
-                   "proxy that authenticates, or bind 127.0.0.1")
+        if token_file is None:
+            on_warning(f"serving on {host}:{port}, reachable from other machines, without authentication: anyone "
+                       "who reaches it can read every recommendation and host class in the database; pass "
+                       "--token-file, put it behind a proxy that authenticates, or bind 127.0.0.1")
+        else:
+            on_warning(f"serving on {host}:{port} with a bearer token but no TLS: the token and the answers "
+                       "travel in clear text; put a TLS-terminating proxy in front (docs/launch.md)")
     try:
         if workers == 1:
             uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
             return
         os.environ[DB_ENV] = str(Path(db_path) if db_path is not None else default_path())
         os.environ[ROOTS_ENV] = os.pathsep.join(str(r) for r in model_roots)
+        os.environ[TOKEN_FILE_ENV] = str(token_file) if token_file is not None else ""
         uvicorn.run(f"{__name__}:app_from_env", factory=True, fd=sock.fileno(), workers=workers,
                     log_level="warning")
     finally:
