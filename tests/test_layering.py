@@ -41,6 +41,7 @@ COMPONENTS: dict[str, str] = {
     "autoselect.stopping": "vocabulary",
     "autoselect.payload": "vocabulary",
     "autoselect.hardware": "vocabulary",
+    "autoselect.bearer": "vocabulary",
     # domain: the model, the rules and what is derived from them (no store, no measuring)
     "autoselect.model": "domain",
     "autoselect.rules": "domain",
@@ -60,11 +61,13 @@ COMPONENTS: dict[str, str] = {
     "autoselect.tune": "tune",
     "autoselect.fleet": "fleet",  # with its drift, service and deploy subpackages
     "autoselect.report": "report",
+    "autoselect.launch": "launch",  # the user's server line with the pick, then exec
     "autoselect.cli": "cli",
     "autoselect.__main__": "main",
 }
 
-_BELOW_CLI = {"vocabulary", "domain", "reference", "db", "bench", "selector", "confirm", "tune", "fleet", "report"}
+_BELOW_CLI = {"vocabulary", "domain", "reference", "db", "bench", "selector", "confirm", "tune", "fleet", "report",
+              "launch"}
 
 #: Component -> the components it may import (itself included where it has several modules).
 MAY_IMPORT: dict[str, set[str]] = {
@@ -78,6 +81,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "tune": {"vocabulary", "domain", "db", "bench", "tune"},
     "fleet": {"vocabulary", "domain", "reference", "db", "bench", "selector", "fleet"},
     "report": {"vocabulary", "domain", "reference", "db", "selector", "fleet", "report"},
+    "launch": {"vocabulary", "domain", "reference", "db", "selector", "launch"},
     "cli": _BELOW_CLI | {"cli"},
     "main": {"cli"},
 }
@@ -324,7 +328,7 @@ def test_the_vocabulary_and_the_decision_import_nothing_heavy(tree):
     fast = ["autoselect.errors", "autoselect.options", "autoselect.stopping", "autoselect.payload",
             "autoselect.hardware", "autoselect.model", "autoselect.rules", "autoselect.workload", "autoselect.noise",
             "autoselect.candidates", "autoselect.selector", "autoselect.check", "autoselect.bridge", "db.queries",
-            "db.tuned"]
+            "db.tuned", "autoselect.launch"]
     assert [m for m in fast if m in heavy] == []
 
 

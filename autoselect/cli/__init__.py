@@ -134,6 +134,7 @@ COMMANDS: dict[str, str] = {
     "fleet": "autoselect.cli.fleet_cmds:fleet_group",
     "serve": "autoselect.cli.fleet_cmds:serve_cmd",
     "confirm": "autoselect.cli.confirm_cmd:confirm_cmd",
+    "launch": "autoselect.cli.launch_cmd:launch_cmd",
 }
 
 

@@ -1,0 +1,476 @@
+""":func:`plan_launch`: from the user's server line to the line that runs, and why.
+
+The decision, in order (every refusal is a :class:`autoselect.errors.UserError`: one ``Error:``
+line, exit status 2, nothing written, nothing started):
+
+1. Read the line (:mod:`autoselect.launch.line`); the platform it runs on here
+   (:mod:`autoselect.launch.platform`); the vLLM that will serve it (``--vllm-version``, else the
+   release its image tag names, else the line's own Python's vllm, else as every command resolves
+   it: :func:`autoselect.bridge.target_version`); the backend the line itself names, by that
+   release's rules (:func:`autoselect.rules.effective_backend`: ``--all2all-backend``,
+   ``VLLM_ALL2ALL_BACKEND``, ``--config``).
+2. No all2all group (no ``--enable-expert-parallel``, ``-dp 1``, a dense model): the line is
+   started unchanged.
+3. A backend the line names is judged by the one legality source,
+   :func:`autoselect.candidates.candidate_backends`, with what ``check`` judges it on (model, GPU
+   arch, EP size, release, token budget, environment, EPLB redundant experts; ``--enable-dbo``'s
+   backends; on vLLM's CPU platform, the platform's row): illegal is refused, legal is kept unless
+   ``--override``. The host's packages and NVLinks are not a reason to refuse the user's own
+   choice (check does not judge them either): vLLM fails loudly at start-up there.
+4. Otherwise the pick: on the CPU platform the one backend its communicator builds; on GPUs the
+   selector's answer, from ``--server`` (the fleet's ``autoselect serve``) or, when it cannot
+   answer, the local database, else the reference, else none (:mod:`autoselect.launch.answer`).
+   An answer with confidence ``none`` keeps vLLM's default and names the ``autoselect bench``
+   command that would settle it (``--require-evidence``: an error). A service's pick is judged
+   again here before it is used.
+5. The pick goes into the line the way the release reads it
+   (:func:`autoselect.vllm_flags.backend_setting`), with the answer's flags and tuned variables
+   where the line does not set them already (the user's values win).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from autoselect import rules
+from autoselect.bearer import read_token_file
+from autoselect.bridge import target_version
+from autoselect.candidates import Target, candidate_backends, legal_backends, resolve_target
+from autoselect.check import DEFAULT as DEFAULT_ORIGIN
+from autoselect.check import ROLES, UnknownRole
+from autoselect.errors import UnknownHostClass, UserError
+from autoselect.hardware import HostFingerprint
+from autoselect.launch.answer import (DatabaseState, Pick, ServiceUnavailable, ask_service, check_server_url,
+                                      database_state, local_answer, local_source, pick_of, plain_http_beyond_loopback)
+from autoselect.launch.line import FinalCommand, LaunchLine, has_option, line_python, read_line, rewrite, unchanged
+from autoselect.launch.platform import CPU, PlatformChoice, line_platform
+from autoselect.model import GPU_ARCHS, DenseModel, MoeProfile, load_profile, normalize_arch
+from autoselect.reference import is_reference_class
+from autoselect.selector import BadWorkspaceAllowance, target_host
+from autoselect.vllm_flags import CONFIG_UNREAD, backend_setting
+from autoselect.workload import check_workload_kind
+from db.queries import connect_readonly
+
+#: What launch did with the line.
+INSERT = "insert"  # the line named no backend: the pick is in it now
+KEEP = "keep"  # the line names a legal backend: it stays (the user's word wins)
+OVERRIDE = "override"  # --override: the pick replaces the line's backend
+DEFAULT = "default"  # no evidence (or nothing to pick from): vLLM's default stays, nothing inserted
+UNCHANGED = "unchanged"  # no all2all group: there is nothing to choose
+ACTIONS = (INSERT, KEEP, OVERRIDE, DEFAULT, UNCHANGED)
+#: Seconds the service may take for the whole exchange before the launcher answers locally.
+DEFAULT_SERVER_TIMEOUT_S = 5.0
+#: The workload the selector weighs for a serving role (the line's kv_role, or --role).
+ROLE_WORKLOAD = {"prefill": "prefill", "decode": "decode", "both": "mixed"}
+#: Version of the --decision-json document.
+SCHEMA_VERSION = 1
+
+
+class NothingToLaunch(UserError):
+    "Nothing after `--`: there is no server line to start."
+
+
+class BadLaunchOption(UserError):
+    "A launch option that cannot work (a timeout, a token without a service, an unwritable decision path)."
+
+
+class IllegalBackend(UserError):
+    "The backend the line names is illegal for its model, GPUs, EP size or vLLM release."
+
+
+class ConfigUnreadable(UserError):
+    "The line's --config file cannot be read: vLLM could not start it either."
+
+
+class NoEvidence(UserError):
+    "--require-evidence, and nothing measured or published answers for this host and shape."
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What ``autoselect launch`` takes besides the line (the CLI's options, one field each)."""
+
+    db_path: str | os.PathLike | None = None
+    host_class: str | None = None
+    gpu_arch: str | None = None
+    vllm_version: str | None = None
+    workload: str | None = None
+    role: str | None = None
+    override: bool = False
+    require_evidence: bool = False
+    server: str | None = None
+    server_timeout_s: float = DEFAULT_SERVER_TIMEOUT_S
+    token_file: str | os.PathLike | None = None
+    server_model: str | None = None
+    max_workspace_gib: float | None = None
+
+
+@dataclass
+class LaunchPlan:
+    """The decision and the command that carries it out."""
+
+    action: str  # one of ACTIONS
+    backend: str | None  # what vLLM will run, as named (None: no all2all)
+    given: str | None  # the backend the line names, as written
+    given_origin: str  # "--all2all-backend", "VLLM_ALL2ALL_BACKEND" or "vLLM's default"
+    pick: Pick | None
+    why: str  # the second half of the line: evidence, confidence, source, or the reason nothing changed
+    line: LaunchLine
+    final: FinalCommand
+    platform: PlatformChoice
+    vllm_version: str
+    vllm_version_source: str
+    gpu_arch: str | None
+    host_class: str | None
+    workload: str | None
+    role: str | None
+    database: str | None = None  # the database state in words, when it was asked
+    server: str | None = None
+    server_problem: str | None = None  # why the service's answer was not used
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The one stderr line: what was chosen and why."""
+        return f"autoselect launch: {self.why}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--decision-json`` document (docs/launch.md)."""
+        args = self.line.args
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "action": self.action,
+            "backend": self.backend,
+            "given": self.given,
+            "given_origin": self.given_origin,
+            "pick": self.pick.to_dict() if self.pick is not None else None,
+            "reason": self.text,
+            "model": args.model,
+            "world_size": args.world_size,
+            "data_parallel_size": args.data_parallel_size,
+            "tensor_parallel_size": args.tensor_parallel_size,
+            "uses_all2all": args.uses_all2all,
+            "role": self.role,
+            "workload": self.workload,
+            "platform": self.platform.name,
+            "platform_reason": self.platform.why,
+            "gpu_arch": self.gpu_arch,
+            "host_class": self.host_class,
+            "vllm_version": self.vllm_version,
+            "vllm_version_source": self.vllm_version_source,
+            "database": self.database,
+            "server": self.server,
+            "server_problem": self.server_problem,
+            "inserted": self.final.inserted or {"flags": [], "env": {}, "unset": []},
+            "command": self.final.argv,
+            "env": self.final.env,
+            "unset": list(self.final.unset),
+            "command_line": self.final.shell(),
+            "warnings": list(self.warnings),
+        }
+
+
+def _how(value: str, origin: str) -> str:
+    return f"{rules.VARIABLE}={value}" if origin == rules.VARIABLE else f"--all2all-backend {value}"
+
+
+def _setting_words(setting) -> str:
+    return " ".join(setting.flags) if setting.flags else " ".join(f"{k}={v}" for k, v in setting.env.items())
+
+
+def _check_options(argv: list[str], o: LaunchOptions) -> str | None:
+    """Refuse every bad option before anything is read; the token, when a service needs one."""
+    if not argv:
+        raise NothingToLaunch("nothing after `--`: pass the server line to start, e.g. "
+                              "`autoselect launch -- vllm serve MODEL -dp 8 --enable-expert-parallel`")
+    if o.vllm_version:
+        rules.parse_version(o.vllm_version)
+    if o.role is not None and o.role not in ROLES:
+        raise UnknownRole(f"unknown role {o.role!r}; use prefill, decode or both")
+    if o.workload is not None:
+        check_workload_kind(o.workload)
+    if o.gpu_arch is not None:
+        normalize_arch(o.gpu_arch)
+    if o.max_workspace_gib is not None and not (o.max_workspace_gib > 0 and math.isfinite(o.max_workspace_gib)):
+        raise BadWorkspaceAllowance(f"--max-workspace-gib {o.max_workspace_gib} must be a positive number of GiB")
+    if not (o.server_timeout_s > 0 and math.isfinite(o.server_timeout_s)):
+        raise BadLaunchOption(f"--server-timeout {o.server_timeout_s} must be a positive number of seconds")
+    if o.server is None:
+        if o.token_file is not None:
+            raise BadLaunchOption("--token-file is the service's token: pass it with --server URL")
+        if o.server_model is not None:
+            raise BadLaunchOption("--server-model names the model to the service: pass it with --server URL")
+        return None
+    check_server_url(o.server)
+    return read_token_file(o.token_file) if o.token_file is not None else None
+
+
+def _version(line: LaunchLine, o: LaunchOptions, serving: Mapping[str, str],
+             warnings: list[str]) -> tuple[str, str]:
+    """The vLLM that will serve the line, and where that came from (see the module docstring)."""
+    args = line.args
+    if o.vllm_version:
+        return target_version(o.vllm_version, problems=warnings)
+    if args.image_version:
+        version, _ = target_version(args.image_version, problems=warnings)
+        return version, f"the line's image, {args.image}"
+    return target_version(problems=warnings, python=line_python(line, serving))
+
+
+def _class_arch(host_class: str, db: DatabaseState) -> str | None:
+    """The GPU arch of a host class (a reference class's system, else the database's newest machine)."""
+    if is_reference_class(host_class):
+        return target_host(None, db.path, host_class).gpu_arch
+    if not db.readable:
+        return None
+    conn = connect_readonly(db.path)
+    try:
+        return target_host(conn, db.path, host_class).gpu_arch
+    finally:
+        conn.close()
+
+
+def _judged(target: Target, backend: str, archs) -> list[tuple[str | None, Any]]:
+    """``[(arch, verdict)]`` of ``backend`` on each arch (one ``None`` entry on the CPU platform)."""
+    return [(arch, candidate_backends(dataclasses.replace(target, gpu_arch=arch), [backend])[backend])
+            for arch in archs]
+
+
+def _refusal(backend: str, judged, target: Target, version: str) -> str | None:
+    """Why ``backend`` may not run (every arch it is illegal on), or None."""
+    problems = []
+    for arch, verdict in judged:
+        if verdict is None:
+            return (f"--all2all-backend {backend!r} is not a backend vLLM knows; vLLM {version} accepts: "
+                    f"{', '.join(rules.parser_choices(version)) or 'none (it has no --all2all-backend)'}")
+        if not verdict.ok:
+            where = f" on {arch}" if arch else ""
+            problems.append(f"{'; '.join(verdict.reasons)}{where}")
+    if not problems:
+        return None
+    legal = [b for b in legal_backends(target)]
+    tail = f"; legal here: {', '.join(legal)}" if legal else ""
+    return f"{backend} cannot run {target.profile.model} here: {' / '.join(dict.fromkeys(problems))}{tail}"
+
+
+def _dbo_refusal(line: LaunchLine, backend: str, version: str, platform: str) -> str | None:
+    """Why ``--enable-dbo`` cannot run with ``backend`` (vLLM asserts at start-up), or None."""
+    args = line.args
+    if not args.enable_dbo or platform == CPU or not rules.SERVE_OPTIONS["--enable-dbo"].accepted_by(version):
+        return None
+    supported = rules.dbo_backends(version)
+    if rules.resolve(backend) in supported:
+        return None
+    return (f"the line enables --enable-dbo, which vLLM {version} runs only with {', '.join(supported)}; with "
+            f"{backend} it fails an assertion at start-up ({rules.flags.DBO_ASSERT_SOURCE}): name one of them "
+            f"with --all2all-backend, or drop --enable-dbo")
+
+
+def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
+                environ: Mapping[str, str] | None = None,
+                probe: Callable[[], HostFingerprint] | None = None) -> LaunchPlan:
+    """Decide what ``autoselect launch`` runs for the server line ``argv`` (module docstring).
+
+    :param argv: the line after ``--``: shell words, or one pasted string (read as ``check`` reads it).
+    :param options: the launch options.
+    :param environ: the environment the line starts in (default ``os.environ``).
+    :param probe: the host fingerprint (default NVML's, :func:`autoselect.hardware.fingerprint`), for
+        the platform and the local GPUs.
+    :raises UserError: bad input, an illegal backend, no evidence under ``--require-evidence``.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    token = _check_options(list(argv), options)
+    line = read_line(list(argv))
+    args = line.args
+    unread = [m for _, code, m in args.notes if code == CONFIG_UNREAD]
+    if unread:
+        raise ConfigUnreadable(f"{unread[0]}; vLLM could not start the line either")
+    serving = args.serving_environ(environ)
+    platform = line_platform(serving, gpu_arch=options.gpu_arch, host_class=options.host_class, probe=probe)
+    warnings: list[str] = []
+    if token is not None and plain_http_beyond_loopback(options.server):
+        warnings.append(f"the bearer token goes to {options.server} in clear text (plain http beyond this machine); "
+                        f"put a TLS proxy in front of the service and pass its https:// URL")
+    version, version_source = _version(line, options, serving, warnings)
+    effective = rules.effective_backend(version, args.all2all_backend, serving.get(rules.VARIABLE))
+    if effective.variable_refused:
+        raise IllegalBackend(f"{rules.VARIABLE}={effective.variable}: {effective.variable_refused}")
+    if args.all2all_backend and not effective.era.flag:
+        raise IllegalBackend(f"vLLM {version} has no --all2all-backend (it arrived in {rules.FLAG_SINCE}): vllm serve "
+                             f"would exit with 'unrecognized arguments'; set {rules.VARIABLE}={args.all2all_backend} "
+                             f"instead, or pass the vLLM that will run with --vllm-version")
+    given = effective.backend if effective.origin != DEFAULT_ORIGIN else None
+    role = options.role or args.role
+    workload = options.workload or ROLE_WORKLOAD.get(role or "both", "mixed")
+    gpu_arch = normalize_arch(options.gpu_arch) if options.gpu_arch else None
+    plan = dict(line=line, platform=platform, vllm_version=version, vllm_version_source=version_source,
+                gpu_arch=gpu_arch, host_class=options.host_class, workload=workload, role=role,
+                given=given, given_origin=effective.origin, warnings=warnings, server=options.server)
+
+    def done(action, backend, why, final=None, pick=None, **extra):
+        plan.update(extra)
+        plan["warnings"] = list(dict.fromkeys(plan["warnings"]))
+        return LaunchPlan(action=action, backend=backend, pick=pick, why=why, final=final or unchanged(line), **plan)
+
+    if not args.uses_all2all:
+        why = ("no --enable-expert-parallel" if not args.enable_expert_parallel
+               else f"--data-parallel-size {args.data_parallel_size}")
+        return done(UNCHANGED, given, f"line unchanged: {why}, so vLLM builds no all2all group and no backend "
+                                      f"matters (EP needs -ep and -dp > 1)")
+    try:
+        profile = load_profile(args.model)
+    except DenseModel as e:
+        return done(UNCHANGED, given, f"line unchanged: {e}")
+    db = database_state(options.db_path)
+    cpu = platform.name == CPU
+    if cpu:
+        archs: tuple = (None,)
+    elif gpu_arch:
+        archs = (gpu_arch,)
+    elif options.host_class:
+        arch = _class_arch(options.host_class, db)
+        archs = (arch,) if arch else GPU_ARCHS
+    else:
+        archs = (normalize_arch(platform.host.gpu_arch),) if platform.host and platform.host.gpu_arch else GPU_ARCHS
+    plan["gpu_arch"] = archs[0] if len(archs) == 1 else None
+    target = resolve_target(profile, world_size=args.world_size, gpu_arch=plan["gpu_arch"], vllm_version=version,
+                            vllm_version_source=version_source, max_tokens_per_rank=args.max_num_batched_tokens,
+                            environ=serving, tensor_parallel_size=args.tensor_parallel_size,
+                            redundant_experts=args.redundant_experts, platform=CPU if cpu else None,
+                            require_flag=False)
+    refusal = None
+    if given is not None:
+        refusal = _refusal(given, _judged(target, given, archs), target, version) or \
+            _dbo_refusal(line, given, version, platform.name)
+        if refusal and not options.override:
+            raise IllegalBackend(refusal + " (nothing was started)")
+        if not options.override:
+            where = "vLLM's CPU platform" if cpu else (plan["gpu_arch"] or "sm90 and sm100")
+            return done(KEEP, given, f"the line's {_how(given, effective.origin)} kept (legal for {profile.model} on "
+                                     f"{where} at EP {args.world_size}, vLLM {version}); --override lets autoselect "
+                                     f"choose")
+
+    pick, extra = _pick(line, options, target, platform, db, version, workload, token, archs)
+    no_pick = extra.pop("no_pick", None)
+    plan.update(extra)
+    unused = (f" (the service {options.server} was not used: {plan['server_problem']})"
+              if plan.get("server_problem") else "")
+    if pick is None or pick.confidence == "none":
+        if pick is None:
+            why, bench = no_pick, None
+        else:
+            why = (f"no evidence: {pick.reasons[0] if pick.reasons else 'nothing measured or published'} "
+                   f"({pick.source})")
+            bench = pick.bench_command
+        why += unused
+        if refusal:
+            raise IllegalBackend(f"{refusal}; --override found nothing to replace it with ({why}) (nothing was "
+                                 f"started)")
+        if options.require_evidence:
+            raise NoEvidence(f"--require-evidence: {why}" + (f"; settle it with: {bench}" if bench else "")
+                             + " (nothing was started)")
+        settle = f"; to settle it: {bench}" if bench else ""
+        if given is not None:
+            return done(KEEP, given, f"the line's {_how(given, effective.origin)} kept: --override has nothing to "
+                                     f"replace it with ({why}){settle}", pick=pick)
+        default = rules.default_backend(version)
+        return done(DEFAULT, default, f"vLLM's default ({default}) kept, nothing inserted: {why}{settle}", pick=pick)
+    refusal = _dbo_refusal(line, pick.backend, version, platform.name)
+    if refusal:
+        raise IllegalBackend(f"the pick {pick.backend}: {refusal} (nothing was started)")
+    try:
+        setting = backend_setting(pick.backend, version, serving)
+    except rules.BackendUnknownToVersion as e:  # a release before the flag without a variable value for it
+        if given is not None:
+            return done(KEEP, given, f"the line's {_how(given, effective.origin)} kept: {e}", pick=pick)
+        default = rules.default_backend(version)
+        return done(DEFAULT, default, f"vLLM's default ({default}) kept, nothing inserted: {e}", pick=pick)
+    flags, env = _answer_extras(line, pick, serving, plan["warnings"])
+    final = rewrite(line, setting, flags, env)
+    subject = (f"{_setting_words(setting)} replaces the line's {_how(given, effective.origin)} (--override)" if given
+               else f"{_setting_words(setting)} inserted")
+    if pick.confidence is None:  # a platform rule, not the selector's call
+        why = f"{subject}: {pick.source}"
+    else:
+        why = (f"{subject} for {profile.model} at EP {args.world_size} on vLLM {version}: {pick.evidence} evidence, "
+               f"confidence {pick.confidence}, from {pick.source}{unused}")
+    return done(OVERRIDE if given else INSERT, pick.backend, why, final=final, pick=pick)
+
+
+def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: PlatformChoice, db: DatabaseState,
+          version: str, workload: str, token: str | None, archs) -> tuple[Pick | None, dict]:
+    """The pick and what the plan records about where it came from (``no_pick``: why there is none)."""
+    if platform.name == CPU:
+        legal = legal_backends(target, sorted(rules.PLATFORMS[CPU].backends))
+        if not legal:
+            raise IllegalBackend(f"no all2all backend runs {target.profile.model} on vLLM's CPU platform at EP "
+                                 f"{target.world_size} (nothing was started)")
+        return Pick(legal[0], None, "rule", f"the only all2all manager vLLM's CPU platform builds ({platform.why}); "
+                                            f"no database read"), {}
+    if not rules.version_in(version, rules.FLAG_SINCE, None):
+        return None, {"no_pick": f"vLLM {version} predates --all2all-backend ({rules.FLAG_SINCE}), and autoselect "
+                                 f"picks for releases that have it"}
+    args = line.args
+    kw = dict(dp=args.data_parallel_size, tp=args.tensor_parallel_size, host_class=o.host_class,
+              gpu_arch=o.gpu_arch, vllm_version=version, workload=workload,
+              concurrency=args.max_num_seqs * args.data_parallel_size if args.max_num_seqs else None,
+              max_num_batched_tokens=args.max_num_batched_tokens, max_workspace_gib=o.max_workspace_gib)
+    extra: dict[str, Any] = {"database": db.text}
+    if o.server is not None:
+        try:
+            pick = _service_pick(line, o, platform, kw, token, target, archs)
+            extra["database"] = None
+            return pick, extra
+        except ServiceUnavailable as e:
+            extra["server_problem"] = str(e)
+    try:
+        answer = local_answer(args.model, db, **kw)
+    except UnknownHostClass as e:
+        if db.readable:
+            raise
+        return None, {**extra, "no_pick": f"host class {o.host_class} is unknown without a database ({db.text}): "
+                                          f"{str(e).split(';')[0]}"}
+    pick = pick_of(answer, local_source(answer, db))
+    return pick, {**extra, "gpu_arch": answer.get("gpu_arch"),
+                  "host_class": (answer.get("data_used") or {}).get("host_class") or o.host_class}
+
+
+def _service_pick(line: LaunchLine, o: LaunchOptions, platform: PlatformChoice, kw: dict, token: str | None,
+                  target: Target, archs) -> Pick:
+    """The service's pick, judged again here (:class:`ServiceUnavailable` when it cannot be used)."""
+    model = o.server_model or (os.path.basename(os.path.normpath(line.args.model))
+                               if os.path.isdir(line.args.model) else line.args.model)
+    host_class = o.host_class or (platform.host.host_class if platform.host is not None else None)
+    params = {"model": model, **{k: v for k, v in kw.items() if k != "host_class"}, "host_class": host_class}
+    answer = ask_service(o.server, params, token=token, timeout_s=o.server_timeout_s)
+    pick = pick_of(answer, f"the service {o.server} ({(answer.get('data_used') or {}).get('host_class') or 'its data'})")
+    arch = answer.get("gpu_arch")
+    judged = _judged(target, pick.backend, (arch,) if arch else archs)
+    refusal = _refusal(pick.backend, judged, target, target.vllm_version)
+    if refusal:
+        raise ServiceUnavailable(f"its pick is illegal here: {refusal}")
+    return pick
+
+
+def _answer_extras(line: LaunchLine, pick: Pick, serving: Mapping[str, str],
+                   warnings: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The answer's flags and tuned variables the line does not set itself (the user's win, said)."""
+    flags: list[str] = []
+    for option, *values in pick.flags:
+        if has_option(line.args, option):
+            warnings.append(f"the line's own {option} is kept; the answer for {pick.backend} suggests "
+                            f"{' '.join([option, *values])}")
+        else:
+            flags += [option, *values]
+    env: dict[str, str] = {}
+    for name, value in pick.env.items():
+        if name in serving and serving[name] != value:
+            warnings.append(f"the line's own {name}={serving[name]} is kept; the tuned value for {pick.backend} is "
+                            f"{value}")
+        elif name not in serving:
+            env[name] = value
+    return flags, env

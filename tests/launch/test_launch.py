@@ -1,0 +1,480 @@
+"""``autoselect launch``: the pick goes into the user's own line, an illegal backend never starts.
+
+The decision is exercised as a library (:func:`autoselect.launch.plan_launch`) and through the
+CLI with ``--dry-run``; the exec itself with a stand-in ``vllm`` on PATH (a script that prints its
+PID and arguments), so the test sees the same PID and exit status the real server would get.
+The real vLLM start-up is in test_launch_vllm.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from support.db import hgx_host
+from support.fleet import DEEPSEEK_V3, HOST_CLASS, build_fleet_db, h200_host
+from support.hostile import refused
+from support.paths import FIXTURES, REPO
+from support.vllm_env import fake_vllm_env
+
+import autoselect.selector.pipeline as pipeline
+from autoselect import launch
+from autoselect.cli import main
+from autoselect.hardware import cpu_fingerprint
+from autoselect.launch import LaunchOptions, plan_launch, run_plan
+from autoselect.selector import recommend_for
+
+MODELS = FIXTURES / "models"
+QWEN = str(MODELS / "qwen3-30b-a3b")
+NVFP4 = str(MODELS / "deepseek-r1-nvfp4")
+H200 = "h200x8-5d1c7e0a"
+B200 = "b200x8-9a4f2b61"
+REFERENCE = "ref-h200_sxm-x8"
+
+
+@pytest.fixture(scope="module")
+def fixture_db(tmp_path_factory) -> Path:
+    """The shipped H200 and B200 measurements (tests/fixtures/results)."""
+    from db.store import import_file
+
+    path = tmp_path_factory.mktemp("launch") / "fixtures.db"
+    import_file(path, FIXTURES / "results" / "h200.jsonl")
+    import_file(path, FIXTURES / "results" / "b200.jsonl")
+    return path
+
+
+@pytest.fixture(scope="module")
+def fleet_db(tmp_path_factory) -> Path:
+    """Four H200 nodes of class h200x8-fleet; after the third run two-sided beats the default."""
+    return build_fleet_db(tmp_path_factory.mktemp("fleet") / "fleet.db")
+
+
+@pytest.fixture
+def on_cpu(monkeypatch):
+    """This machine has no GPU (whatever the test machine has)."""
+    monkeypatch.setattr("autoselect.launch.platform.fingerprint", cpu_fingerprint)
+    monkeypatch.setattr(pipeline, "fingerprint", cpu_fingerprint)
+
+
+@pytest.fixture
+def on_h20(monkeypatch):
+    """This machine is an 8 x H20 NVSwitch node: GPUs no published reference covers, no measurements."""
+    node = hgx_host("h20-node")
+    node = dataclasses.replace(node, gpu_name="NVIDIA H20", host_class="h20x8-test",
+                               gpus=[dataclasses.replace(g, name="NVIDIA H20") for g in node.gpus])
+    monkeypatch.setattr("autoselect.launch.platform.fingerprint", lambda: node)
+    monkeypatch.setattr(pipeline, "fingerprint", lambda: node)
+    return node
+
+
+@pytest.fixture
+def on_fleet_node(monkeypatch):
+    """This machine is node gpu-a of the fleet's H200 class."""
+    node = h200_host("gpu-a")
+    monkeypatch.setattr("autoselect.launch.platform.fingerprint", lambda: node)
+    monkeypatch.setattr(pipeline, "fingerprint", lambda: node)
+    return node
+
+
+def dry(*args, env=None):
+    """``autoselect launch --dry-run ARGS`` through click (stdout and stderr apart)."""
+    return CliRunner().invoke(main, ["launch", "--dry-run", *[str(a) for a in args]], env=env)
+
+
+def serve_line(model=DEEPSEEK_V3, *flags):
+    return ["vllm", "serve", model, "-dp", "8", "--enable-expert-parallel", *flags]
+
+
+# ---- the pick goes in: a reference class, a measured host class, this machine -------------------
+
+
+def test_dry_run_prints_the_line_with_the_pick_for_a_reference_class(on_cpu):
+    rec = recommend_for(DEEPSEEK_V3, host_class=REFERENCE, dp=8)
+    result = dry("--host-class", REFERENCE, "--", *serve_line())
+    assert result.exit_code == 0, result.output
+    assert result.stdout == shlex.join(serve_line() + ["--all2all-backend", rec.backend]) + "\n"
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"autoselect launch: --all2all-backend {rec.backend} inserted for {DEEPSEEK_V3} at EP 8 "
+                           f"on vLLM ")
+    assert f"confidence {rec.confidence}, from NVIDIA's published reference (class {REFERENCE})" in line
+
+
+def test_dry_run_prints_the_line_with_the_pick_for_a_measured_host_class(fixture_db, on_cpu):
+    for host_class, model in ((H200, DEEPSEEK_V3), (B200, NVFP4)):
+        rec = recommend_for(model, db_path=fixture_db, host_class=host_class, dp=8)
+        assert rec.confidence != "none"
+        result = dry("--db", fixture_db, "--host-class", host_class, "--", *serve_line(model))
+        assert result.exit_code == 0, result.output
+        # the backend and what else the answer carries (a one-sided pick's token budget), as recommend prints them
+        assert result.stdout.split() == serve_line(model) + rec.vllm_args[rec.vllm_args.index("--all2all-backend"):]
+        assert (f"measured evidence, confidence {rec.confidence}, from the database {fixture_db} (host class "
+                f"{host_class}, ") in result.stderr
+
+
+def test_on_a_gpu_node_the_pick_comes_from_its_own_host_class(fleet_db, on_fleet_node):
+    rec = recommend_for(DEEPSEEK_V3, db_path=fleet_db, dp=8, workload="decode")
+    plan = plan_launch(serve_line(), LaunchOptions(db_path=fleet_db, workload="decode"))
+    assert (plan.action, plan.backend, plan.platform.name) == ("insert", rec.backend, "cuda")
+    assert (plan.pick.evidence, plan.pick.confidence, plan.host_class) == ("measured", rec.confidence, HOST_CLASS)
+    assert plan.final.argv == serve_line() + ["--all2all-backend", rec.backend]
+
+
+def test_the_role_the_line_says_weighs_the_pick_on_its_workload(fixture_db, on_cpu):
+    consumer = '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}'
+    plan = plan_launch(serve_line(NVFP4, "--kv-transfer-config", consumer),
+                       LaunchOptions(db_path=fixture_db, host_class=B200))
+    assert (plan.role, plan.workload) == ("decode", "decode")
+    assert plan.backend == recommend_for(NVFP4, db_path=fixture_db, host_class=B200, dp=8, workload="decode").backend
+    plan = plan_launch(serve_line(NVFP4), LaunchOptions(db_path=fixture_db, host_class=B200, role="prefill"))
+    assert plan.workload == "prefill"
+
+
+def test_max_num_seqs_per_engine_is_the_decode_concurrency(fixture_db, on_cpu):
+    plan = plan_launch(serve_line(NVFP4, "--max-num-seqs", "4"), LaunchOptions(db_path=fixture_db, host_class=B200,
+                                                                               workload="decode"))
+    # 4 running requests per engine x dp 8 = 32 over the deployment: decode buckets up to 4 tokens per rank
+    assert [b["tokens_per_rank"] for b in plan.pick.answer["workload"]["buckets"]] == [1, 2, 4]
+
+
+# ---- the user's backend: kept, refused, overridden ----------------------------------------------
+
+
+def test_a_legal_backend_in_the_line_is_kept_and_nothing_is_added(on_cpu):
+    line = serve_line(NVFP4, "--all2all-backend", "flashinfer_nvlink_one_sided")
+    plan = plan_launch(line, LaunchOptions(gpu_arch="sm100", vllm_version="0.33.0"))
+    assert (plan.action, plan.backend, plan.final.argv) == ("keep", "flashinfer_nvlink_one_sided", line)
+    assert plan.text == (f"autoselect launch: the line's --all2all-backend flashinfer_nvlink_one_sided kept (legal for "
+                         f"{NVFP4} on sm100 at EP 8, vLLM 0.33.0); --override lets autoselect choose")
+
+
+def test_an_illegal_backend_in_the_line_is_refused_and_nothing_starts(tmp_path, on_cpu):
+    decision = tmp_path / "decision.json"
+    result = dry("--gpu-arch", "sm90", "--decision-json", decision, "--",
+                 *serve_line(QWEN, "--all2all-backend", "flashinfer_nvlink_one_sided"))
+    line = refused(result)
+    assert line.startswith(f"Error: flashinfer_nvlink_one_sided cannot run {QWEN} here: flashinfer_nvlink_one_sided "
+                           f"needs nvfp4 activations; {QWEN} dispatches bf16 on sm90")
+    assert line.endswith("(nothing was started)")
+    assert not decision.exists()
+
+
+def test_an_illegal_backend_named_by_the_variable_is_refused_too(on_cpu):
+    with pytest.raises(launch.IllegalBackend, match="needs fewer than 8 ranks or a multiple of 8, not 12"):
+        plan_launch(["VLLM_ALL2ALL_BACKEND=deepep_low_latency", "vllm", "serve", QWEN, "-dp", "12", "-ep"],
+                    LaunchOptions(gpu_arch="sm90", vllm_version="0.14.0"))
+    with pytest.raises(launch.IllegalBackend, match="VLLM_ALL2ALL_BACKEND=deepep_v2"):  # 0.11.1 refuses the value
+        plan_launch(serve_line(QWEN), LaunchOptions(gpu_arch="sm90", vllm_version="0.11.1"),
+                    environ={"VLLM_ALL2ALL_BACKEND": "deepep_v2"})
+
+
+def test_a_backend_vllm_does_not_know_is_refused_with_the_choices(on_cpu):
+    with pytest.raises(launch.IllegalBackend, match="'flashinfer_one_sided' is not a backend vLLM knows; vLLM 0.33.0 "
+                                                    "accepts: allgather_reducescatter, "):
+        plan_launch(serve_line(QWEN, "--all2all-backend", "flashinfer_one_sided"),
+                    LaunchOptions(gpu_arch="sm90", vllm_version="0.33.0"))
+
+
+def test_the_flag_on_a_release_before_it_is_refused(on_cpu):
+    with pytest.raises(launch.IllegalBackend, match="vLLM 0.11.0 has no --all2all-backend"):
+        plan_launch(serve_line(QWEN, "--all2all-backend", "deepep_low_latency"),
+                    LaunchOptions(gpu_arch="sm90", vllm_version="0.11.0"))
+
+
+def test_dbo_with_a_backend_it_cannot_run_is_refused(on_cpu):
+    with pytest.raises(launch.IllegalBackend, match="--enable-dbo, which vLLM 0.33.0 runs only with"):
+        plan_launch(serve_line(QWEN, "--enable-dbo", "--all2all-backend", "flashinfer_nvlink_two_sided"),
+                    LaunchOptions(gpu_arch="sm90", vllm_version="0.33.0"))
+
+
+def test_override_puts_the_pick_after_the_users_flag_so_it_wins(fixture_db, on_cpu):
+    line = serve_line(NVFP4, "--all2all-backend", "deepep_high_throughput")
+    plan = plan_launch(line, LaunchOptions(db_path=fixture_db, host_class=B200, override=True))
+    rec = recommend_for(NVFP4, db_path=fixture_db, host_class=B200, dp=8)
+    pick = rec.backend
+    assert plan.action == "override"
+    assert plan.final.argv == line + rec.vllm_args[rec.vllm_args.index("--all2all-backend"):]
+    assert plan.text.startswith(f"autoselect launch: --all2all-backend {pick} replaces the line's --all2all-backend "
+                                f"deepep_high_throughput (--override)")
+
+
+def test_override_replaces_an_illegal_backend_but_only_with_a_pick(tmp_path, on_h20):
+    line = serve_line(QWEN, "--all2all-backend", "flashinfer_nvlink_one_sided")
+    plan = plan_launch(line, LaunchOptions(db_path=tmp_path / "none.db", host_class=REFERENCE, override=True))
+    assert plan.action == "override" and plan.final.argv[-2:] != ["--all2all-backend", "flashinfer_nvlink_one_sided"]
+    with pytest.raises(launch.IllegalBackend, match="--override found nothing to replace it with"):
+        plan_launch(line, LaunchOptions(db_path=tmp_path / "none.db", override=True))
+
+
+# ---- vLLM's CPU platform ------------------------------------------------------------------------
+
+
+def test_on_a_host_without_gpus_the_cpu_platform_runs_allgather_reducescatter_and_says_so(on_cpu):
+    plan = plan_launch(["vllm", "serve", QWEN, "-dp", "2", "-ep"], LaunchOptions(vllm_version="0.32.0"))
+    assert (plan.action, plan.backend, plan.platform.name, plan.gpu_arch) == (
+        "insert", "allgather_reducescatter", "cpu", None)
+    assert plan.text == ("autoselect launch: --all2all-backend allgather_reducescatter inserted: the only all2all "
+                         "manager vLLM's CPU platform builds (no GPU on this host); no database read")
+    assert plan.pick.evidence == "rule" and plan.pick.confidence is None
+
+
+def test_the_cpu_platform_refuses_a_backend_it_cannot_run(on_cpu):
+    result = dry("--vllm-version", "0.32.0", "--", "vllm", "serve", QWEN, "-dp", "2", "-ep", "--all2all-backend",
+                 "deepep_low_latency")
+    line = refused(result)
+    assert line.startswith(f"Error: deepep_low_latency cannot run {QWEN} here: vLLM's CPU platform runs only "
+                           f"allgather_reducescatter, not deepep_low_latency")
+    assert "legal here: allgather_reducescatter" in line
+
+
+def test_a_line_that_sets_the_cpu_target_device_is_the_cpu_platform_even_on_a_gpu_host(on_fleet_node):
+    plan = plan_launch(["VLLM_TARGET_DEVICE=cpu", "vllm", "serve", QWEN, "-dp", "2", "-ep"])
+    assert (plan.platform.name, plan.platform.why) == ("cpu", "the line sets VLLM_TARGET_DEVICE=cpu")
+    assert plan.final.env == {"VLLM_TARGET_DEVICE": "cpu"}
+
+
+# ---- no evidence ----------------------------------------------------------------------------------
+
+
+def test_without_evidence_vllms_default_stays_and_the_bench_command_is_named(tmp_path, on_h20):
+    plan = plan_launch(serve_line(QWEN), LaunchOptions(db_path=tmp_path / "none.db"))
+    assert (plan.action, plan.backend, plan.final.argv) == ("default", "allgather_reducescatter", serve_line(QWEN))
+    assert plan.text.startswith("autoselect launch: vLLM's default (allgather_reducescatter) kept, nothing inserted: "
+                                "no evidence: no measurement of any legal backend")
+    assert f"no database at {tmp_path / 'none.db'}" in plan.text
+    assert "; to settle it: autoselect bench --model" in plan.text
+    with pytest.raises(launch.NoEvidence, match="--require-evidence: no evidence: .*; settle it with: autoselect bench"):
+        plan_launch(serve_line(QWEN), LaunchOptions(db_path=tmp_path / "none.db", require_evidence=True))
+    assert not (tmp_path / "none.db").exists()  # read-only: never created
+
+
+def test_an_unreadable_database_is_said_in_the_line_and_the_reference_answers(tmp_path, on_cpu):
+    broken = tmp_path / "broken.db"
+    broken.write_bytes(b"\0" * 200)
+    plan = plan_launch(serve_line(), LaunchOptions(db_path=broken, host_class=REFERENCE))
+    assert plan.action == "insert" and plan.pick.confidence == "reference"
+    assert f"; the database {broken} is unreadable (" in plan.text
+    assert broken.read_bytes() == b"\0" * 200
+
+
+def test_a_measured_class_without_its_database_falls_back_to_the_default(tmp_path, on_cpu):
+    plan = plan_launch(serve_line(), LaunchOptions(db_path=tmp_path / "absent.db", host_class=H200))
+    assert plan.action == "default"
+    assert f"host class {H200} is unknown without a database (no database at {tmp_path / 'absent.db'})" in plan.text
+
+
+def test_a_release_before_the_flag_keeps_its_default_and_says_why(on_cpu):
+    plan = plan_launch(serve_line(), LaunchOptions(gpu_arch="sm90", vllm_version="0.11.0"))
+    assert plan.action == "default" and plan.backend == "allgather_reducescatter"
+    assert "vLLM 0.11.0 predates --all2all-backend (0.11.1), and autoselect picks for releases that have it" in plan.text
+
+
+def test_a_line_without_an_all2all_group_is_started_unchanged(on_cpu):
+    for line, why in ((["vllm", "serve", QWEN, "-dp", "8"], "no --enable-expert-parallel"),
+                      (["vllm", "serve", QWEN, "-tp", "8", "-ep"], "--data-parallel-size 1")):
+        plan = plan_launch(line)
+        assert (plan.action, plan.final.argv) == ("unchanged", line)
+        assert plan.text.startswith(f"autoselect launch: line unchanged: {why}")
+    dense = plan_launch(["vllm", "serve", str(MODELS / "llama-3.1-8b"), "-dp", "2", "-ep"])
+    assert dense.action == "unchanged" and "dense" in dense.text
+
+
+# ---- the forms of the line ----------------------------------------------------------------------
+
+
+def test_the_api_server_module_line_gets_the_flag_and_its_python_names_the_vllm(tmp_path, on_cpu):
+    python, _, _ = fake_vllm_env(tmp_path, "0.32.0")
+    line = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", QWEN, "-dp", "2", "-ep"]
+    plan = plan_launch(line)
+    assert (plan.vllm_version, plan.vllm_version_source) == ("0.32.0", "the line's vllm")
+    assert plan.final.argv == line + ["--all2all-backend", "allgather_reducescatter"]
+
+
+def test_the_vllm_scripts_shebang_names_the_vllm(tmp_path, on_cpu):
+    python, _, _ = fake_vllm_env(tmp_path, "0.19.1")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text(f"#!{python}\nimport sys\n")
+    (bin_dir / "vllm").chmod(0o755)
+    plan = plan_launch(["vllm", "serve", QWEN, "-dp", "2", "-ep"], environ={"PATH": str(bin_dir)})
+    assert (plan.vllm_version, plan.vllm_version_source) == ("0.19.1", "the line's vllm")
+
+
+def test_the_image_tag_names_the_vllm_and_variables_go_into_the_container(on_cpu):
+    line = ["docker", "run", "--gpus", "all", "vllm/vllm-openai:v0.11.0", QWEN, "-dp", "2", "-ep"]
+    plan = plan_launch(line)
+    assert (plan.vllm_version, plan.vllm_version_source) == ("0.11.0", "the line's image, vllm/vllm-openai:v0.11.0")
+    assert plan.final.argv == ["docker", "run", "--gpus", "all", "-e", "VLLM_ALL2ALL_BACKEND=allgather_reducescatter",
+                               "vllm/vllm-openai:v0.11.0", QWEN, "-dp", "2", "-ep"]
+
+
+def test_a_release_before_the_flag_gets_the_variable_before_a_bare_program(on_cpu):
+    plan = plan_launch(["A=1", "vllm", "serve", QWEN, "-dp", "2", "-ep"], LaunchOptions(vllm_version="0.11.0"))
+    assert plan.final.env == {"A": "1", "VLLM_ALL2ALL_BACKEND": "allgather_reducescatter"}
+    assert plan.final.shell() == f"A=1 VLLM_ALL2ALL_BACKEND=allgather_reducescatter vllm serve {QWEN} -dp 2 -ep"
+    assert plan.text.startswith("autoselect launch: VLLM_ALL2ALL_BACKEND=allgather_reducescatter inserted")
+
+
+def test_behind_a_launcher_variables_go_through_env_right_before_the_server(on_cpu):
+    plan = plan_launch(["sudo", "-E", "vllm", "serve", QWEN, "-dp", "2", "-ep"], LaunchOptions(vllm_version="0.11.0"))
+    assert plan.final.argv[:4] == ["sudo", "-E", "env", "VLLM_ALL2ALL_BACKEND=allgather_reducescatter"]
+
+
+def test_a_variable_that_overrides_the_flag_is_unset_when_the_pick_replaces_it(on_cpu):
+    line = ["VLLM_ALL2ALL_BACKEND=pplx", "vllm", "serve", QWEN, "-dp", "2", "-ep"]
+    plan = plan_launch(line, LaunchOptions(vllm_version="0.14.0", override=True), environ={"VLLM_ALL2ALL_BACKEND": "x"})
+    assert plan.final.unset == ("VLLM_ALL2ALL_BACKEND",) and "VLLM_ALL2ALL_BACKEND" not in plan.final.env
+    assert plan.final.shell().startswith("env -u VLLM_ALL2ALL_BACKEND vllm serve ")
+    assert "VLLM_ALL2ALL_BACKEND" not in plan.final.exec_env({"VLLM_ALL2ALL_BACKEND": "x", "PATH": "/bin"})
+
+
+def test_a_config_file_backend_is_the_users_and_is_judged(tmp_path, on_cpu):
+    config = tmp_path / "serve.yaml"
+    config.write_text("data-parallel-size: 2\nenable-expert-parallel: true\nall2all-backend: deepep_low_latency\n")
+    with pytest.raises(launch.IllegalBackend, match="CPU platform runs only allgather_reducescatter"):
+        plan_launch(["vllm", "serve", QWEN, "--config", str(config)])
+    config.write_text("data-parallel-size: 2\nenable-expert-parallel: true\n")
+    plan = plan_launch(["vllm", "serve", QWEN, "--config", str(config)])
+    assert plan.final.argv == ["vllm", "serve", QWEN, "--config", str(config), "--all2all-backend",
+                               "allgather_reducescatter"]
+
+
+def test_a_pasted_block_is_read_as_check_reads_it(on_cpu):
+    block = f"export A=1\nvllm serve {QWEN} \\\n  -dp 2 \\\n  --enable-expert-parallel\n"
+    plan = plan_launch([block])
+    assert plan.final.shell() == f"A=1 vllm serve {QWEN} -dp 2 --enable-expert-parallel --all2all-backend " \
+                                 "allgather_reducescatter"
+
+
+def test_tuned_flags_and_variables_are_added_unless_the_line_sets_them(on_cpu):
+    from autoselect.launch.decide import _answer_extras
+    from autoselect.launch.line import read_line
+
+    pick = launch.Pick("flashinfer_nvlink_one_sided", "high", "measured", "db",
+                       flags=(("--max-num-batched-tokens", "2048"), ("--some-knob", "3")), env={"NCCL_X": "1", "K": "2"})
+    warnings: list[str] = []
+    line = read_line(["vllm", "serve", QWEN, "-dp", "2", "-ep", "--max-num-batched-tokens", "4096"])
+    flags, env = _answer_extras(line, pick, {"K": "9"}, warnings)
+    assert (flags, env) == (["--some-knob", "3"], {"NCCL_X": "1"})
+    assert warnings == ["the line's own --max-num-batched-tokens is kept; the answer for flashinfer_nvlink_one_sided "
+                        "suggests --max-num-batched-tokens 2048",
+                        "the line's own K=9 is kept; the tuned value for flashinfer_nvlink_one_sided is 2"]
+
+
+# ---- bad input: one Error line, exit 2, nothing executed ----------------------------------------
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--"], "Error: nothing after `--`: pass the server line to start"),
+    ([], "Error: nothing after `--`: pass the server line to start"),
+    (["--", "vllm serve 'unbalanced"], "Error: cannot split line 1 of the command: No closing quotation"),
+    (["--", "vllm", "serve", "-dp", "8", "-ep"], "Error: no model in the command line"),
+    (["--", QWEN, "-dp", "8", "-ep"], "Error: the line names no program that starts the server"),
+    (["--vllm-version", "1.x", "--", "vllm", "serve", QWEN], "Error: cannot read vLLM version '1.x'"),
+    (["--role", "router", "--", "vllm", "serve", QWEN], "Error: unknown role 'router'"),
+    (["--token-file", "t", "--", "vllm", "serve", QWEN], "Error: --token-file is the service's token"),
+    (["--server", "ftp://x", "--", "vllm", "serve", QWEN], "Error: --server 'ftp://x' is not an http(s) URL"),
+    (["--server", "http://x", "--server-timeout", "0", "--", "vllm", "serve", QWEN],
+     "Error: --server-timeout 0.0 must be a positive number of seconds"),
+    (["--decision-json", "/nonexistent-dir/d.json", "--", "vllm", "serve", QWEN],
+     "Error: --decision-json /nonexistent-dir/d.json: folder /nonexistent-dir does not exist"),
+    (["--", "vllm", "serve", QWEN, "-dp", "2", "-ep", "--config", "absent.yaml"],
+     "Error: --config absent.yaml cannot be read here (No such file or directory)"),
+    (["--", "vllm", "bench", "latency", "--model", QWEN], "Error: `vllm bench` is not `vllm serve`"),
+])
+def test_bad_input_is_one_error_line_and_nothing_runs(args, message, monkeypatch, on_cpu):
+    started = []
+    monkeypatch.setattr(os, "execvpe", lambda *a: started.append(a))
+    line = refused(CliRunner().invoke(main, ["launch", *args]))
+    assert line.startswith(message), line
+    assert started == []
+
+
+def test_a_program_that_is_not_there_is_refused_before_anything_is_written(tmp_path, on_cpu, monkeypatch):
+    started = []
+    monkeypatch.setattr(os, "execvpe", lambda *a: started.append(a))
+    decision = tmp_path / "d.json"
+    absent = tmp_path / "venv" / "bin" / "vllm"
+    result = CliRunner().invoke(main, ["launch", "--decision-json", str(decision), "--", str(absent), "serve",
+                                       QWEN, "-dp", "2", "-ep"])
+    assert refused(result) == f"Error: cannot start {str(absent)!r}: not found on PATH or not executable " \
+                              "(nothing was started)"
+    assert started == [] and not decision.exists()
+
+
+# ---- the decision, written; the exec ------------------------------------------------------------
+
+
+def test_the_decision_json_says_what_was_chosen_and_what_runs(tmp_path, fixture_db, on_cpu):
+    decision = tmp_path / "decision.json"
+    result = dry("--db", fixture_db, "--host-class", B200, "--decision-json", decision, "--", *serve_line(NVFP4))
+    assert result.exit_code == 0, result.output
+    doc = json.loads(decision.read_text())
+    assert doc["schema_version"] == 1 and doc["action"] == "insert"
+    assert doc["backend"] == doc["pick"]["backend"] and doc["pick"]["evidence"] == "measured"
+    assert doc["command_line"] == result.stdout.strip() and doc["reason"] == result.stderr.splitlines()[0]
+    assert doc["inserted"]["flags"][:2] == ["--all2all-backend", doc["backend"]]
+    assert doc["command"][-len(doc["inserted"]["flags"]):] == doc["inserted"]["flags"]
+    assert (doc["gpu_arch"], doc["host_class"], doc["platform"], doc["world_size"]) == ("sm100", B200, "cuda", 8)
+    assert set(doc) == set(plan_launch(serve_line(NVFP4), LaunchOptions(db_path=fixture_db, host_class=B200)
+                                       ).to_dict())
+
+
+def test_run_plan_execs_the_final_command_with_its_environment(tmp_path, on_cpu):
+    fake_vllm(tmp_path / "bin")
+    environ = {"PATH": str(tmp_path / "bin"), "VLLM_ALL2ALL_BACKEND": "pplx", "KEEP": "me"}
+    plan = plan_launch(["A=1", "vllm", "serve", QWEN, "-dp", "2", "-ep"], LaunchOptions(vllm_version="0.14.0",
+                                                                                          override=True),
+                       environ=environ)
+    calls, err = [], io.StringIO()
+    assert run_plan(plan, environ=environ, execvpe=lambda *a: calls.append(a), err=err) == 0
+    [(program, argv, env)] = calls
+    assert (program, argv) == ("vllm", ["vllm", "serve", QWEN, "-dp", "2", "-ep", "--all2all-backend",
+                                        "allgather_reducescatter"])
+    assert env == {"PATH": str(tmp_path / "bin"), "KEEP": "me", "A": "1"}  # the variable would override the flag
+    assert err.getvalue() == plan.text + "\n"
+
+
+def fake_vllm(bin_dir: Path, exit_code: int = 7) -> Path:
+    """A stand-in `vllm` script: prints its PID and arguments, exits with ``exit_code``."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "vllm"
+    script.write_text(f'#!/bin/sh\necho "pid=$$"\necho "args=$*"\necho "A=$A"\nexit {exit_code}\n')
+    script.chmod(0o755)
+    return script
+
+
+def test_launch_becomes_the_server_same_pid_same_exit_status(tmp_path):
+    fake_vllm(tmp_path / "bin")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "VLLM_TARGET_DEVICE": "cpu",
+           "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "autoselect", "launch", "--vllm-version", "0.32.0", "--",
+                             "A=1", "vllm", "serve", QWEN, "-dp", "2", "--enable-expert-parallel"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 7, err
+    assert out.splitlines() == [f"pid={proc.pid}",
+                                f"args=serve {QWEN} -dp 2 --enable-expert-parallel --all2all-backend "
+                                f"allgather_reducescatter", "A=1"]
+    assert err.splitlines() == ["autoselect launch: --all2all-backend allgather_reducescatter inserted: the only "
+                                "all2all manager vLLM's CPU platform builds (the line sets VLLM_TARGET_DEVICE=cpu); "
+                                "no database read"]
+
+
+def test_the_refusal_path_never_starts_the_server(tmp_path):
+    fake_vllm(tmp_path / "bin")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "VLLM_TARGET_DEVICE": "cpu",
+           "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "autoselect", "launch", "--", "vllm", "serve", QWEN, "-dp", "2",
+                           "-ep", "--all2all-backend", "deepep_low_latency"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("Error: deepep_low_latency cannot run") and proc.stderr.count("\n") == 1
