@@ -41,6 +41,7 @@ from autoselect.bearer import read_token_file
 from autoselect.bridge import target_version
 from autoselect.candidates import Target, candidate_backends, legal_backends, resolve_target
 from autoselect.check import DEFAULT as DEFAULT_ORIGIN
+from autoselect.check import FLAG as FLAG_ORIGIN
 from autoselect.check import ROLES, UnknownRole
 from autoselect.errors import UnknownHostClass, UserError
 from autoselect.hardware import HostFingerprint
@@ -114,7 +115,7 @@ class LaunchPlan:
     """The decision and the command that carries it out."""
 
     action: str  # one of ACTIONS
-    backend: str | None  # what vLLM will run, as named (None: no all2all)
+    backend: str | None  # the backend the final line selects, as named (with no all2all group, unused)
     given: str | None  # the backend the line names, as written
     given_origin: str  # "--all2all-backend", "VLLM_ALL2ALL_BACKEND" or "vLLM's default"
     pick: Pick | None
@@ -304,6 +305,10 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
                              f"would exit with 'unrecognized arguments'; set {rules.VARIABLE}={args.all2all_backend} "
                              f"instead, or pass the vLLM that will run with --vllm-version")
     given = effective.backend if effective.origin != DEFAULT_ORIGIN else None
+    if given is not None and effective.origin == FLAG_ORIGIN and not rules.value_known_to(given, version):
+        choices = ", ".join(rules.parser_choices(version))
+        raise IllegalBackend(f"vLLM {version} does not accept --all2all-backend {given}: vllm serve would exit with "
+                             f"'invalid choice'; it accepts: {choices} (nothing was started)")
     role = options.role or args.role
     workload = options.workload or ROLE_WORKLOAD.get(role or "both", "mixed")
     gpu_arch = normalize_arch(options.gpu_arch) if options.gpu_arch else None
@@ -312,6 +317,10 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
                 given=given, given_origin=effective.origin, warnings=warnings, server=options.server)
 
     def done(action, backend, why, final=None, pick=None, **extra):
+        runs = backend or rules.default_backend(version)
+        refusal = _dbo_refusal(line, runs, version, platform.name)
+        if refusal:  # vLLM asserts at start-up, whatever else the line says
+            raise IllegalBackend(f"{refusal} (nothing was started)")
         plan.update(extra)
         plan["warnings"] = list(dict.fromkeys(plan["warnings"]))
         return LaunchPlan(action=action, backend=backend, pick=pick, why=why, final=final or unchanged(line), **plan)
@@ -319,12 +328,12 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
     if not args.uses_all2all:
         why = ("no --enable-expert-parallel" if not args.enable_expert_parallel
                else f"--data-parallel-size {args.data_parallel_size}")
-        return done(UNCHANGED, given, f"line unchanged: {why}, so vLLM builds no all2all group and no backend "
+        return done(UNCHANGED, effective.backend, f"line unchanged: {why}, so vLLM builds no all2all group and no backend "
                                       f"matters (EP needs -ep and -dp > 1)")
     try:
         profile = load_profile(args.model)
     except DenseModel as e:
-        return done(UNCHANGED, given, f"line unchanged: {e}")
+        return done(UNCHANGED, effective.backend, f"line unchanged: {e}")
     db = database_state(options.db_path)
     cpu = platform.name == CPU
     if cpu:
@@ -379,9 +388,6 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
                                      f"replace it with ({why}){settle}", pick=pick)
         default = rules.default_backend(version)
         return done(DEFAULT, default, f"vLLM's default ({default}) kept, nothing inserted: {why}{settle}", pick=pick)
-    refusal = _dbo_refusal(line, pick.backend, version, platform.name)
-    if refusal:
-        raise IllegalBackend(f"the pick {pick.backend}: {refusal} (nothing was started)")
     try:
         setting = backend_setting(pick.backend, version, serving)
     except rules.BackendUnknownToVersion as e:  # a release before the flag without a variable value for it

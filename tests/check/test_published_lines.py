@@ -8,37 +8,21 @@ the publisher's own script gives them.
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 from click.testing import CliRunner
 
 from support.paths import FIXTURES
+from support.published_lines import CORPUS, command, expand
 
 from autoselect.check import check_serve_command
 from autoselect.cli import main
 
 MODELS = FIXTURES / "models"
-CORPUS = json.loads((FIXTURES / "published_lines" / "lines.json").read_text())["lines"]
 AGREEMENTS = ("agrees", "disagrees-on-purpose", "no-outcome-reported")
 OUTCOMES = ("worked", "accuracy-drop", "gibberish", "crash", "not-reported")
 FAILURES = ("accuracy-drop", "gibberish", "crash")
-
-
-def expand(line: str, shell: dict) -> str:
-    """``line`` after the shell substituted ``shell``'s values (``$((...))`` keys first, longest names first)."""
-    for key in sorted((k for k in shell if k.startswith("$")), key=len, reverse=True):
-        line = line.replace(key, shell[key])
-    for name in sorted((k for k in shell if not k.startswith("$")), key=len, reverse=True):
-        line = re.sub(rf"\$\{{{name}\}}|\${name}(?![A-Za-z0-9_])", lambda _: shell[name], line)
-    return line
-
-
-def command(entry: dict, *, expanded: bool = True) -> str:
-    line = expand(entry["line"], entry.get("shell", {})) if expanded else entry["line"]
-    model = entry["model"] if expanded or "MODEL" not in entry.get("shell", {}) else "$MODEL"
-    return line.replace(model, str(MODELS / entry["fixture"]))
 
 
 def run(entry: dict, version: str | None = None):

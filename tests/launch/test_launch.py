@@ -177,10 +177,15 @@ def test_an_illegal_backend_named_by_the_variable_is_refused_too(on_cpu):
 
 
 def test_a_backend_vllm_does_not_know_is_refused_with_the_choices(on_cpu):
-    with pytest.raises(launch.IllegalBackend, match="'flashinfer_one_sided' is not a backend vLLM knows; vLLM 0.33.0 "
-                                                    "accepts: allgather_reducescatter, "):
+    with pytest.raises(launch.IllegalBackend, match="vLLM 0.33.0 does not accept --all2all-backend flashinfer_one_sided: "
+                                                    "vllm serve would exit with 'invalid choice'; it accepts: "
+                                                    "allgather_reducescatter, "):
         plan_launch(serve_line(QWEN, "--all2all-backend", "flashinfer_one_sided"),
                     LaunchOptions(gpu_arch="sm90", vllm_version="0.33.0"))
+    with pytest.raises(launch.IllegalBackend, match="vLLM 0.17.0 does not accept --all2all-backend "
+                                                    "flashinfer_nvlink_one_sided"):  # first in 0.18.0
+        plan_launch(["vllm", "serve", QWEN, "-dp", "8", "--all2all-backend", "flashinfer_nvlink_one_sided"],
+                    LaunchOptions(gpu_arch="sm90", vllm_version="0.17.0"))  # even without an all2all group
 
 
 def test_the_flag_on_a_release_before_it_is_refused(on_cpu):
