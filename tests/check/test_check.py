@@ -368,26 +368,44 @@ def test_cli_inspect_json_activation_dtype_is_object_without_arch_and_string_wit
 
 _NO_TORCH = """
 import sys
+import click
 from autoselect.cli import main
 for args in {argsets!r}:
     try:
         main(args, standalone_mode=False)
-    except SystemExit:
+    except (SystemExit, click.ClickException):  # an exit status, or a refusal (exit 2)
         pass
-heavy = sorted(m for m in ("torch", "numpy", "sqlite_utils", "optuna", "vllm", "flashinfer") if m in sys.modules)
+heavy = sorted(m for m in ("torch", "numpy", "sqlite_utils", "optuna", "vllm", "flashinfer", "pyarrow")
+               if m in sys.modules)
 print("HEAVY", heavy)
 print("UNUSED", sorted(m for m in ("autoselect.bridge.client", "autoselect.bridge.protocol", "hashlib", "socket",
                                    "subprocess") if m in sys.modules))
 """
 
 
-def test_inspect_and_check_never_import_torch():
+def test_inspect_check_and_launch_never_import_torch(tmp_path):
+    from db.store import import_file
+
+    fixture_db = tmp_path / "fixtures.db"
+    import_file(fixture_db, FIXTURES / "results" / "b200.jsonl")
+    config = tmp_path / "serve.yaml"
+    config.write_text("data-parallel-size: 8\nenable-expert-parallel: true\n")
+    line = ["vllm", "serve", NVFP4, "-dp", "8", "-ep"]
     argsets = [
         ["inspect", "--model", NVFP4],
         ["inspect", "--help"],
         ["check", "--help"],
         ["check", "--", "vllm", "serve", NVFP4, "-dp", "8", "-ep", "--all2all-backend", "flashinfer_nvlink_one_sided"],
         ["check", "--gpu-arch", "sm90", "--", "vllm", "serve", BF16, "-dp", "2", "-ep"],
+        ["launch", "--help"],
+        ["launch", "--dry-run", "--", *line],  # this host: the CPU platform without GPUs, else the local GPUs
+        ["launch", "--dry-run", "--host-class", "ref-b200_sxm-x8", "--", *line],  # the reference answers
+        ["launch", "--dry-run", "--db", str(fixture_db), "--host-class", "b200x8-9a4f2b61", "--", *line],  # measured
+        ["launch", "--dry-run", "--gpu-arch", "sm100", "--", "vllm", "serve", NVFP4, "--config", str(config),
+         "--all2all-backend", "flashinfer_nvlink_one_sided"],  # kept
+        ["launch", "--dry-run", "--gpu-arch", "sm90", "--", *line, "--all2all-backend", "flashinfer_nvlink_one_sided"],
+        ["launch", "--dry-run", "--server", "http://127.0.0.1:9", "--server-timeout", "2", "--host-class",
+         "ref-b200_sxm-x8", "--", *line],  # nobody answers there: the local answer
     ]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     out = subprocess.run([sys.executable, "-c", _NO_TORCH.format(argsets=argsets)], capture_output=True,
