@@ -22,19 +22,14 @@ from typing import Any
 from autoselect import rules
 from autoselect import bridge
 from autoselect.bridge import VllmPythonInvalid, target_version, vllm_python
-from autoselect.errors import UserError
 from autoselect.hardware import local_gpu_arch
 from autoselect.model import GPU_ARCHS, DenseModel, MoeProfile, load_profile, normalize_arch
 from autoselect.vllm_flags import ServeArgs, parse_serve_argv
+from autoselect.workload import ROLES, UnknownRole, check_role  # noqa: F401 (ROLES, UnknownRole: check's names)
 
 SEVERITIES = ("error", "warning", "info")
-ROLES = ("prefill", "decode", "both")
 #: Where the backend vLLM runs came from (EffectiveBackend.origin), as the report says it.
-FLAG, VARIABLE, DEFAULT = "--all2all-backend", rules.VARIABLE, "vLLM's default"
-
-
-class UnknownRole(UserError):
-    "The serving role is not prefill, decode or both."
+FLAG, VARIABLE, DEFAULT = rules.ORIGIN_FLAG, rules.VARIABLE, rules.ORIGIN_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -386,8 +381,7 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
     """
     if vllm_version:
         rules.parse_version(vllm_version)  # a bad --vllm-version is refused before vLLM starts
-    if role is not None and role not in ROLES:
-        raise UnknownRole(f"unknown role {role!r}; use prefill, decode or both")
+    check_role(role)
     if gpu_arch:
         archs, arch_source = [normalize_arch(gpu_arch)], "--gpu-arch"
     else:

@@ -40,6 +40,10 @@ class BadWorkloadOption(UserError):
     "--workload and --tokens given together, or --concurrency / --max-num-batched-tokens out of range."
 
 
+class UnknownRole(UserError):
+    "The serving role is not prefill, decode or both."
+
+
 # --------------------------------------------------------------------------------------
 # Shape
 # --------------------------------------------------------------------------------------
@@ -277,6 +281,18 @@ def normalized_workload(kind: str, pairs: Iterable[tuple[int, float]]) -> Worklo
     total = sum(merged.values())
     shares = ((t, round(merged[t] / total, 12)) for t in sorted(merged))
     return WorkloadSpec(kind, tuple((t, w) for t, w in shares if w > 0))
+
+
+#: What one instance serves in prefill/decode disaggregation (``check --role``, ``launch --role``;
+#: a line's --kv-transfer-config kv_role says it too), and the workload it is weighed on.
+ROLE_WORKLOAD = {"prefill": "prefill", "decode": "decode", "both": "mixed"}
+ROLES = tuple(ROLE_WORKLOAD)
+
+
+def check_role(role: str | None) -> None:
+    """Refuse a role that is not one of :data:`ROLES` (None: unknown, accepted)."""
+    if role is not None and role not in ROLES:
+        raise UnknownRole(f"unknown role {role!r}; use prefill, decode or both")
 
 
 def check_workload_kind(kind: str) -> None:

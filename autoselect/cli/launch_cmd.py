@@ -27,7 +27,8 @@ from autoselect.cli import db_option
                    "kv_role); sets the workload the pick is weighed on.")
 @click.option("--workload", type=click.Choice(["decode", "prefill", "mixed"]), default=None,
               help="Token buckets to weigh the pick on (default: from the role: prefill, decode, else mixed).")
-@click.option("--max-workspace-gib", type=float, default=None, metavar="GIB", show_default="2.0",
+@click.option("--max-workspace-gib", type=click.FloatRange(min=0, min_open=True), default=None, metavar="GIB",
+              show_default="2.0",
               help="One-sided workspace allowed per GPU (as recommend).")
 @click.option("--override", is_flag=True,
               help="Replace a backend the line names with the pick (default: the line's own legal backend stays).")

@@ -37,24 +37,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from autoselect import rules
-from autoselect.bearer import read_token_file
 from autoselect.bridge import target_version
 from autoselect.candidates import Target, candidate_backends, legal_backends, resolve_target
-from autoselect.check import DEFAULT as DEFAULT_ORIGIN
-from autoselect.check import FLAG as FLAG_ORIGIN
-from autoselect.check import ROLES, UnknownRole
 from autoselect.errors import UnknownHostClass, UserError
 from autoselect.hardware import HostFingerprint
-from autoselect.launch.answer import (DatabaseState, Pick, ServiceUnavailable, ask_service, check_server_url,
-                                      database_state, local_answer, local_source, pick_of, plain_http_beyond_loopback)
+import autoselect.launch as package  # its lazy names load the selector / an HTTP client on first use
+from autoselect.launch.pick import Pick, ServiceUnavailable, pick_of
 from autoselect.launch.line import FinalCommand, LaunchLine, has_option, line_python, read_line, rewrite, unchanged
 from autoselect.launch.platform import CPU, PlatformChoice, line_platform
-from autoselect.model import GPU_ARCHS, DenseModel, MoeProfile, load_profile, normalize_arch
-from autoselect.reference import is_reference_class
-from autoselect.selector import BadWorkspaceAllowance, target_host
+from autoselect.model import GPU_ARCHS, DenseModel, load_profile, normalize_arch
 from autoselect.vllm_flags import CONFIG_UNREAD, backend_setting
-from autoselect.workload import check_workload_kind
-from db.queries import connect_readonly
+from autoselect.workload import ROLE_WORKLOAD, check_role, check_workload_kind
 
 #: What launch did with the line.
 INSERT = "insert"  # the line named no backend: the pick is in it now
@@ -65,8 +58,6 @@ UNCHANGED = "unchanged"  # no all2all group: there is nothing to choose
 ACTIONS = (INSERT, KEEP, OVERRIDE, DEFAULT, UNCHANGED)
 #: Seconds the service may take for the whole exchange before the launcher answers locally.
 DEFAULT_SERVER_TIMEOUT_S = 5.0
-#: The workload the selector weighs for a serving role (the line's kv_role, or --role).
-ROLE_WORKLOAD = {"prefill": "prefill", "decode": "decode", "both": "mixed"}
 #: Version of the --decision-json document.
 SCHEMA_VERSION = 1
 
@@ -190,14 +181,11 @@ def _check_options(argv: list[str], o: LaunchOptions) -> str | None:
                               "`autoselect launch -- vllm serve MODEL -dp 8 --enable-expert-parallel`")
     if o.vllm_version:
         rules.parse_version(o.vllm_version)
-    if o.role is not None and o.role not in ROLES:
-        raise UnknownRole(f"unknown role {o.role!r}; use prefill, decode or both")
+    check_role(o.role)
     if o.workload is not None:
         check_workload_kind(o.workload)
     if o.gpu_arch is not None:
         normalize_arch(o.gpu_arch)
-    if o.max_workspace_gib is not None and not (o.max_workspace_gib > 0 and math.isfinite(o.max_workspace_gib)):
-        raise BadWorkspaceAllowance(f"--max-workspace-gib {o.max_workspace_gib} must be a positive number of GiB")
     if not (o.server_timeout_s > 0 and math.isfinite(o.server_timeout_s)):
         raise BadLaunchOption(f"--server-timeout {o.server_timeout_s} must be a positive number of seconds")
     if o.server is None:
@@ -206,8 +194,8 @@ def _check_options(argv: list[str], o: LaunchOptions) -> str | None:
         if o.server_model is not None:
             raise BadLaunchOption("--server-model names the model to the service: pass it with --server URL")
         return None
-    check_server_url(o.server)
-    return read_token_file(o.token_file) if o.token_file is not None else None
+    package.check_server_url(o.server)
+    return package.read_token_file(o.token_file) if o.token_file is not None else None
 
 
 def _version(line: LaunchLine, o: LaunchOptions, serving: Mapping[str, str],
@@ -220,19 +208,6 @@ def _version(line: LaunchLine, o: LaunchOptions, serving: Mapping[str, str],
         version, _ = target_version(args.image_version, problems=warnings)
         return version, f"the line's image, {args.image}"
     return target_version(problems=warnings, python=line_python(line, serving))
-
-
-def _class_arch(host_class: str, db: DatabaseState) -> str | None:
-    """The GPU arch of a host class (a reference class's system, else the database's newest machine)."""
-    if is_reference_class(host_class):
-        return target_host(None, db.path, host_class).gpu_arch
-    if not db.readable:
-        return None
-    conn = connect_readonly(db.path)
-    try:
-        return target_host(conn, db.path, host_class).gpu_arch
-    finally:
-        conn.close()
 
 
 def _judged(target: Target, backend: str, archs) -> list[tuple[str | None, Any]]:
@@ -293,7 +268,7 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
     serving = args.serving_environ(environ)
     platform = line_platform(serving, gpu_arch=options.gpu_arch, host_class=options.host_class, probe=probe)
     warnings: list[str] = []
-    if token is not None and plain_http_beyond_loopback(options.server):
+    if token is not None and package.plain_http_beyond_loopback(options.server):
         warnings.append(f"the bearer token goes to {options.server} in clear text (plain http beyond this machine); "
                         f"put a TLS proxy in front of the service and pass its https:// URL")
     version, version_source = _version(line, options, serving, warnings)
@@ -304,8 +279,8 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
         raise IllegalBackend(f"vLLM {version} has no --all2all-backend (it arrived in {rules.FLAG_SINCE}): vllm serve "
                              f"would exit with 'unrecognized arguments'; set {rules.VARIABLE}={args.all2all_backend} "
                              f"instead, or pass the vLLM that will run with --vllm-version")
-    given = effective.backend if effective.origin != DEFAULT_ORIGIN else None
-    if given is not None and effective.origin == FLAG_ORIGIN and not rules.value_known_to(given, version):
+    given = effective.backend if effective.origin != rules.ORIGIN_DEFAULT else None
+    if given is not None and effective.origin == rules.ORIGIN_FLAG and not rules.value_known_to(given, version):
         choices = ", ".join(rules.parser_choices(version))
         raise IllegalBackend(f"vLLM {version} does not accept --all2all-backend {given}: vllm serve would exit with "
                              f"'invalid choice'; it accepts: {choices} (nothing was started)")
@@ -334,14 +309,13 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
         profile = load_profile(args.model)
     except DenseModel as e:
         return done(UNCHANGED, effective.backend, f"line unchanged: {e}")
-    db = database_state(options.db_path)
     cpu = platform.name == CPU
     if cpu:
         archs: tuple = (None,)
     elif gpu_arch:
         archs = (gpu_arch,)
     elif options.host_class:
-        arch = _class_arch(options.host_class, db)
+        arch = package.class_arch(options.host_class, package.database_state(options.db_path))
         archs = (arch,) if arch else GPU_ARCHS
     else:
         archs = (normalize_arch(platform.host.gpu_arch),) if platform.host and platform.host.gpu_arch else GPU_ARCHS
@@ -363,7 +337,7 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
                                      f"{where} at EP {args.world_size}, vLLM {version}); --override lets autoselect "
                                      f"choose")
 
-    pick, extra = _pick(line, options, target, platform, db, version, workload, token, archs)
+    pick, extra = _pick(line, options, target, platform, version, workload, token, archs)
     no_pick = extra.pop("no_pick", None)
     plan.update(extra)
     unused = (f" (the service {options.server} was not used: {plan['server_problem']})"
@@ -407,8 +381,8 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
     return done(OVERRIDE if given else INSERT, pick.backend, why, final=final, pick=pick)
 
 
-def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: PlatformChoice, db: DatabaseState,
-          version: str, workload: str, token: str | None, archs) -> tuple[Pick | None, dict]:
+def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: PlatformChoice, version: str,
+          workload: str, token: str | None, archs) -> tuple[Pick | None, dict]:
     """The pick and what the plan records about where it came from (``no_pick``: why there is none)."""
     if platform.name == CPU:
         legal = legal_backends(target, sorted(rules.PLATFORMS[CPU].backends))
@@ -425,6 +399,7 @@ def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: Platform
               gpu_arch=o.gpu_arch, vllm_version=version, workload=workload,
               concurrency=args.max_num_seqs * args.data_parallel_size if args.max_num_seqs else None,
               max_num_batched_tokens=args.max_num_batched_tokens, max_workspace_gib=o.max_workspace_gib)
+    db = package.database_state(o.db_path)
     extra: dict[str, Any] = {"database": db.text}
     if o.server is not None:
         try:
@@ -434,13 +409,13 @@ def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: Platform
         except ServiceUnavailable as e:
             extra["server_problem"] = str(e)
     try:
-        answer = local_answer(args.model, db, **kw)
+        answer = package.local_answer(args.model, db, **kw)
     except UnknownHostClass as e:
         if db.readable:
             raise
         return None, {**extra, "no_pick": f"host class {o.host_class} is unknown without a database ({db.text}): "
                                           f"{str(e).split(';')[0]}"}
-    pick = pick_of(answer, local_source(answer, db))
+    pick = pick_of(answer, package.local_source(answer, db))
     return pick, {**extra, "gpu_arch": answer.get("gpu_arch"),
                   "host_class": (answer.get("data_used") or {}).get("host_class") or o.host_class}
 
@@ -452,7 +427,7 @@ def _service_pick(line: LaunchLine, o: LaunchOptions, platform: PlatformChoice, 
                                if os.path.isdir(line.args.model) else line.args.model)
     host_class = o.host_class or (platform.host.host_class if platform.host is not None else None)
     params = {"model": model, **{k: v for k, v in kw.items() if k != "host_class"}, "host_class": host_class}
-    answer = ask_service(o.server, params, token=token, timeout_s=o.server_timeout_s)
+    answer = package.ask_service(o.server, params, token=token, timeout_s=o.server_timeout_s)
     pick = pick_of(answer, f"the service {o.server} ({(answer.get('data_used') or {}).get('host_class') or 'its data'})")
     arch = answer.get("gpu_arch")
     judged = _judged(target, pick.backend, (arch,) if arch else archs)

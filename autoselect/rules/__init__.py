@@ -61,6 +61,8 @@ from autoselect.rules.platforms import CUDA, PLATFORMS, platform_reason
 from autoselect.rules.reports import STATUS_READ, UPSTREAM_REPORTS
 from autoselect.rules.selection import (
     OLDEST_CHECKED,
+    ORIGIN_DEFAULT,
+    ORIGIN_FLAG,
     SELECTION_ERAS,
     VARIABLE,
     EffectiveBackend,
@@ -74,12 +76,13 @@ from autoselect.rules.versions import NEWEST_VLLM, InvalidVllmVersion, parse_ver
 BATCHED_BACKENDS = tuple(b for b in BACKENDS if lowered_batch_default(b, NEWEST_VLLM) is not None)
 
 __all__ = [
-    "ALIASES", "ALL_FLAG_VALUES", "BACKENDS", "CUDA", "DBO_SUPPORT", "DEEPEP_HT_MAX_LOCAL_EXPERTS", "DEEPEP_HT_ROW_BYTES",
-    "DEEPEP_HT_WORLD_SIZES", "DEEPEP_LL_TOKENS_PER_RANK", "DEEPEP_NVL_PEERS", "DEFAULT_BACKEND",
-    "DISPATCH_BUDGETS", "ENV_VAR_REMOVED_IN", "EPLB_RULES", "FLAG_SINCE", "NEWEST_VLLM", "OLDEST_CHECKED",
-    "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "PLATFORMS", "SELECTION_ERAS", "SERVE_OPTIONS", "STATUS_READ", "UPSTREAM_REPORTS",
-    "VARIABLE", "BackendUnknownToVersion", "EffectiveBackend", "InvalidVllmVersion", "UnknownBackend", "Verdict",
-    "dbo_backends", "default_dispatch_tokens", "dispatch_budget", "effective_backend", "eplb_reasons",
-    "flag_value", "legal", "legal_alternatives", "lowered_batch_default", "parse_version", "parser_choices",
-    "platform_reason", "recommendable_backends", "resolve", "selection_era", "smallest_deployment", "value_known_to", "version_in",
+    "ALIASES", "ALL_FLAG_VALUES", "BACKENDS", "CUDA", "DBO_SUPPORT", "DEEPEP_HT_MAX_LOCAL_EXPERTS",
+    "DEEPEP_HT_ROW_BYTES", "DEEPEP_HT_WORLD_SIZES", "DEEPEP_LL_TOKENS_PER_RANK", "DEEPEP_NVL_PEERS",
+    "DEFAULT_BACKEND", "DISPATCH_BUDGETS", "ENV_VAR_REMOVED_IN", "EPLB_RULES", "FLAG_SINCE", "NEWEST_VLLM",
+    "OLDEST_CHECKED", "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "ORIGIN_DEFAULT", "ORIGIN_FLAG", "PLATFORMS",
+    "SELECTION_ERAS", "SERVE_OPTIONS", "STATUS_READ", "UPSTREAM_REPORTS", "VARIABLE", "BackendUnknownToVersion",
+    "EffectiveBackend", "InvalidVllmVersion", "UnknownBackend", "Verdict", "dbo_backends", "default_dispatch_tokens",
+    "dispatch_budget", "effective_backend", "eplb_reasons", "flag_value", "legal", "legal_alternatives",
+    "lowered_batch_default", "parse_version", "parser_choices", "platform_reason", "recommendable_backends",
+    "resolve", "selection_era", "smallest_deployment", "value_known_to", "version_in",
 ]

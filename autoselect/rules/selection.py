@@ -16,6 +16,10 @@ from autoselect.rules.versions import NEWEST_VLLM, version_in
 
 #: The environment variable older releases read the backend from.
 VARIABLE = "VLLM_ALL2ALL_BACKEND"
+#: Where the backend a line runs comes from (:attr:`EffectiveBackend.origin`): the flag, the
+#: variable (:data:`VARIABLE`) or the release's default.
+ORIGIN_FLAG = "--all2all-backend"
+ORIGIN_DEFAULT = "vLLM's default"
 #: Oldest release the version tables were checked against; older ones are judged as this one.
 OLDEST_CHECKED = "0.10.0"
 
@@ -192,12 +196,12 @@ def effective_backend(vllm_version: str, flag: str | None = None, variable: str 
         return EffectiveBackend(backend, origin, era, flag, variable, **kw)
 
     if variable is None:
-        return result(flag or era.default, "--all2all-backend" if flag else "vLLM's default")
+        return result(flag or era.default, ORIGIN_FLAG if flag else ORIGIN_DEFAULT)
     if era.variable in (IGNORED, IGNORED_WARNED):
-        return result(flag or era.default, "--all2all-backend" if flag else "vLLM's default", variable_ignored=True)
+        return result(flag or era.default, ORIGIN_FLAG if flag else ORIGIN_DEFAULT, variable_ignored=True)
     if era.variable == UNLESS_FLAG and flag is not None:
         refused = refused if era.variable_always_validated else None
-        return result(None if refused else flag, "--all2all-backend", variable_refused=refused,
+        return result(None if refused else flag, ORIGIN_FLAG, variable_refused=refused,
                       overridden=f"{VARIABLE}={variable} (the flag wins in vLLM {era.releases})")
     overridden = (f"--all2all-backend {flag} ({VARIABLE} wins in vLLM {era.releases})"
                   if flag is not None and era.variable == OVER_FLAG else None)

@@ -61,7 +61,7 @@ def fleet_db(tmp_path_factory) -> Path:
 @pytest.fixture
 def on_cpu(monkeypatch):
     """This machine has no GPU (whatever the test machine has)."""
-    monkeypatch.setattr("autoselect.launch.platform.fingerprint", cpu_fingerprint)
+    monkeypatch.setattr("autoselect.launch.platform.local_host", cpu_fingerprint)
     monkeypatch.setattr(pipeline, "fingerprint", cpu_fingerprint)
 
 
@@ -71,7 +71,7 @@ def on_h20(monkeypatch):
     node = hgx_host("h20-node")
     node = dataclasses.replace(node, gpu_name="NVIDIA H20", host_class="h20x8-test",
                                gpus=[dataclasses.replace(g, name="NVIDIA H20") for g in node.gpus])
-    monkeypatch.setattr("autoselect.launch.platform.fingerprint", lambda: node)
+    monkeypatch.setattr("autoselect.launch.platform.local_host", lambda: node)
     monkeypatch.setattr(pipeline, "fingerprint", lambda: node)
     return node
 
@@ -80,7 +80,7 @@ def on_h20(monkeypatch):
 def on_fleet_node(monkeypatch):
     """This machine is node gpu-a of the fleet's H200 class."""
     node = h200_host("gpu-a")
-    monkeypatch.setattr("autoselect.launch.platform.fingerprint", lambda: node)
+    monkeypatch.setattr("autoselect.launch.platform.local_host", lambda: node)
     monkeypatch.setattr(pipeline, "fingerprint", lambda: node)
     return node
 

@@ -46,7 +46,7 @@ def service(fleet_db, token_file):
 @pytest.fixture
 def on_fleet_node(monkeypatch):
     node = h200_host("gpu-a")
-    monkeypatch.setattr("autoselect.launch.platform.fingerprint", lambda: node)
+    monkeypatch.setattr("autoselect.launch.platform.local_host", lambda: node)
     monkeypatch.setattr(pipeline, "fingerprint", lambda: node)
     return node
 
@@ -180,10 +180,12 @@ def test_the_service_is_asked_for_this_machines_class_and_the_models_name_under_
 
 
 def test_a_token_over_plain_http_beyond_this_machine_is_a_warning(token_file, tmp_path, on_fleet_node, monkeypatch):
-    import autoselect.launch.decide as decide
+    import autoselect.launch as launch
 
-    monkeypatch.setattr(decide, "ask_service", lambda *a, **k: (_ for _ in ()).throw(
-        decide.ServiceUnavailable("no answer (test)")))
+    def unreachable(*args, **kw):
+        raise launch.ServiceUnavailable("no answer (test)")
+
+    monkeypatch.setattr(launch, "ask_service", unreachable)
     plan = plan_launch(LINE, options("http://autoselect.fleet.example:8765", token_file=token_file,
                                      db_path=tmp_path / "n.db"))
     assert plan.warnings[0] == ("the bearer token goes to http://autoselect.fleet.example:8765 in clear text (plain "
