@@ -483,3 +483,27 @@ def test_the_refusal_path_never_starts_the_server(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("Error: deepep_low_latency cannot run") and proc.stderr.count("\n") == 1
+
+
+def test_a_kept_backend_or_the_cpu_platform_loads_no_selector_database_reader_or_http_client():
+    """Only a pick needs the selector (autoselect/launch/local.py) and only --server an HTTP client
+    (service.py): the other paths start vLLM without them (perf/launch_latency.py times it)."""
+    code = f"""
+import sys
+from click.testing import CliRunner
+from autoselect.cli import main
+for args in (["--", "VLLM_TARGET_DEVICE=cpu", "vllm", "serve", {QWEN!r}, "-dp", "2", "-ep"],
+             ["--gpu-arch", "sm100", "--", "vllm", "serve", {NVFP4!r}, "-dp", "8", "-ep", "--all2all-backend",
+              "flashinfer_nvlink_one_sided"],
+             ["--gpu-arch", "sm90", "--", "vllm", "serve", {QWEN!r}, "-dp", "8", "-ep", "--all2all-backend",
+              "flashinfer_nvlink_one_sided"]):
+    result = CliRunner().invoke(main, ["launch", "--dry-run", *args])
+    assert result.exit_code in (0, 2), result.output
+unused = ("autoselect.selector", "autoselect.launch.local", "autoselect.launch.service", "autoselect.check",
+          "autoselect.bridge.client", "db.queries", "urllib.request", "pynvml", "http.client")
+print(",".join(sorted(m for m in sys.modules if m.startswith(unused))))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
