@@ -35,6 +35,8 @@ def _isolated_env(monkeypatch, tmp_path):
     # tests that want vLLM set it themselves (tests/bridge/test_vllm_real.py, AUTOSELECT_TEST_VLLM_PYTHON).
     monkeypatch.delenv("AUTOSELECT_VLLM_PYTHON", raising=False)
     monkeypatch.delenv("NVSHMEM_QP_DEPTH", raising=False)  # moves the DeepEP low-latency token limit (rules, bench, check)
+    # the bridge's worker sets it when a test imports it in-process; launch reads it as "this line runs on CPU"
+    monkeypatch.delenv("VLLM_TARGET_DEVICE", raising=False)
 
 
 @pytest.fixture

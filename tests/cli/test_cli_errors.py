@@ -135,6 +135,30 @@ CASES = [
     ("check -- vllm serve {qwen} -dp x -ep", 2, ONE),
     ("check -- vllm bench {qwen}", 2, ONE),
     ("check -- vllm serve", 2, ONE),
+    # -- launch: the same line mistakes, and its own; a dry run, so even a bug could start nothing ----
+    ("launch --dry-run --", 2, ONE),
+    ("launch --dry-run", 2, ONE),
+    ("launch --dry-run -- vllm serve", 2, ONE),
+    ("launch --dry-run -- vllm serve {missing_dir} -dp 2 -ep", 2, ONE),
+    ("launch --dry-run -- vllm serve {models}/malformed -dp 2 -ep", 2, ONE),
+    ("launch --dry-run -- vllm serve {qwen} -dp 0 -ep", 2, ONE),
+    ("launch --dry-run -- vllm bench {qwen}", 2, ONE),
+    ("launch --dry-run -- {qwen} -dp 2 -ep", 2, ONE),
+    ("launch --dry-run -- \"vllm serve '{qwen}\"", 2, ONE),
+    ("launch --dry-run --gpu-arch sm42 -- vllm serve {qwen} -dp 2 -ep", 2, ONE),
+    ("launch --dry-run --vllm-version banana -- vllm serve {qwen} -dp 2 -ep", 2, ONE),
+    ("launch --dry-run --role router -- vllm serve {qwen} -dp 2 -ep", 2, ONE),
+    ("launch --dry-run --gpu-arch sm90 -- vllm serve {qwen} -dp 2 -ep --all2all-backend flashinfer_nvlink_one_sided",
+     2, ONE),
+    ("launch --dry-run -- vllm serve {qwen} -dp 2 -ep --all2all-backend bogus", 2, ONE),
+    ("launch --dry-run -- vllm serve {qwen} -dp 2 -ep --config {missing_dir}.yaml", 2, ONE),
+    ("launch --dry-run --server ftp://x -- vllm serve {qwen} -dp 2 -ep", 2, ONE),
+    ("launch --dry-run --server http://127.0.0.1:9 --server-timeout nan -- vllm serve {qwen} -dp 2 -ep", 2, ONE),
+    ("launch --dry-run --server http://127.0.0.1:9 --token-file {afile} -- vllm serve {qwen} -dp 2 -ep", 2, ONE),
+    ("launch --dry-run --token-file {afile} -- vllm serve {qwen} -dp 2 -ep", 2, ONE),
+    ("launch --dry-run --decision-json {missing_dir}/d.json -- vllm serve {qwen} -dp 2 -ep", 2, ONE),
+    ("launch --dry-run --decision-json {adir} -- vllm serve {qwen} -dp 2 -ep", 2, USAGE),
+    ("launch --dry-run --max-workspace-gib 0 -- vllm serve {qwen} -dp 2 -ep", 2, USAGE),
     # -- other numbers ----------------------------------------------------------------------------------
     (REC + " --concurrency 0", 2, ONE),
     (REC + " --max-num-batched-tokens 0", 2, ONE),
@@ -253,6 +277,9 @@ NOT_ERRORS = [
     (REC + " --db {missing_db}", 0),
     # a dry run needs no database (confirm's docstring): the --db is not read.
     (DRY + " --db {garbage}", 0),
+    # launch reads the database read-only: an unreadable one is said in its line, never an error.
+    ("launch --dry-run --gpu-arch sm90 --db {garbage} -- vllm serve {qwen} -dp 2 -ep", 0),
+    ("launch --dry-run --host-class ref-h200_sxm-x8 --db {newer} -- vllm serve {qwen} -dp 8 -ep", 0),
 ]
 
 @pytest.fixture
