@@ -46,7 +46,7 @@ from autoselect.launch.pick import Pick, ServiceUnavailable, pick_of
 from autoselect.launch.line import FinalCommand, LaunchLine, has_option, line_python, read_line, rewrite, unchanged
 from autoselect.launch.platform import CPU, PlatformChoice, line_platform
 from autoselect.model import GPU_ARCHS, DenseModel, load_profile, normalize_arch
-from autoselect.vllm_flags import CONFIG_UNREAD, backend_setting
+from autoselect.vllm_flags import CONFIG_UNREAD, backend_setting, redacted_env, redacted_words
 from autoselect.workload import ROLE_WORKLOAD, check_role, check_workload_kind
 
 #: What launch did with the line.
@@ -131,8 +131,10 @@ class LaunchPlan:
         return f"autoselect launch: {self.why}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--decision-json`` document (docs/launch.md)."""
+        """The ``--decision-json`` document (docs/launch.md); secrets of the line (``HF_TOKEN=...``,
+        ``--api-key ...``) read ``<redacted>``."""
         args = self.line.args
+        final = FinalCommand(redacted_env(self.final.env), redacted_words(self.final.argv), self.final.unset)
         return {
             "schema_version": SCHEMA_VERSION,
             "action": self.action,
@@ -158,10 +160,10 @@ class LaunchPlan:
             "server": self.server,
             "server_problem": self.server_problem,
             "inserted": self.final.inserted or {"flags": [], "env": {}, "unset": []},
-            "command": self.final.argv,
-            "env": self.final.env,
-            "unset": list(self.final.unset),
-            "command_line": self.final.shell(),
+            "command": final.argv,
+            "env": final.env,
+            "unset": list(final.unset),
+            "command_line": final.shell(),
             "warnings": list(self.warnings),
         }
 

@@ -24,12 +24,12 @@ from autoselect.vllm_flags.emit import (
 #: cost its start ~5 ms (:mod:`autoselect.lazy`).
 _LAZY = {
     "command": ("Command", "is_python", "leading_assignments", "read_command"),
-    "serve_args": ("CONFIG_UNREAD", "ServeArgs", "parse_serve_argv", "serve_args_of"),
+    "serve_args": ("CONFIG_UNREAD", "ServeArgs", "parse_serve_argv", "redacted_env", "redacted_words", "serve_args_of"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "CONFIG_UNREAD", "BackendSetting", "Command", "ServeArgs", "backend_setting", "is_python", "leading_assignments",
-    "parse_serve_argv", "read_command", "serve_args_of", "serve_flags", "vllm_default_max_num_batched_tokens",
+    "parse_serve_argv", "read_command", "redacted_env", "redacted_words", "serve_args_of", "serve_flags", "vllm_default_max_num_batched_tokens",
     "workspace_max_num_batched_tokens",
 ]

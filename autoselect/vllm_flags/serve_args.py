@@ -57,7 +57,39 @@ _LONG_OPTIONS = sorted(o for o in (*VALUE_OPTIONS, *FLAG_OPTIONS) if o.startswit
 _DOTTED = re.compile(r"^(--eplb-config|--kv-transfer-config)\.([a-z_]+)$")
 #: `-word-word`: a long option typed with one dash, which vLLM's parser does not know.
 _SINGLE_DASH_LONG = re.compile(r"^-[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
+#: Names whose values are secrets (``HF_TOKEN``, ``--api-key``): reports show ``<redacted>`` instead.
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.I)
+REDACTED = "<redacted>"
+#: The words of an option name that make its value a secret (``--api-key``, ``--hf-token``; not
+#: ``--max-num-batched-tokens``).
+_SECRET_OPTION_WORDS = frozenset({"token", "key", "secret", "password", "credential", "credentials", "apikey"})
+
+
+def _secret_option(option: str) -> bool:
+    return bool(_SECRET_OPTION_WORDS & set(re.split(r"[-_.]+", option.lstrip("-").lower())))
+
+
+def redacted_env(env: dict) -> dict:
+    """``env`` with the value of every secret-looking name replaced by ``<redacted>``."""
+    return {k: (REDACTED if _SECRET.search(k) else v) for k, v in env.items()}
+
+
+def redacted_words(words: list[str]) -> list[str]:
+    """Shell words with the secrets out: ``VAR=value`` of a secret-looking name, the value of an
+    option named like one (``--api-key X``, ``--hf-token=X``)."""
+    out: list[str] = []
+    hide_next = False
+    for word in words:
+        name, eq, _ = word.partition("=")
+        secret = _secret_option(name) if name.startswith("-") else bool(_SECRET.search(name)) and name.isidentifier()
+        if hide_next and not word.startswith("-"):
+            out.append(REDACTED)
+        elif eq and secret:
+            out.append(f"{name}={REDACTED}")
+        else:
+            out.append(word)
+        hide_next = word.startswith("-") and not eq and secret
+    return out
 #: kv_role of --kv-transfer-config -> the serving role of the instance.
 KV_ROLES = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}
 #: The file types vLLM's ``--config`` takes (``FlexibleArgumentParser.load_config_file``).
@@ -139,7 +171,7 @@ class ServeArgs:
     def to_dict(self) -> dict:
         """A JSON-ready dict, with the derived world size and all2all use."""
         d = asdict(self)
-        d["env"] = {k: ("<redacted>" if _SECRET.search(k) else v) for k, v in self.env.items()}
+        d["env"] = redacted_env(self.env)
         d["notes"] = [{"severity": s, "code": c, "message": m} for s, c, m in self.notes]
         d["world_size"] = self.world_size
         d["uses_all2all"] = self.uses_all2all

@@ -507,3 +507,17 @@ print(",".join(sorted(m for m in sys.modules if m.startswith(unused))))
                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
+
+
+def test_the_decision_json_shows_no_secret_of_the_line(tmp_path, on_cpu):
+    decision = tmp_path / "d.json"
+    result = dry("--decision-json", decision, "--", "HF_TOKEN=hf_secret_value", "vllm", "serve", QWEN, "-dp", "2",
+                 "-ep", "--api-key", "sk-secret-value", "--max-num-batched-tokens", "4096")
+    assert result.exit_code == 0, result.output
+    text = decision.read_text()
+    assert "secret_value" not in text and "secret-value" not in text
+    doc = json.loads(text)
+    assert doc["env"] == {"HF_TOKEN": "<redacted>"}
+    assert doc["command"][doc["command"].index("--api-key") + 1] == "<redacted>"
+    assert doc["command"][doc["command"].index("--max-num-batched-tokens") + 1] == "4096"
+    assert "hf_secret_value" in result.stdout  # the dry run prints the command to run, the user's own words
