@@ -230,7 +230,7 @@ def _refusal(backend: str, judged, target: Target, version: str) -> str | None:
             problems.append(f"{'; '.join(verdict.reasons)}{where}")
     if not problems:
         return None
-    legal = [b for b in legal_backends(target)]
+    legal = legal_backends(target)
     tail = f"; legal here: {', '.join(legal)}" if legal else ""
     return f"{backend} cannot run {target.profile.model} here: {' / '.join(dict.fromkeys(problems))}{tail}"
 
@@ -250,14 +250,14 @@ def _dbo_refusal(line: LaunchLine, backend: str, version: str, platform: str) ->
 
 def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
                 environ: Mapping[str, str] | None = None,
-                probe: Callable[[], HostFingerprint] | None = None) -> LaunchPlan:
+                probe: Callable[[], HostFingerprint | None] | None = None) -> LaunchPlan:
     """Decide what ``autoselect launch`` runs for the server line ``argv`` (module docstring).
 
     :param argv: the line after ``--``: shell words, or one pasted string (read as ``check`` reads it).
     :param options: the launch options.
     :param environ: the environment the line starts in (default ``os.environ``).
-    :param probe: the host fingerprint (default NVML's, :func:`autoselect.hardware.fingerprint`), for
-        the platform and the local GPUs.
+    :param probe: this machine's fingerprint, for the platform and the local GPUs (default
+        :func:`autoselect.launch.platform.local_host`: NVML's where an NVIDIA driver is loaded).
     :raises UserError: bad input, an illegal backend, no evidence under ``--require-evidence``.
     """
     environ = dict(os.environ if environ is None else environ)
@@ -276,11 +276,12 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
     version, version_source = _version(line, options, serving, warnings)
     effective = rules.effective_backend(version, args.all2all_backend, serving.get(rules.VARIABLE))
     if effective.variable_refused:
-        raise IllegalBackend(f"{rules.VARIABLE}={effective.variable}: {effective.variable_refused}")
+        raise IllegalBackend(f"{rules.VARIABLE}={effective.variable}: {effective.variable_refused} (nothing was "
+                             f"started)")
     if args.all2all_backend and not effective.era.flag:
         raise IllegalBackend(f"vLLM {version} has no --all2all-backend (it arrived in {rules.FLAG_SINCE}): vllm serve "
                              f"would exit with 'unrecognized arguments'; set {rules.VARIABLE}={args.all2all_backend} "
-                             f"instead, or pass the vLLM that will run with --vllm-version")
+                             f"instead, or pass the vLLM that will run with --vllm-version (nothing was started)")
     given = effective.backend if effective.origin != rules.ORIGIN_DEFAULT else None
     if given is not None and effective.origin == rules.ORIGIN_FLAG and not rules.value_known_to(given, version):
         choices = ", ".join(rules.parser_choices(version))
@@ -305,8 +306,8 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
     if not args.uses_all2all:
         why = ("no --enable-expert-parallel" if not args.enable_expert_parallel
                else f"--data-parallel-size {args.data_parallel_size}")
-        return done(UNCHANGED, effective.backend, f"line unchanged: {why}, so vLLM builds no all2all group and no backend "
-                                      f"matters (EP needs -ep and -dp > 1)")
+        return done(UNCHANGED, effective.backend, f"line unchanged: {why}, so vLLM builds no all2all group and no "
+                                                  f"backend matters (EP needs -ep and -dp > 1)")
     try:
         profile = load_profile(args.model)
     except DenseModel as e:
@@ -342,6 +343,12 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
     pick, extra = _pick(line, options, target, platform, version, workload, token, archs)
     no_pick = extra.pop("no_pick", None)
     plan.update(extra)
+    if pick is not None and pick.confidence not in (None, "none"):
+        # The selector weighs neither the line's environment nor its EPLB experts: its pick is judged
+        # again for this very line, and one the rules refuse here is not used.
+        illegal = _refusal(pick.backend, _judged(target, pick.backend, _answer_archs(pick, archs)), target, version)
+        if illegal:
+            pick, no_pick = None, f"the selector's pick is illegal for this line: {illegal}"
     unused = (f" (the service {options.server} was not used: {plan['server_problem']})"
               if plan.get("server_problem") else "")
     if pick is None or pick.confidence == "none":
@@ -363,6 +370,10 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
             return done(KEEP, given, f"the line's {_how(given, effective.origin)} kept: --override has nothing to "
                                      f"replace it with ({why}){settle}", pick=pick)
         default = rules.default_backend(version)
+        illegal = _refusal(default, _judged(target, default, archs), target, version)
+        if illegal:  # what the line runs as it stands is illegal too
+            raise IllegalBackend(f"the line runs vLLM's default, and {illegal}; nothing better is known ({why}) "
+                                 f"(nothing was started)")
         return done(DEFAULT, default, f"vLLM's default ({default}) kept, nothing inserted: {why}{settle}", pick=pick)
     try:
         setting = backend_setting(pick.backend, version, serving)
@@ -422,6 +433,12 @@ def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: Platform
                   "host_class": (answer.get("data_used") or {}).get("host_class") or o.host_class}
 
 
+def _answer_archs(pick: Pick, archs) -> tuple:
+    """The archs a pick is judged on: the answer's own GPU arch, else the plan's."""
+    arch = (pick.answer or {}).get("gpu_arch")
+    return (arch,) if arch else tuple(archs)
+
+
 def _service_pick(line: LaunchLine, o: LaunchOptions, platform: PlatformChoice, kw: dict, token: str | None,
                   target: Target, archs) -> Pick:
     """The service's pick, judged again here (:class:`ServiceUnavailable` when it cannot be used)."""
@@ -431,9 +448,8 @@ def _service_pick(line: LaunchLine, o: LaunchOptions, platform: PlatformChoice, 
     params = {"model": model, **{k: v for k, v in kw.items() if k != "host_class"}, "host_class": host_class}
     answer = package.ask_service(o.server, params, token=token, timeout_s=o.server_timeout_s)
     pick = pick_of(answer, f"the service {o.server} ({(answer.get('data_used') or {}).get('host_class') or 'its data'})")
-    arch = answer.get("gpu_arch")
-    judged = _judged(target, pick.backend, (arch,) if arch else archs)
-    refusal = _refusal(pick.backend, judged, target, target.vllm_version)
+    refusal = _refusal(pick.backend, _judged(target, pick.backend, _answer_archs(pick, archs)), target,
+                       target.vllm_version)
     if refusal:
         raise ServiceUnavailable(f"its pick is illegal here: {refusal}")
     return pick

@@ -521,3 +521,21 @@ def test_the_decision_json_shows_no_secret_of_the_line(tmp_path, on_cpu):
     assert doc["command"][doc["command"].index("--api-key") + 1] == "<redacted>"
     assert doc["command"][doc["command"].index("--max-num-batched-tokens") + 1] == "4096"
     assert "hf_secret_value" in result.stdout  # the dry run prints the command to run, the user's own words
+
+
+def test_a_pick_the_line_makes_illegal_is_not_used(fixture_db, on_cpu):
+    """The selector does not weigh the line's EPLB experts: 256 + 4 redundant do not divide over EP 8,
+    which two-sided needs, so its pick is refused for this line and vLLM's default stays."""
+    assert recommend_for(DEEPSEEK_V3, db_path=fixture_db, host_class=H200, dp=8).backend == \
+        "flashinfer_nvlink_two_sided"
+    line = serve_line(DEEPSEEK_V3, "--enable-eplb", "--eplb-config", '{"num_redundant_experts": 4}')
+    plan = plan_launch(line, LaunchOptions(db_path=fixture_db, host_class=H200))
+    assert (plan.action, plan.backend, plan.final.argv) == ("default", "allgather_reducescatter", line)
+    assert "the selector's pick is illegal for this line: flashinfer_nvlink_two_sided cannot run" in plan.text
+    assert "260 experts (256 routed + 4 redundant)" in plan.text
+
+
+def test_a_line_whose_default_is_illegal_too_is_refused(on_cpu):
+    with pytest.raises(launch.IllegalBackend, match="the line runs vLLM's default, and allgather_reducescatter cannot "
+                                                    "run .* would hold no expert"):
+        plan_launch(["vllm", "serve", QWEN, "-dp", "256", "-ep"], LaunchOptions(gpu_arch="sm90", vllm_version="0.11.0"))
