@@ -140,7 +140,7 @@ def main() -> int:
     tmp = tempfile.TemporaryDirectory()
     db = Path(tmp.name) / "launch.db"
     if args.quick:
-        from db.store import import_file
+        from db.importing import import_file
 
         import_file(db, ROOT / "tests" / "fixtures" / "results" / "b200.jsonl")
         host_class = FIXTURE_CLASS

@@ -16,7 +16,7 @@ the order the decision runs:
 * :mod:`~autoselect.launch.local` — the answer on this machine: the database state and
   :func:`autoselect.selector.recommend_for`; loaded on first use, so a kept backend or the CPU
   platform never imports the selector or the database readers.
-* :mod:`~autoselect.launch.decide` — :func:`plan_launch`: legality (the one source,
+* :mod:`~autoselect.launch.choose` — :func:`plan_launch`: legality (the one source,
   :func:`autoselect.candidates.candidate_backends`), keep / insert / override / default, the
   line and the ``--decision-json`` document (:class:`LaunchPlan`).
 * :mod:`~autoselect.launch.run` — :func:`run_plan`: print, write, ``--dry-run`` or exec.
@@ -26,27 +26,14 @@ No torch, numpy, vllm, sqlite-utils, optuna or pyarrow on this path (a test chec
 """
 
 from autoselect.lazy import lazy_exports
-from autoselect.launch.pick import Pick, ServiceUnavailable, pick_of
-from autoselect.launch.decide import (ACTIONS, DEFAULT, DEFAULT_SERVER_TIMEOUT_S, INSERT, KEEP, OVERRIDE,
-                                      SCHEMA_VERSION, UNCHANGED, BadLaunchOption, ConfigUnreadable, IllegalBackend,
-                                      LaunchOptions, LaunchPlan, NoEvidence, NothingToLaunch, plan_launch)
-from autoselect.launch.line import (CannotRewrite, FinalCommand, LaunchLine, NoServerProgram, line_python, read_line,
-                                    rewrite)
-from autoselect.launch.platform import CPU, TARGET_DEVICE, PlatformChoice, line_platform
-from autoselect.launch.run import ProgramNotFound, check_decision_path, run_plan
+from autoselect.launch.choose import LaunchOptions, LaunchPlan, plan_launch
+from autoselect.launch.run import check_decision_path, run_plan
 
-#: The selector's side, loaded on first use (PEP 562, :mod:`autoselect.lazy`): only a pick needs it.
-_LAZY = {"local": ("DatabaseState", "class_arch", "database_state", "local_answer", "local_source"),
-         "service": ("BadServerUrl", "ask_service", "check_server_url", "plain_http_beyond_loopback",
-                     "read_token_file")}
+#: Loaded on first use (PEP 562, :mod:`autoselect.lazy`): the selector's side (only a pick needs it) and
+#: the service's HTTP client (only ``--server``). :mod:`autoselect.launch.choose` calls them through
+#: this package so that a kept backend or the CPU platform never imports them.
+_LAZY = {"local": ("class_arch", "database_state", "local_answer", "local_source"),
+         "service": ("ask_service", "check_server_url", "plain_http_beyond_loopback", "read_token_file")}
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
-__all__ = [
-    "ACTIONS", "CPU", "DEFAULT", "DEFAULT_SERVER_TIMEOUT_S", "INSERT", "KEEP", "OVERRIDE", "SCHEMA_VERSION",
-    "TARGET_DEVICE", "UNCHANGED",
-    "BadLaunchOption", "BadServerUrl", "CannotRewrite", "ConfigUnreadable", "DatabaseState", "FinalCommand",
-    "IllegalBackend", "LaunchLine", "LaunchOptions", "LaunchPlan", "NoEvidence", "NoServerProgram",
-    "NothingToLaunch", "Pick", "PlatformChoice", "ProgramNotFound", "ServiceUnavailable",
-    "ask_service", "check_decision_path", "class_arch", "database_state", "line_platform", "line_python",
-    "local_answer", "local_source", "pick_of", "plan_launch", "read_line", "rewrite", "run_plan",
-]
+__all__ = ["LaunchOptions", "LaunchPlan", "check_decision_path", "plan_launch", "run_plan"]

@@ -19,7 +19,7 @@ from typing import Callable, Mapping, TextIO
 
 from autoselect.atomic import replacing
 from autoselect.errors import UserError
-from autoselect.launch.decide import BadLaunchOption, LaunchPlan
+from autoselect.launch.choose import BadLaunchOption, LaunchPlan
 
 
 class ProgramNotFound(UserError):

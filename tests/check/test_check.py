@@ -384,7 +384,7 @@ print("UNUSED", sorted(m for m in ("autoselect.bridge.client", "autoselect.bridg
 
 
 def test_inspect_check_and_launch_never_import_torch(tmp_path):
-    from db.store import import_file
+    from db.importing import import_file
 
     fixture_db = tmp_path / "fixtures.db"
     import_file(fixture_db, FIXTURES / "results" / "b200.jsonl")

@@ -27,10 +27,11 @@ from support.paths import FIXTURES, REPO
 from support.vllm_env import fake_vllm_env
 
 import autoselect.selector.pipeline as pipeline
-from autoselect import launch
 from autoselect.cli import main
 from autoselect.hardware import cpu_fingerprint
 from autoselect.launch import LaunchOptions, plan_launch, run_plan
+from autoselect.launch.choose import IllegalBackend, NoEvidence
+from autoselect.launch.pick import Pick
 from autoselect.selector import recommend_for
 
 MODELS = FIXTURES / "models"
@@ -44,7 +45,7 @@ REFERENCE = "ref-h200_sxm-x8"
 @pytest.fixture(scope="module")
 def fixture_db(tmp_path_factory) -> Path:
     """The shipped H200 and B200 measurements (tests/fixtures/results)."""
-    from db.store import import_file
+    from db.importing import import_file
 
     path = tmp_path_factory.mktemp("launch") / "fixtures.db"
     import_file(path, FIXTURES / "results" / "h200.jsonl")
@@ -168,34 +169,34 @@ def test_an_illegal_backend_in_the_line_is_refused_and_nothing_starts(tmp_path, 
 
 
 def test_an_illegal_backend_named_by_the_variable_is_refused_too(on_cpu):
-    with pytest.raises(launch.IllegalBackend, match="needs fewer than 8 ranks or a multiple of 8, not 12"):
+    with pytest.raises(IllegalBackend, match="needs fewer than 8 ranks or a multiple of 8, not 12"):
         plan_launch(["VLLM_ALL2ALL_BACKEND=deepep_low_latency", "vllm", "serve", QWEN, "-dp", "12", "-ep"],
                     LaunchOptions(gpu_arch="sm90", vllm_version="0.14.0"))
-    with pytest.raises(launch.IllegalBackend, match="VLLM_ALL2ALL_BACKEND=deepep_v2"):  # 0.11.1 refuses the value
+    with pytest.raises(IllegalBackend, match="VLLM_ALL2ALL_BACKEND=deepep_v2"):  # 0.11.1 refuses the value
         plan_launch(serve_line(QWEN), LaunchOptions(gpu_arch="sm90", vllm_version="0.11.1"),
                     environ={"VLLM_ALL2ALL_BACKEND": "deepep_v2"})
 
 
 def test_a_backend_vllm_does_not_know_is_refused_with_the_choices(on_cpu):
-    with pytest.raises(launch.IllegalBackend, match="vLLM 0.33.0 does not accept --all2all-backend flashinfer_one_sided: "
+    with pytest.raises(IllegalBackend, match="vLLM 0.33.0 does not accept --all2all-backend flashinfer_one_sided: "
                                                     "vllm serve would exit with 'invalid choice'; it accepts: "
                                                     "allgather_reducescatter, "):
         plan_launch(serve_line(QWEN, "--all2all-backend", "flashinfer_one_sided"),
                     LaunchOptions(gpu_arch="sm90", vllm_version="0.33.0"))
-    with pytest.raises(launch.IllegalBackend, match="vLLM 0.17.0 does not accept --all2all-backend "
+    with pytest.raises(IllegalBackend, match="vLLM 0.17.0 does not accept --all2all-backend "
                                                     "flashinfer_nvlink_one_sided"):  # first in 0.18.0
         plan_launch(["vllm", "serve", QWEN, "-dp", "8", "--all2all-backend", "flashinfer_nvlink_one_sided"],
                     LaunchOptions(gpu_arch="sm90", vllm_version="0.17.0"))  # even without an all2all group
 
 
 def test_the_flag_on_a_release_before_it_is_refused(on_cpu):
-    with pytest.raises(launch.IllegalBackend, match="vLLM 0.11.0 has no --all2all-backend"):
+    with pytest.raises(IllegalBackend, match="vLLM 0.11.0 has no --all2all-backend"):
         plan_launch(serve_line(QWEN, "--all2all-backend", "deepep_low_latency"),
                     LaunchOptions(gpu_arch="sm90", vllm_version="0.11.0"))
 
 
 def test_dbo_with_a_backend_it_cannot_run_is_refused(on_cpu):
-    with pytest.raises(launch.IllegalBackend, match="--enable-dbo, which vLLM 0.33.0 runs only with"):
+    with pytest.raises(IllegalBackend, match="--enable-dbo, which vLLM 0.33.0 runs only with"):
         plan_launch(serve_line(QWEN, "--enable-dbo", "--all2all-backend", "flashinfer_nvlink_two_sided"),
                     LaunchOptions(gpu_arch="sm90", vllm_version="0.33.0"))
 
@@ -215,7 +216,7 @@ def test_override_replaces_an_illegal_backend_but_only_with_a_pick(tmp_path, on_
     line = serve_line(QWEN, "--all2all-backend", "flashinfer_nvlink_one_sided")
     plan = plan_launch(line, LaunchOptions(db_path=tmp_path / "none.db", host_class=REFERENCE, override=True))
     assert plan.action == "override" and plan.final.argv[-2:] != ["--all2all-backend", "flashinfer_nvlink_one_sided"]
-    with pytest.raises(launch.IllegalBackend, match="--override found nothing to replace it with"):
+    with pytest.raises(IllegalBackend, match="--override found nothing to replace it with"):
         plan_launch(line, LaunchOptions(db_path=tmp_path / "none.db", override=True))
 
 
@@ -256,7 +257,7 @@ def test_without_evidence_vllms_default_stays_and_the_bench_command_is_named(tmp
                                 "no evidence: no measurement of any legal backend")
     assert f"no database at {tmp_path / 'none.db'}" in plan.text
     assert "; to settle it: autoselect bench --model" in plan.text
-    with pytest.raises(launch.NoEvidence, match="--require-evidence: no evidence: .*; settle it with: autoselect bench"):
+    with pytest.raises(NoEvidence, match="--require-evidence: no evidence: .*; settle it with: autoselect bench"):
         plan_launch(serve_line(QWEN), LaunchOptions(db_path=tmp_path / "none.db", require_evidence=True))
     assert not (tmp_path / "none.db").exists()  # read-only: never created
 
@@ -344,7 +345,7 @@ def test_a_variable_that_overrides_the_flag_is_unset_when_the_pick_replaces_it(o
 def test_a_config_file_backend_is_the_users_and_is_judged(tmp_path, on_cpu):
     config = tmp_path / "serve.yaml"
     config.write_text("data-parallel-size: 2\nenable-expert-parallel: true\nall2all-backend: deepep_low_latency\n")
-    with pytest.raises(launch.IllegalBackend, match="CPU platform runs only allgather_reducescatter"):
+    with pytest.raises(IllegalBackend, match="CPU platform runs only allgather_reducescatter"):
         plan_launch(["vllm", "serve", QWEN, "--config", str(config)])
     config.write_text("data-parallel-size: 2\nenable-expert-parallel: true\n")
     plan = plan_launch(["vllm", "serve", QWEN, "--config", str(config)])
@@ -360,10 +361,10 @@ def test_a_pasted_block_is_read_as_check_reads_it(on_cpu):
 
 
 def test_tuned_flags_and_variables_are_added_unless_the_line_sets_them(on_cpu):
-    from autoselect.launch.decide import _answer_extras
+    from autoselect.launch.choose import _answer_extras
     from autoselect.launch.line import read_line
 
-    pick = launch.Pick("flashinfer_nvlink_one_sided", "high", "measured", "db",
+    pick = Pick("flashinfer_nvlink_one_sided", "high", "measured", "db",
                        flags=(("--max-num-batched-tokens", "2048"), ("--some-knob", "3")), env={"NCCL_X": "1", "K": "2"})
     warnings: list[str] = []
     line = read_line(["vllm", "serve", QWEN, "-dp", "2", "-ep", "--max-num-batched-tokens", "4096"])
@@ -536,6 +537,6 @@ def test_a_pick_the_line_makes_illegal_is_not_used(fixture_db, on_cpu):
 
 
 def test_a_line_whose_default_is_illegal_too_is_refused(on_cpu):
-    with pytest.raises(launch.IllegalBackend, match="the line runs vLLM's default, and allgather_reducescatter cannot "
+    with pytest.raises(IllegalBackend, match="the line runs vLLM's default, and allgather_reducescatter cannot "
                                                     "run .* would hold no expert"):
         plan_launch(["vllm", "serve", QWEN, "-dp", "256", "-ep"], LaunchOptions(gpu_arch="sm90", vllm_version="0.11.0"))

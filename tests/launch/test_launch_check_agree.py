@@ -22,7 +22,8 @@ import autoselect.selector.pipeline as pipeline
 from autoselect import rules
 from autoselect.check import check_serve_command
 from autoselect.hardware import cpu_fingerprint
-from autoselect.launch import IllegalBackend, LaunchOptions, plan_launch
+from autoselect.launch import LaunchOptions, plan_launch
+from autoselect.launch.choose import IllegalBackend
 
 #: check's error codes about the backend the line runs (launch refuses these).
 BACKEND_ERRORS = frozenset({"illegal-dtype", "illegal-shape", "invalid-choice", "value-unknown-to-version",

@@ -181,9 +181,10 @@ def test_the_service_is_asked_for_this_machines_class_and_the_models_name_under_
 
 def test_a_token_over_plain_http_beyond_this_machine_is_a_warning(token_file, tmp_path, on_fleet_node, monkeypatch):
     import autoselect.launch as launch
+    from autoselect.launch.pick import ServiceUnavailable
 
     def unreachable(*args, **kw):
-        raise launch.ServiceUnavailable("no answer (test)")
+        raise ServiceUnavailable("no answer (test)")
 
     monkeypatch.setattr(launch, "ask_service", unreachable)
     plan = plan_launch(LINE, options("http://autoselect.fleet.example:8765", token_file=token_file,

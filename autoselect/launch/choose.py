@@ -46,6 +46,8 @@ from autoselect.launch.pick import Pick, ServiceUnavailable, pick_of
 from autoselect.launch.line import FinalCommand, LaunchLine, has_option, line_python, read_line, rewrite, unchanged
 from autoselect.launch.platform import CPU, PlatformChoice, line_platform
 from autoselect.model import GPU_ARCHS, DenseModel, load_profile, normalize_arch
+from autoselect.rules.selection import default_backend
+from autoselect.rules.serve_options import DBO_ASSERT_SOURCE
 from autoselect.vllm_flags import CONFIG_UNREAD, backend_setting, redacted_env, redacted_words
 from autoselect.workload import ROLE_WORKLOAD, check_role, check_workload_kind
 
@@ -244,7 +246,7 @@ def _dbo_refusal(line: LaunchLine, backend: str, version: str, platform: str) ->
     if rules.resolve(backend) in supported:
         return None
     return (f"the line enables --enable-dbo, which vLLM {version} runs only with {', '.join(supported)}; with "
-            f"{backend} it fails an assertion at start-up ({rules.flags.DBO_ASSERT_SOURCE}): name one of them "
+            f"{backend} it fails an assertion at start-up ({DBO_ASSERT_SOURCE}): name one of them "
             f"with --all2all-backend, or drop --enable-dbo")
 
 
@@ -295,7 +297,7 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
                 given=given, given_origin=effective.origin, warnings=warnings, server=options.server)
 
     def done(action, backend, why, final=None, pick=None, **extra):
-        runs = backend or rules.default_backend(version)
+        runs = backend or default_backend(version)
         refusal = _dbo_refusal(line, runs, version, platform.name)
         if refusal:  # vLLM asserts at start-up, whatever else the line says
             raise IllegalBackend(f"{refusal} (nothing was started)")
@@ -324,7 +326,7 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
         archs = (normalize_arch(platform.host.gpu_arch),) if platform.host and platform.host.gpu_arch else GPU_ARCHS
     plan["gpu_arch"] = archs[0] if len(archs) == 1 else None
     target = resolve_target(profile, world_size=args.world_size, gpu_arch=plan["gpu_arch"], vllm_version=version,
-                            vllm_version_source=version_source, max_tokens_per_rank=args.max_num_batched_tokens,
+                            vllm_version_source=version_source, max_num_batched_tokens=args.max_num_batched_tokens,
                             environ=serving, tensor_parallel_size=args.tensor_parallel_size,
                             redundant_experts=args.redundant_experts, platform=CPU if cpu else None,
                             require_flag=False)
@@ -369,7 +371,7 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
         if given is not None:
             return done(KEEP, given, f"the line's {_how(given, effective.origin)} kept: --override has nothing to "
                                      f"replace it with ({why}){settle}", pick=pick)
-        default = rules.default_backend(version)
+        default = default_backend(version)
         illegal = _refusal(default, _judged(target, default, archs), target, version)
         if illegal:  # what the line runs as it stands is illegal too
             raise IllegalBackend(f"the line runs vLLM's default, and {illegal}; nothing better is known ({why}) "
@@ -380,7 +382,7 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
     except rules.BackendUnknownToVersion as e:  # a release before the flag without a variable value for it
         if given is not None:
             return done(KEEP, given, f"the line's {_how(given, effective.origin)} kept: {e}", pick=pick)
-        default = rules.default_backend(version)
+        default = default_backend(version)
         return done(DEFAULT, default, f"vLLM's default ({default}) kept, nothing inserted: {e}", pick=pick)
     flags, env = _answer_extras(line, pick, serving, plan["warnings"])
     final = rewrite(line, setting, flags, env)
