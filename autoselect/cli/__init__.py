@@ -139,8 +139,10 @@ COMMANDS: dict[str, str] = {
 
 
 #: Commands that load, answer and exit (a few hundred milliseconds): :func:`run` keeps the cyclic
-#: garbage collector off for their whole run. Every other command gets it back before it starts.
-SHORT_LIVED = frozenset({"recommend", "explain", "check", "inspect"})
+#: garbage collector off for their whole run. ``launch`` is one: it decides and then replaces the
+#: process with the server (``os.execvpe``), whose interpreter starts with its own collector.
+#: Every other command gets it back before it starts.
+SHORT_LIVED = frozenset({"recommend", "explain", "check", "inspect", "launch"})
 
 
 class LazyGroup(click.Group):

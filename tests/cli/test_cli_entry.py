@@ -51,6 +51,8 @@ def test_short_lived_commands_are_commands():
     (["recommend", "--model", str(FIXTURES / "models" / "deepseek-v3"), "--host-class", "ref-h200_sxm-x8"], False),
     (["check", "--gpu-arch", "sm90", "--", "vllm", "serve", str(FIXTURES / "models" / "deepseek-v3"), "-dp", "8",
       "-ep"], False),
+    (["launch", "--dry-run", "--gpu-arch", "sm90", "--", "vllm", "serve", str(FIXTURES / "models" / "deepseek-v3"),
+      "-dp", "8", "-ep", "--all2all-backend", "allgather_reducescatter"], False),
     (["hosts"], True),
 ])
 def test_run_keeps_the_collector_off_only_for_short_lived_commands(argv, on, tmp_path):
