@@ -19,7 +19,10 @@ line, exit status 2, nothing written, nothing started):
    choice (check does not judge them either): vLLM fails loudly at start-up there.
 4. Otherwise the pick: on the CPU platform the one backend its communicator builds; on GPUs the
    selector's answer, from ``--server`` (the fleet's ``autoselect serve``) or, when it cannot
-   answer, the local database, else the reference, else none (:mod:`autoselect.launch.answer`).
+   answer, the local database, else the reference, else none (:mod:`autoselect.launch.service`,
+   :mod:`autoselect.launch.local`). The database is read once, and a host class's arch is taken
+   from the answer rather than looked up before it; on a GPU node the platform probe's fingerprint
+   is the machine the selector answers for (NVML is walked once).
    An answer with confidence ``none`` keeps vLLM's default and names the ``autoselect bench``
    command that would settle it (``--require-evidence``: an error). A service's pick is judged
    again here before it is used.
@@ -31,6 +34,7 @@ line, exit status 2, nothing written, nothing started):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -214,6 +218,11 @@ def _version(line: LaunchLine, o: LaunchOptions, serving: Mapping[str, str],
     return target_version(problems=warnings, python=line_python(line, serving))
 
 
+def _one(archs: tuple) -> str | None:
+    """The arch when there is one (None: the CPU platform, or every known arch)."""
+    return archs[0] if len(archs) == 1 else None
+
+
 def _judged(target: Target, backend: str, archs) -> list[tuple[str | None, Any]]:
     """``[(arch, verdict)]`` of ``backend`` on each arch (one ``None`` entry on the CPU platform)."""
     return [(arch, candidate_backends(dataclasses.replace(target, gpu_arch=arch), [backend])[backend])
@@ -232,7 +241,8 @@ def _refusal(backend: str, judged, target: Target, version: str) -> str | None:
             problems.append(f"{'; '.join(verdict.reasons)}{where}")
     if not problems:
         return None
-    legal = legal_backends(target)
+    archs = [arch for arch, _ in judged]  # what is legal, judged where the refusal was
+    legal = legal_backends(dataclasses.replace(target, gpu_arch=archs[0]) if len(archs) == 1 else target)
     tail = f"; legal here: {', '.join(legal)}" if legal else ""
     return f"{backend} cannot run {target.profile.model} here: {' / '.join(dict.fromkeys(problems))}{tail}"
 
@@ -315,16 +325,29 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
     except DenseModel as e:
         return done(UNCHANGED, effective.backend, f"line unchanged: {e}")
     cpu = platform.name == CPU
-    if cpu:
-        archs: tuple = (None,)
-    elif gpu_arch:
-        archs = (gpu_arch,)
-    elif options.host_class:
-        arch = package.class_arch(options.host_class, package.database_state(options.db_path))
-        archs = (arch,) if arch else GPU_ARCHS
-    else:
-        archs = (normalize_arch(platform.host.gpu_arch),) if platform.host and platform.host.gpu_arch else GPU_ARCHS
-    plan["gpu_arch"] = archs[0] if len(archs) == 1 else None
+
+    @functools.cache
+    def database():
+        """The database's state, read once and only on the paths that read the database."""
+        return package.database_state(options.db_path)
+
+    @functools.cache
+    def archs() -> tuple:
+        """The GPU archs the line runs on (one ``None`` on the CPU platform; every known arch where
+        nothing says which). A host class's is looked up only when no answer brings it."""
+        if cpu:
+            return (None,)
+        if gpu_arch:
+            return (gpu_arch,)
+        if options.host_class:
+            arch = package.class_arch(options.host_class, database())
+            return (arch,) if arch else GPU_ARCHS
+        return (normalize_arch(platform.host.gpu_arch),) if platform.host and platform.host.gpu_arch else GPU_ARCHS
+
+    # A pick's answer names the arch of its host class (the newest machine's, which class_arch would
+    # read): on the pick path the class's arch is not looked up first, the pick is judged on the answer's.
+    deferred = options.host_class is not None and not (cpu or gpu_arch)
+    plan["gpu_arch"] = None if deferred else _one(archs())
     target = resolve_target(profile, world_size=args.world_size, gpu_arch=plan["gpu_arch"], vllm_version=version,
                             vllm_version_source=version_source, max_num_batched_tokens=args.max_num_batched_tokens,
                             environ=serving, tensor_parallel_size=args.tensor_parallel_size,
@@ -332,7 +355,8 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
                             require_flag=False)
     refusal = None
     if given is not None:
-        refusal = _refusal(given, _judged(target, given, archs), target, version) or \
+        plan["gpu_arch"] = _one(archs())
+        refusal = _refusal(given, _judged(target, given, archs()), target, version) or \
             _dbo_refusal(line, given, version, platform.name)
         if refusal and not options.override:
             raise IllegalBackend(refusal + " (nothing was started)")
@@ -342,13 +366,16 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
                                      f"{where} at EP {args.world_size}, vLLM {version}); --override lets autoselect "
                                      f"choose")
 
-    pick, extra = _pick(line, options, target, platform, version, workload, token, archs)
+    pick, extra = _pick(line, options, target, platform, version, workload, token, archs, database)
     no_pick = extra.pop("no_pick", None)
     plan.update(extra)
     if pick is not None and pick.confidence not in (None, "none"):
         # The selector weighs neither the line's environment nor its EPLB experts: its pick is judged
         # again for this very line, and one the rules refuse here is not used.
-        illegal = _refusal(pick.backend, _judged(target, pick.backend, _answer_archs(pick, archs)), target, version)
+        judged_on = _answer_archs(pick, archs)
+        if deferred and plan["gpu_arch"] is None:
+            plan["gpu_arch"] = _one(judged_on)
+        illegal = _refusal(pick.backend, _judged(target, pick.backend, judged_on), target, version)
         if illegal:
             pick, no_pick = None, f"the selector's pick is illegal for this line: {illegal}"
     unused = (f" (the service {options.server} was not used: {plan['server_problem']})"
@@ -372,7 +399,8 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
             return done(KEEP, given, f"the line's {_how(given, effective.origin)} kept: --override has nothing to "
                                      f"replace it with ({why}){settle}", pick=pick)
         default = default_backend(version)
-        illegal = _refusal(default, _judged(target, default, archs), target, version)
+        plan["gpu_arch"] = plan["gpu_arch"] or _one(archs())
+        illegal = _refusal(default, _judged(target, default, archs()), target, version)
         if illegal:  # what the line runs as it stands is illegal too
             raise IllegalBackend(f"the line runs vLLM's default, and {illegal}; nothing better is known ({why}) "
                                  f"(nothing was started)")
@@ -397,8 +425,12 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
 
 
 def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: PlatformChoice, version: str,
-          workload: str, token: str | None, archs) -> tuple[Pick | None, dict]:
-    """The pick and what the plan records about where it came from (``no_pick``: why there is none)."""
+          workload: str, token: str | None, archs: Callable[[], tuple],
+          database: Callable[[], Any]) -> tuple[Pick | None, dict]:
+    """The pick and what the plan records about where it came from (``no_pick``: why there is none).
+
+    ``archs`` and ``database`` are read on first call (``plan_launch``'s): the GPU archs the line
+    runs on, the database's state."""
     if platform.name == CPU:
         legal = legal_backends(target, sorted(rules.PLATFORMS[CPU].backends))
         if not legal:
@@ -414,7 +446,7 @@ def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: Platform
               gpu_arch=o.gpu_arch, vllm_version=version, workload=workload,
               concurrency=args.max_num_seqs * args.data_parallel_size if args.max_num_seqs else None,
               max_num_batched_tokens=args.max_num_batched_tokens, max_workspace_gib=o.max_workspace_gib)
-    db = package.database_state(o.db_path)
+    db = database()
     extra: dict[str, Any] = {"database": db.text}
     if o.server is not None:
         try:
@@ -424,7 +456,8 @@ def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: Platform
         except ServiceUnavailable as e:
             extra["server_problem"] = str(e)
     try:
-        answer = package.local_answer(args.model, db, **kw)
+        answer = package.local_answer(args.model, db, this_host=platform.host if o.host_class is None else None,
+                                      **kw)
     except UnknownHostClass as e:
         if db.readable:
             raise
@@ -435,14 +468,14 @@ def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: Platform
                   "host_class": (answer.get("data_used") or {}).get("host_class") or o.host_class}
 
 
-def _answer_archs(pick: Pick, archs) -> tuple:
-    """The archs a pick is judged on: the answer's own GPU arch, else the plan's."""
+def _answer_archs(pick: Pick, archs: Callable[[], tuple]) -> tuple:
+    """The archs a pick is judged on: the answer's own GPU arch, else the line's."""
     arch = (pick.answer or {}).get("gpu_arch")
-    return (arch,) if arch else tuple(archs)
+    return (arch,) if arch else tuple(archs())
 
 
 def _service_pick(line: LaunchLine, o: LaunchOptions, platform: PlatformChoice, kw: dict, token: str | None,
-                  target: Target, archs) -> Pick:
+                  target: Target, archs: Callable[[], tuple]) -> Pick:
     """The service's pick, judged again here (:class:`ServiceUnavailable` when it cannot be used)."""
     model = o.server_model or (os.path.basename(os.path.normpath(line.args.model))
                                if os.path.isdir(line.args.model) else line.args.model)

@@ -205,12 +205,16 @@ def recommend_for(
     validate: bool = False,
     model_source=None,
     read_db: bool = True,
+    this_host: HostFingerprint | None = None,
 ) -> Recommendation:
     """``autoselect recommend`` from its flags: validate, load, read the store, decide, check.
 
     ``model_source`` (:class:`autoselect.model.ModelSource`) says which model names resolve
     (``serve``: Hub ids from the cache, names under its roots; default: the CLI's). ``read_db``
     False answers without the database (``launch``, once it found the file unreadable).
+    ``this_host``: this machine's fingerprint when the caller has taken it already (``launch``
+    probes the platform with it), so it is not taken twice (NVML, every GPU and link, the
+    installed versions); used only without ``host_class``.
 
     Every input is checked before anything is read. The target host is this machine
     (:func:`autoselect.hardware.fingerprint`) unless ``host_class`` names a class present in
@@ -230,7 +234,7 @@ def recommend_for(
     path = default_path() if db_path is None else db_path
     conn = connect_readonly(path) if read_db and os.path.exists(path) else None
     try:
-        host = target_host(conn, path, host_class)
+        host = this_host if host_class is None and this_host is not None else target_host(conn, path, host_class)
         deployment = resolve_deployment(dp, tp, world_size, _default_gpus(host_class, host, dp, tp, world_size))
         budget = max_num_batched_tokens or vllm_flags.vllm_default_max_num_batched_tokens(
             rules.DEFAULT_BACKEND, gpu_memory_mib(host))

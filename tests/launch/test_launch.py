@@ -146,6 +146,32 @@ def test_max_num_seqs_per_engine_is_the_decode_concurrency(fixture_db, on_cpu):
     assert [b["tokens_per_rank"] for b in plan.pick.answer["workload"]["buckets"]] == [1, 2, 4]
 
 
+def test_a_gpu_node_is_fingerprinted_once(fleet_db, monkeypatch):
+    """The platform probe's fingerprint is the one the selector answers for (NVML walks every GPU and link)."""
+    node, probes = h200_host("gpu-a"), []
+    monkeypatch.setattr("autoselect.launch.platform.local_host", lambda: probes.append(node) or node)
+    monkeypatch.setattr(pipeline, "fingerprint", lambda: pytest.fail("this machine fingerprinted again"))
+    plan = plan_launch(serve_line(), LaunchOptions(db_path=fleet_db, workload="decode"))
+    assert (len(probes), plan.action, plan.host_class, plan.pick.evidence) == (1, "insert", HOST_CLASS, "measured")
+
+
+def test_a_pick_for_a_host_class_reads_the_database_once_and_takes_the_arch_from_the_answer(fixture_db, on_cpu,
+                                                                                         monkeypatch):
+    import autoselect.launch as launch
+
+    states = []
+    state = launch.database_state
+    monkeypatch.setattr(launch, "database_state", lambda path: states.append(path) or state(path))
+    monkeypatch.setattr(launch, "class_arch", lambda *a: pytest.fail("the class's arch looked up before the pick"))
+    plan = plan_launch(serve_line(NVFP4), LaunchOptions(db_path=fixture_db, host_class=B200))
+    assert (plan.action, plan.gpu_arch, states) == ("insert", "sm100", [fixture_db])
+    # a backend the line names is judged before any pick: on the class's arch, looked up
+    monkeypatch.setattr(launch, "class_arch", lambda host_class, db: "sm100")
+    plan = plan_launch(serve_line(NVFP4, "--all2all-backend", "flashinfer_nvlink_one_sided"),
+                       LaunchOptions(db_path=fixture_db, host_class=B200))
+    assert (plan.action, plan.gpu_arch) == ("keep", "sm100")
+
+
 # ---- the user's backend: kept, refused, overridden ----------------------------------------------
 
 

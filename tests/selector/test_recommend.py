@@ -439,3 +439,17 @@ def test_read_db_false_answers_without_opening_the_database(tmp_path):
     assert rec.data_used.results == 0 and broken.read_bytes() == b"not a database at all"
     answer = recommend_for(str(MODELS / "deepseek-v3"), db_path=broken, host_class="ref-h200_sxm-x8", read_db=False)
     assert answer.reference is not None and answer.confidence == "reference"
+
+
+def test_this_host_answers_for_a_fingerprint_the_caller_already_took(tmp_path, monkeypatch):
+    import autoselect.selector.pipeline as pipeline
+    from support.fleet import h200_host
+
+    node = h200_host("gpu-a")
+    monkeypatch.setattr(pipeline, "fingerprint", lambda: pytest.fail("fingerprinted again"))
+    rec = recommend_for(str(MODELS / "deepseek-v3"), db_path=tmp_path / "none.db", dp=8, this_host=node)
+    assert (rec.data_used.host_class, rec.gpu_arch) == (node.host_class, "sm90")
+    # a host class still names the machine: this_host is this machine's, used only without one
+    rec = recommend_for(str(MODELS / "deepseek-v3"), db_path=tmp_path / "none.db", dp=8, this_host=node,
+                        host_class="ref-b200_sxm-x8")
+    assert rec.gpu_arch == "sm100"
