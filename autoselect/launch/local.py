@@ -11,9 +11,8 @@ platform, imports neither.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from autoselect.errors import UserError
 from autoselect.reference import is_reference_class
@@ -22,9 +21,9 @@ from db import default_path
 from db.queries import connect_readonly
 
 
-@dataclass(frozen=True)
-class DatabaseState:
-    """Whether the results database can be read, in words for the line."""
+class DatabaseState(NamedTuple):
+    """Whether the results database can be read, in words for the line (a NamedTuple: see
+    :class:`autoselect.launch.line.LaunchLine`)."""
 
     path: Path
     readable: bool

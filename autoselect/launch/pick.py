@@ -10,8 +10,8 @@ answer adds (the one-sided token budget, tuned knobs), the tuned variables, and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from types import MappingProxyType
+from typing import Any, Mapping, NamedTuple
 
 
 #: The flags of an answer that describe the deployment or the backend (launch takes those from the
@@ -24,20 +24,23 @@ class ServiceUnavailable(Exception):
     "The service did not give a usable answer (the launcher falls back and says why)."
 
 
-@dataclass(frozen=True)
-class Pick:
-    """What launch acts on from one answer."""
+class Pick(NamedTuple):
+    """What launch acts on from one answer (a NamedTuple: see :class:`autoselect.launch.line.LaunchLine`)."""
 
     backend: str
     confidence: str | None  # the selector's; None: not the selector's call (a platform rule)
     evidence: str  # measured | published | derived | transferred | estimated | none | rule
     source: str  # where it came from, in words, for the line
     flags: tuple[tuple[str, ...], ...] = ()  # the answer's other flags, each option with its values
-    env: Mapping[str, str] = field(default_factory=dict)  # tuned variables
+    env: Mapping[str, str] = MappingProxyType({})  # tuned variables
     bench_command: str | None = None
     reasons: tuple[str, ...] = ()  # why the confidence is what it is
     warnings: tuple[str, ...] = ()
-    answer: dict | None = field(default=None, repr=False)  # the recommend document, when there is one
+    answer: dict | None = None  # the recommend document, when there is one
+
+    def __repr__(self) -> str:  # without the whole answer
+        return (f"Pick(backend={self.backend!r}, confidence={self.confidence!r}, evidence={self.evidence!r}, "
+                f"source={self.source!r})")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (without the whole answer)."""

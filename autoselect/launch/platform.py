@@ -10,8 +10,7 @@ machine, a ``--dry-run`` on a laptop). A host without GPUs, or a line that sets
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NamedTuple
 
 from autoselect.hardware import HostFingerprint, fingerprint
 from autoselect.rules import CUDA
@@ -31,9 +30,9 @@ def local_host() -> HostFingerprint | None:
     return fingerprint()
 
 
-@dataclass(frozen=True)
-class PlatformChoice:
-    """The platform, why, and this machine's fingerprint when it was taken (None: not needed)."""
+class PlatformChoice(NamedTuple):
+    """The platform, why, and this machine's fingerprint when it was taken (None: not needed; a
+    NamedTuple: see :class:`autoselect.launch.line.LaunchLine`)."""
 
     name: str  # CUDA or CPU
     why: str
