@@ -37,8 +37,7 @@ import dataclasses
 import functools
 import math
 import os
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 from autoselect import rules
 from autoselect.bridge import target_version
@@ -88,9 +87,9 @@ class NoEvidence(UserError):
     "--require-evidence, and nothing measured or published answers for this host and shape."
 
 
-@dataclass(frozen=True)
-class LaunchOptions:
-    """What ``autoselect launch`` takes besides the line (the CLI's options, one field each)."""
+class LaunchOptions(NamedTuple):
+    """What ``autoselect launch`` takes besides the line (the CLI's options, one field each; a
+    NamedTuple, as every record of the launch path: see :class:`autoselect.launch.line.LaunchLine`)."""
 
     db_path: str | os.PathLike | None = None
     host_class: str | None = None
@@ -107,9 +106,8 @@ class LaunchOptions:
     max_workspace_gib: float | None = None
 
 
-@dataclass
-class LaunchPlan:
-    """The decision and the command that carries it out."""
+class LaunchPlan(NamedTuple):
+    """The decision and the command that carries it out (a NamedTuple: see :class:`LaunchOptions`)."""
 
     action: str  # one of ACTIONS
     backend: str | None  # the backend the final line selects, as named (with no all2all group, unused)
@@ -129,7 +127,7 @@ class LaunchPlan:
     database: str | None = None  # the database state in words, when it was asked
     server: str | None = None
     server_problem: str | None = None  # why the service's answer was not used
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] | list[str] = ()
 
     @property
     def text(self) -> str:
