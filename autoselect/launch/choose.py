@@ -216,6 +216,14 @@ def _version(line: LaunchLine, o: LaunchOptions, serving: Mapping[str, str],
     return target_version(problems=warnings, python=line_python(line, serving))
 
 
+def _unexpanded(args, name: str) -> str:
+    """Why a value only a shell knows (``$B``, ``${B:-x}``) is refused here, where check leaves it unjudged."""
+    if name not in args.unexpanded:
+        return ""
+    return ("; it is a shell expansion, and launch starts the line's words as they are: no shell expands it "
+            "before vLLM reads it; pass the line as the shell expands it (`autoselect launch -- ... $B` unquoted)")
+
+
 def _one(archs: tuple) -> str | None:
     """The arch when there is one (None: the CPU platform, or every known arch)."""
     return archs[0] if len(archs) == 1 else None
@@ -286,8 +294,8 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
     version, version_source = _version(line, options, serving, warnings)
     effective = rules.effective_backend(version, args.all2all_backend, serving.get(rules.VARIABLE))
     if effective.variable_refused:
-        raise IllegalBackend(f"{rules.VARIABLE}={effective.variable}: {effective.variable_refused} (nothing was "
-                             f"started)")
+        raise IllegalBackend(f"{rules.VARIABLE}={effective.variable}: {effective.variable_refused}"
+                             f"{_unexpanded(args, rules.VARIABLE)} (nothing was started)")
     if args.all2all_backend and not effective.era.flag:
         raise IllegalBackend(f"vLLM {version} has no --all2all-backend (it arrived in {rules.FLAG_SINCE}): vllm serve "
                              f"would exit with 'unrecognized arguments'; set {rules.VARIABLE}={args.all2all_backend} "
@@ -296,7 +304,8 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
     if given is not None and effective.origin == rules.ORIGIN_FLAG and not rules.value_known_to(given, version):
         choices = ", ".join(rules.parser_choices(version))
         raise IllegalBackend(f"vLLM {version} does not accept --all2all-backend {given}: vllm serve would exit with "
-                             f"'invalid choice'; it accepts: {choices} (nothing was started)")
+                             f"'invalid choice'; it accepts: {choices}{_unexpanded(args, '--all2all-backend')} "
+                             f"(nothing was started)")
     role = options.role or args.role
     workload = options.workload or ROLE_WORKLOAD.get(role or "both", "mixed")
     gpu_arch = normalize_arch(options.gpu_arch) if options.gpu_arch else None

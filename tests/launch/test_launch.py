@@ -215,6 +215,20 @@ def test_a_backend_vllm_does_not_know_is_refused_with_the_choices(on_cpu):
                     LaunchOptions(gpu_arch="sm90", vllm_version="0.17.0"))  # even without an all2all group
 
 
+def test_a_backend_only_a_shell_would_expand_is_refused_and_said_so(on_cpu):
+    """check leaves `$B` unjudged (a script a shell runs); launch starts the words as they are, so
+    vLLM would get the literal value: refused, with the reason."""
+    with pytest.raises(IllegalBackend, match=r"does not accept --all2all-backend \$B: .*it is a shell expansion, "
+                                             r"and launch starts the line's words as they are"):
+        plan_launch(serve_line(QWEN, "--all2all-backend", "$B"), LaunchOptions(gpu_arch="sm90", vllm_version="0.33.0"))
+    with pytest.raises(IllegalBackend, match=r"VLLM_ALL2ALL_BACKEND=\$\{B:-pplx\}: .*it is a shell expansion"):
+        plan_launch(["VLLM_ALL2ALL_BACKEND=${B:-pplx}", *serve_line(QWEN)],
+                    LaunchOptions(gpu_arch="sm90", vllm_version="0.14.0"))
+    # where the release does not read the variable, its literal value harms nothing: the pick goes in
+    plan = plan_launch(["VLLM_ALL2ALL_BACKEND=$B", *serve_line(QWEN)], LaunchOptions(host_class=REFERENCE))
+    assert plan.action == "insert"
+
+
 def test_the_flag_on_a_release_before_it_is_refused(on_cpu):
     with pytest.raises(IllegalBackend, match="vLLM 0.11.0 has no --all2all-backend"):
         plan_launch(serve_line(QWEN, "--all2all-backend", "deepep_low_latency"),
