@@ -45,7 +45,7 @@ from autoselect.candidates import Target, candidate_backends, legal_backends, re
 from autoselect.errors import UnknownHostClass, UserError
 from autoselect.hardware import HostFingerprint
 import autoselect.launch as package  # its lazy names load the selector / an HTTP client on first use
-from autoselect.launch.pick import Pick, ServiceUnavailable, pick_of
+from autoselect.launch.pick import RULE, Pick, ServiceUnavailable, pick_of
 from autoselect.launch.line import FinalCommand, LaunchLine, has_option, line_python, read_line, rewrite, unchanged
 from autoselect.launch.platform import CPU, PlatformChoice, line_platform
 from autoselect.model import GPU_ARCHS, DenseModel, load_profile, normalize_arch
@@ -425,6 +425,9 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
                else f"{_setting_words(setting)} inserted")
     if pick.confidence is None:  # a platform rule, not the selector's call
         why = f"{subject}: {pick.source}"
+    elif pick.evidence == RULE:  # the selector's only legal candidate
+        why = (f"{subject} for {profile.model} at EP {args.world_size} on vLLM {version}: the only backend the rules "
+               f"allow here (nothing to compare), confidence {pick.confidence}; {pick.source}{unused}")
     else:
         why = (f"{subject} for {profile.model} at EP {args.world_size} on vLLM {version}: {pick.evidence} evidence, "
                f"confidence {pick.confidence}, from {pick.source}{unused}")
@@ -443,8 +446,8 @@ def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: Platform
         if not legal:
             raise IllegalBackend(f"no all2all backend runs {target.profile.model} on vLLM's CPU platform at EP "
                                  f"{target.world_size} (nothing was started)")
-        return Pick(legal[0], None, "rule", f"the only all2all manager vLLM's CPU platform builds ({platform.why}); "
-                                            f"no database read"), {}
+        return Pick(legal[0], None, RULE, f"the only all2all manager vLLM's CPU platform builds ({platform.why}); "
+                                          f"no database read"), {}
     if not rules.version_in(version, rules.FLAG_SINCE, None):
         return None, {"no_pick": f"vLLM {version} predates --all2all-backend ({rules.FLAG_SINCE}), and autoselect "
                                  f"picks for releases that have it"}

@@ -20,6 +20,10 @@ DEPLOYMENT_FLAGS = {"--tensor-parallel-size": 1, "--data-parallel-size": 1, "--e
                     "--all2all-backend": 1}
 
 
+#: The evidence of a pick the rules alone make (vLLM's CPU platform; the only legal backend).
+RULE = "rule"
+
+
 class ServiceUnavailable(Exception):
     "The service did not give a usable answer (the launcher falls back and says why)."
 
@@ -29,7 +33,7 @@ class Pick(NamedTuple):
 
     backend: str
     confidence: str | None  # the selector's; None: not the selector's call (a platform rule)
-    evidence: str  # measured | published | derived | transferred | estimated | none | rule
+    evidence: str  # measured | published | derived | transferred | estimated | none | rule (RULE)
     source: str  # where it came from, in words, for the line
     flags: tuple[tuple[str, ...], ...] = ()  # the answer's other flags, each option with its values
     env: Mapping[str, str] = MappingProxyType({})  # tuned variables
@@ -76,10 +80,15 @@ def pick_of(answer: Mapping[str, Any], source: str) -> Pick:
     if not (isinstance(backend, str) and isinstance(confidence, str) and isinstance(args, list)
             and all(isinstance(a, str) for a in args)):
         raise ServiceUnavailable("the answer is not a recommendation (no backend, confidence or vllm_args)")
-    chosen = next((c for c in answer.get("candidates") or [] if isinstance(c, dict) and c.get("backend") == backend),
-                  {})
+    candidates = [c for c in answer.get("candidates") or [] if isinstance(c, dict)]
+    chosen = next((c for c in candidates if c.get("backend") == backend), {})
     measured = chosen.get("fit") is not None
-    evidence = "none" if confidence == "none" or not measured else str(chosen.get("evidence", "measured"))
+    if confidence == "none":
+        evidence = "none"
+    elif measured:
+        evidence = str(chosen.get("evidence", "measured"))
+    else:  # the only legal backend: the rules chose it, there was nothing to compare
+        evidence = RULE if len(candidates) == 1 and chosen else "none"
     knobs = answer.get("knobs") or {}
     env = {str(k): str(v) for k, v in (knobs.get("env") or {}).items()} if isinstance(knobs, dict) else {}
     return Pick(backend=backend, confidence=confidence, evidence=evidence, source=source, flags=_other_flags(args),

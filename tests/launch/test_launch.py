@@ -260,6 +260,17 @@ def test_override_replaces_an_illegal_backend_but_only_with_a_pick(tmp_path, on_
         plan_launch(line, LaunchOptions(db_path=tmp_path / "none.db", override=True))
 
 
+def test_the_only_legal_backend_is_said_to_be_the_rules_choice(tmp_path, on_cpu):
+    # bf16 on Hopper at EP 2 without measurements: every other backend is illegal, nothing to compare
+    plan = plan_launch(["vllm", "serve", QWEN, "-dp", "2", "-ep"],
+                       LaunchOptions(gpu_arch="sm90", vllm_version="0.33.0", db_path=tmp_path / "none.db"))
+    rec = recommend_for(QWEN, gpu_arch="sm90", vllm_version="0.33.0", dp=2, db_path=tmp_path / "none.db")
+    assert [c.backend for c in rec.candidates] == [plan.backend] and rec.confidence != "none"
+    assert (plan.action, plan.pick.evidence, plan.pick.confidence) == ("insert", "rule", rec.confidence)
+    assert plan.why.endswith(f"the only backend the rules allow here (nothing to compare), confidence "
+                             f"{rec.confidence}; no database at {tmp_path / 'none.db'}")
+
+
 # ---- vLLM's CPU platform ------------------------------------------------------------------------
 
 
