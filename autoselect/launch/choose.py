@@ -42,7 +42,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 from autoselect import rules
 from autoselect.bridge import target_version
 from autoselect.candidates import Target, candidate_backends, legal_backends, resolve_target
-from autoselect.errors import UnknownHostClass, UserError
+from autoselect.errors import UserError
 from autoselect.hardware import HostFingerprint
 import autoselect.launch as package  # its lazy names load the selector / an HTTP client on first use
 from autoselect.launch.pick import RULE, Pick, ServiceUnavailable, pick_of
@@ -334,11 +334,6 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
     cpu = platform.name == CPU
 
     @functools.cache
-    def database():
-        """The database's state, read once and only on the paths that read the database."""
-        return package.database_state(options.db_path)
-
-    @functools.cache
     def archs() -> tuple:
         """The GPU archs the line runs on (one ``None`` on the CPU platform; every known arch where
         nothing says which). A host class's is looked up only when no answer brings it."""
@@ -347,7 +342,7 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
         if gpu_arch:
             return (gpu_arch,)
         if options.host_class:
-            arch = package.class_arch(options.host_class, database())
+            arch = package.class_arch(options.host_class, package.database_state(options.db_path))
             return (arch,) if arch else GPU_ARCHS
         return (normalize_arch(platform.host.gpu_arch),) if platform.host and platform.host.gpu_arch else GPU_ARCHS
 
@@ -373,7 +368,7 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
                                      f"{where} at EP {args.world_size}, vLLM {version}); --override lets autoselect "
                                      f"choose")
 
-    pick, extra = _pick(line, options, target, platform, version, workload, token, archs, database)
+    pick, extra = _pick(line, options, target, platform, version, workload, token, archs)
     no_pick = extra.pop("no_pick", None)
     plan.update(extra)
     if pick is not None and pick.confidence not in (None, "none"):
@@ -435,12 +430,10 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
 
 
 def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: PlatformChoice, version: str,
-          workload: str, token: str | None, archs: Callable[[], tuple],
-          database: Callable[[], Any]) -> tuple[Pick | None, dict]:
+          workload: str, token: str | None, archs: Callable[[], tuple]) -> tuple[Pick | None, dict]:
     """The pick and what the plan records about where it came from (``no_pick``: why there is none).
 
-    ``archs`` and ``database`` are read on first call (``plan_launch``'s): the GPU archs the line
-    runs on, the database's state."""
+    ``archs`` is read on first call (``plan_launch``'s): the GPU archs the line runs on."""
     if platform.name == CPU:
         legal = legal_backends(target, sorted(rules.PLATFORMS[CPU].backends))
         if not legal:
@@ -456,23 +449,19 @@ def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: Platform
               gpu_arch=o.gpu_arch, vllm_version=version, workload=workload,
               concurrency=args.max_num_seqs * args.data_parallel_size if args.max_num_seqs else None,
               max_num_batched_tokens=args.max_num_batched_tokens, max_workspace_gib=o.max_workspace_gib)
-    db = database()
-    extra: dict[str, Any] = {"database": db.text}
+    extra: dict[str, Any] = {}
     if o.server is not None:
         try:
-            pick = _service_pick(line, o, platform, kw, token, target, archs)
-            extra["database"] = None
-            return pick, extra
+            return _service_pick(line, o, platform, kw, token, target, archs), {"database": None}
         except ServiceUnavailable as e:
             extra["server_problem"] = str(e)
-    try:
-        answer = package.local_answer(args.model, db, this_host=platform.host if o.host_class is None else None,
-                                      **kw)
-    except UnknownHostClass as e:
-        if db.readable:
-            raise
+    local = package.local_answer(args.model, o.db_path, profile=target.profile,
+                                 this_host=platform.host if o.host_class is None else None, **kw)
+    db, answer = local.database, local.answer
+    extra["database"] = db.text
+    if answer is None:
         return None, {**extra, "no_pick": f"host class {o.host_class} is unknown without a database ({db.text}): "
-                                          f"{str(e).split(';')[0]}"}
+                                          f"{local.unknown}"}
     pick = pick_of(answer, package.local_source(answer, db))
     return pick, {**extra, "gpu_arch": answer.get("gpu_arch"),
                   "host_class": (answer.get("data_used") or {}).get("host_class") or o.host_class}

@@ -1,7 +1,8 @@
 """The selector's answer on this machine: the local database, else the reference, else none.
 
-The database is only read (``mode=ro``); a missing or unreadable file is said in
-:attr:`DatabaseState.text` and the answer comes from the reference or is vLLM's default.
+The database is only read (``mode=ro``), and opened once: by the selector, for the answer
+(:func:`local_answer`); a missing or unreadable file is said in :attr:`DatabaseState.text` and the
+answer comes from the reference or is vLLM's default.
 Only the pick path of :func:`autoselect.launch.plan_launch` needs the database and the
 selector; the package loads this module on first use (``_LAZY`` in
 ``autoselect/launch/__init__.py``), so a line that keeps its own backend, or runs on vLLM's CPU
@@ -14,11 +15,18 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
-from autoselect.errors import UserError
+from autoselect.errors import UnknownHostClass, UserError
 from autoselect.reference import is_reference_class
 from autoselect.selector import recommend_for, target_host
 from db import default_path
+from db.errors import (DatabaseNeedsUpgrade, DatabaseNotFound, DatabaseNotReadable, DatabaseTooNew, ForeignDatabase,
+                       NotADatabase)
 from db.queries import connect_readonly
+
+#: What opening a file as the results database refuses (db.schema's checks, db.queries.connect_readonly):
+#: the file cannot be read as one. Reading it once open fails otherwise (DatabaseDamaged, DatabaseLocked).
+UNREADABLE = (DatabaseNotFound, NotADatabase, ForeignDatabase, DatabaseTooNew, DatabaseNeedsUpgrade,
+              DatabaseNotReadable)
 
 
 class DatabaseState(NamedTuple):
@@ -30,23 +38,58 @@ class DatabaseState(NamedTuple):
     text: str  # "the database P", "no database at P", "the database P is unreadable (...)"
 
 
+class LocalAnswer(NamedTuple):
+    """The answer on this machine and the database's state; ``answer`` None: the host class asked
+    for is unknown without a readable database (``unknown`` says so in the selector's words)."""
+
+    database: DatabaseState
+    answer: dict | None
+    unknown: str | None = None
+
+
+def _path(db_path: str | os.PathLike | None) -> Path:
+    return Path(db_path) if db_path is not None else default_path()
+
+
+def _unreadable(path: Path, e: Exception) -> DatabaseState:
+    return DatabaseState(path, False, f"the database {path} is unreadable ({str(e).rstrip('.')})")
+
+
 def database_state(db_path: str | os.PathLike | None) -> DatabaseState:
-    """Open the database read-only once, to say whether the answer can use it (never creates it)."""
-    path = Path(db_path) if db_path is not None else default_path()
+    """Open the database read-only once, to say whether it can be read (never creates it): for a
+    lookup before any answer (:func:`class_arch`); an answer says it itself (:func:`local_answer`)."""
+    path = _path(db_path)
     if not path.exists():
         return DatabaseState(path, False, f"no database at {path}")
     try:
         connect_readonly(path).close()
     except UserError as e:
-        return DatabaseState(path, False, f"the database {path} is unreadable ({str(e).rstrip('.')})")
+        return _unreadable(path, e)
     return DatabaseState(path, True, f"the database {path}")
 
 
+def local_answer(model: str, db_path: str | os.PathLike | None, **kw) -> LocalAnswer:
+    """The ``recommend`` document for ``model`` from the database at ``db_path``, or without it when
+    it is missing or cannot be read as a results database (said in the state, never an error).
 
+    The selector opens the file itself, once: no separate look first. ``kw`` go to
+    :func:`autoselect.selector.recommend_for`.
 
-def local_answer(model: str, db: DatabaseState, **kw) -> dict:
-    """The ``recommend`` document for ``model`` from ``db`` (or without it, when it cannot be read)."""
-    return recommend_for(model, db_path=db.path, read_db=db.readable, **kw).to_dict()
+    :raises UnknownHostClass: a host class the readable database does not hold.
+    """
+    path = _path(db_path)
+    if path.exists():
+        try:
+            return LocalAnswer(DatabaseState(path, True, f"the database {path}"),
+                               recommend_for(model, db_path=path, **kw).to_dict())
+        except UNREADABLE as e:  # raised while opening it, before anything was read
+            state = _unreadable(path, e)
+    else:
+        state = DatabaseState(path, False, f"no database at {path}")
+    try:
+        return LocalAnswer(state, recommend_for(model, db_path=path, read_db=False, **kw).to_dict())
+    except UnknownHostClass as e:
+        return LocalAnswer(state, None, str(e).split(";")[0])
 
 
 def local_source(answer: Mapping[str, Any], db: DatabaseState) -> str:

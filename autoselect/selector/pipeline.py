@@ -206,6 +206,7 @@ def recommend_for(
     model_source=None,
     read_db: bool = True,
     this_host: HostFingerprint | None = None,
+    profile: MoeProfile | None = None,
 ) -> Recommendation:
     """``autoselect recommend`` from its flags: validate, load, read the store, decide, check.
 
@@ -214,7 +215,8 @@ def recommend_for(
     False answers without the database (``launch``, once it found the file unreadable).
     ``this_host``: this machine's fingerprint when the caller has taken it already (``launch``
     probes the platform with it), so it is not taken twice (NVML, every GPU and link, the
-    installed versions); used only without ``host_class``.
+    installed versions); used only without ``host_class``. ``profile``: ``model``'s profile when
+    the caller has read it already (``launch`` judges the line with it), so its files are not read twice.
 
     Every input is checked before anything is read. The target host is this machine
     (:func:`autoselect.hardware.fingerprint`) unless ``host_class`` names a class present in
@@ -230,7 +232,8 @@ def recommend_for(
     gpu_arch = normalize_arch(gpu_arch) if gpu_arch is not None else None
     version_problems: list[str] = []  # an AUTOSELECT_VLLM_PYTHON that could not be read: a warning
     version, version_source = target_version(vllm_version, problems=version_problems)
-    profile = load_profile(model) if model_source is None else load_profile(model, source=model_source)
+    if profile is None:
+        profile = load_profile(model) if model_source is None else load_profile(model, source=model_source)
     path = default_path() if db_path is None else db_path
     conn = connect_readonly(path) if read_db and os.path.exists(path) else None
     try:

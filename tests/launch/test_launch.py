@@ -155,16 +155,23 @@ def test_a_gpu_node_is_fingerprinted_once(fleet_db, monkeypatch):
     assert (len(probes), plan.action, plan.host_class, plan.pick.evidence) == (1, "insert", HOST_CLASS, "measured")
 
 
-def test_a_pick_for_a_host_class_reads_the_database_once_and_takes_the_arch_from_the_answer(fixture_db, on_cpu,
-                                                                                         monkeypatch):
+def test_a_pick_opens_the_database_once_and_reads_the_model_once(fixture_db, on_cpu, monkeypatch):
+    """Launch does not do recommend's work twice: the selector opens the database (no look first),
+    the line's model profile is the selector's, and a host class's arch comes from the answer."""
     import autoselect.launch as launch
+    import autoselect.launch.local as local
+    import autoselect.selector.pipeline as pipeline
 
-    states = []
-    state = launch.database_state
-    monkeypatch.setattr(launch, "database_state", lambda path: states.append(path) or state(path))
+    opened, loads = [], []
+    for module in (pipeline, local):
+        connect = module.connect_readonly
+        monkeypatch.setattr(module, "connect_readonly", lambda path, c=connect: opened.append(path) or c(path))
+    load = pipeline.load_profile
+    monkeypatch.setattr(pipeline, "load_profile", lambda *a, **k: loads.append(a) or load(*a, **k))
     monkeypatch.setattr(launch, "class_arch", lambda *a: pytest.fail("the class's arch looked up before the pick"))
     plan = plan_launch(serve_line(NVFP4), LaunchOptions(db_path=fixture_db, host_class=B200))
-    assert (plan.action, plan.gpu_arch, states) == ("insert", "sm100", [fixture_db])
+    assert (plan.action, plan.gpu_arch, plan.database) == ("insert", "sm100", f"the database {fixture_db}")
+    assert (len(opened), loads) == (1, [])
     # a backend the line names is judged before any pick: on the class's arch, looked up
     monkeypatch.setattr(launch, "class_arch", lambda host_class, db: "sm100")
     plan = plan_launch(serve_line(NVFP4, "--all2all-backend", "flashinfer_nvlink_one_sided"),

@@ -453,3 +453,15 @@ def test_this_host_answers_for_a_fingerprint_the_caller_already_took(tmp_path, m
     rec = recommend_for(str(MODELS / "deepseek-v3"), db_path=tmp_path / "none.db", dp=8, this_host=node,
                         host_class="ref-b200_sxm-x8")
     assert rec.gpu_arch == "sm100"
+
+
+def test_profile_answers_for_a_profile_the_caller_already_read(tmp_path, monkeypatch):
+    import autoselect.selector.pipeline as pipeline
+    from autoselect.model import load_profile
+
+    model = str(MODELS / "deepseek-v3")
+    profile = load_profile(model)
+    expected = recommend_for(model, db_path=tmp_path / "none.db", host_class="ref-h200_sxm-x8").to_dict()
+    monkeypatch.setattr(pipeline, "load_profile", lambda *a, **k: pytest.fail("the model read again"))
+    assert recommend_for(model, db_path=tmp_path / "none.db", host_class="ref-h200_sxm-x8",
+                         profile=profile).to_dict() == expected
