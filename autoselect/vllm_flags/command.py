@@ -25,11 +25,13 @@ class InvalidServeCommand(UserError):
 #: Modules that start the OpenAI server with the same flags as `vllm serve` (cli.main needs `serve`).
 ENTRYPOINT_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main")
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Patterns a line needs only in some forms (an `export` block, an image tag, a pasted continuation) are
+#: strings, compiled on first use by re's cache: each costs ~0.05 ms of every start that reads a line.
+_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _PYTHON = re.compile(r"^python[0-9.]*$")
 #: The vLLM server images; the tag names the release (``v0.17.0-cu130`` -> 0.17.0).
 _IMAGE = re.compile(r"^(?:[\w.-]+(?::\d+)?/)*vllm/vllm-openai(?:-rocm)?(?::(?P<tag>[\w.-]+))?$")
-_TAG_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.\d+)?)(?:[-+].*)?$")
+_TAG_VERSION = r"^v?(\d+\.\d+\.\d+(?:\.\d+)?)(?:[-+].*)?$"
 #: Interpreter options that take a value (``-W error``, ``-X dev``); the others stand alone.
 _PYTHON_VALUE_OPTIONS = ("-W", "-X")
 #: Words that start a command but cannot be a model id or a model directory.
@@ -40,7 +42,7 @@ _ENV_UNSET = ("-u", "--unset")
 _ENV_CLEAR = ("-i", "--ignore-environment", "-")
 _ENV_VALUE_OPTIONS = ("-C", "--chdir", "-S", "--split-string")
 #: The unquoted `\` + blanks + `#comment` (or trailing blanks) that publishers put after continuations.
-_BROKEN_CONTINUATION = re.compile(r"(?<!\\)\\[ \t]+(#.*)?$")
+_BROKEN_CONTINUATION = r"(?<!\\)\\[ \t]+(#.*)?$"
 #: `vllm` subcommands (0.33.0 vllm/entrypoints/cli/): only `serve` starts the server.
 _SUBCOMMANDS = frozenset({"serve", "bench", "chat", "complete", "collect-env", "run-batch", "launch"})
 #: What a shell expands in a word: ``$NAME``, ``${...}`` (with its default, ``${X:-v}``), ``$1``,
@@ -110,7 +112,7 @@ def _logical_lines(text: str, notes: list) -> list[tuple[int, str]]:
             out.append((start, " ".join(current)))
             current, start = [], None
             continue
-        broken = _BROKEN_CONTINUATION.search(line)
+        broken = re.search(_BROKEN_CONTINUATION, line)
         if broken and _open_quote(line[:broken.start()], None) is None:
             broken_at.append((number, bool(broken.group(1))))
             line = line[:broken.start()] + "\\"
@@ -166,7 +168,7 @@ def split_words(argv: list[str]) -> tuple[list[str], list]:
                 from None
         if not words:
             continue
-        if words[0] == "export" and all(_ENV_ASSIGNMENT.match(w) or _NAME.match(w) for w in words[1:]):
+        if words[0] == "export" and all(_ENV_ASSIGNMENT.match(w) or re.match(_NAME, w) for w in words[1:]):
             if commands:  # an export reaches only the commands after it
                 late.append((number, words[1:]))
                 continue
@@ -340,7 +342,7 @@ def read_command(argv: list[str]) -> Command:
     if image:
         command.image = image
         tag = _IMAGE.match(image).group("tag") or ""
-        version = _TAG_VERSION.match(tag)
+        version = re.match(_TAG_VERSION, tag)
         command.image_version = version.group(1) if version else None
     skipped = [w for w in words[:end] if not _ENV_ASSIGNMENT.match(w)]
     if command.launcher or entrypoint != "vllm serve" or (skipped and skipped[0] != "vllm"):

@@ -55,10 +55,11 @@ FLAG_OPTIONS = {
 _LONG_OPTIONS = sorted(o for o in (*VALUE_OPTIONS, *FLAG_OPTIONS) if o.startswith("--"))
 #: argparse also takes `--eplb-config.num_redundant_experts 2` (dotted keys of a JSON option).
 _DOTTED = re.compile(r"^(--eplb-config|--kv-transfer-config)\.([a-z_]+)$")
-#: `-word-word`: a long option typed with one dash, which vLLM's parser does not know.
-_SINGLE_DASH_LONG = re.compile(r"^-[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
+#: `-word-word`: a long option typed with one dash, which vLLM's parser does not know (this pattern
+#: and _SECRET are strings, compiled on first use by re's cache: most lines never need them).
+_SINGLE_DASH_LONG = r"^-[a-z][a-z0-9]*(?:-[a-z0-9]+)+$"
 #: Names whose values are secrets (``HF_TOKEN``, ``--api-key``): reports show ``<redacted>`` instead.
-_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.I)
+_SECRET = r"(?i)TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL"
 REDACTED = "<redacted>"
 #: The words of an option name that make its value a secret (``--api-key``, ``--hf-token``; not
 #: ``--max-num-batched-tokens``).
@@ -71,7 +72,7 @@ def _secret_option(option: str) -> bool:
 
 def redacted_env(env: dict) -> dict:
     """``env`` with the value of every secret-looking name replaced by ``<redacted>``."""
-    return {k: (REDACTED if _SECRET.search(k) else v) for k, v in env.items()}
+    return {k: (REDACTED if re.search(_SECRET, k) else v) for k, v in env.items()}
 
 
 def redacted_words(words: list[str]) -> list[str]:
@@ -81,7 +82,7 @@ def redacted_words(words: list[str]) -> list[str]:
     hide_next = False
     for word in words:
         name, eq, _ = word.partition("=")
-        secret = _secret_option(name) if name.startswith("-") else bool(_SECRET.search(name)) and name.isidentifier()
+        secret = _secret_option(name) if name.startswith("-") else bool(re.search(_SECRET, name)) and name.isidentifier()
         if hide_next and not word.startswith("-"):
             out.append(REDACTED)
         elif eq and secret:
@@ -234,17 +235,20 @@ def _canonical(option: str) -> tuple[str, str | None]:
     return option, None
 
 
-@dataclass
 class _Reading:
-    """What the walk over the serve words has collected so far."""
+    """What the walk over the serve words has collected so far (a plain class, not a dataclass:
+    every command that reads a line creates it, and a dataclass costs ~0.3 ms to create)."""
 
-    notes: list
-    values: dict = field(default_factory=dict)  # ServeArgs field -> value
-    given: list = field(default_factory=list)
-    options: list = field(default_factory=list)
-    unknown: list = field(default_factory=list)
-    positional: list = field(default_factory=list)
-    dotted: dict = field(default_factory=dict)  # --eplb-config -> {key: raw value} of its dotted keys
+    __slots__ = ("notes", "values", "given", "options", "unknown", "positional", "dotted")
+
+    def __init__(self, notes: list):
+        self.notes = notes
+        self.values: dict = {}  # ServeArgs field -> value
+        self.given: list = []
+        self.options: list = []
+        self.unknown: list = []
+        self.positional: list = []
+        self.dotted: dict = {}  # --eplb-config -> {key: raw value} of its dotted keys
 
 
 def _is_positional(arg: str) -> bool:
@@ -289,7 +293,7 @@ def _read_option(reading: _Reading, args: list[str], i: int) -> int:
 def _keep_unknown(reading: _Reading, args: list[str], i: int, has_eq: str) -> int:
     """Keep the unknown option ``args[i]`` (and its value); the index of the last word kept."""
     arg = args[i]
-    if _SINGLE_DASH_LONG.match(arg):
+    if re.match(_SINGLE_DASH_LONG, arg):
         reading.notes.append(("error", "single-dash-option",
                               f"{arg} has one dash: vLLM's parser reads it as a short option with a value (-n is "
                               f"--nnodes) or not at all, and `vllm serve` exits with an argument error; write -{arg}"))
