@@ -21,6 +21,11 @@ One module per table, each row with the upstream source that backs it:
   GPUs builds at all (the CPU platform: allgather_reducescatter only).
 * :mod:`~autoselect.rules.reports` — :data:`UPSTREAM_REPORTS`, upstream bug reports with the
   releases they affect and their status.
+* :mod:`~autoselect.rules.wire` — :data:`WIRE_DTYPES`, the dtype each backend really sends for a
+  model's activation dtype (vLLM's DeepEP sends nvfp4 / per-tensor fp8 models as bf16), per release.
+* :mod:`~autoselect.rules.agrs_collectives` — :data:`AGRS_COLLECTIVES`, the NCCL calls behind
+  vLLM's default (one all_gather per gathered tensor in one group, per-rank broadcasts and reduces
+  with unequal DP sizes), per release.
 * :mod:`~autoselect.rules.versions` — version parsing and ranges.
 
 :func:`legal` (:mod:`~autoselect.rules.legal`) evaluates every rule and returns every reason, in
