@@ -62,6 +62,14 @@ def dispatch_bytes_per_token(dtype: str, hidden: int, top_k: int) -> int:
     return activation_bytes(dtype, hidden) + 8 * top_k
 
 
+def dispatch_tensor_bytes(dtype: str, hidden: int, top_k: int) -> dict[str, int]:
+    """Bytes one token puts in each tensor a dispatch moves: ``hidden_states`` (the activation
+    values), ``scales`` (0 when the dtype has none), ``topk_weights`` (fp32) and ``topk_ids``
+    (int32); they sum to :func:`dispatch_bytes_per_token`."""
+    values, scales = quant_bytes(dtype, hidden)
+    return {"hidden_states": values, "scales": scales, "topk_weights": 4 * top_k, "topk_ids": 4 * top_k}
+
+
 def combine_bytes_per_token(hidden: int) -> int:
     """Bytes one token's combined output carries back: ``2H`` (bf16)."""
     return 2 * hidden

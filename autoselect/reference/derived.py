@@ -1,40 +1,42 @@
 """allgather_reducescatter derived from NCCL collective timings (pure Python).
 
 vLLM's default backend is no all2all kernel: ``AgRsAll2AllManager`` all-gathers every rank's
-tokens to every rank (dispatch) and reduce-scatters the MoE output back (combine). So its cost
-on a reference system follows from NCCL all_gather and reduce_scatter timings of that system,
-at the message sizes vLLM moves. What vLLM moves (vLLM 0.32.0 source):
+tokens to every rank (dispatch) and reduce-scatters the MoE output back (combine). Its cost on a
+reference system follows from NCCL all_gather and reduce_scatter timings of that system, at the
+message sizes vLLM moves, in the NCCL calls vLLM issues: both are per-release facts, read from
+vLLM's source into :mod:`autoselect.rules.agrs_collectives` (which tensors, how many calls,
+grouped or not) and :mod:`autoselect.rules.wire` (the activation dtype crosses quantized).
 
-* dispatch: ``prepare_finalize/naive_dp_ep.py:155-187`` quantizes first (``moe_kernel_quantize_
-  input(..., is_scale_swizzled=False)``), then ``get_ep_group().dispatch(a1q, topk_weights,
-  topk_ids, extra_tensors=[a1q_scale])``; ``device_communicators/all2all.py:128-161``
-  (``AgRsAll2AllManager.dispatch``) all-gathers ``[hidden_states, topk_weights, topk_ids,
-  *extra]`` along dim 0, and ``cuda_communicator.py:946-950`` issues one NCCL all_gather per
-  tensor inside one ``group_start()/group_end()``. A per-tensor static scale (0-dim) is not
-  gathered (``naive_dp_ep.py:50``). topk ids are int32 and weights fp32
-  (``router/fused_topk_router.py:92-100``).
-* combine: ``naive_dp_ep.py:233-245`` reduces over top-k first (``weight_and_reduce_impl``), then
-  ``combine_into_output`` → ``all2all.py:193-208`` reduce-scatters the ``(world × T, H)`` output
-  in the model dtype (bf16).
+With T tokens per rank, N ranks, hidden H, top-k k and activation dtype d, dispatch gathers
+``hidden_states`` (``N·T·values(d, H)`` bytes), ``scales`` (``N·T·scales(d, H)``, only when d has
+them), ``topk_weights`` and ``topk_ids`` (``N·T·4k`` each), one ncclAllGather per tensor inside one
+NCCL group; combine reduce-scatters ``N·T·2H`` bf16 bytes (``autoselect.payload``). Sizes are in
+the units of nccl-tests, whose size is max(send, receive) bytes per rank (the gathered output for
+all_gather, the full input for reduce_scatter). Each call is priced from the ``half`` rows at
+``num_gpus = N``, linear in bytes between the two neighbouring measured sizes, each with its own
+latency floor: below the smallest size (512 B) the smallest size's time is used; above the
+largest (512 MiB) the time grows at the largest size's bandwidth, up to :data:`MAX_EXTRAPOLATION`
+times that size; further out there is no number.
 
-So, with T tokens per rank, N ranks, hidden H, top-k k and activation dtype d
-(``autoselect.payload``: ``bf16 2H``, ``fp8 H``, ``fp8_block128 H + 4·ceil(H/128)``, ``nvfp4
-ceil(H/2) + ceil(H/16)`` ...)::
+A grouped set of calls shares one launch, so it costs between one latency floor and the sum of
+the calls' own times. The derived value is that range, until a multi-GPU measurement of vLLM's
+own path calibrates it:
 
-    all_gather bytes     = N · T · (activation_bytes(d, H) + 4k + 4k)   # whole gathered output
-    reduce_scatter bytes = N · T · 2H                                    # each rank's whole input
-    round trip           = t_AG(all_gather bytes) + t_RS(reduce_scatter bytes)
+    lower   = t_AG(sum of the gathered bytes) + t_RS      # perfectly fused: one floor
+    upper   = sum over tensors of t_AG(tensor bytes) + t_RS  # every call pays its own floor
+    central = (lower + upper) / 2                          # the value the selector compares
 
-in the units of nccl-tests, whose size is max(send, receive) bytes per rank (the gathered
-output for all_gather, the full input for reduce_scatter) — the same quantities. The grouped
-gathers are priced as one all_gather of their summed bytes (NCCL runs a group as one launch);
-``t`` is read from the ``half`` rows at ``num_gpus = N``, linear in bytes between the two
-neighbouring measured sizes. Below the smallest size (512 B) the smallest size's time is used
-(latency floor); above the largest (512 MiB) the time grows at the largest size's bandwidth, up
-to :data:`MAX_EXTRAPOLATION` times that size, and the row says so; further out there is no
-number. The monolithic-kernel path (router logits gathered instead of ids and weights) and
-NCCL symmetric-memory (NVLS) collectives, which vLLM uses when ``should_nccl_symm_mem_ag_rs()``,
-are not what nccl-tests timed.
+Not priced (said in every derivation): unequal token counts per rank (vLLM then issues one
+ncclBroadcast / ncclReduce per rank, which the published tables do not time), NCCL
+symmetric-memory collectives (``VLLM_USE_NCCL_SYMM_MEM=1``), the LoRA mapping tensor, the
+quantization and the combine input's memory pass around the collectives.
+
+**Bound.** Where the system has no NCCL rows at N GPUs (the GB200 NVL72 rack beyond one tray),
+:func:`agrs_bound` gives a lower bound: the fused round trip read from the largest GPU count that
+has rows (``n``), at the message that puts the same bytes on each rank
+(``size · (N-1)/N · n/(n-1)``): moving as many bytes per rank through more ranks, across trays,
+cannot be faster. It is labelled a bound; it can show that a published backend is faster than the
+default, never that the default is faster.
 """
 
 from __future__ import annotations
@@ -42,14 +44,18 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import NamedTuple
 
-from autoselect.payload import COMBINE_DTYPE, activation_bytes, dispatch_bytes_per_token, quant_bytes
+from autoselect.payload import COMBINE_DTYPE, activation_bytes, dispatch_bytes_per_token, dispatch_tensor_bytes
+from autoselect.rules.agrs_collectives import ALL_GATHER, AgrsCollectives, Call, agrs_calls
 
-#: The vLLM source lines the formula follows (shown with every derived number).
-VLLM_SOURCE = ("vLLM 0.32.0 vllm/model_executor/layers/fused_moe/prepare_finalize/naive_dp_ep.py:155-245, "
-               "vllm/distributed/device_communicators/all2all.py:128-208, cuda_communicator.py:946-950")
-
-FORMULA = ("all_gather bytes = N*T*(activation_bytes(dtype,H) + 8*top_k); reduce_scatter bytes = N*T*2*H; "
-           "latency = t_all_gather + t_reduce_scatter (NCCL half rows at N GPUs, linear in bytes)")
+FORMULA = ("dispatch: one ncclAllGather per gathered tensor (hidden_states, scales, topk_weights, topk_ids: "
+           "N*T*bytes per token each) in one NCCL group; combine: one ncclReduceScatter of N*T*2*H bytes; "
+           "lower = t_AG(summed bytes) + t_RS, upper = sum of t_AG(tensor bytes) + t_RS, central = (lower + upper) / 2 "
+           "(NCCL half rows at N GPUs, linear in bytes)")
+BOUND_FORMULA = ("lower bound: t_AG(S_AG * (N-1)/N * n/(n-1)) + t_RS(S_RS * (N-1)/N * n/(n-1)) read from the NCCL "
+                 "rows at n GPUs (the same bytes on each rank through fewer ranks); fused, one floor")
+#: Why the range is a range (shown with every derived number).
+RANGE_RULE = ("the grouped all_gathers cost between one NCCL latency floor (lower) and the sum of their own "
+              "times (upper) until a multi-GPU measurement of vLLM's path calibrates it; central = midpoint")
 
 #: How far past the largest measured message a time is extrapolated (at that size's bandwidth).
 MAX_EXTRAPOLATION = 16.0
@@ -60,7 +66,7 @@ class AgrsMessages(NamedTuple):
 
     all_gather_bytes: int
     reduce_scatter_bytes: int
-    all_gather_parts: dict  # {"hidden_states": bytes, "scales": ..., "topk_ids": ..., "topk_weights": ...}
+    all_gather_parts: dict  # {"hidden_states": bytes, "scales": ..., "topk_weights": ..., "topk_ids": ...}
 
 
 def agrs_messages(*, hidden: int, top_k: int, dtype: str, world_size: int, tokens_per_rank: int) -> AgrsMessages:
@@ -71,9 +77,7 @@ def agrs_messages(*, hidden: int, top_k: int, dtype: str, world_size: int, token
     if min(hidden, top_k, world_size, tokens_per_rank) < 1:
         raise ValueError("hidden, top_k, world_size and tokens_per_rank must be positive")
     rows = world_size * tokens_per_rank
-    values, scales = quant_bytes(dtype, hidden)
-    parts = {"hidden_states": rows * values, "scales": rows * scales,
-             "topk_ids": rows * 4 * top_k, "topk_weights": rows * 4 * top_k}
+    parts = {name: rows * b for name, b in dispatch_tensor_bytes(dtype, hidden, top_k).items()}
     gathered = rows * dispatch_bytes_per_token(dtype, hidden, top_k)
     assert gathered == sum(parts.values())
     return AgrsMessages(gathered, rows * activation_bytes(COMBINE_DTYPE, hidden), parts)
@@ -118,22 +122,69 @@ def read_time(c: Collective, size: int) -> Reading | None:
     return Reading(t, "interpolated", ((lo, times[i - 1]), (hi, times[i])))
 
 
+class PricedCall(NamedTuple):
+    """One NCCL call of the round trip, priced on its own (with its own latency floor)."""
+
+    call: Call
+    bytes: int
+    reading: Reading
+
+    def to_dict(self) -> dict:
+        return {"phase": self.call.phase, "op": self.call.op, "tensor": self.call.tensor, "count": self.call.count,
+                "bytes": self.bytes, "us": self.reading.time_us, "how": self.reading.how,
+                "points": [list(p) for p in self.reading.neighbours]}
+
+
 class AgrsEstimate(NamedTuple):
-    """A derived AGRS round trip and everything it was derived from."""
+    """A derived AGRS round trip (a range, or a lower bound) and everything it was derived from.
+
+    ``all_gather`` / ``reduce_scatter``: the fused readings (the lower end); ``calls``: every
+    call priced alone (empty for a bound); ``bound``: the NCCL rows are for ``rows_gpus`` GPUs,
+    not the deployment's, and the value is a lower bound only.
+    """
 
     messages: AgrsMessages
     all_gather: Reading
     reduce_scatter: Reading
+    calls: tuple[PricedCall, ...]
+    collectives: AgrsCollectives
+    read: bool  # the collectives row was read for the target release
+    rows_gpus: int
+    bound: bool = False
+
+    @property
+    def lower_us(self) -> float:
+        """Perfectly fused: one all_gather of the summed bytes, then the reduce_scatter."""
+        return self.all_gather.time_us + self.reduce_scatter.time_us
+
+    @property
+    def upper_us(self) -> float | None:
+        """Every call at its own time (None for a bound: it has no upper end)."""
+        if self.bound:
+            return None
+        return sum(p.reading.time_us * p.call.count for p in self.calls)
 
     @property
     def latency_us(self) -> float:
-        return self.all_gather.time_us + self.reduce_scatter.time_us
+        """The central value: the middle of the range (a bound: the bound itself)."""
+        upper = self.upper_us
+        return self.lower_us if upper is None else (self.lower_us + upper) / 2
+
+    @property
+    def dispatch_us(self) -> float:
+        """The dispatch's share of the central value."""
+        if self.bound:
+            return self.all_gather.time_us
+        upper = sum(p.reading.time_us * p.call.count for p in self.calls if p.call.phase == "dispatch")
+        return (self.all_gather.time_us + upper) / 2
 
     def derivation(self) -> dict:
-        """JSON-ready account: formula, vLLM source lines, message sizes and NCCL points used."""
-        return {
-            "formula": FORMULA,
-            "vllm_source": VLLM_SOURCE,
+        """JSON-ready account: formula, vLLM source lines, message sizes, the calls and the NCCL points read."""
+        row = self.collectives
+        out = {
+            "formula": BOUND_FORMULA if self.bound else FORMULA,
+            "vllm_source": "; ".join(f"{k}: {v}" for k, v in row.sources.items()),
+            "collectives_read_for_release": self.read,
             "all_gather_bytes": self.messages.all_gather_bytes,
             "all_gather_parts": dict(self.messages.all_gather_parts),
             "reduce_scatter_bytes": self.messages.reduce_scatter_bytes,
@@ -142,18 +193,62 @@ class AgrsEstimate(NamedTuple):
             "all_gather_read": {"how": self.all_gather.how, "points": [list(p) for p in self.all_gather.neighbours]},
             "reduce_scatter_read": {"how": self.reduce_scatter.how,
                                     "points": [list(p) for p in self.reduce_scatter.neighbours]},
+            "calls": [p.to_dict() for p in self.calls],
+            "lower_us": self.lower_us,
+            "upper_us": self.upper_us,
+            "central_us": self.latency_us,
+            "range_rule": RANGE_RULE,
+            "not_priced": list(row.not_modelled),
         }
+        if self.bound:
+            out["bound"] = "lower"
+            out["nccl_rows_gpus"] = self.rows_gpus
+        return out
+
+
+def _check(all_gather: Collective, reduce_scatter: Collective, num_gpus: int) -> None:
+    if all_gather.num_gpus != num_gpus or reduce_scatter.num_gpus != num_gpus:
+        raise ValueError(f"the NCCL timings must be for {num_gpus} GPUs")
 
 
 def agrs_estimate(all_gather: Collective, reduce_scatter: Collective, *, hidden: int, top_k: int, dtype: str,
-                  world_size: int, tokens_per_rank: int) -> AgrsEstimate | None:
-    """The derived AGRS round trip, or None where a message lies too far past the measured sizes."""
-    if all_gather.num_gpus != world_size or reduce_scatter.num_gpus != world_size:
-        raise ValueError("the NCCL timings must be for world_size GPUs")
+                  world_size: int, tokens_per_rank: int, collectives: AgrsCollectives,
+                  read: bool = True) -> AgrsEstimate | None:
+    """The derived AGRS round trip (a range, see the module doc), or None where a message lies
+    too far past the measured sizes. ``collectives`` is the release's
+    :data:`~autoselect.rules.agrs_collectives.AGRS_COLLECTIVES` row (equal token counts per rank)."""
+    _check(all_gather, reduce_scatter, world_size)
     m = agrs_messages(hidden=hidden, top_k=top_k, dtype=dtype, world_size=world_size,
                       tokens_per_rank=tokens_per_rank)
     ag = read_time(all_gather, m.all_gather_bytes)
     rs = read_time(reduce_scatter, m.reduce_scatter_bytes)
     if ag is None or rs is None:
         return None
-    return AgrsEstimate(m, ag, rs)
+    priced = []
+    for call in agrs_calls(collectives, scales=m.all_gather_parts["scales"] > 0, world_size=world_size):
+        size = m.all_gather_parts[call.tensor] if call.phase == "dispatch" else m.reduce_scatter_bytes
+        table = all_gather if call.op == ALL_GATHER else reduce_scatter
+        reading = rs if call.phase == "combine" else read_time(table, size)
+        if reading is None:
+            return None
+        priced.append(PricedCall(call, size, reading))
+    return AgrsEstimate(m, ag, rs, tuple(priced), collectives, read, world_size)
+
+
+def agrs_bound(all_gather: Collective, reduce_scatter: Collective, *, hidden: int, top_k: int, dtype: str,
+               world_size: int, tokens_per_rank: int, collectives: AgrsCollectives,
+               read: bool = True) -> AgrsEstimate | None:
+    """A lower bound of the AGRS round trip at ``world_size`` ranks from NCCL rows at fewer GPUs
+    (see the module doc); None where a message lies too far past the measured sizes."""
+    n = all_gather.num_gpus
+    _check(all_gather, reduce_scatter, n)
+    if not 2 <= n < world_size:
+        raise ValueError(f"a bound needs rows at 2..{world_size - 1} GPUs, got {n}")
+    m = agrs_messages(hidden=hidden, top_k=top_k, dtype=dtype, world_size=world_size,
+                      tokens_per_rank=tokens_per_rank)
+    scale = (world_size - 1) / world_size * n / (n - 1)
+    ag = read_time(all_gather, round(m.all_gather_bytes * scale))
+    rs = read_time(reduce_scatter, round(m.reduce_scatter_bytes * scale))
+    if ag is None or rs is None:
+        return None
+    return AgrsEstimate(m, ag, rs, (), collectives, read, n, bound=True)

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
 from autoselect.reference import datafile, derived
+from autoselect.rules.agrs_collectives import collectives_for
+from autoselect.rules.versions import NEWEST_VLLM
 from autoselect.reference.systems import ReferenceClass, get_class
 from autoselect.reference.tables import FIDELITY
 from autoselect.reference.transfer import Transfer, transfer_points
@@ -94,6 +96,8 @@ class ReferencePoint(NamedTuple):
     extra: dict = {}  # other published phases (two-sided combine_low_precision_us); never mutate
     derivation: dict | None = None  # derived rows: formula, message sizes, NCCL points read
     raw: dict | None = None  # published rows: the table's latencies as published, in its unit
+    range_us: tuple[float, float] | None = None  # derived rows: (lower, upper); latency_us is the central value
+    bound: bool = False  # derived rows: latency_us is a lower bound only (no NCCL rows at this world size)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (sources as dicts)."""
@@ -110,9 +114,14 @@ def _gpus(world_size: int, ref: ReferenceClass) -> str:
     return text
 
 
-def source_line(source: Source, backend: str, world_size: int, ref: ReferenceClass, *, evidence: str) -> str:
-    """The line a user sees next to a reference number."""
+def source_line(source: Source, backend: str, world_size: int, ref: ReferenceClass, *, evidence: str,
+                rows_gpus: int | None = None) -> str:
+    """The line a user sees next to a reference number (``rows_gpus``: a derived lower bound read
+    from the NCCL rows at that many GPUs)."""
     pkg = f"AIConfigurator {source.package_version}"
+    if evidence == DERIVED and rows_gpus is not None and rows_gpus != world_size:
+        return (f"lower bound for {_gpus(world_size, ref)} from {pkg} {source.what(backend)} on "
+                f"{_gpus(rows_gpus, ref)}, {source.when()}; no NCCL rows at {world_size} GPUs, not a measured all2all")
     if evidence == DERIVED:
         return (f"derived from {pkg} {source.what(backend)} on {_gpus(world_size, ref)}, "
                 f"{source.when()}; not a measured all2all")
@@ -222,35 +231,50 @@ class ReferenceData:
         return [r[0] for r in rows]
 
     def derived_agrs(self, ref_class: str | ReferenceClass, *, hidden: int, top_k: int, experts: int, dtype: str,
-                     world_size: int, tokens: Iterable[int]) -> list[ReferencePoint]:
+                     world_size: int, tokens: Iterable[int], vllm_version: str | None = None) -> list[ReferencePoint]:
         """allgather_reducescatter round trips derived from NCCL timings (see ``derived.py``).
 
-        Any shape works (AGRS moves bytes, it has no kernel per shape); token counts whose
-        messages lie too far past the measured NCCL sizes, and world sizes without NCCL rows,
-        give no row. ``experts`` only labels the rows (AGRS traffic does not depend on it).
+        Any shape works (AGRS moves bytes, it has no kernel per shape); ``dtype`` is the activation
+        dtype (AGRS gathers it quantized, ``rules.wire``); the NCCL calls are ``vllm_version``'s
+        (default: the newest known). Each row's ``latency_us`` is the central value of its
+        ``range_us``. Where the system has no NCCL rows at ``world_size`` but has them at fewer
+        GPUs (the NVL72 rack beyond a tray) the rows are lower bounds (``bound``). Token counts
+        whose messages lie too far past the measured NCCL sizes give no row. ``experts`` only
+        labels the rows (AGRS traffic does not depend on it).
         """
         ref = get_class(ref_class)
         if world_size > ref.max_world_size:
             return []
+        collectives, read = collectives_for(vllm_version or NEWEST_VLLM)
+        rows_gpus = world_size
         ag = self._collective(ref.system.key, "all_gather", world_size)
         rs = self._collective(ref.system.key, "reduce_scatter", world_size)
         if ag is None or rs is None:
-            return []
+            fewer = [n for n in self.agrs_world_sizes(ref) if n < world_size]
+            if not fewer:
+                return []
+            rows_gpus = fewer[-1]
+            ag = self._collective(ref.system.key, "all_gather", rows_gpus)
+            rs = self._collective(ref.system.key, "reduce_scatter", rows_gpus)
         (ag, source_id), (rs, _) = ag, rs
         src = self.sources()[source_id]
-        line = source_line(src, AGRS, world_size, ref, evidence=DERIVED)
+        bound = rows_gpus != world_size
+        line = source_line(src, AGRS, world_size, ref, evidence=DERIVED, rows_gpus=rows_gpus)
+        price = derived.agrs_bound if bound else derived.agrs_estimate
         out = []
         for t in sorted(set(tokens)):
-            est = derived.agrs_estimate(ag, rs, hidden=hidden, top_k=top_k, dtype=dtype, world_size=world_size,
-                                        tokens_per_rank=t)
+            est = price(ag, rs, hidden=hidden, top_k=top_k, dtype=dtype, world_size=world_size,
+                        tokens_per_rank=t, collectives=collectives, read=read)
             if est is None:
                 continue
+            upper = est.upper_us
             out.append(ReferencePoint(
                 ref_class=ref.name, system=ref.system.key, backend=AGRS, evidence=DERIVED, world_size=world_size,
                 hidden=hidden, top_k=top_k, experts=experts, dispatch_dtype=dtype, combine_dtype="bf16",
                 tokens_per_rank=t, routing="any (every rank receives every token)", latency_us=est.latency_us,
-                dispatch_us=est.all_gather.time_us, combine_us=est.reduce_scatter.time_us, prepare_us=None,
-                sources=(src,), source_line=line, fidelity=FIDELITY[AGRS], derivation=est.derivation()))
+                dispatch_us=est.dispatch_us, combine_us=est.reduce_scatter.time_us, prepare_us=None,
+                sources=(src,), source_line=line, fidelity=FIDELITY[AGRS], derivation=est.derivation(),
+                range_us=None if upper is None else (est.lower_us, upper), bound=bound))
         return out
 
     # --- one entry point ----------------------------------------------------------------

@@ -39,7 +39,25 @@ SHAPE_TRANSFER_LIMIT = 2.0
 #: Source points nearest in log-tokens that the one-shape transfer reads the curve with.
 CURVE_POINTS = 4
 ACROSS_SHAPES = "fit across shapes at each token count"
+
+#: The measured transfer error per backend: p95 of ``|transferred / published - 1|`` when each
+#: published (shape, dtype) of a backend is held out and transferred from that backend's other
+#: shapes on the same system and EP size (``python3 perf/regret_reference.py``, "est.err by
+#: backend, shapes"; AIConfigurator 0.12.0). A transferred point carries it as its band.
+TRANSFER_ERROR = {
+    "deepep_high_throughput": 0.176,
+    "deepep_low_latency": 0.316,
+    "flashinfer_nvlink_two_sided": 0.131,
+}
+#: A backend without a measurement of its own (one-sided has one published shape, so holding it
+#: out leaves nothing to transfer from): the p95 over every backend's transferred points.
+TRANSFER_ERROR_POOLED = 0.195
 BYTES_EQUIVALENT = "one shape: the same bytes at an equivalent token count"
+
+
+def transfer_error(backend: str) -> float:
+    """The relative band of ``backend``'s transferred points (:data:`TRANSFER_ERROR`, else the pooled one)."""
+    return TRANSFER_ERROR.get(backend, TRANSFER_ERROR_POOLED)
 
 
 def shape_label(hidden: int, top_k: int, experts: int, dtype: str) -> str:

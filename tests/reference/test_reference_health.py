@@ -75,7 +75,8 @@ def test_bench_prints_the_ratio_and_the_flag_in_text_and_json():
     text = render_text(report)
     assert "# vs NVIDIA's published reference ref-h200_sxm-x8" in text
     assert f"#   {LL} @ 128: 400.0 us / 212.7 us published = 1.88x  <- {SLOWER}" in text
-    assert f"#   {AGRS} @ 128: 150.0 us / 124.4 us derived = 1.21x" in text
+    # the derived value is the central one of its range (124.4..153.7 us: reference/derived.py)
+    assert f"#   {AGRS} @ 128: 150.0 us / 139.0 us derived = 1.08x" in text
     doc = json.loads(json.dumps(report.to_dict()))
     assert doc["reference"]["host_class"] == "ref-h200_sxm-x8" and doc["reference"]["slower"] == 1
     assert [c["evidence"] for c in doc["reference"]["comparisons"]] == ["published", "derived"]
