@@ -77,7 +77,9 @@ class BucketValue(_Document):
     ``missing``. ``evidence``: the kind of evidence the value rests on (:data:`EVIDENCE_KINDS`);
     written to the JSON only when it is not ``measured``. ``reference``: for a value resting on the
     published reference, the line naming it (``AIConfigurator 0.12.0, vLLM 0.24.0 DeepEP on
-    8×H200, collected 2026-08-31``; derived and transferred values say so in it).
+    8×H200, collected 2026-08-31``; derived and transferred values say so in it). ``range_us``: a
+    derived value's ``[lower, upper]`` (``latency_us`` is its central value; omitted otherwise);
+    ``bound``: the value is only a lower bound (written only when true).
     """
 
     tokens_per_rank: int
@@ -88,6 +90,8 @@ class BucketValue(_Document):
     note: str | None = None
     evidence: str = field(default=MEASURED, metadata=OMIT_DEFAULT)
     reference: str | None = field(default=None, metadata=OMIT_NONE)
+    range_us: tuple[float, float] | None = field(default=None, metadata={**OMIT_NONE, "round": 3})
+    bound: bool = field(default=False, metadata=OMIT_DEFAULT)
 
     @property
     def estimated(self) -> bool:
@@ -111,8 +115,12 @@ class Candidate(_Document):
 
     ``status``: ``pick``, ``default`` (the default, not picked), ``faster`` (beats the
     default but is not the pick), ``tie`` (within the noise of the default), ``slower``,
+    ``undecided`` (above the default's lower bound: the default may be slower still),
     ``measured`` (before the decision), ``incomplete`` (some bucket has no value) or ``no data``.
     ``evidence``: the weakest kind its values rest on (written when not ``measured``).
+    ``range_us`` / ``bound``: the weighted range of a derived candidate, and whether its value is
+    a lower bound only. ``wire_dtype``: what the backend sends when that is not the model's
+    activation dtype (``autoselect.rules.wire``; omitted otherwise).
     """
 
     backend: str
@@ -123,6 +131,9 @@ class Candidate(_Document):
     fit: FitSummary | None
     warnings: list[str] = field(default_factory=list)
     evidence: str = field(default=MEASURED, metadata=OMIT_DEFAULT)
+    range_us: tuple[float, float] | None = field(default=None, metadata={**OMIT_NONE, "round": 3})
+    bound: bool = field(default=False, metadata=OMIT_DEFAULT)
+    wire_dtype: str | None = field(default=None, metadata=OMIT_NONE)
 
     @property
     def measured(self) -> bool:

@@ -12,6 +12,10 @@ measured on the host class (a published table is another machine of the same GPU
 another harness under other versions) and above ``none``. Every kind weaker than ``measured``
 that decided caps the answer there, each with its own reason (resting on the reference at all,
 derived from NCCL, transferred from another shape), so the reasons name the weakest kind.
+
+``none`` also when the pick has no number of its own (vLLM's default kept because nothing
+could be compared with it, or with only a lower bound to stand on): such an answer is a fallback,
+not a decision, whatever the other candidates' evidence.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ class Facts:
     stale: bool  # some decisive measurement is from other vllm / flashinfer / driver versions
     decisive_kinds: frozenset[str] = frozenset()  # the evidence kinds of the decisive latencies
     candidate_kinds: frozenset[str] = frozenset()  # the evidence kinds of every candidate with data
+    pick_unpriced: bool = False  # the pick has no number of its own (none, or only a lower bound)
+    undecided: bool = False  # the pick could not be compared with the default (a lower bound only)
+    decisive_bound: bool = False  # a decisive latency is only a lower bound
 
 
 class ConfidenceCap(NamedTuple):
@@ -56,15 +63,24 @@ class ConfidenceCap(NamedTuple):
 CONFIDENCE_CAPS: tuple[ConfidenceCap, ...] = (
     ConfidenceCap("no_data", "none", "no measurement of any legal backend for this host class, shape and world size",
                   lambda f: not f.single and not f.compared and not f.any_measured, alone=True),
+    ConfidenceCap("pick_unpriced", "none", "the pick has no number of its own for this workload (a bucket without "
+                  "a value, or only a lower bound): it is the fallback, not a decision",
+                  lambda f: f.pick_unpriced and not f.single),
+    ConfidenceCap("undecided", "none", "the pick could not be compared with vLLM's default, which has only a "
+                  "lower bound here: it is the fastest backend with a number, not a decision against the default",
+                  lambda f: f.undecided),
     ConfidenceCap("published", "reference", "the answer rests on NVIDIA's published reference measurements "
                   "(AIConfigurator), not on measurements of this host class",
                   lambda f: bool((f.decisive_kinds | f.candidate_kinds) & REFERENCE_KINDS)),
     ConfidenceCap("derived", "reference", "a decisive latency is derived from NVIDIA's published NCCL timings "
                   "(allgather_reducescatter), not a measured all2all", lambda f: DERIVED in f.decisive_kinds),
+    ConfidenceCap("bound", "reference", "a decisive latency is only a lower bound of vLLM's default (no NCCL "
+                  "timings at this EP size)", lambda f: f.decisive_bound),
     ConfidenceCap("transferred", "reference", "a decisive latency is transferred from another shape's published "
                   "rows by bytes per token", lambda f: TRANSFERRED in f.decisive_kinds),
     ConfidenceCap("default_unmeasured", "low", "vLLM's default has no data for every bucket of this workload, "
-                  "so nothing could be compared with it", lambda f: not f.single and not f.compared),
+                  "so nothing could be compared with it",
+                  lambda f: not f.single and not f.compared and not f.pick_unpriced and not f.undecided),
     ConfidenceCap("unmeasured_candidates", "low", "some legal backends have no data for this workload",
                   lambda f: f.unmeasured and not f.single),
     ConfidenceCap("extrapolated", "low", "a decisive latency is extrapolated beyond the measured token range",
@@ -90,6 +106,9 @@ def facts(decision: Decision, candidates: list[Candidate], stale: bool) -> Facts
         stale=stale,
         decisive_kinds=frozenset(b.evidence for c in decision.decisive for b in c.buckets if b.latency_us is not None),
         candidate_kinds=frozenset(c.evidence for c in candidates if c.measured),
+        pick_unpriced=decision.pick.weighted_us is None or decision.pick.bound,
+        undecided=decision.undecided,
+        decisive_bound=any(c.bound for c in decision.decisive),
     )
 
 

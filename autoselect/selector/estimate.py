@@ -20,7 +20,7 @@ from autoselect.selector.answer import EVIDENCE_KINDS, MEASURED, BucketValue
 from autoselect.workload import WorkloadSpec
 
 __all__ = ["ESTIMATE_FLOOR", "EXTRAPOLATION_LIMIT", "FIT_POINTS", "LatencyFit", "MeasuredPoint", "estimate_latency",
-           "fit_all", "fit_latency", "weakest_kind", "weighted"]
+           "fit_all", "fit_latency", "weakest_kind", "weighted", "weighted_range"]
 
 #: Extra relative band of an estimated (not measured) latency, on top of the model's residuals.
 ESTIMATE_FLOOR = 0.03
@@ -40,6 +40,8 @@ class MeasuredPoint:
     rel_halfwidth: float
     result_id: int | None = None
     kind: str = MEASURED
+    range_us: tuple[float, float] | None = None  # a derived value's (lower, upper); latency_us is central
+    bound: bool = False  # latency_us is only a lower bound
 
 
 def weakest_kind(points: Sequence[MeasuredPoint]) -> str:
@@ -59,7 +61,8 @@ def estimate_latency(points: Sequence[MeasuredPoint], tokens: int, bytes_per_tok
     if tokens in by_tokens:
         p = by_tokens[tokens]
         ids = (p.result_id,) if p.result_id is not None else ()
-        return BucketValue(tokens, p.latency_us, p.latency_us * p.rel_halfwidth, "measured", ids, evidence=p.kind)
+        return BucketValue(tokens, p.latency_us, p.latency_us * p.rel_halfwidth, "measured", ids, evidence=p.kind,
+                           range_us=p.range_us, bound=p.bound)
     if not points:
         return BucketValue(tokens, None, None, "missing", note="no measurement")
     lo = min(by_tokens)
@@ -80,7 +83,8 @@ def estimate_latency(points: Sequence[MeasuredPoint], tokens: int, bytes_per_tok
     used_tokens = ", ".join(str(p.tokens_per_rank) for p in sorted(used, key=lambda p: p.tokens_per_rank))
     note = f"a={fit.a_us:.3g}us" + (f" + bytes/{bw:.3g}GB/s" if bw else "") + f" fitted on {fit.n} points ({used_tokens} tokens)"
     ids = tuple(p.result_id for p in used if p.result_id is not None)
-    return BucketValue(tokens, latency, latency * rel, source, ids, note, evidence=weakest_kind(used))
+    return BucketValue(tokens, latency, latency * rel, source, ids, note, evidence=weakest_kind(used),
+                       bound=any(p.bound for p in used))
 
 
 def fit_all(points: Sequence[MeasuredPoint], bytes_per_token: int) -> LatencyFit | None:
@@ -99,3 +103,12 @@ def weighted(values: Sequence[BucketValue], workload: WorkloadSpec) -> tuple[flo
     latency = sum(w * v.latency_us for w, v in zip(weights, values))
     halfwidth = sum(w * v.halfwidth_us for w, v in zip(weights, values))
     return latency, halfwidth
+
+
+def weighted_range(values: Sequence[BucketValue], workload: WorkloadSpec) -> tuple[float, float] | None:
+    """The workload-weighted ``(lower, upper)`` of values that all carry a range, else None."""
+    if not values or any(v.range_us is None for v in values):
+        return None
+    weights = [w for _, w in workload.buckets]
+    return (sum(w * v.range_us[0] for w, v in zip(weights, values)),
+            sum(w * v.range_us[1] for w, v in zip(weights, values)))

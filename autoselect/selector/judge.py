@@ -5,7 +5,10 @@ incorrect / error result (``disqualified``), or when every row says it cannot ru
 (``unavailable``). Otherwise it is a :class:`~autoselect.selector.answer.Candidate`: the latency
 model fills the buckets its evidence did not measure, and the workload weights them into one
 latency and band. A value that rests on the published reference names it (``reference``), and
-the candidate carries the weakest evidence kind of its values.
+the candidate carries the weakest evidence kind of its values, the weighted range of derived
+values, whether its value is only a lower bound, and the dtype the backend really sends where it
+is not the model's activation dtype (``autoselect.rules.wire``: the latency model's bytes per token
+are that dtype's).
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from autoselect.payload import all2all_bytes_per_token
 from autoselect.rules import Verdict
+from autoselect.rules.wire import wire_dtype
 from autoselect.selector.answer import MEASURED, BucketValue, Candidate, FitSummary, Rejection
-from autoselect.selector.estimate import estimate_latency, fit_all, weakest_kind, weighted
+from autoselect.selector.estimate import estimate_latency, fit_all, weakest_kind, weighted, weighted_range
 from autoselect.selector.evidence import BackendEvidence
 from autoselect.selector.target import RecommendTarget
 from db.queries import StoredResult
@@ -40,9 +45,12 @@ def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEv
     if evidence.unavailable:
         return Judged(rejection=Rejection(backend, "unavailable", [evidence.unavailable]))
     points = evidence.points
-    values = [_named(estimate_latency(points, t, target.bytes_per_token), evidence.source)
-              for t in target.workload.tokens]
-    fit = fit_all(points, target.bytes_per_token)
+    wire = wire_dtype(backend, target.dispatch_dtype, target.vllm_version, target.legality.environ)
+    sent = wire.dtype if wire is not None else target.dispatch_dtype
+    p = target.profile
+    per_token = all2all_bytes_per_token(sent, p.hidden_size, p.top_k)
+    values = [_named(estimate_latency(points, t, per_token), evidence.source) for t in target.workload.tokens]
+    fit = fit_all(points, per_token)
     latency, halfwidth = weighted(values, target.workload)
     status = "no data" if not points else "incomplete" if latency is None else "measured"
     rows = {rid: evidence.rows[rid] for v in values for rid in v.result_ids if rid in evidence.rows}
@@ -50,7 +58,9 @@ def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEv
     candidate = Candidate(backend=backend, status=status, weighted_us=latency, halfwidth_us=halfwidth,
                           buckets=values, fit=_summary(fit),
                           warnings=list(verdict.warnings) + list(evidence.warnings) + missing,
-                          evidence=weakest_kind(points))
+                          evidence=weakest_kind(points), range_us=weighted_range(values, target.workload),
+                          bound=any(v.bound for v in values if v.latency_us is not None),
+                          wire_dtype=sent if sent != target.dispatch_dtype else None)
     return Judged(candidate=candidate, rows=rows)
 
 

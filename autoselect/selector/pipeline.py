@@ -24,7 +24,7 @@ from autoselect.reference.host import reference_host
 from autoselect.selector.answer import ModelSummary, Recommendation
 from autoselect.selector.caveats import caveats
 from autoselect.selector.confidence import confidence, facts
-from autoselect.selector.decide import decide
+from autoselect.selector.decide import DEFAULT_POLICY, DecisionPolicy, decide
 from autoselect.selector.e2e import e2e_evidence, validate_flags
 from autoselect.selector.evidence import EvidenceSource, collect
 from autoselect.selector.flags import serve_flags, settle, tuned_knobs
@@ -63,6 +63,7 @@ def recommend(
     rows: list[StoredResult] | None = None,
     vllm_version_source: str | None = None,
     evidence: Callable[[RecommendTarget], Sequence[EvidenceSource]] | None = None,
+    policy: DecisionPolicy = DEFAULT_POLICY,
 ) -> Recommendation:
     """The fastest legal backend for ``profile`` on the host (class), with its evidence.
 
@@ -99,7 +100,7 @@ def recommend(
     if not candidates:
         raise _no_legal_backend(target, rejected)
     used = {rid: row for j in judged for rid, row in j.rows.items()}
-    decision = decide(candidates)
+    decision = decide(candidates, policy)
     final = verdicts[decision.pick.backend]
     # Belt and braces: the one-sided nvfp4 rule (and every other) is the rules table's call.
     assert final is not None and final.ok, f"selector picked an illegal backend {decision.pick.backend}"

@@ -7,18 +7,27 @@ machine's fingerprint, or the newest machine of a measured host class) **and** t
 has no ``micro`` result at all for the shape at the EP size (:func:`choose_reference`).
 
 **What, per backend** (:class:`ReferenceEvidence`), at the class's system and the deployment's
-EP size: ``allgather_reducescatter`` derived from NCCL timings at the workload's token counts and
-the class's token grid (kind ``derived``); any other backend's published rows of the exact
-shape and dispatch dtype (``published``), else its other shapes' rows transferred by bytes per
-token (``transferred``, refused far outside the published bytes); else nothing: the candidate
-stays unmeasured and says why, and the ``autoselect bench`` command that would measure it is
-the answer's. The rules still judge every backend first (one-sided: nvfp4 only, always).
+EP size, in the dtype the backend really sends for the model's activation dtype
+(:func:`autoselect.rules.wire.wire_dtype`: vLLM's DeepEP sends an nvfp4 or per-tensor fp8 model's
+activations as bf16, so DeepEP's published bf16 rows are that model's exact numbers):
+``allgather_reducescatter`` derived from NCCL timings at the workload's token counts and the
+class's token grid, as vLLM's release issues its collectives (kind ``derived``, a range; a lower
+bound where the system has no NCCL rows at the EP size); any other backend's published rows of
+the exact shape and wire dtype (``published``), else its other shapes' rows transferred by bytes
+per token (``transferred``, refused far outside the published bytes); else nothing: the
+candidate stays unmeasured and says why, and the ``autoselect bench`` command that would
+measure it is the answer's. The rules still judge every backend first (one-sided: nvfp4 only,
+always).
 
-**Bands.** A published point is a mean of 10 rounds (DeepEP, TensorRT-LLM) and an NCCL row an
-nccl-tests average, published without their spread; they carry the run-to-run reproducibility
-floor every measured median has (:data:`autoselect.noise.REL_FLOOR`). What the reference cannot
-know about the serving host (another harness, other versions) is the confidence's business: the
-answer is capped at ``reference`` (``confidence.py``), not hidden in a wider band.
+**Bands** match the evidence (:func:`reference_band`). A published point is a mean of 10 rounds
+(DeepEP, TensorRT-LLM), published without its spread: it carries the run-to-run reproducibility
+floor every measured median has (:data:`autoselect.noise.REL_FLOOR`). A transferred point carries
+the transfer error measured by holding out published shapes (:data:`TRANSFER_ERROR`, p95 of
+``|transferred / published - 1|``, ``perf/regret_reference.py``). A derived point carries its
+range (the grouped all_gathers between one NCCL latency floor and the sum of their own times)
+plus the NCCL rows' floor; a lower bound carries the floor and says it is a bound. What the
+reference cannot know about the serving host (another harness, other versions) is the
+confidence's business: the answer is capped at ``reference`` (``confidence.py``).
 
 **Package requirements of a reference class** (:func:`autoselect.reference.host.reference_host`):
 a reference class is a machine of the system as NVIDIA measured it, every NVLink up (an NVL72
@@ -33,16 +42,42 @@ from dataclasses import dataclass
 
 from autoselect import rules
 from autoselect.noise import REL_FLOOR
-from autoselect.reference import (AGRS, ReferenceClass, ReferenceData, default, get_class, is_reference_class,
-                                  match_host)
+from autoselect.reference import (AGRS, ReferenceClass, ReferenceData, ReferencePoint, default, get_class,
+                                  is_reference_class, match_host)
 from autoselect.reference.host import GENERIC_REQUIREMENT, REQUIREMENTS
+from autoselect.reference.transfer import TRANSFER_ERROR, transfer_error
+from autoselect.rules.agrs_collectives import collectives_for
+from autoselect.rules.agrs_collectives import not_read_note as collectives_not_read
+from autoselect.rules.wire import not_read_note as wire_not_read
+from autoselect.rules.wire import wire_dtype
 from autoselect.selector.answer import DERIVED, PUBLISHED, TRANSFERRED, Candidate, ReferenceSource, ReferenceUsed
 from autoselect.selector.estimate import MeasuredPoint
 from autoselect.selector.evidence import BackendEvidence
 from autoselect.selector.target import RecommendTarget
 
-#: Relative band of a published or derived point (see the module docstring).
+#: Relative band of a published point, and the floor of every other kind (see the module docstring).
 REFERENCE_BAND = REL_FLOOR
+
+__all__ = ["REFERENCE_BAND", "TRANSFER_ERROR", "ReferenceChoice", "ReferenceEvidence", "choose_reference",
+           "reference_band", "reference_point"]
+
+
+def reference_band(p: ReferencePoint) -> float:
+    """The relative half-width of one reference point (see the module docstring)."""
+    if p.evidence == TRANSFERRED:
+        return max(transfer_error(p.backend), REFERENCE_BAND)
+    if p.evidence == DERIVED and p.range_us is not None and p.latency_us:
+        low, high = p.range_us
+        return (high - low) / 2 / p.latency_us + REFERENCE_BAND
+    return REFERENCE_BAND
+
+
+def reference_point(p: ReferencePoint) -> MeasuredPoint:
+    """One reference row as the selector's point: its value, band, kind, range and bound."""
+    return MeasuredPoint(p.tokens_per_rank, p.latency_us, reference_band(p), None, p.evidence, range_us=p.range_us,
+                         bound=p.bound)
+
+
 @dataclass(frozen=True)
 class ReferenceChoice:
     """The reference class an answer reads, and why."""
@@ -101,10 +136,13 @@ class ReferenceEvidence:
     def _answer(self, backend: str) -> BackendEvidence:
         t, ref = self.target, self.choice.ref_class
         p, ws = t.profile, t.world_size
-        shape = dict(hidden=p.hidden_size, top_k=p.top_k, experts=p.num_experts, dtype=t.dispatch_dtype)
+        wire = wire_dtype(backend, t.dispatch_dtype, t.vllm_version, t.legality.environ)
+        sent = wire.dtype if wire is not None else t.dispatch_dtype
+        shape = dict(hidden=p.hidden_size, top_k=p.top_k, experts=p.num_experts, dtype=sent)
         if backend == AGRS:
             tokens = sorted(set(self.data.token_grid(ref)) | set(t.workload.tokens))
-            points, kind = self.data.derived_agrs(ref, **shape, world_size=ws, tokens=tokens), DERIVED
+            points, kind = self.data.derived_agrs(ref, **shape, world_size=ws, tokens=tokens,
+                                                  vllm_version=t.vllm_version), DERIVED
             missing = f"no published NCCL timings at {ws} GPUs on {ref.system.label} to derive it from"
         else:
             points, kind = self.data.published(ref, backend, **shape, world_size=ws), PUBLISHED
@@ -115,9 +153,10 @@ class ReferenceEvidence:
         if not points:
             return BackendEvidence(backend, kind=kind, source="NVIDIA's published reference",
                                    missing=f"no reference evidence: {missing}")
-        return BackendEvidence(
-            backend, kind=kind, source=points[0].source_line,
-            points=tuple(MeasuredPoint(r.tokens_per_rank, r.latency_us, REFERENCE_BAND, None, kind) for r in points))
+        line = points[0].source_line
+        if wire is not None and wire.converts:
+            line += f"; {sent} rows: {wire.describe()}"
+        return BackendEvidence(backend, kind=kind, source=line, points=tuple(reference_point(r) for r in points))
 
     def used(self, candidates: list[Candidate]) -> ReferenceUsed:
         """What the answer took from the reference, per candidate backend (JSON ``reference``)."""
@@ -135,4 +174,17 @@ class ReferenceEvidence:
                             for pkg in needed]
         ref = self.choice.ref_class
         return ReferenceUsed(host_class=ref.name, system=ref.describe(), why=self.choice.why, backends=backends,
-                             requirements=requirements, caveats=list(self.choice.caveats), points=self.considered)
+                             requirements=requirements, caveats=list(self.choice.caveats) + self._not_read(candidates),
+                             points=self.considered)
+
+    def _not_read(self, candidates: list[Candidate]) -> list[str]:
+        """What the answer says when the target release's wire dtypes or AGRS collectives were not read."""
+        version, notes = self.target.vllm_version, []
+        wires = [wire_dtype(c.backend, self.target.dispatch_dtype, version, self.target.legality.environ)
+                 for c in candidates]
+        if any(w is not None and not w.read for w in wires):
+            notes.append(wire_not_read(version))
+        agrs = self.answers.get(AGRS)
+        if agrs is not None and agrs.points and not collectives_for(version)[1]:
+            notes.append(collectives_not_read(version))
+        return notes

@@ -22,6 +22,7 @@ _STATUS_WORDS = {
     "incomplete": "incomplete",
     "no data": "no data",
     "measured": "measured",
+    "undecided": "undecided",
 }
 #: How the candidates table marks an estimated value.
 _ESTIMATE_MARKS = {"interpolated": "~", "extrapolated": "~~"}
@@ -116,13 +117,32 @@ def _candidates(rec: Recommendation) -> list[str]:
     header += [f"{t} tok" for t in rec.workload.tokens]
     rows = [header]
     for c in rec.candidates:
-        cells = [_ESTIMATE_MARKS.get(b.source, "") + _fmt_us(b.latency_us) for b in c.buckets]
-        kind = ([c.evidence if c.fit is not None else "-"] if kinds else [])
+        cells = [_ESTIMATE_MARKS.get(b.source, "") + (">=" if b.bound else "") + _fmt_us(b.latency_us)
+                 for b in c.buckets]
+        kind = ([(c.evidence + (" bound" if c.bound else "")) if c.fit is not None else "-"] if kinds else [])
         rows.append([c.backend, _STATUS_WORDS.get(c.status, c.status)] + kind
-                    + [_fmt_us(c.weighted_us), _fmt_us(c.halfwidth_us)] + cells)
+                    + [(">=" if c.bound else "") + _fmt_us(c.weighted_us), _fmt_us(c.halfwidth_us)] + cells)
     lines = [""] + _table(rows, right=set(range(first - 2, len(header))))
     if rec.estimated:
         lines.append("(~ interpolated, ~~ extrapolated with the fitted latency model; us = microseconds)")
+    lines += _ranges(rec.candidates, rec.dispatch_dtype)
+    return lines
+
+
+def _ranges(candidates: list[Candidate], dispatch_dtype: str) -> list[str]:
+    """Under the table: each derived range, each lower bound, each backend that sends another dtype."""
+    lines = []
+    for c in candidates:
+        if c.range_us is not None and c.weighted_us is not None:
+            lo, hi = c.range_us
+            lines.append(f"{c.backend}: derived, between {_fmt_us(lo)} and {_fmt_us(hi)} us (the grouped NCCL "
+                         f"calls between one latency floor and the sum of their own times); {_fmt_us(c.weighted_us)}, "
+                         "the middle, is compared")
+        elif c.bound and c.weighted_us is not None:
+            lines.append(f"{c.backend}: >= {_fmt_us(c.weighted_us)} us is only a lower bound (no NCCL timings at "
+                         "this EP size): a backend below it is faster, one above it cannot be compared")
+        if c.wire_dtype is not None:
+            lines.append(f"{c.backend}: sends {dispatch_dtype} activations as {c.wire_dtype} (vLLM's prepare step)")
     return lines
 
 
@@ -153,8 +173,8 @@ def _e2e_table(e2e: E2eEvidence, backend: str) -> list[str]:
 def render_explain(rec: Recommendation) -> str:
     """The evidence per token bucket: every candidate's latency, band, origin and result ids."""
     lines = [
-        "evidence per token bucket (latency +- band; a backend leaves the default only when its "
-        "weighted band clears the default's):"
+        "evidence per token bucket (latency +- band; a backend leaves a measured default only when its "
+        "weighted band clears the default's, a derived one by the tie rule of docs/recommend.md):"
     ]
     sources = _sources(rec.candidates)
     if sources:
@@ -193,6 +213,10 @@ def _bucket_rows(candidates: list[Candidate], i: int, sources: dict[str, int]) -
                       else f"{b.source}, {b.evidence} [{sources[b.reference]}]")
         if b.result_ids:
             origin += f" (result{'s' if len(b.result_ids) > 1 else ''} {', '.join(map(str, sorted(b.result_ids)))})"
+        if b.range_us is not None:
+            origin += f", range {_fmt_us(b.range_us[0])}..{_fmt_us(b.range_us[1])}"
+        if b.bound:
+            origin += ", a lower bound"
         rows.append(["  " + c.backend, _fmt_us(b.latency_us), _pm(b.halfwidth_us), origin])
     lines = _table(rows, right={1, 2}) if rows else []
     for c in candidates:

@@ -170,7 +170,9 @@ def test_extrapolating_far_beyond_the_measured_range_is_refused_not_silent(fixtu
     r = rec(fixture_db, "deepseek-r1-nvfp4", host_class=B200, tokens="70000")
     assert r.backend == "allgather_reducescatter"
     assert r.decision == "no comparison possible: vLLM's default"
-    assert r.confidence == "low"
+    # the pick has no number of its own: a fallback, not a decision (confidence.py "pick_unpriced")
+    assert r.confidence == "none"
+    assert r.confidence_reasons[0].startswith("the pick has no number of its own for this workload")
     assert (
         "allgather_reducescatter at 70000 tokens/rank: refused: 70000 tokens/rank is more than 4x "
         "outside the measured range 1..16384" in r.warnings

@@ -334,3 +334,102 @@ def test_the_readme_quick_start_shows_the_real_reference_answer(monkeypatch):
     assert r.exit_code == 0, r.output
     shown = [line for line in block.splitlines() if line]
     assert shown and [line for line in r.stdout.splitlines() if line in shown] == shown
+
+
+# --------------------------------------------------------------------------------------
+# What each backend sends, the derived range, the bound, the bands (decision-quality audit)
+# --------------------------------------------------------------------------------------
+
+
+def test_deepep_for_an_nvfp4_model_reads_the_exact_published_bf16_rows():
+    # vLLM's DeepEP dispatches an nvfp4 model's activations as bf16 (rules.wire): the bf16 rows are exact
+    rec = ask("deepseek-r1-nvfp4", "ref-b200_sxm-x8", tokens="4096:1")
+    ht = by_backend(rec)[HT]
+    assert ht.evidence == "published" and ht.wire_dtype == "bf16"
+    published = default().published("ref-b200_sxm-x8", HT, hidden=7168, top_k=8, experts=256, dtype="bf16",
+                                    world_size=8, tokens=[4096])[0]
+    assert ht.weighted_us == pytest.approx(published.latency_us)  # 3613 us, not the 3010 us of nvfp4 bytes
+    assert ht.buckets[0].reference.endswith("; bf16 rows: deepep_high_throughput sends nvfp4 activations as bf16: "
+                                            "vLLM dispatches bf16 and quantizes after the dispatch (DeepEP carries "
+                                            "only block-fp8 scales)")
+    assert by_backend(rec)[AGRS].wire_dtype is None  # the default gathers the nvfp4 rows
+    assert "deepep_high_throughput: sends nvfp4 activations as bf16 (vLLM's prepare step)" in render_text(rec)
+    assert json.loads(json.dumps(rec.to_dict()))["candidates"][3]["wire_dtype"] == "bf16"
+
+
+def test_the_derived_default_is_a_range_shown_in_text_and_json():
+    rec = ask("deepseek-v3", "ref-h200_sxm-x8", tokens="1:1")
+    agrs = by_backend(rec)[AGRS]
+    low, high = agrs.range_us
+    assert low < agrs.weighted_us < high and agrs.weighted_us == pytest.approx((low + high) / 2)
+    assert high / low == pytest.approx(2.44, abs=0.01)  # fp8_block128 at 1 token: four calls, four floors
+    assert agrs.halfwidth_us == pytest.approx((high - low) / 2 + 0.01 * agrs.weighted_us)
+    doc = json.loads(json.dumps(rec.to_dict()))["candidates"][0]
+    assert doc["range_us"] == [round(low, 3), round(high, 3)] and doc["buckets"][0]["range_us"]
+    assert f"allgather_reducescatter: derived, between {low:.1f} and {high:.1f} us" in render_text(rec)
+
+
+def test_a_transferred_value_carries_the_measured_transfer_error_as_its_band():
+    from autoselect.reference.transfer import TRANSFER_ERROR
+
+    rec = ask("qwen3-30b-a3b", "ref-h200_sxm-x8", tokens="128:1")
+    ll = by_backend(rec)[LL]
+    assert ll.evidence == "transferred"
+    assert ll.halfwidth_us == pytest.approx(TRANSFER_ERROR[LL] * ll.weighted_us)
+    # published (an NVFP4 checkpoint dispatches bf16 on Hopper: DeepEP's published shape): the 1 % floor
+    ht = by_backend(ask("deepseek-r1-nvfp4", "ref-h200_sxm-x8", tokens="4096:1"))[HT]
+    assert ht.evidence == "published" and ht.halfwidth_us == pytest.approx(0.01 * ht.weighted_us)
+    # block-fp8 crosses DeepEP as fp8: no published fp8 row, so DeepSeek-V3's number is transferred
+    assert by_backend(ask("deepseek-v3", "ref-h200_sxm-x8", tokens="4096:1"))[HT].evidence == "transferred"
+
+
+def test_the_rack_beyond_a_tray_compares_published_backends_with_the_defaults_lower_bound():
+    # EP 16, 4096 tokens: one-sided's published 917 us clears the default's bound (2060 us)
+    rec = ask("deepseek-r1-nvfp4", "ref-gb200-nvl72", world_size=16, tokens="4096:1")
+    agrs = by_backend(rec)[AGRS]
+    assert rec.backend == ONE_SIDED and rec.confidence == "reference"
+    assert rec.decision == "faster than the default's lower bound beyond the noise"
+    assert agrs.bound and agrs.evidence == "derived" and agrs.range_us is None
+    assert any("only a lower bound" in r for r in rec.confidence_reasons)
+    assert "allgather_reducescatter: >= 2060 us is only a lower bound" in render_text(rec)
+    assert json.loads(json.dumps(rec.to_dict()))["candidates"][0]["bound"] is True
+
+
+def test_a_pick_the_bound_cannot_decide_is_answered_at_confidence_none():
+    # decode at EP 16: the bound (37 us) is below every published backend, so nothing is decided against
+    # the default; the fastest backend with a number is the pick (the policy chosen by regret), at `none`
+    rec = ask("deepseek-r1-nvfp4", "ref-gb200-nvl72", world_size=16, workload="decode")
+    statuses = {c.backend: c.status for c in rec.candidates}
+    assert rec.backend == ONE_SIDED and statuses[TWO_SIDED] == "undecided" and statuses[AGRS] == "default"
+    assert rec.confidence == "none"
+    assert rec.decision.startswith("vLLM's default has only a lower bound here (")
+    assert rec.confidence_reasons[0].startswith("the pick could not be compared with vLLM's default")
+
+
+def test_no_reference_answer_without_a_number_for_its_pick_claims_confidence_reference():
+    for world_size in (8, 16, 32, 64):
+        for workload in ("decode", "prefill", "mixed"):
+            rec = ask("deepseek-r1-nvfp4", "ref-gb200-nvl72", world_size=world_size, workload=workload)
+            pick = by_backend(rec)[rec.backend]
+            if pick.weighted_us is None or pick.bound or rec.decision.startswith("vLLM's default has only"):
+                assert rec.confidence == "none", (world_size, workload, rec.decision)
+
+
+def test_the_tie_rule_takes_a_published_candidate_within_the_margin_of_the_derived_central_value():
+    from autoselect.selector.decide import TIE_RULES, versus_default
+    from autoselect.selector.answer import Candidate
+
+    def cand(backend, latency, halfwidth, evidence):
+        return Candidate(backend, "measured", latency, halfwidth, [], None, evidence=evidence)
+
+    default = cand(AGRS, 100.0, 20.0, "derived")  # a range 80..120 around 100
+    assert versus_default(cand(HT, 112.0, 1.12, "published"), default) == "faster"  # below 1.15 x 100
+    assert versus_default(cand(HT, 118.0, 1.18, "published"), default) == "tie"
+    assert versus_default(cand(HT, 150.0, 1.5, "published"), default) == "slower"
+    # a transferred candidate counts with its transfer error
+    assert versus_default(cand(HT, 100.0, 20.0, "transferred"), default) == "tie"
+    assert versus_default(cand(HT, 90.0, 20.0, "transferred"), default) == "faster"
+    # the measured-data rule when the default is measured: bands must not overlap
+    measured = cand(AGRS, 100.0, 2.0, "measured")
+    assert versus_default(cand(HT, 99.0, 1.0, "measured"), measured) == "tie"
+    assert set(TIE_RULES) >= {"default-stays", "central", "upper", "margin-1.15"}
