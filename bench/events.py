@@ -1,7 +1,8 @@
 """Progress events of a sweep: what ``run_sweep`` tells its caller while it measures.
 
 Frozen dataclasses, one per kind, delivered in this order: :class:`BackendSkipped` (one per
-skipped backend or token range), :class:`SweepStarted`, then per backend
+skipped backend or token range), :class:`WireConverted` (one per backend that sends another
+dtype than the model's), :class:`SweepStarted`, then per backend
 :class:`GroupStarted` (its worker group became ready: spawn to ready, in seconds),
 :class:`PointPhase` and :class:`PointMeasured` per point, :class:`JobFinished`; finally
 :class:`SweepFinished`. A caller dispatches on the type (``isinstance``), never on a key.
@@ -20,6 +21,17 @@ class BackendSkipped:
 
     label: str
     reason: str
+
+
+@dataclass(frozen=True)
+class WireConverted:
+    """A backend sends another dtype than the model's activation dtype, as vLLM's prepare step does
+    (``autoselect.rules.wire``): its points move ``wire`` payloads (``why`` says where vLLM does so)."""
+
+    backend: str
+    activation: str
+    wire: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -74,4 +86,4 @@ class SweepFinished:
 
 
 #: Every event type a sweep emits.
-SweepEvent = BackendSkipped | SweepStarted | GroupStarted | PointPhase | PointMeasured | JobFinished | SweepFinished
+SweepEvent = BackendSkipped | WireConverted | SweepStarted | GroupStarted | PointPhase | PointMeasured | JobFinished | SweepFinished

@@ -19,7 +19,7 @@ from autoselect.reference.health import ReferenceCheck, check_results
 from autoselect.workload import Shape
 from bench import launch
 from bench.backends import available
-from bench.events import BackendSkipped
+from bench.events import BackendSkipped, WireConverted
 from bench.launch import WorkerGroups
 from bench.sweep import SweepSpec, run_sweep, spec_meta, validate
 from db.records import Result
@@ -35,7 +35,9 @@ class BenchReport:
     """What ``autoselect bench`` prints: the spec, the results, the skipped backends, where they are stored.
 
     ``groups``: per backend, its worker group's start-ups (seconds, reason) and jobs (points,
-    seconds) (:meth:`bench.launch.WorkerGroups.summary`).
+    seconds) (:meth:`bench.launch.WorkerGroups.summary`). ``wire``: the backends whose points moved
+    another dtype than the model's activation dtype, as vLLM sends them: ``{backend: {"wire_dtype",
+    "why"}}``.
     """
 
     spec: SweepSpec
@@ -45,6 +47,7 @@ class BenchReport:
     db_path: str | None
     host: object = None
     groups: list[dict] = field(default_factory=list)
+    wire: dict[str, dict] = field(default_factory=dict)
 
     @property
     def startups(self) -> int:
@@ -60,7 +63,7 @@ class BenchReport:
             rows.append(d)
         check = self.reference_check()
         return {"schema_version": 1, "run_id": self.run_id, "db": self.db_path, "spec": asdict(self.spec),
-                "skipped": self.skipped, "results": rows, "startups": self.startups,
+                "skipped": self.skipped, "wire": self.wire, "results": rows, "startups": self.startups,
                 "worker_groups": self.groups, "reference": check.to_dict() if check else None}
 
     def reference_check(self) -> ReferenceCheck | None:
@@ -112,20 +115,23 @@ def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=Non
                      vllm_version=vllm_version, setup_timeout_s=setup_timeout_s)
     validate(spec, host)  # bad --vllm-version / NVSHMEM_QP_DEPTH fail here, before the store opens
     skipped: dict[str, str] = {}
+    wire: dict[str, dict] = {}
 
     def on_progress(event):
         if isinstance(event, BackendSkipped):
             skipped[event.label] = event.reason
+        elif isinstance(event, WireConverted):
+            wire[event.backend] = {"wire_dtype": event.wire, "why": event.why}
         if progress:
             progress(event)
 
     with WorkerGroups(keep=False) as groups:
         if launch.torchrun_rank() != 0:
             results = run_sweep(spec, host=host, progress=on_progress, groups=groups)
-            return BenchReport(spec, results, skipped, None, None, host)
+            return BenchReport(spec, results, skipped, None, None, host, wire=wire)
         with Store(db_path) as store:
             with store.run(host, trigger="manual", command="autoselect bench",
                            meta={"spec": spec_meta(spec)}) as run:
                 results = run_sweep(spec, store=store, run_id=run.id, host=host, progress=on_progress,
                                     groups=groups)
-            return BenchReport(spec, results, skipped, run.id, str(store.path), host, groups.summary())
+            return BenchReport(spec, results, skipped, run.id, str(store.path), host, groups.summary(), wire)

@@ -5,7 +5,10 @@ share. It validates everything before a worker starts or a database row is writt
 (or, with ``include_illegal``, marks) backends that ``autoselect.rules.legal`` rejects, runs
 each backend's points as one job in that backend's worker group (:mod:`bench.launch`: the
 caller's long-lived groups when it passes them, else groups of its own, one start-up per
-backend) and turns every point into exactly one :class:`db.records.Result`: ``ok``,
+backend) and turns every point into exactly one :class:`db.records.Result`. Each backend's points
+carry the payload vLLM's prepare step sends through it (``autoselect.rules.wire``: DeepEP moves an
+nvfp4 or per-tensor fp8 model's activations as bf16), so a local measurement times what vLLM
+would move; the result stays filed under the model's activation dtype. Outcomes: ``ok``,
 ``incorrect``, ``unavailable``, ``error`` or ``timeout``, stored as it arrives; or
 ``harness_error`` (the harness itself failed: an allocation, an overflow), returned and
 reported but never stored as a result row, so it never counts against the backend: the
@@ -24,12 +27,14 @@ from autoselect.hardware import fingerprint
 from autoselect.options import SETUP_TIMEOUT_S, check_seconds, check_seed
 from autoselect.stopping import STOPPING, StoppingRule
 from autoselect.rules import BACKENDS, smallest_deployment
+from autoselect.rules.wire import Wire, wire_dtype
 from autoselect.workload import Shape
 from bench import launch
 from bench.backends import check_names
 from bench.events import (
     BackendSkipped,
     GroupStarted,
+    WireConverted,
     JobFinished,
     PointMeasured,
     PointPhase,
@@ -121,6 +126,26 @@ def validate(spec: SweepSpec, host=None) -> None:
         load_routing_file(routing.path, spec.top_k, spec.experts)
 
 
+def _target(spec: SweepSpec, host):
+    """The legality target of ``spec`` (the version every command resolves, the host's arch)."""
+    shape = Shape(hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts, dtype=spec.dtype)
+    return resolve_target(shape.profile(), world_size=spec.world_size,
+                          gpu_arch=spec.gpu_arch or getattr(host, "gpu_arch", None),
+                          host=host if spec.device == "cuda" else None, vllm_version=spec.vllm_version,
+                          environ={**os.environ, **spec.env})
+
+
+def wires(spec: SweepSpec, host) -> dict[str, Wire]:
+    """``{backend: Wire}``: what each backend of ``spec`` sends for its activation dtype on the target
+    vLLM, in the workers' environment (a backend the wire table does not know sends the dtype as it is)."""
+    target = _target(spec, host)
+    out = {}
+    for name in spec.backends:
+        w = wire_dtype(name, spec.dtype, target.vllm_version, target.environ)
+        out[name] = w if w is not None else Wire(name, spec.dtype, spec.dtype, "not in the wire table", "")
+    return out
+
+
 def legality(spec: SweepSpec, host, tokens: int | None = None):
     """``{backend: Verdict | None}``: None where rules cannot judge (an unknown adapter).
 
@@ -134,11 +159,7 @@ def legality(spec: SweepSpec, host, tokens: int | None = None):
     rank (:func:`autoselect.rules.smallest_deployment`), in the environment the workers get (ours, then ``spec.env``:
     an exported ``NVSHMEM_QP_DEPTH`` counts, as it does for the adapter and for ``check``).
     """
-    shape = Shape(hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts, dtype=spec.dtype)
-    target = resolve_target(shape.profile(), world_size=spec.world_size,
-                            gpu_arch=spec.gpu_arch or getattr(host, "gpu_arch", None),
-                            host=host if spec.device == "cuda" else None, vllm_version=spec.vllm_version,
-                            environ={**os.environ, **spec.env})
+    target = _target(spec, host)
     verdicts = {}
     for name in spec.backends:
         point = target
@@ -212,6 +233,10 @@ def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=N
     emit = progress or (lambda event: None)
     for label, reason in skipped.items():
         emit(BackendSkipped(label, reason))
+    sent = wires(spec, host)
+    for name, _, _ in plan:
+        if sent[name].converts:
+            emit(WireConverted(name, spec.dtype, sent[name].dtype, sent[name].why))
     emit(SweepStarted(sum(len(points) for _, points, _ in plan)))
     rank = launch.torchrun_rank()
     own_run = store is not None and run_id is None and rank == 0
@@ -225,7 +250,7 @@ def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=N
             run_id = run.id
         record = _Recorder(spec, host, store, run_id, rank, emit, results)
         for name, points, illegal_at in plan:
-            config, job = group_config(spec, name, host), _job(spec, points)
+            config, job = group_config(spec, name, host), _job(spec, points, sent[name].dtype)
             on_event = record.for_backend(name, illegal_at)
             if launch.under_torchrun():
                 _check_torchrun(spec)
@@ -292,10 +317,11 @@ def group_config(spec: SweepSpec, backend: str, host) -> GroupConfig:
                             nvlinks_all_up=getattr(host, "all_nvlinks_up", None))
 
 
-def _job(spec: SweepSpec, tokens: list[int]) -> Job:
+def _job(spec: SweepSpec, tokens: list[int], dtype: str | None = None) -> Job:
+    """One backend's job: its token counts, moving ``dtype`` payloads (the backend's wire dtype; default the spec's)."""
     routing = parse_routing(spec.routing)
     return Job(tokens=tuple(tokens), hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts,
-               dtype=spec.dtype, routing=f"file:{routing.path}" if routing.kind == "file" else spec.routing,
+               dtype=dtype or spec.dtype, routing=f"file:{routing.path}" if routing.kind == "file" else spec.routing,
                seed=spec.seed, max_noise=spec.max_noise, min_samples=spec.min_samples,
                min_time_s=spec.min_time_s, timeout_s=spec.timeout_s)
 

@@ -62,6 +62,9 @@ def render_text(report) -> str:
                      f"{s.timeout_s:g} s timeout")
     for name, reason in report.skipped.items():
         lines.append(f"# skipped {name}: illegal here ({reason}); --include-illegal measures it anyway")
+    for name, w in report.wire.items():
+        lines.append(f"# {name} moved {w['wire_dtype']} payloads for {s.dtype} activations, as vLLM sends them: "
+                     f"{w['why']}")
     failures: dict[tuple, list[int]] = {}  # one line per (backend, status, error), its token counts
     for r in report.results:
         if r.status != "ok" and r.error:

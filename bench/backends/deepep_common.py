@@ -36,12 +36,13 @@ class DeepepCannotRun(ValueError):
 
 
 # --------------------------------------------------------------------------------------
-# What crosses the wire, per activation dtype (data, not branches).
+# What the adapters can carry, per wire dtype (data, not branches). The sweep hands each backend
+# the dtype vLLM sends through it (autoselect.rules.wire: an nvfp4 or per-tensor fp8 model crosses
+# DeepEP as bf16), so a point arrives here in its wire dtype.
 
-_BF16_INSTEAD = ("vLLM sends {dtype} models' activations through {backend} as bf16 and "
-                 "quantizes them after the dispatch ({where}); measure this backend with --dtype bf16")
+_NOT_DRIVEN = "vLLM sends {dtype} through {backend} only on a path this adapter does not drive ({where})"
 
-#: dtype -> None (DeepEP carries the point's bytes exactly as vLLM sends them) or why not.
+#: wire dtype -> None (the adapter carries it as vLLM sends it) or why not.
 WIRE = {
     HIGH_THROUGHPUT: {
         "bf16": None,
@@ -51,10 +52,12 @@ WIRE = {
         "fp8_block128": None,
         "fp16": ("DeepEP high-throughput combine is bf16-only: vLLM asserts a bf16 expert output "
                  "before Buffer.combine (deepep_ht.py _finalize); fp16 models cannot use it"),
-        **{d: _BF16_INSTEAD.format(
-            dtype=d, backend=HIGH_THROUGHPUT,
-            where="deepep_ht.py _receiver: DeepEP carries only fp8 with fp32 block-128 scales")
-           for d in ("fp8", "nvfp4", "mxfp8", "mxfp4")},
+        "mxfp8": _NOT_DRIVEN.format(
+            dtype="mxfp8", backend=HIGH_THROUGHPUT,
+            where="quantized before the dispatch with one UE8M0 byte per 32 values, which DeepEP's legacy "
+                  "dispatch, built for fp32 per-128 scales, is not known to carry"),
+        **{d: f"vLLM never sends {d} through {HIGH_THROUGHPUT} (it quantizes after the dispatch)"
+           for d in ("fp8", "nvfp4", "mxfp4")},
     },
     LOW_LATENCY: {
         "bf16": None,
@@ -66,11 +69,11 @@ WIRE = {
         "fp8_block128": None,
         "fp16": ("DeepEP low_latency_dispatch takes bf16 only (csrc/legacy/buffer.hpp asserts "
                  "x.scalar_type() == kBFloat16)"),
-        **{d: _BF16_INSTEAD.format(
-            dtype=d, backend=LOW_LATENCY,
-            where="deepep_ll.py: use_fp8 only for block-128 fp8, nvfp4 only on DeepEP's hybrid-ep "
-                  "branch with VLLM_DEEPEPLL_NVFP4_DISPATCH=1")
-           for d in ("fp8", "nvfp4", "mxfp8", "mxfp4")},
+        "nvfp4": _NOT_DRIVEN.format(
+            dtype="nvfp4", backend=LOW_LATENCY,
+            where="VLLM_DEEPEPLL_NVFP4_DISPATCH=1: DeepEP's use_nvfp4 dispatch on its hybrid-ep branch"),
+        **{d: f"vLLM never sends {d} through {LOW_LATENCY} (it quantizes after the dispatch)"
+           for d in ("fp8", "mxfp8", "mxfp4")},
     },
 }
 
@@ -124,7 +127,7 @@ def vllm_buffer_bytes() -> int:
 def _check_common(backend: str, dtype: str, top_k: int, experts: int, world_size: int, max_top_k: int) -> None:
     reason = WIRE[backend].get(dtype, f"unknown activation dtype {dtype!r}")
     if reason:
-        raise DeepepCannotRun(f"{backend} cannot carry {dtype} activations: {reason}")
+        raise DeepepCannotRun(f"{backend} cannot carry {dtype} payloads: {reason}")
     if experts % world_size:
         raise DeepepCannotRun(f"{backend} needs the {experts} experts to divide evenly over {world_size} "
                               "ranks (DeepEP asserts num_experts % num_ranks == 0)")

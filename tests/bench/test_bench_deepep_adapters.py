@@ -20,6 +20,7 @@ from autoselect import rules
 from autoselect.model import MoeProfile
 from autoselect.payload import ACTIVATION_DTYPES
 from autoselect.rules.budgets import CHUNK_SIZE
+from autoselect.rules.wire import wire_dtype
 from bench import backends
 from bench.backends import BenchContext
 from bench.backends import deepep_common as common
@@ -91,14 +92,28 @@ def test_the_wire_table_covers_every_activation_dtype_for_both_backends():
     assert [d for d, why in common.WIRE[common.LOW_LATENCY].items() if why is None] == ["bf16", "fp8_block128"]
 
 
-@pytest.mark.parametrize("dtype", ["fp8", "nvfp4", "mxfp8", "mxfp4"])
-def test_high_throughput_sends_quantized_non_block_formats_as_bf16_so_it_refuses_their_bytes(dtype):
+@pytest.mark.parametrize("backend", [common.HIGH_THROUGHPUT, common.LOW_LATENCY])
+@pytest.mark.parametrize("activation", ["bf16", "fp8", "fp8_block128", "nvfp4", "mxfp4"])
+def test_every_payload_vllm_sends_through_deepep_by_default_is_one_the_adapters_carry(backend, activation):
+    # the sweep hands each adapter its wire dtype (autoselect.rules.wire): none of these is refused
+    wire = wire_dtype(backend, activation, "0.34.0")
+    assert common.WIRE[backend][wire.dtype] is None
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "nvfp4", "mxfp4"])
+def test_high_throughput_refuses_bytes_vllm_never_sends_through_it(dtype):
     with pytest.raises(common.DeepepCannotRun) as err:
         common.ht_plan(dtype, 7168, 8, 256, 8)
-    assert str(err.value) == (
-        f"deepep_high_throughput cannot carry {dtype} activations: vLLM sends {dtype} models' activations "
-        "through deepep_high_throughput as bf16 and quantizes them after the dispatch (deepep_ht.py "
-        "_receiver: DeepEP carries only fp8 with fp32 block-128 scales); measure this backend with --dtype bf16")
+    assert str(err.value) == (f"deepep_high_throughput cannot carry {dtype} payloads: vLLM never sends {dtype} "
+                              "through deepep_high_throughput (it quantizes after the dispatch)")
+
+
+def test_low_latency_nvfp4_dispatch_is_a_path_the_adapter_does_not_drive():
+    wire = wire_dtype(common.LOW_LATENCY, "nvfp4", "0.34.0", {"VLLM_DEEPEPLL_NVFP4_DISPATCH": "1"})
+    assert wire.dtype == "nvfp4"
+    with pytest.raises(common.DeepepCannotRun) as err:
+        common.ll_plan(wire.dtype, 7168, 8, 256, 8, 128)
+    assert "VLLM_DEEPEPLL_NVFP4_DISPATCH=1" in str(err.value)
 
 
 @pytest.mark.parametrize("gpu_major, round_scale, ue8m0", [(9, False, False), (10, True, True), (12, False, False)])
@@ -116,10 +131,9 @@ def test_low_latency_block_fp8_pads_2880_to_3072_with_24_scales_and_bf16_stays_u
     assert all(h % 512 == 0 for h in common.LL_HIDDEN_SIZES)  # buffer.hpp asserts hidden % 512 for fp8
 
 
-@pytest.mark.parametrize("dtype", ["fp8", "mxfp8", "nvfp4", "mxfp4"])
-def test_low_latency_refuses_formats_vllm_sends_it_as_bf16(dtype):
-    with pytest.raises(common.DeepepCannotRun, match=rf"vLLM sends {dtype} models' activations through "
-                                                     r"deepep_low_latency as bf16"):
+@pytest.mark.parametrize("dtype", ["fp8", "mxfp8", "mxfp4"])
+def test_low_latency_refuses_bytes_vllm_never_sends_through_it(dtype):
+    with pytest.raises(common.DeepepCannotRun, match=rf"vLLM never sends {dtype} through deepep_low_latency"):
         common.ll_plan(dtype, 7168, 8, 256, 8, 128)
 
 

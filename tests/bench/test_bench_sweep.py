@@ -278,6 +278,35 @@ def test_without_an_arch_nvfp4_one_sided_is_legal_and_reaches_the_adapter():
     assert verdicts["flashinfer_nvlink_one_sided"].ok
 
 
+def test_each_backend_moves_the_dtype_vllm_sends_through_it():
+    # an nvfp4 model: vLLM's DeepEP dispatches bf16 and quantizes after it (rules.wire), so the
+    # DeepEP job moves bf16 rows while the default gathers the nvfp4 ones
+    from autoselect.hardware import cpu_fingerprint
+    from bench.sweep import _job, wires
+
+    spec = _spec(["deepep_high_throughput", "deepep_low_latency", "allgather_reducescatter"], dtype="nvfp4",
+                 hidden=7168, top_k=8, experts=256, gpu_arch="sm100", vllm_version="0.33.0")
+    sent = wires(spec, cpu_fingerprint())
+    assert {b: w.dtype for b, w in sent.items()} == {
+        "deepep_high_throughput": "bf16", "deepep_low_latency": "bf16", "allgather_reducescatter": "nvfp4"}
+    assert _job(spec, [4], sent["deepep_low_latency"].dtype).dtype == "bf16"
+    assert _job(spec, [4]).dtype == "nvfp4"
+    opted = _spec(["deepep_low_latency"], dtype="nvfp4", hidden=7168, top_k=8, experts=256, gpu_arch="sm100",
+                  env={"VLLM_DEEPEPLL_NVFP4_DISPATCH": "1"})
+    assert wires(opted, cpu_fingerprint())["deepep_low_latency"].dtype == "nvfp4"
+
+
+def test_a_sweep_says_which_backend_moves_another_dtype_and_files_the_row_under_the_models():
+    from bench.events import WireConverted
+
+    events = []
+    (row,) = run_sweep(_spec(["deepep_high_throughput"], dtype="nvfp4", gpu_arch="sm100"), progress=events.append)
+    (converted,) = [e for e in events if isinstance(e, WireConverted)]
+    assert (converted.backend, converted.activation, converted.wire) == ("deepep_high_throughput", "nvfp4", "bf16")
+    assert "quantizes after the dispatch" in converted.why
+    assert row.dispatch_dtype == "nvfp4" and row.status == "unavailable"  # no CUDA here: DeepEP cannot run
+
+
 def test_a_per_token_kernel_limit_drops_only_the_points_beyond_it():
     # deepep_low_latency takes at most 511 tokens per rank (NVSHMEM_QP_DEPTH 1024): the
     # points above are skipped, the rest measured; an error row there would disqualify the
