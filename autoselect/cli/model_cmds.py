@@ -18,23 +18,38 @@ def _bytes_line(profile, archs):
     ) + f"   (combine {combine_bytes_per_token(profile.hidden_size)})"
 
 
+def _wire_cell(wire: dict) -> str:
+    """``nvfp4 (allgather_reducescatter, ...), bf16 (deepep_high_throughput, ...)``: backends by what they send."""
+    by_dtype: dict[str, list[str]] = {}
+    for backend, w in wire.items():
+        by_dtype.setdefault(w.dtype, []).append(backend)
+    if len(by_dtype) == 1:
+        return f"{next(iter(by_dtype))} on every backend"
+    return ", ".join(f"{dtype} ({', '.join(backends)})" for dtype, backends in by_dtype.items())
+
+
 @click.command("inspect")
 @click.option("--model", "model", required=True, metavar="DIR|HF_ID",
               help="Checkpoint directory (with config.json) or Hugging Face model id; config files only.")
 @click.option("--gpu-arch", default=None, metavar="ARCH",
               help="sm90 (Hopper) or sm100 (Blackwell); default: report both.")
+@click.option("--vllm-version", default=None, metavar="VERSION",
+              help="The vLLM whose prepare steps decide what each backend sends (the wire dtype); default: the "
+                   "installed vllm, else the newest known.")
 @click.option("--cross-check", is_flag=True,
               help="Also read the quantization with vLLM's own config classes (needs vllm; runs it in a "
                    "subprocess) and warn where vLLM and autoselect disagree.")
 @format_option("text", "json")
-def inspect_cmd(model, gpu_arch, fmt, cross_check=False):
-    """Show what a MoE model puts on the all2all: shape, quantization, activation dtype per GPU arch.
+def inspect_cmd(model, gpu_arch, fmt, vllm_version=None, cross_check=False):
+    """Show what a MoE model puts on the all2all: shape, quantization, activation and wire dtype per GPU arch.
 
     Reads config.json (and hf_quant_config.json when present) from a local directory or the
     Hugging Face Hub (HF_HUB_OFFLINE is honoured; weights are never downloaded). Without
     --gpu-arch both Hopper (sm90) and Blackwell (sm100) are shown, because an NVFP4
-    checkpoint dispatches nvfp4 on Blackwell but bf16 on Hopper. In JSON, activation_dtype is
-    then an object keyed by arch; with --gpu-arch it is a string.
+    checkpoint dispatches nvfp4 on Blackwell but bf16 on Hopper. The wire dtype is what each
+    backend really sends for that activation dtype in the target vLLM (its DeepEP backends send
+    an nvfp4 model's activations as bf16). In JSON, activation_dtype and wire_dtype are then
+    objects keyed by arch; with --gpu-arch they are a string and one object.
 
     \b
     Examples:
@@ -45,8 +60,13 @@ def inspect_cmd(model, gpu_arch, fmt, cross_check=False):
     from autoselect import rules
     from autoselect.model import GPU_ARCHS, load_profile, normalize_arch
 
+    from autoselect.bridge import target_version
+    from autoselect.rules.wire import wire_dtypes
+
     archs = [normalize_arch(gpu_arch)] if gpu_arch else list(GPU_ARCHS)
+    version, _ = target_version(vllm_version)
     profile = load_profile(model)
+    wire = {a: wire_dtypes(profile.activation_dtype(a), version) for a in archs}
     checked = None
     if cross_check:
         from autoselect.bridge import cross_check_model
@@ -58,6 +78,9 @@ def inspect_cmd(model, gpu_arch, fmt, cross_check=False):
         d["activation_dtype"] = (profile.activation_dtype(archs[0]) if gpu_arch
                                  else {a: profile.activation_dtype(a) for a in archs})
         d["one_sided_legal"] = one_sided[archs[0]] if gpu_arch else one_sided
+        sent = {a: {b: w.dtype for b, w in wire[a].items()} for a in archs}
+        d["wire_dtype"] = sent[archs[0]] if gpu_arch else sent
+        d["wire_vllm_version"] = version
         d["gpu_arch"] = archs[0] if gpu_arch else None
         if checked is not None:
             d["vllm_cross_check"] = checked.to_dict()
@@ -76,6 +99,8 @@ def inspect_cmd(model, gpu_arch, fmt, cross_check=False):
         ("weight quant", f"{profile.weight_quant} (from {profile.quant_source})"),
         ("activation dtype", "   ".join(f"{a}: {profile.activation_dtype(a)}" for a in archs)),
         ("dispatch B/token", _bytes_line(profile, archs)),
+        *[("wire dtype" if i == 0 else "", f"{a}: {_wire_cell(wire[a])}" + (f"   (vLLM {version})" if i == 0 else ""))
+          for i, a in enumerate(archs)],
         ("one-sided", "   ".join(f"{a}: {'legal (nvfp4)' if one_sided[a] else 'ILLEGAL (not nvfp4)'}" for a in archs)),
     ]
     width = max(len(k) for k, _ in rows)
@@ -83,6 +108,10 @@ def inspect_cmd(model, gpu_arch, fmt, cross_check=False):
         click.echo(f"{k:<{width}}  {v}")
     for note in profile.notes:
         click.echo(f"note: {note}")
+    if any(not w.read for sent in wire.values() for w in sent.values()):
+        from autoselect.rules.wire import not_read_note
+
+        click.echo(f"note: {not_read_note(version)}")
     if not any(one_sided.values()):
         click.echo(f"note: {rules.ONE_SIDED_POLICY}")
     if checked is not None:

@@ -366,6 +366,22 @@ def test_cli_inspect_json_activation_dtype_is_object_without_arch_and_string_wit
     assert (one["activation_dtype"], one["gpu_arch"], one["one_sided_legal"]) == ("nvfp4", "sm100", True)
 
 
+def test_cli_inspect_shows_what_each_backend_sends_per_arch_in_text_and_json():
+    # vLLM's DeepEP sends an nvfp4 model's activations as bf16 (autoselect.rules.wire); the rest nvfp4
+    r = run("inspect", "--model", NVFP4, "--vllm-version", "0.33.0")
+    assert "wire dtype        sm90: bf16 on every backend   (vLLM 0.33.0)" in r.stdout
+    assert ("                  sm100: nvfp4 (allgather_reducescatter, flashinfer_nvlink_one_sided, "
+            "flashinfer_nvlink_two_sided), bf16 (deepep_high_throughput, deepep_low_latency, deepep_v2)") in r.stdout
+    one = json.loads(run("inspect", "--model", NVFP4, "--gpu-arch", "sm100", "--vllm-version", "0.33.0",
+                         "--format", "json").stdout)
+    assert one["wire_dtype"]["deepep_high_throughput"] == "bf16"
+    assert one["wire_dtype"]["allgather_reducescatter"] == "nvfp4" and one["wire_vllm_version"] == "0.33.0"
+    both = json.loads(run("inspect", "--model", NVFP4, "--format", "json").stdout)
+    assert set(both["wire_dtype"]) == {"sm90", "sm100"} and both["wire_dtype"]["sm90"]["deepep_low_latency"] == "bf16"
+    old = run("inspect", "--model", NVFP4, "--vllm-version", "0.20.0")
+    assert "note: what each backend sends was read in vLLM 0.32.0, 0.33.0, 0.34.0; vLLM 0.20.0 is judged" in old.stdout
+
+
 _NO_TORCH = """
 import sys
 import click
