@@ -29,7 +29,7 @@ from autoselect.hardware import HostFingerprint, is_reference_class
 from db import default_path
 from db.errors import DatabaseNeedsUpgrade, DatabaseNotFound
 from db.fields import RESULT_RULES, SkippedRows, fast_check, host_problem, result_problem, run_problem
-from db.records import Result
+from db.records import SYNTHETIC, Result
 from db.rows import RESULT_COLUMNS, loads, row_to_host_dict, stored_bool
 from db.schema import BUSY_TIMEOUT_MS, check_connection, check_path, latest_version
 
@@ -101,6 +101,7 @@ class StoredResult(Result):
     gpu_name: str | None = None
     gpu_arch: str | None = None
     run_started_at: str = ""
+    synthetic: str | None = None  # its run is synthetic example data (run meta ``synthetic``): what made it
 
 
 class _Decoder:
@@ -225,13 +226,15 @@ def _select_results(conn: sqlite3.Connection, equal: dict[str, Any], statuses,
     runs: dict[int, dict] = {}
     for i in range(0, len(run_ids), 500):
         chunk = run_ids[i : i + 500]
-        for rid, machine_id, host_class, started, hostname, gpu_name, gpu_arch in cur.execute(
-            "SELECT u.id, u.machine_id, u.host_class, u.started_at, h.hostname, h.gpu_name, h.gpu_arch FROM runs u"
+        for rid, machine_id, host_class, started, hostname, gpu_name, gpu_arch, synthetic in cur.execute(
+            "SELECT u.id, u.machine_id, u.host_class, u.started_at, h.hostname, h.gpu_name, h.gpu_arch,"
+            f" CASE WHEN json_valid(u.meta) THEN json_extract(u.meta, '$.{SYNTHETIC}') END FROM runs u"
             f" JOIN hosts h ON h.machine_id = u.machine_id WHERE u.id IN ({', '.join('?' * len(chunk))})",
             chunk,
         ):
             runs[rid] = {"machine_id": machine_id, "host_class": host_class, "run_started_at": started,
-                         "hostname": hostname, "gpu_name": gpu_name, "gpu_arch": gpu_arch}
+                         "hostname": hostname, "gpu_name": gpu_name, "gpu_arch": gpu_arch,
+                         "synthetic": None if synthetic is None else str(synthetic)}
     decode = _Decoder(names, fixed, runs)
     out = [r for r in map(decode, rows) if r is not None]
     warn_skipped("result rows", decode.skipped)

@@ -22,6 +22,13 @@ RUN_STATUSES = ("running", "complete", "interrupted", "failed")
 #: ``e2e`` = ``vllm bench`` end-to-end confirmation (``autoselect confirm``).
 KINDS = ("micro", "e2e")
 
+#: The key of a run's ``meta`` that marks its results as **synthetic**: made up, not measured on
+#: any machine (the shipped example data, ``tests/fixtures/results/make_results.py``). Its value
+#: says what made them. It travels with the run through export, import and merge (``meta`` is part
+#: of every run record), and every reader shows it beside each number the run gave
+#: (:class:`db.queries.StoredResult` ``synthetic``; ``recommend``'s evidence kind ``synthetic``).
+SYNTHETIC = "synthetic"
+
 #: ``tuned_configs.status`` values; only ``gain`` rows are shown by ``recommend``.
 TUNED_STATUSES = ("gain", "no_gain", "no_legal_knobs", "budget", "not_searched")
 

@@ -61,6 +61,7 @@ EVIDENCE_WORDS: dict[str, tuple[str, str]] = {
     "derived": ("D", "derived from published NCCL timings, not a measured all2all"),
     "transferred": ("T", "transferred from another shape's published rows"),
     "estimated": ("E", "estimated"),
+    "synthetic": ("S", "synthetic example data, not measured on any machine"),
 }
 ESTIMATED_MARK = "~"
 

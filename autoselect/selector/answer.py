@@ -25,9 +25,11 @@ SCHEMA_VERSION = 1
 #: microbenchmarks, or the latency model fitted on them), ``published`` (NVIDIA's reference
 #: tables, :mod:`autoselect.reference`), ``derived`` (computed from published NCCL timings: vLLM's
 #: allgather_reducescatter), ``transferred`` (another shape's published rows, by bytes per token),
-#: ``estimated`` (no measurement behind it at all).
-EVIDENCE_KINDS = ("measured", "published", "derived", "transferred", "estimated")
-MEASURED, PUBLISHED, DERIVED, TRANSFERRED = EVIDENCE_KINDS[:4]
+#: ``estimated`` (no measurement behind it at all), ``synthetic`` (made-up example data stored as if
+#: measured, its run marked ``synthetic``: ``db.records.SYNTHETIC``; read as this host class's rows
+#: are, never a measurement).
+EVIDENCE_KINDS = ("measured", "published", "derived", "transferred", "estimated", "synthetic")
+MEASURED, PUBLISHED, DERIVED, TRANSFERRED, ESTIMATED, SYNTHETIC = EVIDENCE_KINDS
 
 
 def _rounded(digits: int) -> dict:
@@ -185,6 +187,7 @@ class RunUsed(_Document):
     started_at: str | None
     versions: dict[str, str]
     results: int = 0
+    synthetic: str | None = field(default=None, metadata=OMIT_NONE)  # made-up example data: what made it
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@ another harness under other versions) and above ``none``. Every kind weaker than
 that decided caps the answer there, each with its own reason (resting on the reference at all,
 derived from NCCL, transferred from another shape), so the reasons name the weakest kind.
 
+``synthetic`` example data (made up, stored as if measured: ``db.records.SYNTHETIC``) caps the
+answer at ``low``: never ``high`` on numbers no machine measured.
+
 ``none`` also when the pick has no number of its own (vLLM's default kept because nothing
 could be compared with it, or with only a lower bound to stand on): such an answer is a fallback,
 not a decision, whatever the other candidates' evidence.
@@ -23,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from autoselect.selector.answer import DERIVED, PUBLISHED, TRANSFERRED, Candidate
+from autoselect.selector.answer import DERIVED, PUBLISHED, SYNTHETIC, TRANSFERRED, Candidate
 from autoselect.selector.decide import Decision
 
 #: Confidence levels, best first.
@@ -78,6 +81,8 @@ CONFIDENCE_CAPS: tuple[ConfidenceCap, ...] = (
                   "timings at this EP size)", lambda f: f.decisive_bound),
     ConfidenceCap("transferred", "reference", "a decisive latency is transferred from another shape's published "
                   "rows by bytes per token", lambda f: TRANSFERRED in f.decisive_kinds),
+    ConfidenceCap("synthetic", "low", "the answer rests on synthetic example data (made up, not measured on any "
+                  "machine)", lambda f: SYNTHETIC in (f.decisive_kinds | f.candidate_kinds)),
     ConfidenceCap("default_unmeasured", "low", "vLLM's default has no data for every bucket of this workload, "
                   "so nothing could be compared with it",
                   lambda f: not f.single and not f.compared and not f.pick_unpriced and not f.undecided),

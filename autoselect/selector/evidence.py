@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from autoselect.noise import point_rel_halfwidth
-from autoselect.selector.answer import EVIDENCE_KINDS, MEASURED
+from autoselect.selector.answer import EVIDENCE_KINDS, MEASURED, SYNTHETIC
 from autoselect.selector.estimate import MeasuredPoint
 from autoselect.selector.target import STALENESS_KEYS, RecommendTarget
 from db.queries import StoredResult, results_for
@@ -204,11 +204,16 @@ class MeasuredEvidence:
         versions = self.target.versions
         chosen = choose_rows(ok_rows, versions)
         spread = run_to_run_spread(ok_rows, chosen, versions)
+        # a row of a synthetic run (db.records.SYNTHETIC) stands for nothing measured: its kind says so
         points = tuple(
-            MeasuredPoint(t, r.latency_us_p50, max(point_rel_halfwidth(r), spread.get(t, 0.0)), r.id)
+            MeasuredPoint(t, r.latency_us_p50, max(point_rel_halfwidth(r), spread.get(t, 0.0)), r.id,
+                          SYNTHETIC if getattr(r, "synthetic", None) else MEASURED)
             for t, r in sorted(chosen.items())
         )
-        return BackendEvidence(backend, points=points, rows={r.id: r for r in chosen.values()}, warnings=warnings)
+        made_up = sorted({r.synthetic for r in chosen.values() if getattr(r, "synthetic", None)})
+        source = f"synthetic example data ({'; '.join(made_up)})" if made_up else "this host class's measurements"
+        return BackendEvidence(backend, source=source, points=points, rows={r.id: r for r in chosen.values()},
+                               warnings=warnings)
 
 
 def _disqualification(bad: list[StoredResult]) -> str:

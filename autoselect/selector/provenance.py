@@ -18,7 +18,8 @@ def data_used(target: RecommendTarget, rows: dict[int, StoredResult], stale: dic
     runs: dict[int | None, RunUsed] = {}
     for r in used:
         run = runs.setdefault(r.run_id, RunUsed(run_id=r.run_id, hostname=r.hostname,
-                                                started_at=r.run_started_at, versions=dict(r.versions or {})))
+                                                started_at=r.run_started_at, versions=dict(r.versions or {}),
+                                                synthetic=getattr(r, "synthetic", None)))
         run.results += 1
     dates = sorted(when(r) for r in used if when(r))
     gpu_names = sorted({r.gpu_name for r in used} - {None})

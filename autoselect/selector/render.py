@@ -156,9 +156,11 @@ def _data_line(rec: Recommendation) -> str:
                 "close enough to these token counts to use (the warnings say why)")
     if not d.results:
         return f"data: no measurements for host class {d.host_class} and this shape"
+    made_up = sorted({run.synthetic for run in d.runs if run.synthetic})
     return (f"data: host class {d.host_class} ({d.gpu_name}), {len(d.machines)} machine(s) "
             f"({', '.join(d.machines)}), {len(d.runs)} run(s), {d.results} results, "
-            f"{(d.oldest or '?')[:10]} .. {(d.newest or '?')[:10]}")
+            f"{(d.oldest or '?')[:10]} .. {(d.newest or '?')[:10]}"
+            + (f"; SYNTHETIC: {'; '.join(made_up)}" if made_up else ""))
 
 
 def _e2e_table(e2e: E2eEvidence, backend: str) -> list[str]:

@@ -21,6 +21,7 @@ from support.paths import FIXTURES, REPO, load_script
 
 from autoselect.cli import main
 from autoselect.selector import recommend_for
+from autoselect.selector.render import render_text
 
 MODELS = FIXTURES / "models"
 RESULTS = FIXTURES / "results"
@@ -30,10 +31,27 @@ B200 = "b200x8-9a4f2b61"
 
 @pytest.fixture(scope="module")
 def fixture_db(tmp_path_factory) -> Path:
-    """A results database filled by importing the shipped JSONL fixtures."""
+    """The shipped JSONL fixtures' numbers as if a machine had measured them (their runs' synthetic
+    mark removed): what the selector's logic is tested on. The shipped data as it is: ``example_db``."""
     from db.importing import import_file
 
-    path = tmp_path_factory.mktemp("recommend") / "fixtures.db"
+    tmp = tmp_path_factory.mktemp("recommend")
+    path = tmp / "fixtures.db"
+    for name in ("h200.jsonl", "b200.jsonl"):
+        records = [json.loads(line) for line in (RESULTS / name).read_text().splitlines()]
+        for d in records:
+            d["run"]["meta"].pop("synthetic")
+        (tmp / name).write_text("".join(json.dumps(d) + "\n" for d in records))
+        import_file(path, tmp / name)
+    return path
+
+
+@pytest.fixture(scope="module")
+def example_db(tmp_path_factory) -> Path:
+    """A results database filled by importing the shipped (synthetic) JSONL fixtures as they are."""
+    from db.importing import import_file
+
+    path = tmp_path_factory.mktemp("example") / "example.db"
     import_file(path, RESULTS / "h200.jsonl")
     import_file(path, RESULTS / "b200.jsonl")
     return path
@@ -467,3 +485,49 @@ def test_profile_answers_for_a_profile_the_caller_already_read(tmp_path, monkeyp
     monkeypatch.setattr(pipeline, "load_profile", lambda *a, **k: pytest.fail("the model read again"))
     assert recommend_for(model, db_path=tmp_path / "none.db", host_class="ref-h200_sxm-x8",
                          profile=profile).to_dict() == expected
+
+
+# ---- synthetic example data: marked in its runs, shown on every number, never confidence high ----
+
+
+def _assert_synthetic_everywhere(rec_obj) -> None:
+    doc = json.loads(json.dumps(rec_obj.to_dict()))
+    assert rec_obj.confidence != "high"
+    assert "the answer rests on synthetic example data (made up, not measured on any machine)" in \
+        rec_obj.confidence_reasons
+    priced = [c for c in doc["candidates"] if c["fit"] is not None]
+    assert priced and all(c["evidence"] == "synthetic" for c in priced)
+    assert all(b["evidence"] == "synthetic" and b["reference"].startswith("synthetic example data (")
+               for c in priced for b in c["buckets"] if b["latency_us"] is not None)
+    assert doc["data_used"]["runs"] and all("make_results.py" in run["synthetic"] for run in doc["data_used"]["runs"])
+
+
+@pytest.mark.parametrize("model, host_class, workload", [
+    ("deepseek-r1-nvfp4", "b200x8-9a4f2b61", "mixed"), ("deepseek-v3", "h200x8-5d1c7e0a", "decode"),
+    ("qwen3-30b-a3b", "h200x8-5d1c7e0a", "prefill"), ("qwen3-235b-a22b-fp8", "h200x8-5d1c7e0a", "mixed")])
+def test_the_shipped_example_data_is_synthetic_on_every_number_and_never_high(example_db, model, host_class,
+                                                                              workload):
+    r = rec(example_db, model, host_class=host_class, workload=workload, vllm_version="0.33.0")
+    _assert_synthetic_everywhere(r)
+    text = render_text(r, explain=True)
+    assert "; SYNTHETIC: example data made by tests/fixtures/results/make_results.py" in text
+    rows = [line for line in text.splitlines() if line.startswith(("allgather_reducescatter ", "flashinfer_"))]
+    assert rows and all(" synthetic " in row for row in rows if " no data " not in row)
+    assert "  [1] synthetic example data (example data made by tests/fixtures/results/make_results.py" in text
+
+
+def test_synthetic_survives_export_import_and_merge(example_db, tmp_path):
+    from db.importing import import_file, merge_into
+    from db.jsonl import export_to
+
+    exported = tmp_path / "out.jsonl"
+    export_to(example_db, "jsonl", output=exported)
+    assert all(json.loads(line)["run"]["meta"]["synthetic"] for line in exported.read_text().splitlines()
+               if json.loads(line)["format"] == "autoselect.result")
+    again = tmp_path / "again.db"
+    import_file(again, exported)
+    merged = tmp_path / "merged.db"
+    merge_into(merged, again)
+    for db in (again, merged):
+        _assert_synthetic_everywhere(rec(db, "deepseek-r1-nvfp4", host_class="b200x8-9a4f2b61",
+                                         vllm_version="0.33.0"))
