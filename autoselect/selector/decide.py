@@ -16,7 +16,8 @@ with the default's truth at x1.0, x1.25 and x1.5 of its central value
 * **the tie rule** (:data:`DecisionPolicy.tie_rule`, one of :data:`TIE_RULES`): a candidate with
   evidence of its own beats the derived default when its value is below 1.2 times the default's
   central value (``L_c < 1.2 L_d``; a transferred candidate's value counts with its band,
-  ``L_c + H_c``, its transfer error);
+  ``L_c + H_c``, its transfer error; a value estimated between published token counts does not:
+  counting its measured interpolation error moves regret from x1.0 to x1.5, ``margin-est-1.2``);
 * **the bound rule** (:data:`DecisionPolicy.bound_rule`, one of :data:`BOUND_RULES`), where the
   default has only a lower bound (no NCCL rows at the EP size): a candidate that clears the bound
   beats the default; any other is ``undecided`` (the default may be slower still), and the pick
@@ -40,10 +41,18 @@ UNDECIDED = "undecided"
 Rule = Callable[[Candidate, Candidate], bool]
 
 
-def _margin(m: float) -> Rule:
+def _estimated(c: Candidate) -> bool:
+    """Some bucket of ``c`` is the latency model's estimate, not a point of its evidence."""
+    return any(b.source in ("interpolated", "extrapolated") for b in c.buckets)
+
+
+def _margin(m: float, transfers: bool = True, estimates: bool = False) -> Rule:
+    """``c`` beats ``d`` when its value is below ``m`` times the default's central value; the
+    candidate's band counts against it when it is transferred (``transfers``) or estimated at a
+    token count its evidence lacks (``estimates``)."""
     def rule(c: Candidate, d: Candidate) -> bool:
-        spread = c.halfwidth_us if c.evidence == TRANSFERRED else 0.0  # a transfer's own error counts against it
-        return c.weighted_us + spread < m * d.weighted_us
+        counted = (transfers and c.evidence == TRANSFERRED) or (estimates and _estimated(c))
+        return c.weighted_us + (c.halfwidth_us if counted else 0.0) < m * d.weighted_us
     return rule
 
 
@@ -58,6 +67,11 @@ TIE_RULES: dict[str, Rule] = {
     "upper": lambda c, d: c.weighted_us + c.halfwidth_us < d.weighted_us + d.halfwidth_us,
     # the candidate's value (plus its band when transferred) is below the central value times a margin
     **{f"margin-{m:g}": _margin(m) for m in (1.0, 1.1, 1.15, 1.2, 1.25)},
+    # the same with a transfer's band not counted against it
+    "margin-1.2-bare": _margin(1.2, transfers=False),
+    # the same with the band of a value estimated between published token counts counted too (its
+    # band is the measured interpolation error where the evidence knows it: BackendEvidence.estimate_error)
+    **{f"margin-est-{m:g}": _margin(m, estimates=True) for m in (1.2, 1.25, 1.3)},
 }
 #: What happens when no candidate clears a default that is only a lower bound.
 BOUND_RULES = ("default-stays", "fastest-priced")

@@ -49,12 +49,14 @@ def weakest_kind(points: Sequence[MeasuredPoint]) -> str:
     return max((p.kind for p in points), key=EVIDENCE_KINDS.index, default=MEASURED)
 
 
-def estimate_latency(points: Sequence[MeasuredPoint], tokens: int, bytes_per_token: int) -> BucketValue:
+def estimate_latency(points: Sequence[MeasuredPoint], tokens: int, bytes_per_token: int,
+                     estimate_error: float = ESTIMATE_FLOOR) -> BucketValue:
     """The expected latency at ``tokens`` per rank from one backend's measured points.
 
     A measured token count is returned as measured. Otherwise the latency model is fitted on
     the :data:`FIT_POINTS` measured points nearest in log-tokens; the band is the widest band
-    of those points plus ``max(Z * rel_rms, ESTIMATE_FLOOR)``. Beyond
+    of those points plus ``max(Z * rel_rms, estimate_error)``: :data:`ESTIMATE_FLOOR` unless the
+    evidence knows its own interpolation error (the published reference does). Beyond
     :data:`EXTRAPOLATION_LIMIT` times the measured range the estimate is refused (``missing``).
     """
     by_tokens = {p.tokens_per_rank: p for p in points}
@@ -77,7 +79,7 @@ def estimate_latency(points: Sequence[MeasuredPoint], tokens: int, bytes_per_tok
     used = nearest[:FIT_POINTS]
     fit = fit_latency([(p.tokens_per_rank * bytes_per_token, p.latency_us) for p in used])
     latency = fit.predict(tokens * bytes_per_token)
-    rel = max(p.rel_halfwidth for p in used) + max(Z * fit.rel_rms, ESTIMATE_FLOOR)
+    rel = max(p.rel_halfwidth for p in used) + max(Z * fit.rel_rms, estimate_error)
     source = "interpolated" if lo < tokens < hi else "extrapolated"
     bw = fit.bandwidth_gbps
     used_tokens = ", ".join(str(p.tokens_per_rank) for p in sorted(used, key=lambda p: p.tokens_per_rank))

@@ -27,7 +27,7 @@ from typing import Protocol, Sequence
 
 from autoselect.noise import point_rel_halfwidth
 from autoselect.selector.answer import EVIDENCE_KINDS, MEASURED, SYNTHETIC
-from autoselect.selector.estimate import MeasuredPoint
+from autoselect.selector.estimate import ESTIMATE_FLOOR, MeasuredPoint
 from autoselect.selector.target import STALENESS_KEYS, RecommendTarget
 from db.queries import StoredResult, results_for
 
@@ -54,6 +54,7 @@ class BackendEvidence:
     unavailable: str | None = None
     warnings: tuple[str, ...] = ()
     missing: str | None = None
+    estimate_error: float = ESTIMATE_FLOOR  # the least band of a value estimated between / beyond the points
 
     @property
     def decides(self) -> bool:

@@ -49,7 +49,8 @@ def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEv
     sent = wire.dtype if wire is not None else target.dispatch_dtype
     p = target.profile
     per_token = all2all_bytes_per_token(sent, p.hidden_size, p.top_k)
-    values = [_named(estimate_latency(points, t, per_token), evidence.source) for t in target.workload.tokens]
+    values = [_named(estimate_latency(points, t, per_token, evidence.estimate_error), evidence.source)
+              for t in target.workload.tokens]
     fit = fit_all(points, per_token)
     latency, halfwidth = weighted(values, target.workload)
     status = "no data" if not points else "incomplete" if latency is None else "measured"

@@ -168,6 +168,13 @@ def test_unmeasured_token_count_inside_the_range_is_interpolated_with_a_wider_ba
     assert "fitted on 4 points" in est.note
 
 
+def test_evidence_that_knows_its_interpolation_error_widens_an_estimate_by_it_not_by_the_floor():
+    est = estimate_latency(_points([1, 8, 64, 512]), 100, 1, estimate_error=0.164)
+    assert est.halfwidth_us == pytest.approx(60 * (0.01 + 0.164))
+    # a measured token count keeps its own band whatever the evidence's interpolation error
+    assert estimate_latency(_points([1, 8, 64]), 8, 1, estimate_error=0.164).halfwidth_us == pytest.approx(0.14)
+
+
 def test_extrapolation_is_marked_then_refused_beyond_the_limit():
     pts = _points([1, 8, 64, 256])
     assert estimate_latency(pts, 1024, 1).source == "extrapolated"

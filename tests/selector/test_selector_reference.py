@@ -435,3 +435,19 @@ def test_the_tie_rule_takes_a_published_candidate_within_the_margin_of_the_deriv
     measured = cand(AGRS, 100.0, 2.0, "measured")
     assert versus_default(cand(HT, 99.0, 1.0, "measured"), measured) == "tie"
     assert set(TIE_RULES) >= {"default-stays", "central", "upper", "margin-1.2"}
+
+
+def test_the_ranked_variants_of_the_tie_rule_count_a_transfers_or_an_estimates_band_or_not():
+    from autoselect.selector.decide import TIE_RULES
+    from autoselect.selector.answer import BucketValue, Candidate
+
+    def cand(latency, halfwidth, evidence, source="measured"):
+        bucket = BucketValue(64, latency, halfwidth, source, evidence=evidence)
+        return Candidate(HT, "measured", latency, halfwidth, [bucket], None, evidence=evidence)
+
+    default = cand(100.0, 20.0, "derived")
+    transferred, estimated = cand(105.0, 20.0, "transferred"), cand(105.0, 20.0, "published", "interpolated")
+    assert not TIE_RULES["margin-1.2"](transferred, default) and TIE_RULES["margin-1.2"](estimated, default)
+    assert TIE_RULES["margin-1.2-bare"](transferred, default)  # the transfer's band not counted
+    assert not TIE_RULES["margin-est-1.2"](estimated, default)  # the estimate's band counted
+    assert TIE_RULES["margin-est-1.2"](cand(105.0, 20.0, "published"), default)  # published at the count
