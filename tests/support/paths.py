@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -17,8 +18,10 @@ PLUGINS = TESTS / "plugins"
 
 
 def load_script(path: Path) -> ModuleType:
-    """Import a script that is not on sys.path (scripts/, perf/, a fixture's maker) as a module."""
+    """Import a script that is not on sys.path (scripts/, perf/, a fixture's maker) as a module,
+    registered under its stem (a dataclass resolving its annotations looks its module up there)."""
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return module
