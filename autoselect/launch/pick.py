@@ -33,7 +33,7 @@ class Pick(NamedTuple):
 
     backend: str
     confidence: str | None  # the selector's; None: not the selector's call (a platform rule)
-    evidence: str  # measured | published | derived | transferred | estimated | none | rule (RULE)
+    evidence: str  # measured | published | derived | transferred | estimated | synthetic | none | rule (RULE)
     source: str  # where it came from, in words, for the line
     flags: tuple[tuple[str, ...], ...] = ()  # the answer's other flags, each option with its values
     env: Mapping[str, str] = MappingProxyType({})  # tuned variables
