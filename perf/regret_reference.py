@@ -649,9 +649,10 @@ def evidence_pair(scored: list[Scored], threshold: float) -> tuple[Scored, Score
     every factor, or None.
 
     recommend compares each candidate with the default on its own (``versus_default``) and picks
-    the fastest that beats it. A rule of that form is *monotone* when it lets every candidate that
-    :func:`looks_no_worse` than one it lets beat the default beat the default too (every rule in
-    ``TIE_RULES`` is). ``keep`` must keep the default (every candidate is over ``threshold`` at some
+    the fastest that beats it. A rule of that form is *monotone* when it lets every candidate of a
+    backend that :func:`looks_no_worse` than one of the same backend and evidence kind it lets beat
+    the default beat the default too (every rule in ``TIE_RULES`` is; within one hold-out every
+    candidate has the same kind: estimated at the hidden token count, or transferred). ``keep`` must keep the default (every candidate is over ``threshold`` at some
     factor, the default at none); ``switch`` must leave it for one of its *good* candidates (within
     the threshold at every factor; keeping is over at some factor). When each good candidate of
     ``switch`` is looked no worse than by some candidate of ``keep``, a monotone rule that lets a
@@ -666,12 +667,12 @@ def evidence_pair(scored: list[Scored], threshold: float) -> tuple[Scored, Score
         ok = {b: all(truth[f][b] / best[f] <= threshold for f in FACTORS) for b in s.legal}
         others = [b for b in s.legal if b != AGRS and s.seen.get(b) is not None]
         if ok[AGRS] and not any(ok[b] for b in others):
-            keeps.append((s, [evidence(s, b) for b in others]))
+            keeps.append((s, [(b, evidence(s, b)) for b in others]))
         elif not ok[AGRS] and any(ok[b] for b in others):
-            switches.append((s, [evidence(s, b) for b in others if ok[b]]))
+            switches.append((s, [(b, evidence(s, b)) for b in others if ok[b]]))
     for s_keep, mine in keeps:
         for s_switch, goods in switches:
-            if all(any(looks_no_worse(a, g) for a in mine) for g in goods):
+            if all(any(b == g and looks_no_worse(a, e) for b, a in mine) for g, e in goods):
                 return s_keep, s_switch
     return None
 

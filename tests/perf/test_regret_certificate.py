@@ -23,16 +23,16 @@ CANDIDATE = "deepep_high_throughput"
 
 
 def workload(default_us: float, candidate_us: float, seen: float | None = None, band: float = 0.0,
-             default_band: float = 1.0) -> R.Scored:
+             default_band: float = 1.0, candidate: str = CANDIDATE) -> R.Scored:
     """One single-bucket workload: the default derived at ``default_us`` (truth = factor x it), one
     published candidate whose truth is ``candidate_us``, seen by the selector at ``seen`` +- ``band``."""
     point = lambda us: SimpleNamespace(latency_us=us, bound=False)  # noqa: E731
     case = R.Case("ref-test", 8, Shape(hidden=7168, top_k=8, experts=256, dtype="bf16"),
-                  {R.AGRS: {64: point(default_us)}, CANDIDATE: {64: point(candidate_us)}}, {}, 8192, (64,))
+                  {R.AGRS: {64: point(default_us)}, candidate: {64: point(candidate_us)}}, {}, 8192, (64,))
     seen_us = candidate_us if seen is None else seen
     return R.Scored("token counts", "decode", case, WorkloadSpec("decode", ((64, 1.0),)),
-                    {"autoselect": R.AGRS}, {R.AGRS, CANDIDATE}, {R.AGRS: default_us, CANDIDATE: seen_us},
-                    {R.AGRS: default_band, CANDIDATE: band})
+                    {"autoselect": R.AGRS}, {R.AGRS, candidate}, {R.AGRS: default_us, candidate: seen_us},
+                    {R.AGRS: default_band, candidate: band})
 
 
 def brute_force_least_excess(scored, threshold: float, q: float) -> int:
@@ -108,6 +108,9 @@ def test_evidence_pair_finds_two_workloads_no_monotone_rule_gets_both_right():
     assert R.evidence_pair([workload(100, 140, seen=130, band=5), switch], 1.3) is None
     # a wider band on the must-keep side is not "no worse" at its upper end
     assert R.evidence_pair([workload(100, 140, seen=110, band=30), switch], 1.3) is None
+    # another backend: a rule may treat backends differently
+    low_latency = workload(100, 140, seen=110, band=5, candidate="deepep_low_latency")
+    assert R.evidence_pair([low_latency, switch], 1.3) is None
 
 
 def test_goals_prints_an_infeasible_goal_with_its_proof_and_does_not_judge_it(capsys):
