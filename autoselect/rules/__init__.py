@@ -26,7 +26,15 @@ One module per table, each row with the upstream source that backs it:
 * :mod:`~autoselect.rules.agrs_collectives` — :data:`AGRS_COLLECTIVES`, the NCCL calls behind
   vLLM's default (one all_gather per gathered tensor in one group, per-rank broadcasts and reduces
   with unequal DP sizes), per release.
-* :mod:`~autoselect.rules.versions` — version parsing and ranges.
+* :mod:`~autoselect.rules.moe_backends` — :data:`MOE_BACKENDS`, the ``--moe-backend`` values that
+  dispatch and combine themselves (vLLM binds ``passthrough`` and refuses any other backend).
+* :mod:`~autoselect.rules.flashinfer` — which FlashInfer each release pins, what each FlashInfer
+  exports, and which FlashInfer API each release's FlashInfer backends call.
+* :mod:`~autoselect.rules.versions` — version parsing and ranges, :data:`RELEASES` (every release
+  the tables know) and the warning for a newer one (:func:`newer_than_known`).
+
+``scripts/read_release.py`` reads the facts these tables hold from a vLLM wheel, sdist or
+installed tree and prints every difference (docs/development.md).
 
 :func:`legal` (:mod:`~autoselect.rules.legal`) evaluates every rule and returns every reason, in
 named steps; the rules on a model's shape and the EP size are its table :data:`SHAPE_RULES`.
@@ -37,8 +45,10 @@ from autoselect.rules.backends import (
     ALL_FLAG_VALUES,
     BACKENDS,
     DEFAULT_BACKEND,
+    HIDDEN_VALUES,
     BackendUnknownToVersion,
     UnknownBackend,
+    deprecation,
     flag_value,
     parser_choices,
     recommendable_backends,
@@ -52,7 +62,15 @@ from autoselect.rules.budgets import (
     lowered_batch_default,
     smallest_deployment,
 )
-from autoselect.rules.eplb import EPLB_RULES, eplb_reasons
+from autoselect.rules.eplb import (
+    EPLB_RULES,
+    REDUNDANT_DEFAULTS,
+    eplb_is_async,
+    eplb_notes,
+    eplb_reasons,
+    redundant_experts,
+)
+from autoselect.rules.flashinfer import install_hazard
 from autoselect.rules.legal import Verdict, legal, legal_alternatives
 from autoselect.rules.limits import (
     DEEPEP_HT_MAX_LOCAL_EXPERTS,
@@ -61,6 +79,7 @@ from autoselect.rules.limits import (
     DEEPEP_LL_TOKENS_PER_RANK,
     DEEPEP_NVL_PEERS,
 )
+from autoselect.rules.moe_backends import MOE_BACKENDS, Binding, dispatching_moe_backend, moe_backend_binding
 from autoselect.rules.one_sided import ONE_SIDED_ERAS, ONE_SIDED_POLICY
 from autoselect.rules.platforms import CUDA, PLATFORMS, platform_reason
 from autoselect.rules.reports import STATUS_READ, UPSTREAM_REPORTS
@@ -75,7 +94,7 @@ from autoselect.rules.selection import (
     selection_era,
 )
 from autoselect.rules.serve_options import DBO_SUPPORT, ENV_VAR_REMOVED_IN, FLAG_SINCE, SERVE_OPTIONS, dbo_backends
-from autoselect.rules.versions import NEWEST_VLLM, InvalidVllmVersion, parse_version, version_in
+from autoselect.rules.versions import NEWEST_VLLM, InvalidVllmVersion, newer_than_known, parse_version, version_in
 
 #: Backends for which vLLM lowers the default --max-num-batched-tokens (newest release).
 BATCHED_BACKENDS = tuple(b for b in BACKENDS if lowered_batch_default(b, NEWEST_VLLM) is not None)
@@ -83,11 +102,13 @@ BATCHED_BACKENDS = tuple(b for b in BACKENDS if lowered_batch_default(b, NEWEST_
 __all__ = [
     "ALIASES", "ALL_FLAG_VALUES", "BACKENDS", "CUDA", "DBO_SUPPORT", "DEEPEP_HT_MAX_LOCAL_EXPERTS",
     "DEEPEP_HT_ROW_BYTES", "DEEPEP_HT_WORLD_SIZES", "DEEPEP_LL_TOKENS_PER_RANK", "DEEPEP_NVL_PEERS",
-    "DEFAULT_BACKEND", "DISPATCH_BUDGETS", "ENV_VAR_REMOVED_IN", "EPLB_RULES", "FLAG_SINCE", "NEWEST_VLLM",
-    "OLDEST_CHECKED", "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "ORIGIN_DEFAULT", "ORIGIN_FLAG", "PLATFORMS",
-    "SELECTION_ERAS", "SERVE_OPTIONS", "STATUS_READ", "UPSTREAM_REPORTS", "VARIABLE", "BackendUnknownToVersion",
-    "EffectiveBackend", "InvalidVllmVersion", "UnknownBackend", "Verdict", "dbo_backends", "default_dispatch_tokens",
-    "dispatch_budget", "effective_backend", "eplb_reasons", "flag_value", "legal", "legal_alternatives",
-    "lowered_batch_default", "parse_version", "parser_choices", "platform_reason", "recommendable_backends",
-    "resolve", "selection_era", "smallest_deployment", "value_known_to", "version_in",
+    "DEFAULT_BACKEND", "DISPATCH_BUDGETS", "ENV_VAR_REMOVED_IN", "EPLB_RULES", "FLAG_SINCE", "HIDDEN_VALUES",
+    "MOE_BACKENDS", "NEWEST_VLLM", "OLDEST_CHECKED", "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "ORIGIN_DEFAULT",
+    "ORIGIN_FLAG", "PLATFORMS", "REDUNDANT_DEFAULTS", "SELECTION_ERAS", "SERVE_OPTIONS", "STATUS_READ",
+    "UPSTREAM_REPORTS", "VARIABLE", "BackendUnknownToVersion", "Binding", "EffectiveBackend", "InvalidVllmVersion",
+    "UnknownBackend", "Verdict", "dbo_backends", "default_dispatch_tokens", "deprecation", "dispatch_budget",
+    "dispatching_moe_backend", "effective_backend", "eplb_is_async", "eplb_notes", "eplb_reasons", "flag_value",
+    "install_hazard", "legal", "legal_alternatives", "lowered_batch_default", "moe_backend_binding",
+    "newer_than_known", "parse_version", "parser_choices", "platform_reason", "recommendable_backends",
+    "redundant_experts", "resolve", "selection_era", "smallest_deployment", "value_known_to", "version_in",
 ]

@@ -2,8 +2,12 @@
 
 Every version below was verified in the released vLLM wheels/sdists from PyPI
 (``vllm/config/parallel.py``, ``vllm/envs.py``, ``vllm/engine/arg_utils.py`` and
-``fused_moe/all2all_utils.py`` of each release from 0.11.0 to 0.33.0): the first release whose
+``fused_moe/all2all_utils.py`` of each release from 0.11.0 to 0.34.0): the first release whose
 code carries the PR's change. Sources (PR number, merge date) are recorded on each row.
+:data:`DEPRECATIONS` holds the values a release still accepts but warns about, and
+:data:`HIDDEN_VALUES` the values vLLM's config takes that its command line does not offer.
+``scripts/read_release.py`` reads the value set, the CLI removals and the deprecation warnings
+from a release's source and compares them with these tables.
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ class Capability(NamedTuple):
         return None
 
 _FI_HINT = "pip install flashinfer-python (vLLM pins it)"
+#: The AMD Instinct archs MoRI runs on (0.34.0 all2all.py:986-988: on_gfx942() or on_gfx950()).
+_ROCM = frozenset({"gfx942", "gfx950"})
 _DEEPEP_HINT = "install DeepEP from github.com/deepseek-ai/DeepEP (not a vLLM dependency)"
 _FLAG = "PR #26732 (merged 2025-10-13; first in v0.11.1) added --all2all-backend"
 _PARSER = "first in the --all2all-backend choices of the vLLM {} wheel"
@@ -93,7 +99,8 @@ BACKENDS: dict[str, Capability] = {
         ),
         Capability(
             "flashinfer_nvlink_one_sided",
-            "FlashInfer MoE A2A one-sided NVLink kernels (TRT-LLM MoeAlltoAll)",
+            "FlashInfer MoE A2A one-sided NVLink kernels (TRT-LLM MoeAlltoAll up to v0.32, "
+            "flashinfer.moe_ep NVLinkOneSidedAlltoAll from v0.33)",
             (Spelling("flashinfer_nvlink_one_sided", "0.18.0", None,
                       "PR #36022 (merged 2026-03-04; first in v0.18.0) added it, nvfp4-only"),),
             dispatch_dtypes=frozenset({"nvfp4"}),
@@ -106,7 +113,8 @@ BACKENDS: dict[str, Capability] = {
         ),
         Capability(
             "flashinfer_nvlink_two_sided",
-            "FlashInfer MnnvlMoe two-sided all-to-all-v over NVLink",
+            "FlashInfer two-sided all-to-all-v over NVLink (MnnvlMoe up to v0.33, "
+            "flashinfer.moe_ep NVLinkTwoSidedAlltoAll from v0.34)",
             (
                 Spelling("flashinfer_all2allv", FLAG_SINCE, "0.18.0",
                          "PR #21003 (2025-09) added it as flashinfer_all2allv"),
@@ -163,13 +171,21 @@ BACKENDS: dict[str, Capability] = {
                    recommendable=False),
         Capability("moonep", "MoonEP balanced EP (NVLink)", (Spelling("moonep", "0.31.0", None, _PARSER.format("0.31.0")),),
                    recommendable=False),
-        Capability("mori", "MoRI EP (ROCm), before the split into two modes",
-                   (Spelling("mori", "0.15.0", "0.23.0", _PARSER.format("0.15.0") + "; split in v0.23.0"),),
-                   recommendable=False),
-        Capability("mori_high_throughput", "MoRI EP (ROCm)",
-                   (Spelling("mori_high_throughput", "0.23.0", None, _PARSER.format("0.23.0")),), recommendable=False),
-        Capability("mori_low_latency", "MoRI EP low latency (ROCm)",
-                   (Spelling("mori_low_latency", "0.23.0", None, _PARSER.format("0.23.0")),), recommendable=False),
+        # MoRI is ROCm's (AMD Instinct): vLLM builds its manager only on gfx942/gfx950
+        # (0.34.0 distributed/device_communicators/all2all.py:986-988); a CUDA GPU fails at start-up.
+        Capability("mori", "MoRI EP (ROCm): one value before the v0.23.0 split, and again from v0.34.0, where it "
+                           "picks MoRI EPv2 or EPv1 and the inter-node kernel itself",
+                   (Spelling("mori", "0.15.0", "0.23.0", _PARSER.format("0.15.0") + "; split in v0.23.0"),
+                    Spelling("mori", "0.34.0", None, "0.34.0 vllm/config/parallel.py:54 (All2AllBackend), :239-242 "
+                                                     "(docstring); resolved by resolve_mori_all2all, parallel.py:"
+                                                     "1296-1324, from platforms/rocm.py:1232-1242")),
+                   recommendable=False, archs=_ROCM),
+        Capability("mori_high_throughput", "MoRI EP (ROCm; InterNodeV1 across nodes)",
+                   (Spelling("mori_high_throughput", "0.23.0", None, _PARSER.format("0.23.0")),), recommendable=False,
+                   archs=_ROCM),
+        Capability("mori_low_latency", "MoRI EP low latency (ROCm; InterNodeV1LL across nodes)",
+                   (Spelling("mori_low_latency", "0.23.0", None, _PARSER.format("0.23.0")),), recommendable=False,
+                   archs=_ROCM),
         # Removed upstream: still accepted by the parser, silently replaced.
         Capability(
             "pplx", "pplx-kernels (removed)", (Spelling("pplx", FLAG_SINCE, None, _FLAG),),
@@ -192,6 +208,61 @@ ALIASES = {
 
 #: Every --all2all-backend value some vLLM release accepted.
 ALL_FLAG_VALUES = frozenset(s.value for c in BACKENDS.values() for s in c.spellings) | frozenset(ALIASES)
+
+
+class Deprecation(NamedTuple):
+    """A value a release still accepts and runs, with a warning that it is deprecated."""
+
+    value: str
+    since: str
+    instead: str  # what the warning says to use
+    source: str
+    note: str = ""  # what the value runs meanwhile
+
+
+#: value -> :class:`Deprecation`. vLLM logs the warning when it builds the all2all manager.
+DEPRECATIONS = {
+    d.value: d
+    for d in (
+        Deprecation("flashinfer_all2allv", "0.18.0", "flashinfer_nvlink_two_sided",
+                    "PR #36022 renamed it (v0.18.0); 0.34.0 distributed/device_communicators/cuda_communicator.py:"
+                    "278-283 ('flashinfer_all2allv' is deprecated and has been renamed)",
+                    "it runs flashinfer_nvlink_two_sided"),
+        Deprecation("mori_high_throughput", "0.34.0", "mori",
+                    "0.34.0 distributed/device_communicators/cuda_communicator.py:236-247 ('is deprecated and will be "
+                    "removed in a future release. Use 'mori''), config/parallel.py:235-238",
+                    "within one node every MoRI value runs the same IntraNode kernel (0.34.0 all2all.py:990-995; "
+                    "the same in 0.32.0)"),
+        Deprecation("mori_low_latency", "0.34.0", "mori",
+                    "0.34.0 distributed/device_communicators/cuda_communicator.py:236-247 ('is deprecated and will be "
+                    "removed in a future release. Use 'mori''), config/parallel.py:235-238",
+                    "within one node every MoRI value runs the same IntraNode kernel (0.34.0 all2all.py:990-995; "
+                    "the same in 0.32.0)"),
+    )
+}
+
+
+def deprecation(value: str, vllm_version: str) -> Deprecation | None:
+    """The :data:`DEPRECATIONS` row of ``value`` when ``vllm_version`` warns about it, else None."""
+    d = DEPRECATIONS.get(value)
+    return d if d is not None and version_in(vllm_version, d.since, None) else None
+
+
+class HiddenValue(NamedTuple):
+    """A value of vLLM's ``all2all_backend`` config field that the command line does not offer."""
+
+    value: str
+    since: str
+    bound_by: str  # what sets it
+    source: str
+
+
+#: Values in vLLM's All2AllBackend type that ``vllm serve --all2all-backend`` refuses ('invalid choice').
+HIDDEN_VALUES = (
+    HiddenValue("passthrough", "0.32.0", "a --moe-backend that dispatches and combines itself (rules.MOE_BACKENDS)",
+                "0.32.0 config/parallel.py:58 (All2AllBackend), engine/arg_utils.py:1127 removes it from the "
+                "choices; 0.34.0 parallel.py:60, arg_utils.py:1173-1176"),
+)
 
 
 def parser_choices(vllm_version=None) -> list[str]:

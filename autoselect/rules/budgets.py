@@ -49,7 +49,8 @@ _CHUNK_SOURCE = ("fused_moe/layer.py builds FusedMoEConfig(max_num_tokens=envs.V
 _FLAG_SOURCE = ("0.20.0 fused_moe/layer.py:503 max_num_tokens=scheduler_config.max_num_batched_tokens; "
                 "engine/arg_utils.py:2354-2358 sets 256 (config/scheduler.py:43 "
                 "DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP) when the flag is absent and "
-                "parallel.py:627-636 use_batched_dp_moe; same in 0.33.0 (arg_utils.py:3167-3169)")
+                "parallel.py:627-636 use_batched_dp_moe; same in 0.33.0 (arg_utils.py:3167-3169) and 0.34.0 "
+                "(arg_utils.py:3204-3206, parallel.py:888-896, scheduler.py:41)")
 
 _CHUNK_CITE = "0.19.1 fused_moe/layer.py:481"
 _FLAG_CITE = "0.20.0 fused_moe/layer.py:503, engine/arg_utils.py:2354-2358"

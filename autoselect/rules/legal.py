@@ -8,7 +8,7 @@ from typing import NamedTuple
 # InvalidWorldSize and GpuArchRequired are shared by several commands (autoselect.errors)
 from autoselect.errors import GpuArchRequired, InvalidWorldSize, UserError
 from autoselect.model import MoeProfile, normalize_arch
-from autoselect.rules.backends import ALIASES, BACKENDS, Capability, recommendable_backends, resolve
+from autoselect.rules.backends import ALIASES, BACKENDS, Capability, deprecation, recommendable_backends, resolve
 from autoselect.rules.budgets import CHUNK_SIZE, CHUNKING_SWITCH, CHUNKING_SWITCH_SOURCE, Budget, dispatch_budget
 from autoselect.rules.limits import DEEPEP_NVL_PEERS, Limit
 from autoselect.rules.one_sided import one_sided_consequence
@@ -168,6 +168,8 @@ def _selection(backend: str, canonical: str, version: str) -> tuple[Capability, 
                         f"(present in {NEWEST_VLLM})")
     if backend in ALIASES and version_in(version, ALIASES[backend][1], None):
         warnings.append(f"{backend} is the deprecated old name; use {canonical} ({ALIASES[backend][2]})")
+    elif (old := deprecation(backend, version)) is not None:
+        warnings.append(f"{backend} is deprecated in vLLM {version}: use {old.instead} ({old.source}); {old.note}")
     if cap.replaced_by and version_in(version, cap.removed_in, None):
         warnings.append(f"{canonical} was removed ({cap.removal_source}); vLLM {version} silently "
                         f"runs {cap.replaced_by} instead")
@@ -308,16 +310,17 @@ def _host_findings(cap: Capability, host, world_size: int) -> tuple[list[str], l
     return reasons, []
 
 
-def _all2all_warnings(c: _Case, tensor_parallel_size, role) -> list[str]:
+def _all2all_warnings(c: _Case, tensor_parallel_size, role, settings) -> list[str]:
     """World size 1 runs no all2all; above it, the upstream reports that apply."""
     if c.world_size == 1:
         return ["world size 1: there is no all2all to run, the backend changes nothing"]
     return [n.text for n in reports_for(c.cap.backend, c.version, dtype=c.dtype, arch=c.arch,
-                                        tensor_parallel_size=tensor_parallel_size, role=role)]
+                                        tensor_parallel_size=tensor_parallel_size, role=role, settings=settings)]
 
 
 def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, max_num_batched_tokens=None,
-          environ=None, tensor_parallel_size=None, role=None, redundant_experts=0, platform=None) -> Verdict:
+          environ=None, tensor_parallel_size=None, role=None, redundant_experts=0, settings=None,
+          platform=None) -> Verdict:
     """Every reason ``backend`` cannot serve ``profile`` at ``world_size`` (EP size) on ``vllm_version``.
 
     :param backend: an ``--all2all-backend`` value (old spellings are resolved) or ``reference_*``.
@@ -335,6 +338,9 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, ma
     :param tensor_parallel_size: ``-tp`` (None: unknown), for upstream reports that need TP > 1.
     :param role: ``"prefill"``, ``"decode"`` or ``"both"`` (None: unknown), for role-bound reports.
     :param redundant_experts: EPLB's ``num_redundant_experts``; the kernels see routed + redundant.
+    :param settings: the line's ``--enforce-eager`` / ``--enable-dbo`` / async EPLB
+        (:data:`autoselect.rules.reports.SETTINGS` keys: True, False or None for unknown), for the
+        upstream reports that need one; None: a deployment with none of them on.
     :param platform: None or ``"cuda"`` (GPUs: every rule above), or a platform of
         :data:`autoselect.rules.platforms.PLATFORMS` (``"cpu"``): its communicator's row decides
         which backends run at all, no GPU arch is needed, and the GPU rules (dtype, kernels, NVLinks)
@@ -359,10 +365,10 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, ma
     budget = dispatch_budget(cap.backend, version, max_num_batched_tokens=max_num_batched_tokens, environ=environ)
     reasons += _kernel_limit_reasons(cap, profile, world_size, arch, case.dtype, budget, case.experts, environ)
     if arch not in cap.archs:
-        reasons.append(f"{cap.backend} does not run on {arch}")
+        reasons.append(f"{cap.backend} does not run on {arch} (only on {', '.join(sorted(cap.archs))})")
     host_reasons, host_warnings = _host_findings(cap, host, world_size)
     reasons += host_reasons
-    warnings += host_warnings + _all2all_warnings(case, tensor_parallel_size, role)
+    warnings += host_warnings + _all2all_warnings(case, tensor_parallel_size, role, settings)
     return Verdict(backend, not reasons, tuple(reasons), tuple(warnings))
 
 

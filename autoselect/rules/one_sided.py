@@ -27,7 +27,9 @@ ONE_SIDED_ERAS = (
     OneSidedEra("0.20.1", "0.29.0", frozenset({"nvfp4", "bf16", "fp16", "mxfp8"}), "startup_error",
                 "PR #40960 (merged 2026-04-27; first in v0.20.1): bf16 and mxfp8 dispatch"),
     OneSidedEra("0.29.0", None, frozenset({"nvfp4", "bf16", "fp16", "mxfp8", "fp8_block128"}), "startup_error",
-                "PR #51924 (merged 2026-08-12; first in v0.29.0): DeepSeek block-fp8 dispatch"),
+                "PR #51924 (merged 2026-08-12; first in v0.29.0): DeepSeek block-fp8 dispatch; the same five "
+                "layouts in 0.34.0 fused_moe/all2all_utils.py:56-105 (flashinfer_one_sided_dispatch_layout; "
+                "block fp8 needs hidden % 128 == 0)"),
 )
 
 #: Why autoselect keeps one-sided nvfp4-only although upstream relaxed it.
@@ -58,10 +60,11 @@ def one_sided_consequence(dtype: str, vllm_version: str) -> str:
                  if n.report.dtypes is not None]
         reports = ("; " + "; ".join(notes)) if notes else (
             f"; no upstream report covers {dtype} one-sided, and autoselect has not validated it")
-        return (f"vLLM {vllm_version} accepts this line ({first.source}), "
-                f"but autoselect refuses it on purpose: one-sided was built for nvfp4 payloads (PR #36022; a "
+        return (f"vLLM {vllm_version} accepts this line ({first.source}; it dispatches "
+                f"{', '.join(sorted(era.upstream_accepts))} on one-sided), but autoselect refuses it on purpose: one-sided was built for nvfp4 payloads (PR #36022; a "
                 f"bf16 payload silently overran its workspace until PR #39717 made that an error){reports}")
     if era.consequence == "silent_corruption":
         return (f"on vLLM {vllm_version} this would SILENTLY CORRUPT output: the workspace is sized "
                 f"for nvfp4 and nothing checks the dtype (fixed to an error by PR #39717, v0.20.0)")
-    return f"on vLLM {vllm_version} this would fail at startup ({era.source})"
+    return (f"on vLLM {vllm_version} this would fail at startup ({era.source}): it dispatches only "
+            f"{', '.join(sorted(era.upstream_accepts))} on one-sided")

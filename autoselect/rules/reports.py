@@ -1,10 +1,11 @@
 """Upstream reports (bugs, accuracy drops) about the backends, with the releases they concern.
 
 Each :class:`UpstreamReport` row says which backends, activation dtypes, architectures, tensor
-parallel sizes and serving roles it was seen with, the releases it affects (first affected, first
-fixed, and a range where nobody knows), its status as read from upstream on :data:`STATUS_READ`,
-and the sources. :func:`reports_for` returns the notes that apply to one deployment, worded for a
-user: the status, the version range, and when something is unknown, that it is.
+parallel sizes, serving roles and line settings (``--enforce-eager``, ``--enable-dbo``,
+asynchronous EPLB) it was seen with, the releases it affects (first affected, first fixed, and a
+range where nobody knows), its status as read from upstream on the row's date, and the sources.
+:func:`reports_for` returns the notes that apply to one deployment, worded for a user: the
+status, the version range, and when something is unknown, that it is.
 """
 
 from __future__ import annotations
@@ -15,8 +16,15 @@ from typing import NamedTuple
 from autoselect.rules.selection import release_range
 from autoselect.rules.versions import version_in
 
-#: When the statuses below were read from GitHub (the issues index).
+#: When the statuses below were read from GitHub (the issues index), unless a row says otherwise.
 STATUS_READ = "2026-12-01"
+
+#: The line settings a report can depend on, as :func:`reports_for` takes them, and how a note names them.
+SETTINGS = {
+    "enforce_eager": "--enforce-eager",
+    "enable_dbo": "--enable-dbo",
+    "eplb_async": "asynchronous EPLB (--enable-eplb with use_async)",
+}
 
 OPEN, FIXED = "open", "fixed"
 
@@ -40,6 +48,8 @@ class UpstreamReport(NamedTuple):
     roles: frozenset | None = None  # serving roles it concerns ("prefill", "decode"); None: any
     where: str = ""  # the reported setting, in words
     source: str = ""
+    needs: frozenset = frozenset()  # SETTINGS keys the line must have on
+    status_read: str = STATUS_READ
 
     def range_words(self) -> str:
         """``affects 0.16.0-0.21.x, fixed in 0.22.0``-style words for the version range."""
@@ -89,6 +99,48 @@ UPSTREAM_REPORTS = (
         source="vllm-project/vllm#42118 (2026-05-08; the post-dispatch swizzle is gated on nvfp4 in "
                "naive_dp_ep.py and both flashinfer_nvlink prepare/finalize files); fix PR #49335 open (2026-07-21)",
     ),
+    UpstreamReport(
+        "#51824", frozenset({"deepep_v2"}),
+        "vLLM crashed at start-up: 'expert_indices dim1 must match top_k' (the TRT-LLM BF16 experts read top_k "
+        "from the layer, not from DeepEP v2's expanded top-k ids)",
+        FIXED, affected_since="0.26.0", fixed_in="0.29.0", dtypes=frozenset({"bf16"}), archs=frozenset({"sm100"}),
+        needs=frozenset({"enforce_eager"}), status_read="2026-12-03",
+        where="with --enforce-eager and the TRT-LLM BF16 experts (Blackwell, unquantized model)",
+        source="PR #51824 (merged 2026-08-11); the modular TrtLlmBf16ExpertsModular first in 0.26.0 "
+               "(fused_moe/experts/trtllm_bf16_moe.py:98, top_k=self.topk at :182; 0.28.0 :210); fixed in 0.29.0 "
+               "(trtllm_bf16_moe.py:211 top_k=topk_ids.size(1)); the experts run on the SM100 family only "
+               "(_supports_current_device, 0.29.0 :87-95)",
+    ),
+    UpstreamReport(
+        "#35212", frozenset({"allgather_reducescatter", "naive"}),
+        "asynchronous EPLB hung: the EPLB thread's NCCL weight exchange overlapped the NCCL all-gather / "
+        "reduce-scatter of the main thread",
+        FIXED, affected_since="0.12.0", fixed_in="0.17.0", needs=frozenset({"eplb_async"}), status_read="2026-12-03",
+        where="with --enable-eplb and use_async true (async EPLB came in 0.12.0, off by default until 0.23.0)",
+        source="PR #35212 (merged 2026-02-24; pytorch/pytorch#175145): 0.17.0-0.19.x force synchronous EPLB for "
+               "these backends (0.17.0 config/parallel.py:777-786); 0.20.0 drops the forcing and gives async EPLB "
+               "the torch_gloo communicator (0.20.0 parallel.py:856-867); affected from 0.12.0 by the code (an NCCL "
+               "weight exchange and no guard: 0.12.0 config/parallel.py:63)",
+    ),
+    UpstreamReport(
+        "#32860", frozenset({"deepep_low_latency"}),
+        "asynchronous EPLB deadlocked: its NCCL kernels held the SMs DeepEP low-latency's cooperative launch "
+        "waits for, and ranks launched the two in different orders",
+        FIXED, affected_since="0.12.0", fixed_in="0.17.0", needs=frozenset({"eplb_async"}), status_read="2026-12-03",
+        where="with --enable-eplb and use_async true, data parallel > 1 (deepseek-ai/DeepEP#496)",
+        source="PR #32860 (merged 2026-01-22): vLLM sets NCCL_MAX_CTAS=8 for EPLB with deepep_low_latency from 0.17.0 "
+               "(distributed/eplb/eplb_utils.py:15-52; not in 0.16.0); affected from 0.12.0 by the code (async EPLB "
+               "and no NCCL_MAX_CTAS: 0.12.0 config/parallel.py:63)",
+    ),
+    UpstreamReport(
+        "#29670", frozenset({"deepep_low_latency"}),
+        "--enable-dbo with deepep_low_latency failed on one node of 8x H20",
+        OPEN, affected_since="0.11.2", fixed_in=None, unknown_since="0.11.0", archs=frozenset({"sm90"}),
+        needs=frozenset({"enable_dbo"}), status_read="2026-12-03",
+        where="on a single node (8x H20), DeepSeek-V2-Lite, -dp 2 with expert parallelism",
+        source="vllm-project/vllm#29670 (open; vLLM 0.11.2, VLLM_ALL2ALL_BACKEND=deepep_low_latency "
+               "--enable-dbo); --enable-dbo exists from 0.11.0",
+    ),
 )
 
 def report(ref: str) -> UpstreamReport:
@@ -106,12 +158,15 @@ class ReportNote:
 
 
 def reports_for(backend: str, vllm_version: str, *, dtype: str | None = None, arch: str | None = None,
-                tensor_parallel_size: int | None = None, role: str | None = None) -> list[ReportNote]:
+                tensor_parallel_size: int | None = None, role: str | None = None,
+                settings: dict | None = None) -> list[ReportNote]:
     """The reports that concern ``backend`` on ``vllm_version`` for this deployment.
 
     A report is left out when the release is fixed or older than anything known, or when a
-    condition the caller knows (dtype, arch, TP size, role) rules it out; a condition the caller
-    does not know (None) keeps it, worded as a condition.
+    condition the caller knows (dtype, arch, TP size, role, a setting) rules it out; a condition
+    the caller does not know (None) keeps it, worded as a condition. ``settings`` maps
+    :data:`SETTINGS` keys to True / False / None (unknown); None as a whole: a deployment with
+    none of them on (what ``recommend`` emits).
     """
     out = []
     for r in UPSTREAM_REPORTS:
@@ -132,7 +187,10 @@ def reports_for(backend: str, vllm_version: str, *, dtype: str | None = None, ar
             continue
         if r.roles is not None and role is not None and role != "both" and role not in r.roles:
             continue
-        conditions = []
+        known = {k: (settings or {}).get(k, False if settings is None else None) for k in r.needs}
+        if any(v is False for v in known.values()):
+            continue
+        conditions = [f"applies only with {SETTINGS[k]}" for k in sorted(known) if known[k] is None]
         if dtype is None and r.dtypes is not None:
             conditions.append(f"applies only to {'/'.join(sorted(r.dtypes))} dispatch")
         if arch is None and r.archs is not None:
@@ -141,7 +199,7 @@ def reports_for(backend: str, vllm_version: str, *, dtype: str | None = None, ar
             conditions.append(f"applies only with -tp >= {r.min_tensor_parallel}")
         if r.roles is not None and role in (None, "both"):
             conditions.append(f"applies where this instance runs {'/'.join(sorted(r.roles))}")
-        status = f"{r.status} as of {STATUS_READ}" if r.status == OPEN else r.status
+        status = f"{r.status} as of {r.status_read}" if r.status == OPEN else r.status
         head = f"upstream report {r.ref} ({status}; {r.range_words()}): {r.summary}, {r.where}"
         if unknown:
             head += (f"; whether vLLM {vllm_version} has it is unknown (first seen in {r.affected_since}, "

@@ -41,7 +41,7 @@ READING = {
 def release_range(since: str, until: str | None) -> str:
     """``since-last`` for a half-open range: ``("0.14.0", "0.16.0")`` -> ``0.14.0-0.15.x``."""
     if until is None:
-        return f"{since}-{NEWEST_VLLM}"
+        return since if since == NEWEST_VLLM else f"{since}-{NEWEST_VLLM}"
     major, minor, patch = (int(x) for x in until.split(".")[:3])
     last = f"{major}.{minor - 1}.x" if patch == 0 else f"{major}.{minor}.{patch - 1}"
     return since if last == since else f"{since}-{last}"
@@ -131,9 +131,12 @@ SELECTION_ERAS = (
         "0.17.0", None, flag=True, variable=IGNORED_WARNED, default="allgather_reducescatter",
         variable_values=frozenset(), bad_variable="nothing: vLLM does not read it",
         source="0.17.0 vllm/envs.py:1704-1710 validate_environ ('Unknown vLLM environment variable detected'; "
-               "an error with --fail-on-environ-validation), engine/arg_utils.py:1459; same through 0.33.0",
-        default_source="vllm/config/parallel.py all2all_backend field default (0.17.0-0.33.0; PR #53311 made "
-                       "one-sided the default on main on 2026-08-21, PR #53952 reverted it: no release has it)",
+               "an error with --fail-on-environ-validation), engine/arg_utils.py:1459; same through 0.33.0; "
+               "0.34.0 platforms/interface.py:1497-1501, engine/arg_utils.py:2294 (no VLLM_ALL2ALL_BACKEND in "
+               "0.34.0 vllm/envs.py)",
+        default_source="vllm/config/parallel.py all2all_backend field default (0.17.0-0.34.0; 0.34.0 "
+                       "parallel.py:229; PR #53311 made one-sided the default on main on 2026-08-21, PR #53952 "
+                       "reverted it: no release has it; PR #54268, one-sided on GB200/GB300 only, is not in 0.34.0)",
         cite="0.17.0 vllm/envs.py:1704-1710",
     ),
 )

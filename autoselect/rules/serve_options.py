@@ -3,7 +3,8 @@
 :data:`SERVE_OPTIONS` has one row per option whose existence depends on the release (or that
 never reached one): first release, deprecation, first release without it, what to write instead,
 and the source lines. :data:`DBO_SUPPORT` lists the backends vLLM's micro-batching assert lets
-through on CUDA, each from the release that added it.
+through, per platform (CUDA; ROCm from 0.33.0 also takes allgather_reducescatter), each from the
+release that added it.
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ SERVE_OPTIONS = {
         ServeOption("--all2all-backend", FLAG_SINCE, replacement="VLLM_ALL2ALL_BACKEND=NAME before v0.11.1",
                     source="PR #26732 (merged 2025-10-13); 0.11.1 engine/arg_utils.py:828"),
         ServeOption("--enable-dbo", "0.11.0", source="0.11.0 config/parallel.py:141, engine/arg_utils.py:700"),
+        ServeOption("--moe-backend", "0.17.0", source="0.17.0 config/kernel.py:32 (KernelConfig.moe_backend), "
+                                                      "engine/arg_utils.py:1236-1238; 0.34.0 arg_utils.py:1874-1876"),
         ServeOption("--enable-microbatching", None, released=False, replacement="--enable-dbo (v0.11.0 and later)",
                     source="the DBO switch's name in PRs #20448 (2025-07-03) and #23693 (2025-08-26); "
-                           "no release parser from 0.10.0 to 0.33.0 has it (engine/arg_utils.py)"),
+                           "no release parser from 0.10.0 to 0.34.0 has it (engine/arg_utils.py)"),
         ServeOption("--eplb-config", "0.10.2", source="0.10.2 engine/arg_utils.py:691"),
         ServeOption("--num-redundant-experts", None, "0.12.0", "0.10.2",
                     replacement="--eplb-config '{\"num_redundant_experts\": N}'", source=_EPLB_OLD),
@@ -64,27 +67,37 @@ SERVE_OPTIONS = {
 }
 
 
+#: The platforms the DBO table distinguishes (autoselect's GPU archs are CUDA's).
+CUDA, ROCM = "cuda", "rocm"
+
+
 class DboSupport(NamedTuple):
-    """A backend micro-batching (DBO) accepts on CUDA, from ``since``."""
+    """A backend micro-batching (DBO) accepts on ``platforms``, from ``since``."""
 
     backend: str
     since: str
     source: str
+    platforms: frozenset = frozenset({CUDA, ROCM})
 
 
 DBO_SUPPORT = (
     DboSupport("deepep_low_latency", "0.11.0", "0.11.0 config/__init__.py:484; 0.11.1 config/vllm.py:684"),
     DboSupport("deepep_high_throughput", "0.11.0", "0.11.0 config/__init__.py:484; 0.11.1 config/vllm.py:684"),
     DboSupport("nixl_ep", "0.24.0", "0.24.0 config/vllm.py:1434 (not in 0.23.0); 0.33.0 config/vllm.py:2180-2199"),
+    DboSupport("allgather_reducescatter", "0.33.0",
+               "0.33.0 config/vllm.py:2182-2190 (if current_platform.is_rocm(): the naive DP/EP prepare/finalize runs its "
+               "all-gather / reduce-scatter on the comm stream under DBO; not in 0.32.0 config/vllm.py:2104-2117); "
+               "0.34.0 config/vllm.py:2090-2114", frozenset({ROCM})),
 )
 #: The assert applies whenever DBO is on, with or without an all2all group.
-DBO_ASSERT_SOURCE = "vllm/config/vllm.py __post_init__: assert a2a_backend in supported_backends (0.11.1-0.33.0)"
+DBO_ASSERT_SOURCE = ("vllm/config/vllm.py __post_init__: assert a2a_backend in supported_backends (0.11.1-0.34.0; "
+                     "0.34.0 config/vllm.py:2090-2114)")
 
 
-def dbo_backends(vllm_version: str | None = None) -> tuple[str, ...]:
-    """The backends ``--enable-dbo`` works with on CUDA in ``vllm_version`` (default: the newest)."""
+def dbo_backends(vllm_version: str | None = None, platform: str = CUDA) -> tuple[str, ...]:
+    """The backends ``--enable-dbo`` works with on ``platform`` in ``vllm_version`` (default: the newest)."""
     version = vllm_version or NEWEST_VLLM
-    return tuple(d.backend for d in DBO_SUPPORT if version_in(version, d.since, None))
+    return tuple(d.backend for d in DBO_SUPPORT if platform in d.platforms and version_in(version, d.since, None))
 
 
 #: Backends DBO accepts in the newest release.

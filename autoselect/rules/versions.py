@@ -1,4 +1,4 @@
-"""vLLM version numbers: parsing, ordering and half-open release ranges."""
+"""vLLM version numbers: parsing, ordering, half-open release ranges, and the releases the tables know."""
 
 from __future__ import annotations
 
@@ -6,8 +6,18 @@ import re
 
 from autoselect.errors import UserError
 
-#: Newest vLLM release the tables were checked against.
-NEWEST_VLLM = "0.33.0"
+#: Every vLLM release on PyPI from the oldest the tables were checked against (0.10.0) to the newest
+#: (``pip index versions vllm``, read 2026-12-03). A release past the last one is judged by the
+#: newest's rows (every table's last range is open-ended), and every command says so
+#: (:func:`newer_than_known`).
+RELEASES = (
+    "0.10.0", "0.10.1", "0.10.1.1", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0",
+    "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1",
+    "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
+    "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0",
+)
+#: Newest vLLM release the tables were checked against (its wheel: files dated 2026-11-16).
+NEWEST_VLLM = RELEASES[-1]
 
 
 class InvalidVllmVersion(UserError):
@@ -41,3 +51,16 @@ def version_in(version: str, since: str | None, until: str | None) -> bool:
     if until is not None and key >= parse_version(until)[:4]:
         return False
     return True
+
+
+def newer_than_known(version: str) -> str | None:
+    """The one-line warning for a ``version`` newer than :data:`NEWEST_VLLM`, else None.
+
+    Such a release is judged by the newest release's rows; what changed after it is unknown to
+    autoselect. A pre-release of a newer release (``0.35.0rc1``) counts as that release.
+    :raises InvalidVllmVersion: ``version`` does not parse.
+    """
+    if parse_version(version)[:4] <= parse_version(NEWEST_VLLM)[:4]:
+        return None
+    return (f"vLLM {version} is newer than every release autoselect has read (newest: {NEWEST_VLLM}); "
+            f"it is judged by {NEWEST_VLLM}'s rules, and anything that changed after {NEWEST_VLLM} is unchecked")

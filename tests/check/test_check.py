@@ -663,7 +663,8 @@ def test_one_sided_bf16_that_vllm_accepts_is_refused_saying_so_plainly():
                arch="sm100")
     [message] = [f.message for f in r.findings if f.code == "illegal-dtype"]
     assert ("vLLM 0.33.0 accepts this line (PR #40960 (merged 2026-04-27; first in v0.20.1): bf16 and mxfp8 "
-            "dispatch), but autoselect refuses it on purpose: one-sided was built for nvfp4 payloads") in message
+            "dispatch; it dispatches bf16, fp16, fp8_block128, mxfp8, nvfp4 on one-sided), but autoselect refuses it "
+            "on purpose: one-sided was built for nvfp4 payloads") in message
     assert "no upstream report covers bf16 one-sided, and autoselect has not validated it" in message
 
 

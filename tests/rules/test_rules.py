@@ -135,7 +135,7 @@ def test_gpu_arch_is_required_without_a_host():
 
 
 def test_unknown_backend_is_refused_with_the_choices():
-    with pytest.raises(rules.UnknownBackend, match=r"unknown all2all backend 'fast'; vLLM 0.33.0 accepts: allgather_reducescatter,"):
+    with pytest.raises(rules.UnknownBackend, match=r"unknown all2all backend 'fast'; vLLM 0.34.0 accepts: allgather_reducescatter,"):
         rules.resolve("fast")
 
 

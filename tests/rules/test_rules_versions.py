@@ -11,9 +11,11 @@ import pytest
 from autoselect import rules
 from autoselect.model import MoeProfile
 from autoselect.rules.budgets import InvalidChunkSize
+from autoselect.rules.one_sided import one_sided_consequence
 from autoselect.rules.reports import reports_for
 from autoselect.rules.selection import default_backend
 from autoselect.rules.serve_options import DBO_BACKENDS
+from autoselect.rules.versions import RELEASES
 
 LL, HT = "deepep_low_latency", "deepep_high_throughput"
 ONE_SIDED, TWO_SIDED = "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided"
@@ -256,3 +258,159 @@ def test_every_report_row_is_complete():
         assert r.ref.startswith("#") and r.source and r.summary and r.status in ("open", "fixed")
         assert (r.status == "fixed") == (r.fixed_in is not None)
         assert r.backends <= set(rules.BACKENDS)
+
+
+# ---- 0.34.0 and the releases after it ---------------------------------------------------------
+
+
+def test_the_tables_know_0_34_0_as_the_newest_release():
+    assert rules.NEWEST_VLLM == RELEASES[-1] == "0.34.0"
+    assert [rules.parse_version(v) for v in RELEASES] == sorted(rules.parse_version(v) for v in RELEASES)
+    assert default_backend("0.34.0") == "allgather_reducescatter"  # 0.34.0 config/parallel.py:229
+    e = rules.effective_backend("0.34.0", None, LL)  # the variable: not read, warned (platforms/interface.py:1497)
+    assert (e.backend, e.variable_ignored, e.era.variable) == ("allgather_reducescatter", True, "ignored-warned")
+
+
+def test_a_release_newer_than_the_tables_gets_one_warning_naming_the_newest_read():
+    assert rules.newer_than_known("0.34.0") is None and rules.newer_than_known("0.33.0") is None
+    assert rules.newer_than_known("0.34.0+cu130") is None
+    assert rules.newer_than_known("0.41.0") == (
+        "vLLM 0.41.0 is newer than every release autoselect has read (newest: 0.34.0); it is judged by 0.34.0's "
+        "rules, and anything that changed after 0.34.0 is unchecked")
+    assert rules.newer_than_known("0.35.0rc1").startswith("vLLM 0.35.0rc1 is newer")
+    # judged by the newest rows: every open-ended range covers it
+    assert rules.parser_choices("0.41.0") == rules.parser_choices("0.34.0")
+
+
+def test_0_34_accepts_mori_again_and_deprecates_the_split_names():
+    # 0.34.0 config/parallel.py:45-61 (All2AllBackend: + "mori"); engine/arg_utils.py:1174-1176 removes passthrough
+    assert rules.parser_choices("0.34.0") == [
+        "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "deepep_v2",
+        "flashinfer_all2allv", "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "moonep", "mori",
+        "mori_high_throughput", "mori_low_latency", "naive", "nixl_ep", "pplx"]
+    assert [rules.value_known_to("mori", v) for v in ("0.15.0", "0.22.0", "0.23.0", "0.33.0", "0.34.0")] == [
+        True, True, False, False, True]
+    # cuda_communicator.py:236-247: "'%s' is deprecated ... Use 'mori'"
+    assert rules.deprecation("mori_low_latency", "0.33.0") is None
+    assert rules.deprecation("mori_high_throughput", "0.34.0").instead == "mori"
+    assert "passthrough" not in rules.parser_choices("0.34.0")
+    assert [h.value for h in rules.HIDDEN_VALUES] == ["passthrough"]
+
+
+def test_mori_runs_on_rocm_only_and_says_so_on_a_cuda_arch():
+    profile = MoeProfile.from_shape(4096, 128, 8, "bf16")
+    verdict = rules.legal("mori", profile, None, 8, "0.34.0", gpu_arch="sm90")
+    assert verdict.reasons == ("mori does not run on sm90 (only on gfx942, gfx950)",)
+    warned = rules.legal("mori_low_latency", profile, None, 8, "0.34.0", gpu_arch="sm100")
+    assert any(w.startswith("mori_low_latency is deprecated in vLLM 0.34.0: use mori") for w in warned.warnings)
+
+
+def test_dbo_takes_allgather_reducescatter_on_rocm_from_0_33_only():
+    # 0.33.0 config/vllm.py:2182-2190 (is_rocm: + allgather_reducescatter); 0.32.0 :2104-2117 has no such branch
+    assert rules.dbo_backends("0.34.0") == (LL, HT, "nixl_ep")
+    assert rules.dbo_backends("0.34.0", "rocm") == (LL, HT, "nixl_ep", "allgather_reducescatter")
+    assert rules.dbo_backends("0.32.0", "rocm") == (LL, HT, "nixl_ep")
+
+
+@pytest.mark.parametrize(
+    "moe_backend, backend, version, bound, refused",
+    [("flashinfer_moe_ep_cutedsl", "allgather_reducescatter", "0.34.0", "passthrough", False),
+     ("FLASHINFER-MOE-EP-CUTEDSL", "allgather_reducescatter", "0.32.0", "passthrough", False),  # the parser normalizes
+     ("flashinfer_moe_ep_mega_deep_gemm", LL, "0.34.0", None, True),
+     ("flashinfer_moe_ep_cutedsl", "flashinfer_nvlink_one_sided", "0.33.0", None, True),
+     ("flashinfer_cutlass", LL, "0.34.0", "none", False),  # an ordinary MoE backend: no binding
+     ("flashinfer_moe_ep_cutedsl", LL, "0.31.0", "none", False)],  # before 0.32.0: no such value
+)
+def test_a_self_dispatching_moe_backend_binds_passthrough_or_refuses_the_backend(moe_backend, backend, version, bound,
+                                                                                  refused):
+    # 0.34.0 vllm/config/kernel.py:194-228 bind_passthrough_all2all_backend
+    binding = rules.moe_backend_binding(moe_backend, backend, version)
+    if bound == "none":
+        assert binding is None
+        return
+    assert binding.backend == bound and bool(binding.refused) == refused
+    if refused:
+        assert binding.refused.startswith(f"vLLM {version} refuses to start: --moe-backend ")
+        assert "cannot be paired with --all2all-backend" in binding.refused and "kernel.py:194-228" in binding.refused
+
+
+def test_0_34_picks_the_fewest_redundant_experts_that_divide_when_the_line_names_none():
+    # 0.34.0 config/parallel.py:78-84, :652-684; 0.33.0 parallel.py:77 (default 0)
+    assert rules.redundant_experts(256, None, 6, "0.34.0", enable_eplb=True) == 2
+    assert rules.redundant_experts(256, None, 6, "0.33.0", enable_eplb=True) == 0
+    assert rules.redundant_experts(256, 4, 6, "0.34.0", enable_eplb=True) == 4
+    assert rules.redundant_experts(256, None, 6, "0.34.0", enable_eplb=False) == 0
+    assert rules.eplb_reasons(256, rules.redundant_experts(256, None, 6, "0.34.0", enable_eplb=True), 6, "0.34.0",
+                              enable_eplb=True, expert_parallel=True) == []
+
+
+def test_async_eplb_by_release():
+    # no use_async before 0.12.0; default True from 0.23.0 (config/parallel.py:81); forced synchronous next to
+    # allgather_reducescatter in 0.17.0-0.19.x (PR #35212; 0.17.0 parallel.py:777-786)
+    assert rules.eplb_is_async("0.11.1", {"use_async": True}, enable_eplb=True) is False
+    assert rules.eplb_is_async("0.22.0", None, enable_eplb=True) is False
+    assert rules.eplb_is_async("0.23.0", None, enable_eplb=True) is True
+    assert rules.eplb_is_async("0.34.0", {"use_async": "false"}, enable_eplb=True) is False
+    assert rules.eplb_is_async("0.34.0", None, enable_eplb=False) is False
+    [note] = rules.eplb_notes("allgather_reducescatter", "0.18.0", {"use_async": True}, enable_eplb=True)
+    assert note.startswith("vLLM 0.18.0 runs EPLB synchronously with allgather_reducescatter")
+    assert rules.eplb_notes("allgather_reducescatter", "0.20.0", {"use_async": True}, enable_eplb=True) == []
+    assert rules.eplb_notes(LL, "0.18.0", {"use_async": True}, enable_eplb=True) == []
+
+
+def test_the_reports_that_need_a_line_setting_apply_only_with_it():
+    on = {"enforce_eager": True, "enable_dbo": False, "eplb_async": False}
+    # #51824: deepep_v2 + --enforce-eager + TRT-LLM BF16 experts (trtllm_bf16_moe.py:182 in 0.26.0, fixed :211 in 0.29.0)
+    [crash] = reports_for("deepep_v2", "0.28.0", dtype="bf16", arch="sm100", settings=on)
+    assert crash.certain and crash.text.startswith(
+        "upstream report #51824 (fixed; affects vLLM 0.26.0-0.28.x, fixed in 0.29.0): vLLM crashed at start-up")
+    assert reports_for("deepep_v2", "0.29.0", dtype="bf16", arch="sm100", settings=on) == []
+    assert reports_for("deepep_v2", "0.28.0", dtype="bf16", arch="sm100", settings={**on, "enforce_eager": False}) == []
+    assert reports_for("deepep_v2", "0.28.0", dtype="bf16", arch="sm100") == []  # recommend's deployments
+    [unknown] = reports_for("deepep_v2", "0.28.0", dtype="bf16", arch="sm100", settings={"enforce_eager": None})
+    assert not unknown.certain and unknown.text.endswith("applies only with --enforce-eager")
+    # #35212 / #32860: async EPLB hangs, fixed in 0.17.0 (forced sync; NCCL_MAX_CTAS, eplb_utils.py:15-52)
+    hang = {"eplb_async": True, "enable_dbo": False}
+    assert [n.report.ref for n in reports_for("allgather_reducescatter", "0.16.0", settings=hang)] == ["#35212"]
+    assert [n.report.ref for n in reports_for(LL, "0.16.0", settings=hang)] == ["#32860"]
+    assert reports_for(LL, "0.17.0", settings=hang) == []
+    # #29670 (open): deepep_low_latency + --enable-dbo on one node of H20s
+    [dbo] = reports_for(LL, "0.34.0", arch="sm90", settings={"enable_dbo": True})
+    assert dbo.text.startswith("upstream report #29670 (open as of 2026-12-03; seen from vLLM 0.11.2, no fix known)")
+    assert reports_for(LL, "0.34.0", arch="sm100", settings={"enable_dbo": True}) == []
+
+
+def test_one_sided_names_what_the_release_dispatches():
+    # 0.34.0 fused_moe/all2all_utils.py:56-105: nvfp4, mxfp8, DeepSeek block fp8, bf16/fp16
+    words = one_sided_consequence("bf16", "0.34.0")
+    assert "it dispatches bf16, fp16, fp8_block128, mxfp8, nvfp4 on one-sided" in words
+    assert "but autoselect refuses it on purpose" in words
+    assert one_sided_consequence("fp8", "0.34.0").endswith(
+        "it dispatches only bf16, fp16, fp8_block128, mxfp8, nvfp4 on one-sided")
+
+
+def test_flashinfer_pins_and_the_0_7_3_install_hazard():
+    from autoselect.rules import flashinfer as fi
+
+    assert (fi.pin("0.34.0").pin, fi.pin("0.33.0").pin, fi.pin("0.31.0").pin) == ("0.7.3", "0.7.2.post1", "0.7.0.post1")
+    assert fi.pin("0.32.0") is None and fi.pin("0.41.0") is None  # not read: not known
+    assert fi.install_hazard("0.33.0") is None and fi.install_hazard("0.41.0") is None
+    assert fi.install_hazard("0.34.0").startswith(
+        "vLLM 0.34.0 pins flashinfer-python==0.7.3, which is not on PyPI (vllm 0.34.0 wheel METADATA:90")
+
+
+def test_which_flashinfer_api_each_release_calls_and_which_flashinfer_can_make_the_calls():
+    from autoselect.rules import flashinfer as fi
+
+    assert [(c.api, c.fence_only) for c in (fi.vllm_calls(ONE_SIDED, v) for v in ("0.32.0", "0.33.0", "0.34.0"))] == [
+        ("legacy", False), ("moe_ep", False), ("moe_ep", True)]
+    assert [fi.vllm_calls(TWO_SIDED, v).api for v in ("0.11.0", "0.33.0", "0.34.0", "0.41.0")] == [
+        "legacy", "legacy", "moe_ep", "moe_ep"]
+    assert fi.vllm_calls(ONE_SIDED, "0.17.0") is None
+    v034_one, v033_two = fi.vllm_calls(ONE_SIDED, "0.34.0"), fi.vllm_calls(TWO_SIDED, "0.33.0")
+    assert fi.calls_supported(v034_one, fi.api("0.7.4")) is None
+    assert "has no cft / lamport" in fi.calls_supported(v034_one, fi.api("0.7.2.post1"))
+    assert fi.calls_supported(v033_two, fi.api("0.7.2.post1")) is None
+    assert fi.calls_supported(v033_two, fi.api("0.7.4")).startswith("FlashInfer 0.7.4 removed the legacy classes")
+    assert "runtime_max_tokens_per_rank=" in fi.calls_supported(fi.vllm_calls(TWO_SIDED, "0.34.0"), fi.api("0.7.2.post1"))
+    assert 3 in fi.api("0.7.4").one_sided_top_k and 3 not in fi.api("0.7.2.post1").one_sided_top_k
