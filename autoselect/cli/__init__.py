@@ -252,6 +252,13 @@ def main():
     """
 
 
+def warn_newer_vllm(warning: str | None) -> None:
+    """The one ``Warning:`` line on stderr when the target vLLM is newer than every release the
+    rules know (:attr:`autoselect.bridge.version.TargetVersion.warning`); the JSON carries the
+    same text as ``vllm_version_warning``."""
+    if warning:
+        click.echo(f"Warning: {one_line(warning)}", err=True)
+
 
 def run() -> None:
     """The process's entry point (the ``autoselect`` script, ``python -m autoselect``): :func:`main`
@@ -271,6 +278,7 @@ def run() -> None:
         main()
     finally:
         gc.freeze()
+
 
 def db_option(f):
     """The ``--db PATH`` option every command that reads or writes the store shares."""

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from autoselect.cli import db_option, format_option
+from autoselect.cli import db_option, format_option, warn_newer_vllm
 from autoselect.options import (CONFIRM_ITERS, CONFIRM_KV_LEN, CONFIRM_SAMPLES, CONFIRM_TIMEOUT_S, CONFIRM_TOKENS,
                                 parse_name_list)
 
@@ -94,6 +94,7 @@ def confirm_cmd(model, backends, tokens, dp, tp, gpu_arch, vllm_version, kv_len,
             tokens=tokens, dp=dp, tp=tp, gpu_arch=gpu_arch, vllm_version=vllm_version, kv_len=kv_len,
             iters=iters, samples=samples, timeout_s=timeout_s, dry_run=dry_run, progress=progress,
         )
+    warn_newer_vllm(report.vllm_version_warning)
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:

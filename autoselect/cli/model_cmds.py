@@ -6,7 +6,7 @@ import json
 
 import click
 
-from autoselect.cli import format_option
+from autoselect.cli import format_option, warn_newer_vllm
 
 
 def _bytes_line(profile, archs):
@@ -159,6 +159,7 @@ def check_cmd(gpu_arch, vllm_version, role, fmt, command):
     from autoselect.check import check_serve_command
 
     report = check_serve_command(list(command), gpu_arch=gpu_arch, vllm_version=vllm_version, role=role)
+    warn_newer_vllm(report.vllm_version_warning)
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:

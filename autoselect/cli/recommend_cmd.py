@@ -10,7 +10,7 @@ import json
 
 import click
 
-from autoselect.cli import db_option, format_option
+from autoselect.cli import db_option, format_option, warn_newer_vllm
 
 
 def recommend_options(f):
@@ -53,7 +53,7 @@ def recommend_options(f):
 def _recommend(kw: dict, validate: bool = False):
     from autoselect.selector import recommend_for
 
-    return recommend_for(
+    rec = recommend_for(
         kw["model"],
         db_path=kw["db_path"],
         dp=kw["dp"],
@@ -69,6 +69,8 @@ def _recommend(kw: dict, validate: bool = False):
         max_workspace_gib=kw["max_workspace_gib"],
         validate=validate,
     )
+    warn_newer_vllm(rec.vllm_version_warning)
+    return rec
 
 
 @click.command("recommend")

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from autoselect.cli import db_option, format_option
+from autoselect.cli import db_option, format_option, warn_newer_vllm
 from autoselect.errors import MissingShape
 from autoselect.options import parse_name_list
 from autoselect.tune.events import BackendPruned, KnobsNote, Measuring, TrialAdded, TuneFinished, TuneStarted
@@ -177,6 +177,10 @@ def tune_cmd(model, budget, workload, tokens, device, world_size, gpu_arch, back
                              world_size=world_size, budget=budget, gpu_arch=gpu_arch, backends=names,
                              include_reference=include_reference, search_knobs=not no_knobs,
                              enable_dbo=enable_dbo)
+    from autoselect import rules
+
+    newer = rules.newer_than_known(spec.vllm_version)
+    warn_newer_vllm(newer)
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -186,6 +190,7 @@ def tune_cmd(model, budget, workload, tokens, device, world_size, gpu_arch, back
     console.print()
     d = outcome.to_dict()
     if fmt == "json":
-        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, **d, "not_measured": excluded}, indent=2))
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, **d, "vllm_version": spec.vllm_version,
+                               "vllm_version_warning": newer, "not_measured": excluded}, indent=2))
     else:
         _print_text(d, excluded, db)

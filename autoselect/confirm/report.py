@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoselect import rules
 from autoselect.confirm.plan import ConfirmPlan
 
 
@@ -40,6 +41,11 @@ class ConfirmReport:
     run_id: int | None = None
     db_path: str | None = None
 
+    @property
+    def vllm_version_warning(self) -> str | None:
+        """The line every command prints when the target release is newer than the rules tables."""
+        return rules.newer_than_known(self.plan.vllm_version)
+
     def winners(self) -> dict[int, str]:
         """Tokens per rank -> the backend with the lowest e2e median there (ok rows only)."""
         best: dict[int, tuple[float, str]] = {}
@@ -53,7 +59,7 @@ class ConfirmReport:
     def to_dict(self) -> dict[str, Any]:
         """The JSON ``confirm --format json`` prints."""
         return {"schema_version": 1, "plan": self.plan.to_dict(), "vllm_version": self.vllm_version,
-                "run_id": self.run_id, "db": self.db_path,
+                "vllm_version_warning": self.vllm_version_warning, "run_id": self.run_id, "db": self.db_path,
                 "runs": [r.to_dict() for r in self.runs],
                 "winners": {str(t): b for t, b in self.winners().items()}}
 

@@ -270,6 +270,8 @@ class Recommendation(_Document):
     #: where vllm_version came from: "--vllm-version", "vllm at AUTOSELECT_VLLM_PYTHON",
     #: "installed vllm" or "newest known" (as check's; autoselect.bridge.target_version)
     vllm_version_source: str = ""
+    #: set when vllm_version is newer than every release the rules know (judged by the newest's rows)
+    vllm_version_warning: str | None = field(default=None, metadata=OMIT_NONE)
     workload: WorkloadSpec
     backend: str
     decision: str

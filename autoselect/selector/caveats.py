@@ -2,13 +2,15 @@
 
 In order: a close call; decisive measurements taken on CPU; decisive measurements taken under
 other vllm / flashinfer / driver versions than the target (stale); every extrapolated or
-refused bucket of a candidate. The flags step adds its own notes after these.
+refused bucket of a candidate; a target release whose pinned FlashInfer is not on PyPI
+(:func:`autoselect.rules.install_hazard`). The flags step adds its own notes after these.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autoselect import rules
 from autoselect.selector.answer import Candidate
 from autoselect.selector.decide import Decision
 from autoselect.selector.evidence import stale_keys
@@ -47,4 +49,7 @@ def caveats(target: RecommendTarget, decision: Decision, candidates: list[Candid
                 warnings.append(f"{c.backend} at {b.tokens_per_rank} tokens/rank is extrapolated: {b.note}")
             elif b.source == "missing" and c.status != "no data":
                 warnings.append(f"{c.backend} at {b.tokens_per_rank} tokens/rank: {b.note}")
+    hazard = rules.install_hazard(target.vllm_version)
+    if hazard:
+        warnings.append(hazard)
     return Caveats(warnings=warnings, stale=stale)

@@ -114,7 +114,7 @@ def recommend(
         profile=ModelSummary(profile.hidden_size, profile.num_experts, profile.top_k, profile.weight_quant),
         deployment=deployment, gpu_arch=target.gpu_arch, dispatch_dtype=target.dispatch_dtype,
         vllm_version=target.vllm_version, vllm_version_source=target.legality.vllm_version_source,
-        workload=target.workload, backend=decision.pick.backend, decision=decision.text,
+        vllm_version_warning=rules.newer_than_known(target.vllm_version), workload=target.workload, backend=decision.pick.backend, decision=decision.text,
         vllm_args=flags.vllm_args, command=flags.command, env=flags.env, knobs=knobs,
         confidence=level, confidence_reasons=reasons, candidates=candidates, rejected=rejected,
         warnings=list(dict.fromkeys(list(final.warnings) + notes.warnings + flags.notes

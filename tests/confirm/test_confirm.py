@@ -38,6 +38,7 @@ from autoselect.confirm.run import ConfirmProgress, run_confirm
 from autoselect.hardware import cpu_fingerprint
 from autoselect.model import load_profile
 from autoselect.options import CONFIRM_TOKENS, BadList
+from autoselect.rules import NEWEST_VLLM
 from autoselect.workload import Deployment
 
 MODELS = FIXTURES / "models"
@@ -319,7 +320,7 @@ def test_dry_run_prints_the_commands_without_gpus_or_vllm(db_path):
                   "--dry-run", "--db", str(db_path)).stdout.splitlines()
     assert text[:5] == [
         f"model       {R1}: hidden 7168, 256 experts, top-8, nvfp4 dispatch on sm100",
-        "deployment  dp 8 x tp 1 = EP 8, vLLM 0.33.0",
+        f"deployment  dp 8 x tp 1 = EP 8, vLLM {NEWEST_VLLM}",  # no vLLM here: the newest the rules know
         "cases       decode32=32*1@4096 decode256=256*1@4096 prefill4096=4096",
         "", "dry run: the commands confirm would run, one per backend:"]
     assert text[5] == "  " + doc["plan"]["commands"]["deepep_low_latency"] and len(text) == 6

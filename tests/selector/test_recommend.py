@@ -57,8 +57,13 @@ def example_db(tmp_path_factory) -> Path:
     return path
 
 
+#: The vLLM the shipped results were measured under (tests/fixtures/results/make_results.py): the
+#: decisions below are judged for it, so that the newest release's arrival does not make them stale.
+MEASURED_UNDER = "0.33.0"
+
+
 def rec(db, model, **kw):
-    return recommend_for(str(MODELS / model), db_path=db, **kw)
+    return recommend_for(str(MODELS / model), db_path=db, **{"vllm_version": MEASURED_UNDER, **kw})
 
 
 def digest(path: Path) -> str:
@@ -485,6 +490,26 @@ def test_profile_answers_for_a_profile_the_caller_already_read(tmp_path, monkeyp
     monkeypatch.setattr(pipeline, "load_profile", lambda *a, **k: pytest.fail("the model read again"))
     assert recommend_for(model, db_path=tmp_path / "none.db", host_class="ref-h200_sxm-x8",
                          profile=profile).to_dict() == expected
+
+
+def test_a_newer_vllm_is_judged_as_the_newest_known_and_the_answer_says_so(fixture_db):
+    r = rec(fixture_db, "deepseek-r1-nvfp4", host_class=B200, workload="decode", vllm_version="0.41.0")
+    assert r.vllm_version_warning.startswith("vLLM 0.41.0 is newer than every release autoselect has read "
+                                             "(newest: 0.34.0)")
+    assert r.to_dict()["vllm_version_warning"] == r.vllm_version_warning
+    assert "vllm_version_warning" not in rec(fixture_db, "deepseek-r1-nvfp4", host_class=B200, workload="decode",
+                                             vllm_version="0.33.0").to_dict()
+    cli = run_cli("recommend", "--model", str(MODELS / "deepseek-r1-nvfp4"), "--db", str(fixture_db), "--host-class",
+                  B200, "--workload", "decode", "--vllm-version", "0.41.0", "--format", "json")
+    assert cli.exit_code == 0 and cli.stderr.count("Warning: vLLM 0.41.0 is newer") == 1
+    assert json.loads(cli.stdout)["vllm_version_warning"].startswith("vLLM 0.41.0 is newer")
+
+
+def test_a_0_34_answer_warns_that_its_flashinfer_pin_is_not_on_pypi(fixture_db):
+    r = rec(fixture_db, "deepseek-r1-nvfp4", host_class=B200, workload="decode", vllm_version="0.34.0")
+    assert any("flashinfer-python==0.7.3, which is not on PyPI" in w for w in r.warnings)
+    assert not any("not on PyPI" in w for w in rec(fixture_db, "deepseek-r1-nvfp4", host_class=B200,
+                                                  workload="decode", vllm_version="0.33.0").warnings)
 
 
 # ---- synthetic example data: marked in its runs, shown on every number, never confidence high ----

@@ -161,3 +161,23 @@ def test_where_the_variable_overrides_the_flag_a_set_variable_is_unset():
     assert backend_setting("deepep_low_latency", "0.14.0", {}).unset == ()
     assert backend_setting("deepep_low_latency", "0.13.0", env).unset == ()  # the flag wins there
     assert backend_setting("deepep_low_latency", "0.33.0", env).unset == ()  # not read at all
+
+
+def test_no_all2all_backend_is_emitted_next_to_a_moe_backend_that_dispatches_itself():
+    # vLLM 0.32.0+ binds passthrough for these and refuses any other backend (0.34.0 config/kernel.py:194-228)
+    for extra in (["--moe-backend", "flashinfer_moe_ep_cutedsl"], ["--moe-backend=flashinfer-moe-ep-mega-deep-gemm"]):
+        flags = serve_flags("deepep_low_latency", Deployment(dp=8), "0.34.0", extra=extra)
+        assert "--all2all-backend" not in flags and flags[-len(extra):] == extra
+    # an ordinary MoE backend, or a release before the megakernels, keeps the flag
+    assert "--all2all-backend" in serve_flags("deepep_low_latency", Deployment(dp=8), "0.34.0",
+                                              extra=["--moe-backend", "flashinfer_cutlass"])
+    assert "--all2all-backend" in serve_flags("deepep_low_latency", Deployment(dp=8), "0.31.0",
+                                              extra=["--moe-backend", "flashinfer_moe_ep_cutedsl"])
+
+
+def test_the_parse_side_reads_moe_backend_and_enforce_eager_as_vllm_does():
+    a = parse_serve_argv(["vllm", "serve", "m", "--moe-backend", "FlashInfer-MoE-EP-CuteDSL", "--enforce-eager"])
+    assert (a.moe_backend, a.enforce_eager) == ("flashinfer_moe_ep_cutedsl", True)
+    assert parse_serve_argv(["vllm", "serve", "m", "--enforce-eager", "--no-enforce-eager"]).enforce_eager is False
+    assert parse_serve_argv(["vllm", "serve", "m"]).redundant_given is None
+    assert parse_serve_argv(["vllm", "serve", "m", "--eplb-config.num_redundant_experts", "0"]).redundant_given == 0
