@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from autoselect import rules
 from autoselect.errors import GpuArchRequired, MissingShape, UserError
 from autoselect.hardware import fingerprint
 from autoselect.model import load_profile, normalize_arch
@@ -21,7 +22,7 @@ from bench import launch
 from bench.backends import available
 from bench.events import BackendSkipped, WireConverted
 from bench.launch import WorkerGroups
-from bench.sweep import SweepSpec, run_sweep, spec_meta, validate
+from bench.sweep import SweepSpec, run_sweep, spec_meta, spec_target, validate
 from db.records import Result
 from db.store import Store
 
@@ -48,6 +49,12 @@ class BenchReport:
     host: object = None
     groups: list[dict] = field(default_factory=list)
     wire: dict[str, dict] = field(default_factory=dict)
+    vllm_version: str | None = None  # the release legality was judged for and the adapters mirror
+
+    @property
+    def vllm_version_warning(self) -> str | None:
+        """The line every command prints when the target release is newer than the rules tables."""
+        return rules.newer_than_known(self.vllm_version) if self.vllm_version else None
 
     @property
     def startups(self) -> int:
@@ -63,6 +70,7 @@ class BenchReport:
             rows.append(d)
         check = self.reference_check()
         return {"schema_version": 1, "run_id": self.run_id, "db": self.db_path, "spec": asdict(self.spec),
+                "vllm_version": self.vllm_version, "vllm_version_warning": self.vllm_version_warning,
                 "skipped": self.skipped, "wire": self.wire, "results": rows, "startups": self.startups,
                 "worker_groups": self.groups, "reference": check.to_dict() if check else None}
 
@@ -114,6 +122,7 @@ def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=Non
                      timeout_s=timeout_s, include_illegal=include_illegal, gpu_arch=gpu_arch,
                      vllm_version=vllm_version, setup_timeout_s=setup_timeout_s)
     validate(spec, host)  # bad --vllm-version / NVSHMEM_QP_DEPTH fail here, before the store opens
+    target = spec_target(spec).version
     skipped: dict[str, str] = {}
     wire: dict[str, dict] = {}
 
@@ -128,10 +137,11 @@ def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=Non
     with WorkerGroups(keep=False) as groups:
         if launch.torchrun_rank() != 0:
             results = run_sweep(spec, host=host, progress=on_progress, groups=groups)
-            return BenchReport(spec, results, skipped, None, None, host, wire=wire)
+            return BenchReport(spec, results, skipped, None, None, host, wire=wire, vllm_version=target)
         with Store(db_path) as store:
             with store.run(host, trigger="manual", command="autoselect bench",
                            meta={"spec": spec_meta(spec)}) as run:
                 results = run_sweep(spec, store=store, run_id=run.id, host=host, progress=on_progress,
                                     groups=groups)
-            return BenchReport(spec, results, skipped, run.id, str(store.path), host, groups.summary(), wire)
+            return BenchReport(spec, results, skipped, run.id, str(store.path), host, groups.summary(), wire,
+                               target)

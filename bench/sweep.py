@@ -21,6 +21,7 @@ import os
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 
+from autoselect.bridge import TargetVersion, target_version
 from autoselect.candidates import candidate_backends, check_vllm_version, resolve_target
 from autoselect.errors import UserError
 from autoselect.hardware import fingerprint
@@ -292,7 +293,11 @@ class _Recorder:
             status=done.status, error=done.error, device=s.device, illegal=illegal,
             knobs=self.knobs, versions=self.versions,
         )
-        for key, value in (done.fields or {}).items():
+        fields = dict(done.fields or {})
+        path = fields.pop("code_path", None)  # the adapter's code path: recorded with the versions
+        if path:
+            result.versions = {**result.versions, **{str(k): str(v) for k, v in path.items()}}
+        for key, value in fields.items():
             setattr(result, key, value)
         if self.rank == 0:
             self.results.append(result)
@@ -310,11 +315,18 @@ def spec_meta(spec: SweepSpec) -> dict:
     return {k: v for k, v in asdict(spec).items() if k not in ("knobs",)}
 
 
+def spec_target(spec: SweepSpec) -> TargetVersion:
+    """The vLLM release ``spec`` is judged for and its adapters mirror: ``--vllm-version``, else the
+    version every command resolves (:func:`autoselect.bridge.target_version`)."""
+    return target_version(spec.vllm_version)
+
+
 def group_config(spec: SweepSpec, backend: str, host) -> GroupConfig:
     """The start-up settings of ``backend``'s worker group for ``spec``."""
     return GroupConfig.make(backend, spec.world_size, spec.device, spec.env,
                             setup_timeout_s=spec.setup_timeout_s,
-                            nvlinks_all_up=getattr(host, "all_nvlinks_up", None))
+                            nvlinks_all_up=getattr(host, "all_nvlinks_up", None),
+                            vllm_version=spec_target(spec).version)
 
 
 def _job(spec: SweepSpec, tokens: list[int], dtype: str | None = None) -> Job:

@@ -9,7 +9,7 @@ import json
 
 import click
 
-from autoselect.cli import db_option, format_option, stopping_rule_options
+from autoselect.cli import db_option, format_option, stopping_rule_options, warn_newer_vllm
 from autoselect.options import DEFAULT_TOKENS, SETUP_TIMEOUT_S
 from bench.events import GroupStarted, PointMeasured, PointPhase, SweepStarted
 
@@ -119,7 +119,9 @@ def _group_lines(report) -> list[str]:
 @click.option("--setup-timeout", "setup_timeout_s", type=float, default=SETUP_TIMEOUT_S, show_default=True,
               help="Seconds for a worker group's start-up and for each point's adapter setup (FlashInfer JIT builds take minutes).")
 @click.option("--include-illegal", is_flag=True, help="Also measure backends the rules reject (rows marked illegal).")
-@click.option("--vllm-version", metavar="X.Y.Z", help="vLLM version legality is judged for (default: newest known).")
+@click.option("--vllm-version", metavar="X.Y.Z",
+              help="vLLM release legality is judged for and whose FlashInfer calls the adapters make (default: the "
+                   "vllm of $AUTOSELECT_VLLM_PYTHON, else the installed vllm, else the newest known; as check).")
 @db_option
 @format_option("text", "json")
 def bench_cmd(model, gpu_arch, hidden, top_k, experts, dtype, backends, tokens, world_size, device,
@@ -151,6 +153,7 @@ def bench_cmd(model, gpu_arch, hidden, top_k, experts, dtype, backends, tokens, 
         )
     if report.db_path is None and report.run_id is None and not report.results:
         return  # a non-zero torchrun rank: rank 0 prints
+    warn_newer_vllm(report.vllm_version_warning)
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:

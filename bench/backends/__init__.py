@@ -19,6 +19,9 @@ Each adapter is one file, one class, with these methods in this order:
   weights already applied) back and sums them per source token: ``bf16 [T, H]`` in the
   order of the batch's tokens.
 - ``teardown()``.
+- ``code_path() -> dict``: optional (default ``{}``); after ``setup``, which upstream code path the
+  adapter took, as ``versions`` entries of the stored result (the FlashInfer adapters: the API
+  generation and the vLLM release whose calls they made, ``vllm_calls``).
 
 Adapters never time, check or print: ``bench/measure/`` does that. Optional packages are
 imported inside ``unavailable_reason``/``setup``.
@@ -56,7 +59,8 @@ class BenchContext:
 
     ``group`` carries the data (gloo on CPU, NCCL on CUDA); ``cpu_group`` is a gloo group
     for host-side exchanges (handles, counts). ``nvlinks_all_up`` comes from the host
-    fingerprint (None when unknown).
+    fingerprint (None when unknown). ``vllm_version``: the release whose code path an adapter
+    mirrors where releases differ (None: the newest the rules know).
     """
 
     rank: int
@@ -67,6 +71,7 @@ class BenchContext:
     cpu_group: object = None
     local_rank: int = 0
     nvlinks_all_up: bool | None = None
+    vllm_version: str | None = None
 
 
 @dataclass
@@ -123,6 +128,10 @@ class Backend:
 
     def teardown(self) -> None:
         """Release what setup allocated."""
+
+    def code_path(self) -> dict[str, str]:
+        """Which upstream code path the last ``setup`` took (``versions`` entries of the result), or ``{}``."""
+        return {}
 
 
 def _autoselect_installed() -> bool:

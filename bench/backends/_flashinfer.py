@@ -1,19 +1,28 @@
-"""What the FlashInfer adapters share: API detection, availability, payload staging, Mapping.
+"""What the FlashInfer adapters share: API detection, the code path to mirror, availability, payload staging.
 
-Two API generations, checked against the sources of flashinfer-python 0.6.18.post1 (the
-0.6.x vLLM pinned before 0.33) and 0.7.2.post1 (vLLM 0.33.0's pin):
+Three API generations (:data:`autoselect.rules.flashinfer.FLASHINFER_APIS`), checked against the sources
+of flashinfer-python 0.6.18.post1, 0.7.2.post1 (vLLM 0.33.0's pin) and 0.7.4 (0.7.3, vLLM
+0.34.0's pin, is not on PyPI):
 
 - ``flashinfer.comm.MoeAlltoAll`` (one-sided, ``comm/trtllm_moe_alltoall.py``) and
-  ``flashinfer.comm.trtllm_alltoall.MnnvlMoe`` (two-sided): both versions, same signatures
-  (0.7.2 adds only a keyword-only ``backend="trtllm"``), deprecated in 0.7.x.
-- ``flashinfer.moe_ep`` exists in BOTH versions, but only 0.7.x has the NVLink
-  communication API (``NVLinkOneSidedAlltoAll``, ``create_communication``,
+  ``flashinfer.comm.trtllm_alltoall.MnnvlMoe`` (two-sided): 0.6.x and 0.7.2, same signatures
+  (0.7.2 adds only a keyword-only ``backend="trtllm"``), deprecated in 0.7.x, removed in 0.7.4.
+- ``flashinfer.moe_ep`` exists in every one, but only 0.7.x has the NVLink communication API
+  (``NVLinkOneSidedAlltoAll``, ``NVLinkTwoSidedAlltoAll``, ``create_communication``,
   ``MoEEpCommParams.dispatch_format``); 0.6.18's ``moe_ep`` has only the NCCL-EP/NIXL-EP
   fleets. So "``flashinfer.moe_ep`` imports" is not the test: :func:`has_moe_ep` checks the
-  names vLLM 0.33 checks (``vllm/utils/flashinfer.py::has_flashinfer_nvlink_one_sided``).
+  names vLLM checks (``vllm/utils/flashinfer.py::has_flashinfer_nvlink_one_sided``).
+  0.7.4 adds the one-sided transports (``NVLinkOneSidedConfig.cft`` / ``lamport``, on by default
+  where the platform supports them) and renames ``dispatch``'s ``max_tokens_per_rank`` to
+  ``runtime_max_tokens_per_rank``: :func:`installed_api` reads both from what is installed.
 - ``moe_ep``'s NVLink backends refuse a GPU whose NVLinks are not all up
-  (``moe_ep/backends/split/comm/nvlink_common.py:286-317``); the legacy classes have no such
-  check, so on one GPU without NVLink peers only they run (at ep size 1).
+  (``moe_ep/backends/split/comm/nvlink_common.py:17-48``); the legacy classes have no such
+  check, so on one GPU without NVLink peers only they run (at ep size 1; FlashInfer <= 0.7.2).
+
+Which calls an adapter makes follows the target vLLM release (``ctx.vllm_version``,
+:data:`autoselect.rules.flashinfer.VLLM_CALLS`) as far as the installed FlashInfer allows
+(:func:`choose_api`); the adapter records the path it took (``code_path``: ``flashinfer_api``
+and ``vllm_calls`` in the result's versions), so a measurement says which vLLM code it stands for.
 
 Token index. The gate needs each received row's global token id, but vLLM sends only
 ``[x, x_sf, topk_ids, topk_weights]`` and no kernel argument takes an extra payload
@@ -29,6 +38,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
+from dataclasses import dataclass
+
+from autoselect import rules
 
 #: QuantFormat member per activation dtype (FlashInfer's own per-format byte table,
 #: ``moe_ep/core/comm/communication.py:60-68`` in 0.7.2, equals autoselect/payload.py's).
@@ -40,6 +53,9 @@ QUANT_FORMAT = {
 #: What ``flashinfer.moe_ep`` must export for the 0.7 one-sided path (vLLM 0.33's check).
 MOE_EP_ONE_SIDED_NAMES = ("BootstrapConfig", "MoEEpCommParams", "NVLinkOneSidedAlltoAll",
                           "NVLinkOneSidedConfig", "create_communication")
+#: ... and for the two-sided path (vLLM 0.34's check, ``vllm/utils/flashinfer.py:407-421``).
+MOE_EP_TWO_SIDED_NAMES = ("BootstrapConfig", "MoEEpCommParams", "NVLinkTwoSidedAlltoAll",
+                          "NVLinkTwoSidedConfig", "create_communication")
 
 #: Bytes of the global token index that ride with each row (int32).
 TOKEN_INDEX_BYTES = 4
@@ -85,12 +101,108 @@ def has_moe_ep() -> bool:
     return missing_moe_ep_one_sided() is None
 
 
+def missing_moe_ep_two_sided() -> str | None:
+    """What the 0.7 ``flashinfer.moe_ep`` two-sided API lacks here, or None when it is complete."""
+    if not (has_module("flashinfer") and has_module("flashinfer.moe_ep")):
+        return "no flashinfer.moe_ep (FlashInfer < 0.6.18)"
+    try:
+        ep = importlib.import_module("flashinfer.moe_ep")
+    except Exception as e:  # a broken install: report, do not crash the chooser
+        return f"flashinfer.moe_ep does not import ({type(e).__name__}: {e})"
+    absent = [name for name in MOE_EP_TWO_SIDED_NAMES if not hasattr(ep, name)]
+    return f"flashinfer.moe_ep has no {', '.join(absent)} (FlashInfer 0.6.x)" if absent else None
+
+
+@dataclass(frozen=True)
+class InstalledApi:
+    """What the installed FlashInfer offers the adapters (read from the package, never from its version)."""
+
+    legacy_one_sided: bool
+    legacy_two_sided: bool
+    moe_ep_one_sided: bool
+    moe_ep_two_sided: bool
+    transport_fields: bool  # NVLinkOneSidedConfig has cft and lamport (0.7.3+)
+    dispatch_keyword: str | None  # moe_ep dispatch's token-count keyword
+
+
+def installed_api() -> InstalledApi:
+    """Read :class:`InstalledApi` off the installed FlashInfer (imports ``flashinfer.moe_ep`` when present)."""
+    one, two = has_moe_ep(), missing_moe_ep_two_sided() is None
+    fields, keyword = False, None
+    if one or two:
+        ep = importlib.import_module("flashinfer.moe_ep")
+        if one:
+            fields = {"cft", "lamport"} <= set(getattr(ep.NVLinkOneSidedConfig, "__dataclass_fields__", {}))
+        cls = ep.NVLinkOneSidedAlltoAll if one else ep.NVLinkTwoSidedAlltoAll
+        names = inspect.signature(cls.dispatch).parameters
+        keyword = next((k for k in ("runtime_max_tokens_per_rank", "max_tokens_per_rank") if k in names), None)
+    return InstalledApi(has_legacy_one_sided(), has_legacy_two_sided(), one, two, fields, keyword)
+
+
+@dataclass(frozen=True)
+class ApiChoice:
+    """The calls an adapter makes for one point, and the vLLM code path they stand for."""
+
+    api: str  # "legacy" | "moe_ep"
+    fence_flags: bool  # pass cft=False, lamport=False (the fields exist and vLLM's path runs the fence transport)
+    dispatch_keyword: str | None
+    target: rules.flashinfer.VllmCalls | None  # the target release's calls (None: a release without the backend)
+    mirrors: rules.flashinfer.VllmCalls | None  # the calls actually made, as a release's row
+    why: str  # why the calls differ from the target's ('' when they do not)
+
+    def code_path(self) -> dict[str, str]:
+        """``versions`` entries of a result: the API generation used and the vLLM calls it mirrors."""
+        api = ("flashinfer.moe_ep" + (" (cft=False, lamport=False)" if self.fence_flags else "")
+               if self.api == "moe_ep" else "flashinfer.comm legacy classes")
+        path = {"flashinfer_api": api, "vllm_calls": self.mirrors.label if self.mirrors else "none"}
+        if self.why:
+            path["vllm_calls_note"] = self.why
+        return path
+
+
+def choose_api(backend: str, vllm_version: str | None, world_size: int, found: InstalledApi) -> ApiChoice | None:
+    """The API ``backend``'s adapter uses for a target release, or None when this FlashInfer has neither.
+
+    The target release's API when it is installed and usable; at world size 1 the legacy
+    classes first (``moe_ep`` refuses a GPU without NVLink peers); otherwise the other
+    generation, with the reason. One-sided passes ``cft=False, lamport=False`` whenever the
+    installed FlashInfer has the fields: every vLLM release runs the fence transport (0.34
+    sets it explicitly; older ones pin a FlashInfer that has no other).
+    """
+    version = vllm_version or rules.NEWEST_VLLM
+    one_sided = backend == rules.flashinfer.ONE_SIDED
+    legacy = found.legacy_one_sided if one_sided else found.legacy_two_sided
+    moe_ep = found.moe_ep_one_sided if one_sided else found.moe_ep_two_sided
+    target = rules.flashinfer.vllm_calls(backend, version)
+    wanted = target.api if target is not None else "moe_ep"
+    if world_size == 1 and legacy:
+        api, why = "legacy", ("" if wanted == "legacy" else
+                              "world size 1: flashinfer.moe_ep refuses a GPU without NVLink peers, so the legacy "
+                              "classes make the calls")
+    elif wanted == "moe_ep" and moe_ep or wanted == "legacy" and legacy:
+        api, why = wanted, ""
+    elif moe_ep or legacy:
+        api = "moe_ep" if moe_ep else "legacy"
+        why = f"this FlashInfer has no {'flashinfer.moe_ep NVLink API' if wanted == 'moe_ep' else 'legacy classes'}"
+    else:
+        return None
+    fence = one_sided and api == "moe_ep" and found.transport_fields
+    keyword = found.dispatch_keyword if api == "moe_ep" else None
+    mirrors = next((c for c in rules.flashinfer.VLLM_CALLS if c.backend == backend and c.api == api
+                    and (not one_sided or api == "legacy" or c.fence_only == fence)), None)
+    if target is not None and mirrors is not None and mirrors != target and not why:
+        why = f"this FlashInfer cannot make the calls of {target.label}"
+    return ApiChoice(api, fence, keyword, target, mirrors, why)
+
+
 def common_unavailable_reason(ctx) -> str | None:
     """No CUDA, no FlashInfer, or several ranks without every NVLink up."""
     if ctx.device != "cuda":
         return "needs CUDA GPUs (FlashInfer NVLink kernels); this run is on CPU"
     if not has_module("flashinfer"):
-        return "flashinfer not installed (pip install flashinfer-python; vLLM 0.33 pins 0.7.2.post1)"
+        pin = rules.flashinfer.pin(ctx.vllm_version or rules.NEWEST_VLLM)
+        return ("flashinfer not installed (pip install flashinfer-python"
+                + (f"; vLLM {pin.vllm} pins {pin.pin}" if pin else "") + ")")
     if ctx.world_size > 1:
         up = ctx.nvlinks_all_up
         if up is None:

@@ -18,14 +18,18 @@ SUPPORTED_TOP_K = (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 22)
 class FlashinferNvlinkOneSided(Backend):
     """Based on FlashInfer's MoeAlltoAll: dispatch puts each token's rows into the owning ranks' workspaces, combine pulls and sums.
 
-    Several ranks use ``flashinfer.moe_ep.NVLinkOneSidedAlltoAll`` (0.7.x, what vLLM 0.33
-    calls) when this FlashInfer has it, else ``flashinfer.comm.MoeAlltoAll`` (0.6.x); one
-    rank uses ``MoeAlltoAll`` (moe_ep refuses GPUs without NVLink peers). Both paths make the
-    same kernel call: payloads ``[x, x_sf, topk_ids, topk_weights]`` as vLLM sends them, the
-    4-byte token index riding at the end of the last activation tensor
-    (``bench/backends/_flashinfer.py``), ``invalid_token_expert_id=-1``; the workspace is
-    sized exactly as ``NVLinkOneSidedAlltoAll.__init__`` sizes it, from the payload actually
-    sent (:meth:`dispatch_row_bytes`), never from a fixed nvfp4 formula.
+    The calls follow the target vLLM release (``ctx.vllm_version``) as far as the installed
+    FlashInfer allows (:func:`bench.backends._flashinfer.choose_api`): vLLM 0.18-0.32 call
+    ``flashinfer.comm.MoeAlltoAll``, 0.33 ``flashinfer.moe_ep.NVLinkOneSidedAlltoAll``, 0.34 the
+    same with ``cft=False, lamport=False`` (the fence transport: FlashInfer >= 0.7.3 would
+    otherwise take counted writes or the Lamport transport where the platform has them) and
+    ``dispatch(..., runtime_max_tokens_per_rank=)``. The fields are passed whenever this FlashInfer
+    has them; on one rank the legacy class runs when present (moe_ep refuses GPUs without
+    NVLink peers). Every path makes the same kernel call: payloads ``[x, x_sf, topk_ids,
+    topk_weights]`` as vLLM sends them, the 4-byte token index riding at the end of the last
+    activation tensor (``bench/backends/_flashinfer.py``), ``invalid_token_expert_id=-1``; the
+    workspace is sized exactly as ``NVLinkOneSidedAlltoAll.__init__`` sizes it, from the payload
+    actually sent (:meth:`dispatch_row_bytes`), never from a fixed nvfp4 formula.
 
     Not like vLLM: at EP 4/8/16, nvfp4, hidden <= 2048 and an even top_k > 4, FlashInfer
     0.7.2 takes a "phased" dispatch kernel only when the scale row is exactly 1/8 of the value
@@ -69,22 +73,27 @@ class FlashinferNvlinkOneSided(Backend):
 
     def setup(self, ctx, point):
         """Create the communicator for this shape (collective; first use JIT-builds the kernel)."""
-        if point.top_k not in SUPPORTED_TOP_K:
+        found = fi.installed_api()
+        self.choice = fi.choose_api(self.name, ctx.vllm_version, ctx.world_size, found)
+        # FlashInfer >= 0.7.3 checks top_k itself (and adds 3); older kernels fail only at launch
+        if not found.transport_fields and point.top_k not in SUPPORTED_TOP_K:
             raise ValueError(f"top_k {point.top_k} is not compiled into the one-sided kernel "
                              f"({', '.join(map(str, SUPPORTED_TOP_K))})")
         self.ctx, self.w, self._staged = ctx, point, None
         self.comm = self.a2a = None
-        self.use_moe_ep = (ctx.world_size > 1 and fi.has_moe_ep()) or not fi.has_legacy_one_sided()
+        self.use_moe_ep = self.choice.api == "moe_ep"
         t, h = point.tokens_per_rank, point.hidden
         if self.use_moe_ep:
             import flashinfer.moe_ep as ep
 
-            # As vLLM 0.33's FlashInferNVLinkOneSidedManager.initialize builds it.
+            # As vLLM's FlashInferNVLinkOneSidedManager.initialize builds it (0.33: all2all.py:
+            # 804-857; 0.34: :860-868 adds the fence transport).
             params = ep.MoEEpCommParams(num_experts=point.experts, top_k=point.top_k,
                                         max_tokens_per_rank=t, hidden_size=h, dtype=torch.bfloat16,
                                         dispatch_format=fi.quant_format(point.dtype))
+            transport = {"cft": False, "lamport": False} if self.choice.fence_flags else {}
             config = ep.NVLinkOneSidedConfig(extra_payload_bytes_per_token=self.extra_payload_bytes(point),
-                                             comm_backend=fi.mnnvl_config(ctx).comm_backend)
+                                             comm_backend=fi.mnnvl_config(ctx).comm_backend, **transport)
             device = torch.cuda.current_device() if ctx.device == "cuda" else ctx.local_rank
             bootstrap = ep.BootstrapConfig(world_size=ctx.world_size, rank=ctx.rank,
                                            device=device, process_group=ctx.cpu_group)
@@ -119,21 +128,33 @@ class FlashinferNvlinkOneSided(Backend):
 
         FlashInfer caches the workspace per geometry for the process: without this, a point
         repeated in one worker would see the previous run's rows, and a dispatch that delivered
-        nothing could pass the gate on them. The region starts at the metainfo's
-        ``PAYLOAD_DATA_OFFSET_INDEX`` (``calculateOffsets``, csrc/trtllm_moe_alltoall.cu);
-        the counters and flags before it are left alone.
+        nothing could pass the gate on them. Up to 0.7.2 (``MoeAlltoAll``, also under 0.7.2's
+        ``moe_ep``) the region starts at the metainfo's ``PAYLOAD_DATA_OFFSET_INDEX`` and runs to
+        the end of the rank's row (``calculateOffsets``, csrc/trtllm_moe_alltoall.cu); from 0.7.4
+        ``NVLinkOneSidedAlltoAll`` keeps its own layout: ``DISPATCH_PAYLOAD_OFFSET_INDEX`` and
+        ``DISPATCH_PAYLOAD_SIZE_INDEX`` (csrc/.../moeAlltoAllMeta.h). The counters and flags
+        before it are left alone.
         """
-        a2a = self.comm.alltoall if self.use_moe_ep else self.a2a
-        start = int(a2a.metainfo[a2a._METAINFO_INDEX["PAYLOAD_DATA_OFFSET_INDEX"]])
-        a2a.workspace[self.ctx.rank, start:].fill_(0xFF)
+        rank = self.ctx.rank
+        owner = self.comm.alltoall if self.use_moe_ep and hasattr(self.comm, "alltoall") else (
+            self.comm if self.use_moe_ep else self.a2a)
+        index = getattr(owner, "_index", None)
+        if index is not None and hasattr(index, "DISPATCH_PAYLOAD_OFFSET_INDEX"):
+            start = int(owner.metainfo[index.DISPATCH_PAYLOAD_OFFSET_INDEX])
+            end = start + int(owner.metainfo[index.DISPATCH_PAYLOAD_SIZE_INDEX])
+        else:
+            start = int(owner.metainfo[owner._METAINFO_INDEX["PAYLOAD_DATA_OFFSET_INDEX"]])
+            end = owner.workspace.shape[1]
+        owner.workspace[rank, start:end].fill_(0xFF)
 
     def dispatch(self, batch):
         """One one-sided dispatch of values, scales (index riding on the last), ids and weights."""
         t = self.w.tokens_per_rank
         s = fi.staged(self, batch)
         if self.use_moe_ep:
+            # the step's token count: max_tokens_per_rank= up to 0.7.2, runtime_max_tokens_per_rank= from 0.7.3
             res = self.comm.dispatch(s.x, batch.topk_ids, batch.topk_weights,
-                                     hidden_states_scale=s.x_sf, max_tokens_per_rank=t)
+                                     hidden_states_scale=s.x_sf, **{self.choice.dispatch_keyword: t})
             x_rows, sf_rows, ids, weights = res.hidden_states, res.hidden_states_scale, res.topk_ids, res.topk_weights
         else:
             # The call NVLinkOneSidedAlltoAll.dispatch makes (communication.py:184-202, 0.7.2).
@@ -158,6 +179,11 @@ class FlashinferNvlinkOneSided(Backend):
             return self.comm.combine(expert_out)
         t, ws, h = self.w.tokens_per_rank, self.ctx.world_size, self.w.hidden
         return self.a2a.combine(expert_out.view(ws, t, h), t)
+
+    def code_path(self):
+        """The API generation this point ran and the vLLM calls it mirrors (``fi.ApiChoice.code_path``)."""
+        choice = getattr(self, "choice", None)
+        return choice.code_path() if choice is not None else {}
 
     def teardown(self):
         """Release the communicator (FlashInfer caches the symmetric workspace per geometry)."""

@@ -35,7 +35,9 @@ class GroupConfig:
 
     ``env``: environment variables of the workers (knobs that take effect at process start,
     e.g. ``NCCL_PROTO``), as sorted ``(name, value)`` pairs. ``setup_timeout_s``: wall-clock
-    limit of the start-up (spawn to ready) and of each point's adapter setup.
+    limit of the start-up (spawn to ready) and of each point's adapter setup. ``vllm_version``:
+    the vLLM release whose calls the adapters mirror (:data:`autoselect.rules.flashinfer.VLLM_CALLS`;
+    None: the newest the rules know).
     """
 
     backend: str
@@ -44,6 +46,7 @@ class GroupConfig:
     env: tuple[tuple[str, str], ...] = ()
     setup_timeout_s: float = SETUP_TIMEOUT_S
     nvlinks_all_up: bool | None = None
+    vllm_version: str | None = None
 
     @classmethod
     def make(cls, backend: str, world_size: int, device: str, env: dict | None = None, **kw) -> "GroupConfig":
@@ -58,7 +61,7 @@ class GroupConfig:
 
     def startup_key(self) -> tuple:
         """What the running processes depend on (everything but the timeout)."""
-        return (self.backend, self.world_size, self.device, self.env, self.nvlinks_all_up)
+        return (self.backend, self.world_size, self.device, self.env, self.nvlinks_all_up, self.vllm_version)
 
     def differences(self, other: "GroupConfig") -> str:
         """Why ``other`` needs a fresh group: ``start-up knobs changed (NCCL_PROTO=LL -> unset)`` and the like."""
@@ -72,6 +75,8 @@ class GroupConfig:
             parts.append("start-up knobs changed (" + ", ".join(changed) + ")")
         if self.nvlinks_all_up != other.nvlinks_all_up:
             parts.append("NVLink state changed")
+        if self.vllm_version != other.vllm_version:
+            parts.append(f"target vLLM {self.vllm_version} -> {other.vllm_version}")
         return "; ".join(parts) or "configuration changed"
 
 

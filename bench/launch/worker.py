@@ -98,7 +98,8 @@ class WorkerSession:
         cpu_group = dist.new_group(backend="gloo") if cfg.device == "cuda" else group
         self.ctx = backends.BenchContext(rank=self.rank, world_size=self.world_size, device=cfg.device,
                                          torch_device=torch_device, group=group, cpu_group=cpu_group,
-                                         local_rank=local_rank, nvlinks_all_up=cfg.nvlinks_all_up)
+                                         local_rank=local_rank, nvlinks_all_up=cfg.nvlinks_all_up,
+                                         vllm_version=cfg.vllm_version)
         self.adapter = backends.load(cfg.backend)
         # every rank loads the same class: one that keeps the base hook never asks (no collective)
         self.adapter_may_need_fresh = type(self.adapter).needs_fresh_process is not backends.Backend.needs_fresh_process
@@ -154,12 +155,16 @@ class WorkerSession:
                 outcome = run_point(self.adapter, self.ctx, point, batch=batch, **job.rule,
                                     on_phase=lambda p, t=tokens: self.say(
                                         {"event": "phase", "job": job_id, "tokens": t, "phase": p}))
+                fields = dict(outcome.fields or {})
+                path = self.adapter.code_path()
+                if path:  # merged into the result's versions by the sweep's recorder
+                    fields["code_path"] = path
             finally:
                 self.adapter.teardown()
             if self.config.device == "cuda":
                 torch.cuda.synchronize()
             self.say({"event": "result", "job": job_id, "tokens": tokens, "status": outcome.status,
-                      "error": outcome.error, "fields": outcome.fields, "timing": outcome.timing,
+                      "error": outcome.error, "fields": fields, "timing": outcome.timing,
                       "timing_note": outcome.timing_note, "seconds": time.monotonic() - t0})
             self.stage = "between points"
             if self.world_size > 1:

@@ -16,6 +16,7 @@ that tree first on ``PYTHONPATH``. Real kernel runs: perf/gpu_check.sh.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -34,7 +35,7 @@ from bench.backends import _flashinfer as fi
 from bench.measure import run_point
 from bench.synthetic import BenchPoint
 
-from support.flashinfer_kernels import Bound, TwoSidedKernels, install_one_sided
+from support.flashinfer_kernels import Bound, TwoSidedKernels, install_moe_ep_platform, install_one_sided
 
 #: Set in the subprocess of the 0.6 rerun: the version this process must have imported.
 EXPECTED_VERSION = os.environ.get("AUTOSELECT_TEST_EXPECT_FLASHINFER")
@@ -81,13 +82,17 @@ def test_unavailable_reasons_name_what_is_missing(monkeypatch):
     monkeypatch.setattr(fi, "has_legacy_one_sided", lambda: False)
     monkeypatch.setattr(fi, "has_legacy_two_sided", lambda: False)
     monkeypatch.setattr(fi, "missing_moe_ep_one_sided", lambda: "flashinfer.moe_ep has no NVLinkOneSidedAlltoAll")
+    monkeypatch.setattr(fi, "missing_moe_ep_two_sided", lambda: "flashinfer.moe_ep has no NVLinkTwoSidedAlltoAll")
     gpu1, gpu8 = BenchContext(0, 1, "cuda", None), BenchContext(0, 8, "cuda", None, nvlinks_all_up=True)
     assert one.unavailable_reason(gpu1).startswith("world size 1 needs flashinfer.comm.MoeAlltoAll")
+    assert two.unavailable_reason(gpu1).startswith("world size 1 needs flashinfer.comm.trtllm_alltoall.MnnvlMoe")
     assert one.unavailable_reason(gpu8) == ("this FlashInfer has no flashinfer.comm.MoeAlltoAll and "
                                             "flashinfer.moe_ep has no NVLinkOneSidedAlltoAll")
-    assert two.unavailable_reason(gpu8).startswith("this FlashInfer has no flashinfer.comm.trtllm_alltoall.MnnvlMoe")
+    assert two.unavailable_reason(gpu8) == ("this FlashInfer has no flashinfer.comm.trtllm_alltoall.MnnvlMoe and "
+                                            "flashinfer.moe_ep has no NVLinkTwoSidedAlltoAll")
     monkeypatch.setattr(fi, "missing_moe_ep_one_sided", lambda: None)
-    assert one.unavailable_reason(gpu8) is None
+    monkeypatch.setattr(fi, "missing_moe_ep_two_sided", lambda: None)
+    assert one.unavailable_reason(gpu8) is None and two.unavailable_reason(gpu8) is None
     assert one.unavailable_reason(BenchContext(0, 8, "cuda", None, nvlinks_all_up=False)) == \
         "needs every NVLink of each GPU up (P2P over NVLink); PCIe-only GPUs or links down"
 
@@ -239,7 +244,8 @@ def test_one_sided_moe_ep_api_passes_the_gate_and_makes_the_legacy_paths_kernel_
 @pytest.mark.slow
 @pytest.mark.parametrize("backend, api", [("flashinfer_nvlink_one_sided", "legacy"),
                                           ("flashinfer_nvlink_one_sided", "moe_ep"),
-                                          ("flashinfer_nvlink_two_sided", "legacy")])
+                                          ("flashinfer_nvlink_two_sided", "legacy"),
+                                          ("flashinfer_nvlink_two_sided", "moe_ep")])
 @pytest.mark.parametrize("dtype", ["bf16", "nvfp4"])
 def test_two_ranks_pass_the_gate_with_padding_rows_marked_invalid(tmp_path, backend, api, dtype):
     from support.flashinfer_kernels import run_ranks
@@ -280,6 +286,106 @@ def test_two_sided_bf16_sends_one_alltoallv_with_the_index_on_the_values(monkeyp
     assert received.x_sf is None and received.valid.tolist() == [True] * 16
     assert sorted(received.token_index.tolist()) == list(range(16))
     assert received.token_index.tolist() != list(range(16))  # rows arrive out of source order
+
+
+# ---- which FlashInfer API an adapter calls, for which vLLM release ----------------------------
+
+#: What the three FlashInfer generations offer (autoselect.rules.FLASHINFER_APIS; read from their wheels).
+FI_0_6 = fi.InstalledApi(True, True, False, False, False, None)
+FI_0_7_2 = fi.InstalledApi(True, True, True, True, False, "max_tokens_per_rank")
+FI_0_7_4 = fi.InstalledApi(False, False, True, True, True, "runtime_max_tokens_per_rank")
+ONE, TWO = "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided"
+
+
+@pytest.mark.parametrize(
+    "backend, target, ws, found, api, fence, mirrors, note",
+    [  # vLLM 0.34.0 all2all.py:860-868 (one-sided, fence) and :676-764 (two-sided moe_ep) on FlashInfer 0.7.4
+     (ONE, "0.34.0", 8, FI_0_7_4, "moe_ep", True, "vLLM 0.34.0+ (flashinfer.moe_ep, fence transport)", ""),
+     (TWO, "0.34.0", 8, FI_0_7_4, "moe_ep", False, "vLLM 0.34.0+ (flashinfer.moe_ep)", ""),
+     # 0.7.2.post1 has no cft/lamport: the calls it can make are vLLM 0.33's
+     (ONE, "0.34.0", 8, FI_0_7_2, "moe_ep", False, "vLLM 0.33.0-0.33.x (flashinfer.moe_ep)",
+      "this FlashInfer cannot make the calls of vLLM 0.34.0+ (flashinfer.moe_ep, fence transport)"),
+     (TWO, "0.34.0", 8, FI_0_7_2, "moe_ep", False, "vLLM 0.34.0+ (flashinfer.moe_ep)", ""),
+     # vLLM 0.33.0: one-sided through moe_ep, two-sided through MnnvlMoe (0.33.0 all2all.py:680-708)
+     (ONE, "0.33.0", 8, FI_0_7_2, "moe_ep", False, "vLLM 0.33.0-0.33.x (flashinfer.moe_ep)", ""),
+     (TWO, "0.33.0", 8, FI_0_7_2, "legacy", False, "vLLM 0.11.0-0.33.x (flashinfer.comm legacy classes)", ""),
+     (TWO, "0.33.0", 8, FI_0_7_4, "moe_ep", False, "vLLM 0.34.0+ (flashinfer.moe_ep)",
+      "this FlashInfer has no legacy classes"),
+     (ONE, "0.32.0", 8, FI_0_6, "legacy", False, "vLLM 0.18.0-0.32.x (flashinfer.comm legacy classes)", ""),
+     (ONE, "0.34.0", 8, FI_0_6, "legacy", False, "vLLM 0.18.0-0.32.x (flashinfer.comm legacy classes)",
+      "this FlashInfer has no flashinfer.moe_ep NVLink API"),
+     # one GPU without NVLink peers: moe_ep refuses it, the legacy classes do not
+     (ONE, "0.34.0", 1, FI_0_7_2, "legacy", False, "vLLM 0.18.0-0.32.x (flashinfer.comm legacy classes)",
+      "world size 1: flashinfer.moe_ep refuses a GPU without NVLink peers, so the legacy classes make the calls"),
+     (ONE, None, 8, FI_0_7_4, "moe_ep", True, "vLLM 0.34.0+ (flashinfer.moe_ep, fence transport)", "")],
+)
+def test_the_adapters_make_the_calls_of_the_target_release_as_far_as_the_installed_flashinfer_allows(
+        backend, target, ws, found, api, fence, mirrors, note):
+    choice = fi.choose_api(backend, target, ws, found)
+    assert (choice.api, choice.fence_flags, choice.mirrors.label, choice.why) == (api, fence, mirrors, note)
+    path = choice.code_path()
+    assert path["vllm_calls"] == mirrors and ("vllm_calls_note" in path) == bool(note)
+    assert path["flashinfer_api"] == ("flashinfer.moe_ep (cft=False, lamport=False)" if fence else
+                                      "flashinfer.moe_ep" if api == "moe_ep" else "flashinfer.comm legacy classes")
+    assert fi.choose_api(backend, target, ws, fi.InstalledApi(False, False, False, False, False, None)) is None
+
+
+def test_the_installed_flashinfer_is_read_by_what_it_exports():
+    found = fi.installed_api()
+    if flashinfer.__version__.startswith("0.6."):
+        assert found == FI_0_6
+    else:  # 0.7.2.post1: legacy classes and moe_ep, no transport fields, dispatch(max_tokens_per_rank=)
+        assert found == FI_0_7_2
+
+
+def test_a_0_34_two_sided_point_runs_flashinfer_moe_ep_with_vllms_arguments(monkeypatch, ctx):
+    ep = pytest.importorskip("flashinfer.moe_ep")
+    if fi.missing_moe_ep_two_sided():
+        pytest.skip(f"0.6.x: {fi.missing_moe_ep_one_sided()}")
+    kernels = TwoSidedKernels(monkeypatch)  # moe_ep's two-sided runs MnnvlMoe's kernels in 0.7.2
+    install_moe_ep_platform(monkeypatch)
+    created = Bound(ep.create_communication, None)
+    real_create = ep.create_communication
+    created.answer = lambda a: real_create(a["bootstrap"], a["params"], a["backend"], **a["options"])
+    monkeypatch.setattr(ep, "create_communication", created)
+    monkeypatch.setattr(fi, "has_legacy_two_sided", lambda: False)  # take moe_ep at world size 1
+    w = BenchPoint(48, 512, 8, 32, 1, "nvfp4")
+    adapter = backends.load("flashinfer_nvlink_two_sided")
+    adapter.setup(dataclasses.replace(ctx, vllm_version="0.34.0"), w)
+    assert adapter.use_moe_ep and isinstance(adapter.comm, ep.NVLinkTwoSidedAlltoAll)
+    outcome = run_point(adapter, adapter.ctx, w, **FAST)
+    assert outcome.status == "ok", outcome.error
+    args = created.calls[0].arguments
+    # vLLM 0.34.0 all2all.py:732-743: invalid_expert_id=num_experts, NVLinkTwoSidedConfig(comm_backend=...)
+    assert args["params"].invalid_expert_id == 32 and isinstance(args["backend"], ep.NVLinkTwoSidedConfig)
+    assert [tuple(c.arguments["x"].shape) for c in kernels.alltoallv.calls[:2]] == [(48, w.value_bytes),
+                                                                                     (48, w.scale_bytes + 16)]
+    assert adapter.code_path() == {"flashinfer_api": "flashinfer.moe_ep", "vllm_calls": "vLLM 0.34.0+ (flashinfer.moe_ep)"}
+    adapter.teardown()
+    assert adapter.comm is None
+
+
+def test_a_0_34_one_sided_point_on_0_7_2_says_it_could_not_set_the_fence_transport(monkeypatch, ctx):
+    ep = pytest.importorskip("flashinfer.moe_ep")
+    if not fi.has_moe_ep():
+        pytest.skip(f"0.6.x: {fi.missing_moe_ep_one_sided()}")
+    install_one_sided(monkeypatch)
+    install_moe_ep_platform(monkeypatch)
+    created = Bound(ep.create_communication, None)
+    real_create = ep.create_communication
+    created.answer = lambda a: real_create(a["bootstrap"], a["params"], a["backend"], **a["options"])
+    monkeypatch.setattr(ep, "create_communication", created)
+    monkeypatch.setattr(fi, "has_legacy_one_sided", lambda: False)
+    w = BenchPoint(32, 512, 8, 32, 1, "nvfp4")
+    adapter = backends.load("flashinfer_nvlink_one_sided")
+    adapter.setup(dataclasses.replace(ctx, vllm_version="0.34.0"), w)
+    config = created.calls[0].arguments["backend"]
+    assert not hasattr(config, "cft")  # 0.7.2.post1's NVLinkOneSidedConfig: config.py:29-34
+    assert run_point(adapter, adapter.ctx, w, **FAST).status == "ok"
+    assert adapter.code_path() == {
+        "flashinfer_api": "flashinfer.moe_ep", "vllm_calls": "vLLM 0.33.0-0.33.x (flashinfer.moe_ep)",
+        "vllm_calls_note": "this FlashInfer cannot make the calls of vLLM 0.34.0+ (flashinfer.moe_ep, fence transport)"}
+    adapter.teardown()
 
 
 @pytest.mark.skipif(EXPECTED_VERSION is not None, reason="this is the 0.6 rerun itself")

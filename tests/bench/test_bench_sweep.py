@@ -434,3 +434,29 @@ def test_bench_cli_shape_mistakes_are_one_line_and_write_nothing(db_path, args, 
     assert res.exit_code == 2
     assert res.stderr.startswith(message) and res.stderr.count("\n") == 1
     assert not db_path.exists()
+
+
+def test_bench_json_and_stderr_say_when_the_target_vllm_is_newer_than_the_tables(db_path):
+    res = _bench("--backends", "reference_all_to_all", "--tokens", "2", "--vllm-version", "0.41.0", "--format", "json",
+                 db=db_path)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["vllm_version"] == "0.41.0" and doc["vllm_version_warning"].startswith(
+        "vLLM 0.41.0 is newer than every release autoselect has read (newest: 0.34.0)")
+    assert res.stderr.count("Warning: vLLM 0.41.0 is newer") == 1
+
+
+def test_an_adapters_code_path_is_recorded_with_the_results_versions():
+    from bench.launch import PointDone
+    from bench.sweep import _Recorder
+
+    results = []
+    recorder = _Recorder(_spec(["flashinfer_nvlink_one_sided"]), None, None, None, 0, lambda e: None, results)
+    path = {"flashinfer_api": "flashinfer.moe_ep (cft=False, lamport=False)",
+            "vllm_calls": "vLLM 0.34.0+ (flashinfer.moe_ep, fence transport)"}
+    recorder.point("flashinfer_nvlink_one_sided",
+                   PointDone("flashinfer_nvlink_one_sided", 4, "ok", fields={"latency_us_p50": 3.5, "code_path": path}),
+                   False)
+    [r] = results
+    assert r.latency_us_p50 == 3.5 and {k: r.versions[k] for k in path} == path
+    assert recorder.versions == {}  # the shared dict is untouched: the next backend's rows do not inherit it

@@ -391,12 +391,17 @@ class TwoSidedKernels:
 
 
 def install_moe_ep_platform(monkeypatch):
-    """Pass moe_ep's NVLink platform check (NVML: every NVLink up), the one GPU query on its one-sided path."""
+    """Pass moe_ep's NVLink platform check (NVML: every NVLink up), the one GPU query on its one- and
+    two-sided paths, and skip ``MnnvlMemory.initialize`` (a CUDA driver call) that the two-sided
+    constructor makes (0.7.2 ``nvlink_two_sided/communication.py:53``)."""
+    from flashinfer.comm import mnnvl
     from flashinfer.moe_ep.backends.split.comm import nvlink_common
     from flashinfer.moe_ep.backends.split.comm.nvlink_one_sided import communication as one_sided
+    from flashinfer.moe_ep.backends.split.comm.nvlink_two_sided import communication as two_sided
 
-    monkeypatch.setattr(nvlink_common, "nvlink_platform_supported", lambda: True)
-    monkeypatch.setattr(one_sided, "nvlink_platform_supported", lambda: True)
+    for module in (nvlink_common, one_sided, two_sided):
+        monkeypatch.setattr(module, "nvlink_platform_supported", lambda: True)
+    monkeypatch.setattr(mnnvl.MnnvlMemory, "initialize", staticmethod(lambda: None))
 
 
 def _rank_main(rank, world_size, directory, backend, dtype, tokens, top_k, api):
@@ -414,8 +419,10 @@ def _rank_main(rank, world_size, directory, backend, dtype, tokens, top_k, api):
 
     dist.init_process_group("gloo", init_method=f"file://{directory}/store", rank=rank, world_size=world_size)
     group = dist.group.WORLD
+    # the two-sided API follows the target release: MnnvlMoe up to vLLM 0.33, flashinfer.moe_ep from 0.34
     ctx = BenchContext(rank=rank, world_size=world_size, device="cpu", torch_device=torch.device("cpu"),
-                       group=group, cpu_group=group, local_rank=rank)
+                       group=group, cpu_group=group, local_rank=rank,
+                       vllm_version="0.34.0" if api == "moe_ep" else "0.33.0")
     with pytest.MonkeyPatch.context() as m:
         if backend == "flashinfer_nvlink_one_sided":
             ops = install_one_sided(m, directory)
@@ -425,6 +432,8 @@ def _rank_main(rank, world_size, directory, backend, dtype, tokens, top_k, api):
                 m.setattr(fi, "has_moe_ep", lambda: False)  # as on FlashInfer 0.6
         else:
             TwoSidedKernels(m)
+            if api == "moe_ep":
+                install_moe_ep_platform(m)
         w = BenchPoint(tokens, 512, top_k, 32, world_size, dtype)
         adapter = backends.load(backend)
         adapter.setup(ctx, w)
