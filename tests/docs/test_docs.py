@@ -232,3 +232,9 @@ def test_doc_links_resolve(page):
 
 def test_readme_has_links():
     assert re.findall(r"\]\(([^)\s]+)\)", README)
+
+
+def test_the_readme_names_the_newest_release_the_rules_have_read():
+    from autoselect.rules.versions import NEWEST_VLLM, RELEASES
+
+    assert f"from {RELEASES[0]} to\n{NEWEST_VLLM}, the newest known" in README
