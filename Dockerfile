@@ -2,14 +2,14 @@
 # that will serve the model also run `autoselect bench` / `confirm`, so the measurements are
 # taken with the software they are about.
 #
-#   docker build -t autoselect-vllm:0.33.0 .
-#   docker build -t autoselect-vllm:0.32.0 --build-arg VLLM_VERSION=0.32.0 .
+#   docker build -t autoselect-vllm:0.34.0 .
+#   docker build -t autoselect-vllm:0.33.0 --build-arg VLLM_VERSION=0.33.0 .
 #   docker run --rm --gpus all --ipc=host -v "$PWD/autoselect-data:/data" \
 #       -v "$HOME/.cache/huggingface:/root/.cache/huggingface" \
-#       autoselect-vllm:0.33.0 bench --model deepseek-ai/DeepSeek-R1
+#       autoselect-vllm:0.34.0 bench --model deepseek-ai/DeepSeek-R1
 #
 # The default command prints the help; any autoselect subcommand can follow the image name.
-ARG VLLM_VERSION=0.33.0
+ARG VLLM_VERSION=0.34.0
 FROM vllm/vllm-openai:v${VLLM_VERSION}
 
 ARG VLLM_VERSION

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from autoselect import rules
 from autoselect.errors import UserError
 from autoselect.fleet.drift.points import MIN_SLOWDOWN, NOISE_K, observations, reference, slow_threshold
 from autoselect.model import load_profile
@@ -168,7 +169,7 @@ def _class_change(conn: Any, model: str, profile: Any, host_class: str, rows: li
     # compared on the token counts the newest fleet run measured, equally weighted
     workload = equal_workload(sorted({r.tokens_per_rank for r in shape_rows if fleets.of(r) == now_f}))
     picks = [recommend(profile, conn=conn, deployment=dep, host_class=host_class, gpu_arch=arch,
-                       host=_host_as_of(newest, use), workload=workload,
+                       host=_host_as_of(newest, use), vllm_version=_vllm_as_of(use), workload=workload,
                        rows=[r for r in use if r.world_size == ws]).backend
              for use in (before_rows, shape_rows)]
     prev_obs = observations(r for r in shape_rows if fleets.of(r) == prev_f and r.world_size == ws)
@@ -190,6 +191,19 @@ def _host_as_of(host: Any, rows: list[Any]) -> Any:
                                                                    if k not in ("driver", "cuda")}},
                                driver_version=versions.get("driver", host.driver_version),
                                cuda_version=versions.get("cuda", host.cuda_version))
+
+
+def _vllm_as_of(rows: list[Any]) -> str | None:
+    """The vLLM the newest of ``rows`` was measured under: the release ``recommend`` targeted then
+    (None: not recorded, or not a release the rules can read; the usual resolution applies)."""
+    if not rows:
+        return None
+    version = (max(rows, key=lambda r: (r.run_started_at, r.id)).versions or {}).get("vllm")
+    try:
+        rules.parse_version(version or "")
+    except rules.InvalidVllmVersion:
+        return None
+    return version
 
 
 def _common_world_size(rows: list[Any]) -> int:
