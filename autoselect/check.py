@@ -512,7 +512,7 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
                                 f"vLLM {version} is older than anything autoselect's version tables were checked "
                                 f"against ({rules.OLDEST_CHECKED}): it is judged as {rules.OLDEST_CHECKED}"))
     hazard = rules.install_hazard(version)
-    if hazard:
+    if hazard and not args.image_version:  # a vllm/vllm-openai image ships its FlashInfer
         findings.append(Finding("info", "install-hazard", hazard))
     try:
         profile = load_profile(args.model)

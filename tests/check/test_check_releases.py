@@ -109,6 +109,10 @@ def test_0_34_lines_mention_that_its_flashinfer_pin_is_not_on_pypi():
     [hazard] = _findings(_check(NVFP4, "-dp", "8", "-ep"), "install-hazard")
     assert hazard.severity == "info" and "flashinfer-python==0.7.3, which is not on PyPI" in hazard.message
     assert not _findings(_check(NVFP4, "-dp", "8", "-ep", version="0.33.0"), "install-hazard")
+    # the official image ships its FlashInfer: nothing to install
+    image = check_serve_command(["docker", "run", "vllm/vllm-openai:v0.34.0", NVFP4, "-dp", "8", "-ep"],
+                                gpu_arch="sm100", environ={})
+    assert image.vllm_version == "0.34.0" and not _findings(image, "install-hazard")
 
 
 def test_0_34_adds_the_redundant_experts_eplb_needs_when_the_line_names_none():
