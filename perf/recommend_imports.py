@@ -11,7 +11,8 @@ and prints the medians and the ratios to ``import click``; then, in one more pro
 frozen dataclasses that path creates and what they cost (on CPython 3.11 each one ``exec``s
 its generated methods: ~1-2 ms a class), the modules that cost most, and how many modules of
 autoselect and db it loads. The modules recommend must not load (the vLLM bridge's worker
-protocol, client and quantization answers; tune, fleet, report) are listed if they appear.
+protocol, client and quantization answers; the rules' --moe-backend table; tune, fleet, report) are
+listed if they appear.
 
     python3 perf/recommend_imports.py                  # 21 runs of each
     python3 perf/recommend_imports.py --repeats 41
@@ -38,7 +39,8 @@ from recommend_latency import timed  # noqa: E402  (the same fresh-process timer
 RECOMMEND_PATH = "import autoselect.cli.recommend_cmd, autoselect.selector"
 #: Modules recommend has no use for (loaded only by --validate, check, inspect, tune, fleet, report).
 MUST_NOT_LOAD = ("autoselect.bridge.client", "autoselect.bridge.protocol", "autoselect.bridge.quant",
-                 "autoselect.bridge.verdicts", "autoselect.tune", "autoselect.fleet", "autoselect.report")
+                 "autoselect.bridge.verdicts", "autoselect.rules.moe_backends", "autoselect.tune", "autoselect.fleet",
+                 "autoselect.report")
 
 #: Run in a fresh process: count and time every dataclass the recommend path creates.
 PROBE = f"""

@@ -40,6 +40,7 @@ installed tree and prints every difference (docs/development.md).
 named steps; the rules on a model's shape and the EP size are its table :data:`SHAPE_RULES`.
 """
 
+from autoselect.lazy import lazy_exports
 from autoselect.rules.backends import (
     ALIASES,
     ALL_FLAG_VALUES,
@@ -79,7 +80,6 @@ from autoselect.rules.limits import (
     DEEPEP_LL_TOKENS_PER_RANK,
     DEEPEP_NVL_PEERS,
 )
-from autoselect.rules.moe_backends import MOE_BACKENDS, Binding, dispatching_moe_backend, moe_backend_binding
 from autoselect.rules.one_sided import ONE_SIDED_ERAS, ONE_SIDED_POLICY
 from autoselect.rules.platforms import CUDA, PLATFORMS, platform_reason
 from autoselect.rules.reports import STATUS_READ, UPSTREAM_REPORTS
@@ -95,6 +95,12 @@ from autoselect.rules.selection import (
 )
 from autoselect.rules.serve_options import DBO_SUPPORT, ENV_VAR_REMOVED_IN, FLAG_SINCE, SERVE_OPTIONS, dbo_backends
 from autoselect.rules.versions import NEWEST_VLLM, InvalidVllmVersion, newer_than_known, parse_version, version_in
+
+#: Re-exports loaded on first use (:mod:`autoselect.lazy`): the ``--moe-backend`` table serves
+#: ``check`` and serve flags whose tuned extras name a ``--moe-backend``; a plain ``recommend``
+#: never reads it, and building it (a table and a dataclass) would cost every start.
+_LAZY = {"moe_backends": ("MOE_BACKENDS", "Binding", "dispatching_moe_backend", "moe_backend_binding")}
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 #: Backends for which vLLM lowers the default --max-num-batched-tokens (newest release).
 BATCHED_BACKENDS = tuple(b for b in BACKENDS if lowered_batch_default(b, NEWEST_VLLM) is not None)

@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
-from autoselect.rules import (NEWEST_VLLM, VARIABLE, BackendUnknownToVersion, UnknownBackend, dispatching_moe_backend,
-                              flag_value, lowered_batch_default, resolve, selection, selection_era)
+from autoselect import rules
+from autoselect.rules import (NEWEST_VLLM, VARIABLE, BackendUnknownToVersion, UnknownBackend, flag_value,
+                              lowered_batch_default, resolve, selection, selection_era)
 
 
 #: The one-sided workspace the user allows per GPU when they do not say (TensorRT-LLM's
@@ -155,7 +156,9 @@ def serve_flags(
     if deployment.tp > 1:
         flags += ["--tensor-parallel-size", str(deployment.tp)]
     flags += ["--data-parallel-size", str(deployment.dp), "--enable-expert-parallel"]
-    if dispatching_moe_backend(moe_backend_of(extra or []), vllm_version) is None:
+    moe_backend = moe_backend_of(extra or [])
+    # the --moe-backend table loads only when the extra flags name a --moe-backend
+    if not moe_backend or rules.dispatching_moe_backend(moe_backend, vllm_version) is None:
         flags += ["--all2all-backend", flag_value(backend, vllm_version)]
     if max_num_batched_tokens is not None:
         flags += ["--max-num-batched-tokens", str(max_num_batched_tokens)]

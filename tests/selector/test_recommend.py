@@ -404,8 +404,9 @@ print(",".join(sorted(m for m in heavy if m in sys.modules)))
 
 def test_recommend_loads_neither_the_vllm_bridge_nor_the_command_readers(fixture_db):
     """Without --validate, recommend asks vLLM nothing and reads no command line: the bridge's worker
-    protocol, client and quantization answers and vllm_flags' readers stay unbuilt (their re-exports
-    are lazy; perf/recommend_imports.py times the difference). Nor does it hash, resolve a host name
+    protocol, client and quantization answers, vllm_flags' readers and the rules' --moe-backend
+    table stay unbuilt (their re-exports are lazy; perf/recommend_imports.py times the difference).
+    Nor does it hash, resolve a host name
     or start a process (hashlib, socket, subprocess: ~2 ms each to import)."""
     code = f"""
 import sys
@@ -417,11 +418,13 @@ for host_class in ({B200!r}, "ref-b200_sxm-x8"):
     assert result.exit_code == 0, result.output
 unused = ("autoselect.bridge.client", "autoselect.bridge.protocol", "autoselect.bridge.quant",
           "autoselect.bridge.verdicts", "autoselect.bridge.hooks", "autoselect.vllm_flags.command",
-          "autoselect.vllm_flags.serve_args", "autoselect.tune", "autoselect.fleet", "autoselect.report")
+          "autoselect.vllm_flags.serve_args", "autoselect.rules.moe_backends", "autoselect.tune", "autoselect.fleet",
+          "autoselect.report")
 stdlib = ("hashlib", "socket", "subprocess")
 print(",".join(sorted(m for m in sys.modules if m.startswith(unused) or m in stdlib)))
-import autoselect.bridge, autoselect.vllm_flags
+import autoselect.bridge, autoselect.rules, autoselect.vllm_flags
 assert autoselect.bridge.FlagValidation.__module__ == "autoselect.bridge.verdicts"
+assert autoselect.rules.Binding.__module__ == "autoselect.rules.moe_backends"
 assert autoselect.vllm_flags.read_command.__module__ == "autoselect.vllm_flags.command"
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
