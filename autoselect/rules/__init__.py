@@ -82,7 +82,7 @@ from autoselect.rules.limits import (
 )
 from autoselect.rules.one_sided import ONE_SIDED_ERAS, ONE_SIDED_POLICY
 from autoselect.rules.platforms import CUDA, PLATFORMS, platform_reason
-from autoselect.rules.reports import STATUS_READ, UPSTREAM_REPORTS
+from autoselect.rules.reports import UPSTREAM_REPORTS
 from autoselect.rules.selection import (
     OLDEST_CHECKED,
     ORIGIN_DEFAULT,
@@ -110,8 +110,8 @@ __all__ = [
     "DEEPEP_HT_ROW_BYTES", "DEEPEP_HT_WORLD_SIZES", "DEEPEP_LL_TOKENS_PER_RANK", "DEEPEP_NVL_PEERS",
     "DEFAULT_BACKEND", "DISPATCH_BUDGETS", "ENV_VAR_REMOVED_IN", "EPLB_RULES", "FLAG_SINCE", "HIDDEN_VALUES",
     "MOE_BACKENDS", "NEWEST_VLLM", "OLDEST_CHECKED", "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "ORIGIN_DEFAULT",
-    "ORIGIN_FLAG", "PLATFORMS", "REDUNDANT_DEFAULTS", "SELECTION_ERAS", "SERVE_OPTIONS", "STATUS_READ",
-    "UPSTREAM_REPORTS", "VARIABLE", "BackendUnknownToVersion", "Binding", "EffectiveBackend", "InvalidVllmVersion",
+    "ORIGIN_FLAG", "PLATFORMS", "REDUNDANT_DEFAULTS", "SELECTION_ERAS", "SERVE_OPTIONS", "UPSTREAM_REPORTS",
+    "VARIABLE", "BackendUnknownToVersion", "Binding", "EffectiveBackend", "InvalidVllmVersion",
     "UnknownBackend", "Verdict", "dbo_backends", "default_dispatch_tokens", "deprecation", "dispatch_budget",
     "dispatching_moe_backend", "effective_backend", "eplb_is_async", "eplb_notes", "eplb_reasons", "flag_value",
     "install_hazard", "legal", "legal_alternatives", "lowered_batch_default", "moe_backend_binding",
