@@ -265,15 +265,6 @@ def _variable_findings(args: ServeArgs, version: str, effective: rules.Effective
                     f"ignored from v{rules.ENV_VAR_REMOVED_IN} (PR #33535){tail}")]
 
 
-def _runs(effective: rules.EffectiveBackend, version: str) -> str | None:
-    """The backend vLLM acts on before a --moe-backend binding: a removed value is already replaced."""
-    backend = effective.backend
-    if backend is None or backend not in rules.BACKENDS:
-        return backend
-    cap = rules.BACKENDS[backend]
-    return cap.replaced_by if cap.replaced_by and rules.version_in(version, cap.removed_in, None) else backend
-
-
 def _moe_backend_findings(args: ServeArgs, version: str, binding: rules.Binding | None) -> list[Finding]:
     """Findings about --moe-backend: a megakernel value the release lacks, and what a megakernel
     that dispatches itself does to the all2all backend."""
@@ -340,7 +331,8 @@ def _deployment_findings(args: ServeArgs, version: str, effective: rules.Effecti
         out.append(Finding("error", "eplb-without-ep",
                            "--enable-eplb needs --enable-expert-parallel: vLLM refuses to start "
                            "('enable_expert_parallel must be True to use EPLB')"))
-    for note in rules.eplb_notes(_runs(effective, version), version, args.eplb_config, enable_eplb=args.enable_eplb):
+    acted_on = rules.acted_on(effective.backend, version)
+    for note in rules.eplb_notes(acted_on, version, args.eplb_config, enable_eplb=args.enable_eplb):
         out.append(Finding("info", "eplb-forced-sync", note))
     dbo_known = rules.SERVE_OPTIONS["--enable-dbo"].accepted_by(version)
     if args.enable_dbo and dbo_known and backend is not None and not (binding and binding.refused):
@@ -489,7 +481,7 @@ def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_ve
                                            effective.overridden, effective.variable_ignored, effective.variable_refused)
     # the rules judge only values the line states: one a shell expands is left to vLLM's default
     serving = {k: v for k, v in serving.items() if k not in args.unexpanded or k == VARIABLE}
-    binding = (rules.moe_backend_binding(args.moe_backend, _runs(effective, version), version)
+    binding = (rules.moe_backend_binding(args.moe_backend, rules.acted_on(effective.backend, version), version)
                if effective.backend is not None else None)
     findings = [Finding(sev, code, msg) for sev, code, msg in args.notes]
     findings += _option_findings(args, version)

@@ -9,15 +9,19 @@ line, exit status 2, nothing written, nothing started):
    it: :func:`autoselect.bridge.target_version`); the backend the line itself names, by that
    release's rules (:func:`autoselect.rules.effective_backend`: ``--all2all-backend``,
    ``VLLM_ALL2ALL_BACKEND``, ``--config``).
-2. No all2all group (no ``--enable-expert-parallel``, ``-dp 1``, a dense model): the line is
+2. A ``--moe-backend`` that dispatches and combines itself (vLLM 0.32+'s FlashInfer MoE-EP
+   megakernels, :data:`autoselect.rules.MOE_BACKENDS`): vLLM binds ``passthrough`` where the
+   backend is its default or ``allgather_reducescatter`` and refuses any other at start-up, so
+   such a backend is refused and the line otherwise started unchanged: no all2all backend runs.
+3. No all2all group (no ``--enable-expert-parallel``, ``-dp 1``, a dense model): the line is
    started unchanged.
-3. A backend the line names is judged by the one legality source,
+4. A backend the line names is judged by the one legality source,
    :func:`autoselect.candidates.candidate_backends`, with what ``check`` judges it on (model, GPU
    arch, EP size, release, token budget, environment, EPLB redundant experts; ``--enable-dbo``'s
    backends; on vLLM's CPU platform, the platform's row): illegal is refused, legal is kept unless
    ``--override``. The host's packages and NVLinks are not a reason to refuse the user's own
    choice (check does not judge them either): vLLM fails loudly at start-up there.
-4. Otherwise the pick: on the CPU platform the one backend its communicator builds; on GPUs the
+5. Otherwise the pick: on the CPU platform the one backend its communicator builds; on GPUs the
    selector's answer, from ``--server`` (the fleet's ``autoselect serve``) or, when it cannot
    answer, the local database, else the reference, else none (:mod:`autoselect.launch.service`,
    :mod:`autoselect.launch.local`). The database is read once, and a host class's arch is taken
@@ -26,7 +30,7 @@ line, exit status 2, nothing written, nothing started):
    An answer with confidence ``none`` keeps vLLM's default and names the ``autoselect bench``
    command that would settle it (``--require-evidence``: an error). A service's pick is judged
    again here before it is used.
-5. The pick goes into the line the way the release reads it
+6. The pick goes into the line the way the release reads it
    (:func:`autoselect.vllm_flags.backend_setting`), with the answer's flags and tuned variables
    where the line does not set them already (the user's values win).
 """
@@ -253,13 +257,23 @@ def _refusal(backend: str, judged, target: Target, version: str) -> str | None:
     return f"{backend} cannot run {target.profile.model} here: {' / '.join(dict.fromkeys(problems))}{tail}"
 
 
+def _moe_backend_binding(args, effective: rules.EffectiveBackend, version: str):
+    """What ``version`` does with the line's backend next to a ``--moe-backend`` that dispatches and
+    combines itself (binds ``passthrough``, or refuses to start), as check judges it; None when the
+    line names no such ``--moe-backend`` (the table is read only when it names one)."""
+    if not args.moe_backend:
+        return None
+    return rules.moe_backend_binding(args.moe_backend, rules.acted_on(effective.backend, version), version)
+
+
 def _dbo_refusal(line: LaunchLine, backend: str, version: str, platform: str) -> str | None:
     """Why ``--enable-dbo`` cannot run with ``backend`` (vLLM asserts at start-up), or None."""
     args = line.args
     if not args.enable_dbo or platform == CPU or not rules.SERVE_OPTIONS["--enable-dbo"].accepted_by(version):
         return None
     supported = rules.dbo_backends(version)
-    if rules.resolve(backend) in supported:
+    # passthrough (a --moe-backend's binding) is no flag value: it is judged as vLLM names it
+    if (rules.resolve(backend) if backend in rules.ALL_FLAG_VALUES else backend) in supported:
         return None
     return (f"the line enables --enable-dbo, which vLLM {version} runs only with {', '.join(supported)}; with "
             f"{backend} it fails an assertion at start-up ({DBO_ASSERT_SOURCE}): name one of them "
@@ -322,11 +336,20 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
         plan["warnings"] = list(dict.fromkeys(plan["warnings"]))
         return LaunchPlan(action=action, backend=backend, pick=pick, why=why, final=final or unchanged(line), **plan)
 
+    binding = _moe_backend_binding(args, effective, version)
+    if binding is not None and binding.refused:
+        raise IllegalBackend(f"{binding.refused}: drop {_how(given or effective.backend, effective.origin)} "
+                             f"(nothing was started)")
     if not args.uses_all2all:
         why = ("no --enable-expert-parallel" if not args.enable_expert_parallel
                else f"--data-parallel-size {args.data_parallel_size}")
-        return done(UNCHANGED, effective.backend, f"line unchanged: {why}, so vLLM builds no all2all group and no "
+        return done(UNCHANGED, binding.backend if binding else effective.backend, f"line unchanged: {why}, so vLLM builds no all2all group and no "
                                                   f"backend matters (EP needs -ep and -dp > 1)")
+    if binding is not None:  # vLLM binds passthrough: no all2all backend runs, none to choose or insert
+        return done(UNCHANGED, binding.backend,
+                    f"line unchanged: --moe-backend {binding.row.moe_backend} dispatches and combines itself, so vLLM "
+                    f"{version} binds all2all_backend={binding.backend} and runs no all2all backend "
+                    f"({binding.row.source})")
     try:
         profile = load_profile(args.model)
     except DenseModel as e:

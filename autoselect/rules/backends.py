@@ -287,6 +287,16 @@ PARSER_CHOICES = frozenset(parser_choices(NEWEST_VLLM))
 
 
 
+def acted_on(backend: str | None, vllm_version: str) -> str | None:
+    """The backend vLLM acts on for the value ``backend`` on ``vllm_version``: a backend removed by
+    then is already its replacement (``pplx``, ``naive`` -> ``allgather_reducescatter``, before a
+    ``--moe-backend`` binding or EPLB looks at it); any other value as given (None stays None)."""
+    cap = BACKENDS.get(backend) if backend is not None else None
+    if cap is not None and cap.replaced_by and version_in(vllm_version, cap.removed_in, None):
+        return cap.replaced_by
+    return backend
+
+
 def resolve(value: str) -> str:
     """The canonical backend for a flag value (``flashinfer_all2allv`` -> two-sided).
 

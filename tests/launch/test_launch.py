@@ -476,6 +476,43 @@ def test_a_program_that_is_not_there_is_refused_before_anything_is_written(tmp_p
     assert started == [] and not decision.exists()
 
 
+# ---- a --moe-backend that dispatches itself --------------------------------------------------------
+
+
+MEGAKERNEL = ("--moe-backend", "flashinfer_moe_ep_cutedsl")
+
+
+def test_a_moe_backend_that_dispatches_itself_leaves_the_line_unchanged(on_cpu):
+    # vLLM 0.32+ binds passthrough there (0.34.0 vllm/config/kernel.py:194-228): no backend to insert
+    for extra in ((), ("--all2all-backend", "allgather_reducescatter"), ("--all2all-backend", "pplx")):
+        line = serve_line(QWEN, *MEGAKERNEL, *extra)
+        plan = plan_launch(line, LaunchOptions(gpu_arch="sm100", vllm_version="0.34.0", override=True))
+        assert (plan.action, plan.backend, plan.final.argv) == ("unchanged", "passthrough", line)
+        assert plan.text.startswith("autoselect launch: line unchanged: --moe-backend flashinfer_moe_ep_cutedsl "
+                                    "dispatches and combines itself, so vLLM 0.34.0 binds "
+                                    "all2all_backend=passthrough and runs no all2all backend (0.32.0 ")
+    # before 0.32.0 it is no megakernel release: the pick goes in as for any line
+    plan = plan_launch(serve_line(QWEN, *MEGAKERNEL), LaunchOptions(gpu_arch="sm100", vllm_version="0.31.0"))
+    assert plan.action == "insert" and "--all2all-backend" in plan.final.argv
+
+
+def test_an_explicit_backend_next_to_a_self_dispatching_moe_backend_is_refused_as_check_says(on_cpu):
+    from autoselect.check import check_serve_command
+
+    line = serve_line(QWEN, *MEGAKERNEL, "--all2all-backend", "deepep_low_latency")
+    with pytest.raises(IllegalBackend, match=r"vLLM 0.34.0 refuses to start: --moe-backend flashinfer_moe_ep_cutedsl "
+                                             r"dispatches and combines itself and cannot be paired with "
+                                             r"--all2all-backend deepep_low_latency .*: drop --all2all-backend "
+                                             r"deepep_low_latency \(nothing was started\)"):
+        plan_launch(line, LaunchOptions(gpu_arch="sm100", vllm_version="0.34.0"))
+    report = check_serve_command([shlex.join(line)], gpu_arch="sm100", vllm_version="0.34.0")
+    assert "moe-backend-conflict" in {f.code for f in report.findings if f.severity == "error"}
+    # --enable-dbo with the bound passthrough: vLLM's DBO assert, as check reports it
+    with pytest.raises(IllegalBackend, match="--enable-dbo, which vLLM 0.34.0 runs only with .* with passthrough"):
+        plan_launch(serve_line(QWEN, *MEGAKERNEL, "--enable-dbo"), LaunchOptions(gpu_arch="sm100",
+                                                                               vllm_version="0.34.0"))
+
+
 # ---- the decision, written; the exec ------------------------------------------------------------
 
 

@@ -26,8 +26,9 @@ from autoselect.launch import LaunchOptions, plan_launch
 from autoselect.launch.choose import IllegalBackend
 
 #: check's error codes about the backend the line runs (launch refuses these).
-BACKEND_ERRORS = frozenset({"illegal-dtype", "illegal-shape", "invalid-choice", "value-unknown-to-version",
-                            "flag-unknown-to-version", "env-var-invalid", "dbo-unsupported"})
+BACKEND_ERRORS = frozenset({"illegal-dtype", "illegal-shape", "illegal-arch", "invalid-choice",
+                            "value-unknown-to-version", "flag-unknown-to-version", "env-var-invalid", "dbo-unsupported",
+                            "moe-backend-conflict"})
 VALUES = sorted(rules.ALL_FLAG_VALUES) + ["flashinfer_one_sided"]
 
 
@@ -36,14 +37,14 @@ def no_gpus_here(monkeypatch):
     monkeypatch.setattr(pipeline, "fingerprint", cpu_fingerprint)
 
 
-def _line(entry: dict, backend: str | None) -> str:
+def _line(entry: dict, backend: str | None, extra: str = "") -> str:
     text = command(entry).rstrip()
-    text = text[:-1].rstrip() if text.endswith("&") else text
+    text = (text[:-1].rstrip() if text.endswith("&") else text) + extra
     return text if backend is None else f"{text} --all2all-backend {backend}"
 
 
-def _both(entry: dict, backend: str | None, version: str):
-    line, env = _line(entry, backend), dict(entry.get("env", {}))
+def _both(entry: dict, backend: str | None, version: str, extra: str = ""):
+    line, env = _line(entry, backend, extra), dict(entry.get("env", {}))
     report = check_serve_command([line], gpu_arch=entry["gpu_arch"], vllm_version=version, environ=env,
                                  role=entry.get("role"))
     check_refuses = sorted({f.code for f in report.findings if f.severity == "error"} & BACKEND_ERRORS)
@@ -63,6 +64,21 @@ def test_check_and_launch_agree_on_every_backend_of_every_published_line(entry):
             check_refuses, launch_refusal, _ = _both(entry, backend, version)
             if bool(check_refuses) != (launch_refusal is not None):
                 disagreements.append((version, backend, check_refuses, launch_refusal))
+    assert disagreements == []
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=lambda e: e["id"])
+def test_check_and_launch_agree_next_to_a_moe_backend_that_dispatches_itself(entry):
+    # vLLM binds passthrough for the default (or allgather_reducescatter, or a value replaced by it)
+    # and refuses any other backend at start-up (0.34.0 vllm/config/kernel.py:194-228)
+    disagreements = []
+    for backend in [None, *VALUES]:
+        check_refuses, launch_refusal, plan = _both(entry, backend, rules.NEWEST_VLLM,
+                                                    " --moe-backend flashinfer_moe_ep_cutedsl")
+        if bool(check_refuses) != (launch_refusal is not None):
+            disagreements.append((backend, check_refuses, launch_refusal))
+        elif plan is not None and plan.line.args.moe_backend:  # (a pasted block reads its first command)
+            assert plan.final.argv == plan.line.argv and plan.backend == "passthrough", (backend, plan.text)
     assert disagreements == []
 
 
