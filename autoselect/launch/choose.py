@@ -6,7 +6,8 @@ line, exit status 2, nothing written, nothing started):
 1. Read the line (:mod:`autoselect.launch.line`); the platform it runs on here
    (:mod:`autoselect.launch.platform`); the vLLM that will serve it (``--vllm-version``, else the
    release its image tag names, else the line's own Python's vllm, else as every command resolves
-   it: :func:`autoselect.bridge.target_version`); the backend the line itself names, by that
+   it: :func:`autoselect.bridge.target_version`, which also says when that release is newer than
+   every release the rules know); the backend the line itself names, by that
    release's rules (:func:`autoselect.rules.effective_backend`: ``--all2all-backend``,
    ``VLLM_ALL2ALL_BACKEND``, ``--config``).
 2. A ``--moe-backend`` that dispatches and combines itself (vLLM 0.32+'s FlashInfer MoE-EP
@@ -44,7 +45,7 @@ import os
 from typing import Any, Callable, Mapping, NamedTuple
 
 from autoselect import rules
-from autoselect.bridge import target_version
+from autoselect.bridge import TargetVersion, target_version
 from autoselect.candidates import Target, candidate_backends, legal_backends, resolve_target
 from autoselect.errors import UserError
 from autoselect.hardware import HostFingerprint
@@ -132,6 +133,7 @@ class LaunchPlan(NamedTuple):
     server: str | None = None
     server_problem: str | None = None  # why the service's answer was not used
     warnings: tuple[str, ...] | list[str] = ()
+    vllm_version_warning: str | None = None  # the target release is newer than every release the rules know
 
     @property
     def text(self) -> str:
@@ -164,6 +166,7 @@ class LaunchPlan(NamedTuple):
             "host_class": self.host_class,
             "vllm_version": self.vllm_version,
             "vllm_version_source": self.vllm_version_source,
+            "vllm_version_warning": self.vllm_version_warning,
             "database": self.database,
             "server": self.server,
             "server_problem": self.server_problem,
@@ -209,14 +212,13 @@ def _check_options(argv: list[str], o: LaunchOptions) -> str | None:
 
 
 def _version(line: LaunchLine, o: LaunchOptions, serving: Mapping[str, str],
-             warnings: list[str]) -> tuple[str, str]:
-    """The vLLM that will serve the line, and where that came from (see the module docstring)."""
+             warnings: list[str]) -> TargetVersion:
+    """The vLLM that will serve the line, where that came from, and its warning when it is newer
+    than the rules' tables (see the module docstring)."""
     args = line.args
-    if o.vllm_version:
-        return target_version(o.vllm_version, problems=warnings)
-    if args.image_version:
-        version, _ = target_version(args.image_version, problems=warnings)
-        return version, f"the line's image, {args.image}"
+    if o.vllm_version or args.image_version:
+        image = (args.image_version, args.image) if args.image_version else None
+        return target_version(o.vllm_version, problems=warnings, image=image)
     return target_version(problems=warnings, python=line_python(line, serving))
 
 
@@ -305,7 +307,8 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
     if token is not None and package.plain_http_beyond_loopback(options.server):
         warnings.append(f"the bearer token goes to {options.server} in clear text (plain http beyond this machine); "
                         f"put a TLS proxy in front of the service and pass its https:// URL")
-    version, version_source = _version(line, options, serving, warnings)
+    resolved = _version(line, options, serving, warnings)
+    version, version_source = resolved
     effective = rules.effective_backend(version, args.all2all_backend, serving.get(rules.VARIABLE))
     if effective.variable_refused:
         raise IllegalBackend(f"{rules.VARIABLE}={effective.variable}: {effective.variable_refused}"
@@ -324,8 +327,9 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
     workload = options.workload or ROLE_WORKLOAD.get(role or "both", "mixed")
     gpu_arch = normalize_arch(options.gpu_arch) if options.gpu_arch else None
     plan = dict(line=line, platform=platform, vllm_version=version, vllm_version_source=version_source,
-                gpu_arch=gpu_arch, host_class=options.host_class, workload=workload, role=role,
-                given=given, given_origin=effective.origin, warnings=warnings, server=options.server)
+                vllm_version_warning=resolved.warning, gpu_arch=gpu_arch, host_class=options.host_class,
+                workload=workload, role=role, given=given, given_origin=effective.origin, warnings=warnings,
+                server=options.server)
 
     def done(action, backend, why, final=None, pick=None, **extra):
         runs = backend or default_backend(version)

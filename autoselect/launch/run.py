@@ -1,11 +1,11 @@
 """Carrying a plan out: the line on stderr, the decision as JSON, then the server in this process.
 
-:func:`run_plan` prints :attr:`LaunchPlan.text` (and each warning) on stderr, writes the
-``--decision-json`` document (replacing the file all at once), and then either prints the final
-command (``--dry-run``) or replaces this process with it: ``os.execvpe`` keeps the PID, so
-signals, the exit status and the container's PID 1 belong to vLLM, and nothing of autoselect
-stays in memory. Everything that can fail is checked before anything is written: the program
-must be found, the decision's folder must exist.
+:func:`run_plan` prints :attr:`LaunchPlan.text` (and each warning, a target vLLM newer than the
+rules' tables first) on stderr, writes the ``--decision-json`` document (replacing the file all
+at once), and then either prints the final command (``--dry-run``) or replaces this process
+with it: ``os.execvpe`` keeps the PID, so signals, the exit status and the container's PID 1
+belong to vLLM, and nothing of autoselect stays in memory. Everything that can fail is checked
+before anything is written: the program must be found, the decision's folder must exist.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def run_plan(plan: LaunchPlan, *, dry_run: bool = False, decision_json: str | os
     if not dry_run:
         program_path(plan, environ)
     print(plan.text, file=err)
-    for warning in plan.warnings:
+    for warning in ([plan.vllm_version_warning] if plan.vllm_version_warning else []) + list(plan.warnings):
         print(f"Warning: {warning}", file=err)
     if decision_json is not None:
         with replacing(Path(decision_json)) as f:

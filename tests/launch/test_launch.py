@@ -476,7 +476,7 @@ def test_a_program_that_is_not_there_is_refused_before_anything_is_written(tmp_p
     assert started == [] and not decision.exists()
 
 
-# ---- a --moe-backend that dispatches itself --------------------------------------------------------
+# ---- a --moe-backend that dispatches itself; a vLLM newer than the tables ------------------------
 
 
 MEGAKERNEL = ("--moe-backend", "flashinfer_moe_ep_cutedsl")
@@ -511,6 +511,29 @@ def test_an_explicit_backend_next_to_a_self_dispatching_moe_backend_is_refused_a
     with pytest.raises(IllegalBackend, match="--enable-dbo, which vLLM 0.34.0 runs only with .* with passthrough"):
         plan_launch(serve_line(QWEN, *MEGAKERNEL, "--enable-dbo"), LaunchOptions(gpu_arch="sm100",
                                                                                vllm_version="0.34.0"))
+
+
+def test_a_vllm_newer_than_the_tables_is_said_on_stderr_and_in_the_decision(tmp_path, on_cpu):
+    decision = tmp_path / "decision.json"
+    result = dry("--host-class", REFERENCE, "--vllm-version", "0.41.0", "--decision-json", decision, "--",
+                 *serve_line())
+    assert result.exit_code == 0, result.output
+    reason, warning = result.stderr.splitlines()
+    assert reason.startswith("autoselect launch: --all2all-backend ") and "on vLLM 0.41.0" in reason
+    assert warning.startswith("Warning: vLLM 0.41.0 is newer than every release autoselect has read (newest: 0.34.0)")
+    doc = json.loads(decision.read_text())
+    assert doc["vllm_version_warning"] == warning.removeprefix("Warning: ")
+    assert doc["warnings"] == [] and doc["vllm_version"] == "0.41.0"
+    # the image tag and the line's own Python resolve through the same function, warning included
+    image = plan_launch(["docker", "run", "--gpus", "all", "vllm/vllm-openai:v0.42.0", QWEN, "-dp", "2", "-ep"])
+    assert image.vllm_version_warning.startswith("vLLM 0.42.0 is newer")
+    python, _, _ = fake_vllm_env(tmp_path / "line", "0.43.0")
+    line = plan_launch([str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", QWEN, "-dp", "2", "-ep"])
+    assert line.vllm_version_source == "the line's vllm"
+    assert line.vllm_version_warning.startswith("vLLM 0.43.0 is newer")
+    known = dry("--host-class", REFERENCE, "--vllm-version", "0.34.0", "--decision-json", decision, "--",
+                *serve_line())
+    assert len(known.stderr.splitlines()) == 1 and json.loads(decision.read_text())["vllm_version_warning"] is None
 
 
 # ---- the decision, written; the exec ------------------------------------------------------------
