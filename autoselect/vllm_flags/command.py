@@ -174,8 +174,10 @@ def split_words(argv: list[str]) -> tuple[list[str], list]:
                 continue
             for w in words[1:]:
                 name, eq, value = w.partition("=")
-                if eq:
+                if eq:  # the variable now holds this value, exported: a shell value set before is gone
                     exported[name] = value
+                    shell.pop(name, None)
+                    marked.discard(name)
                 elif name in shell:  # `export NAME` exports the shell variable's value
                     exported[name] = shell.pop(name)
                 elif name not in exported:

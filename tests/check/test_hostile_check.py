@@ -117,6 +117,12 @@ def test_a_dash_that_is_not_ascii_before_a_flag_is_an_error(dash, word, meant):
     assert report.exit_code == 1
 
 
+def test_an_export_with_a_value_replaces_the_shell_variable_a_later_bare_export_reads():
+    # found by the bash property below: `export B=1` sets the variable; a later `export B` exports 1, not the 3 before
+    assert read_command(["B='3'\nexport B='1'\nexport B\nvllm serve org/m -dp 2"]).env["B"] == "1"
+    assert read_command(["B=3\nexport B=1\nB=4\nexport B\nvllm serve org/m -dp 2"]).env["B"] == "4"
+
+
 def test_a_dash_inside_a_value_is_not_a_flag():
     report = _check(f"vllm serve {FP8B} -dp 8 -ep --served-model-name a–b", "0.17.0")
     assert "unicode-dash" not in _codes(report)
