@@ -15,7 +15,7 @@ test suite runs it, ``tests/test_perf_scripts.py``) and ends with :meth:`Goals.f
   with the proof printed: :meth:`Goals.infeasible`) is printed with its value and the proof, and
   not judged; the same goal is judged as soon as the data make it feasible.
 
-The last line is always ``goals: N met, N missed, N not judged (...)`` (or ``goals: none
+The last line is always ``goals: N met, N missed`` (in a reduced run ``, N not judged (quick)``) (or ``goals: none
 stated``), followed by ``, N infeasible`` when a goal was proved infeasible: the suite checks
 that it is there, so a script that stops early or prints nothing fails.
 """
@@ -70,6 +70,6 @@ class Goals:
             print("goals: none stated", flush=True)
         else:
             tail = f", {self.impossible} infeasible" if self.impossible else ""
-            print(f"goals: {self.met} met, {self.missed} missed, {self.unjudged} not judged ({self.why}){tail}",
-                  flush=True)
+            judged = f", {self.unjudged} not judged ({self.why})" if self.quick else ""  # a full run judges all
+            print(f"goals: {self.met} met, {self.missed} missed{judged}{tail}", flush=True)
         return 1 if self.missed else 0
