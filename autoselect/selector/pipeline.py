@@ -12,15 +12,13 @@ import os
 import sqlite3
 from typing import Any, Callable, Sequence
 
-from autoselect import rules, vllm_flags
+from autoselect import reference, rules, vllm_flags
 from autoselect.bridge import target_version
 from autoselect.candidates import candidate_backends
 from autoselect.errors import UnknownHostClass, UserError
-from autoselect.hardware import HostFingerprint, fingerprint
+from autoselect.hardware import HostFingerprint, fingerprint, is_reference_class
 from autoselect.model import MoeProfile, load_profile, normalize_arch
 from autoselect.options import MAX_WORKSPACE_GIB
-from autoselect.reference import get_class, is_reference_class
-from autoselect.reference.host import reference_host
 from autoselect.selector.answer import ModelSummary, Recommendation
 from autoselect.selector.caveats import caveats
 from autoselect.selector.confidence import confidence, facts
@@ -105,7 +103,7 @@ def recommend(
     # Belt and braces: the one-sided nvfp4 rule (and every other) is the rules table's call.
     assert final is not None and final.ok, f"selector picked an illegal backend {decision.pick.backend}"
     notes = caveats(target, decision, candidates, used)
-    reference = next((s.used(candidates) for s in sources if isinstance(s, ReferenceEvidence)), None)
+    ref_used = next((s.used(candidates) for s in sources if isinstance(s, ReferenceEvidence)), None)
     level, reasons = confidence(facts(decision, candidates, stale=bool(notes.stale)))
     knobs = dict(knobs or {}) or tuned_knobs(target, conn, decision.pick.backend)
     flags = serve_flags(target, decision.pick.backend, knobs)
@@ -118,10 +116,10 @@ def recommend(
         vllm_args=flags.vllm_args, command=flags.command, env=flags.env, knobs=knobs,
         confidence=level, confidence_reasons=reasons, candidates=candidates, rejected=rejected,
         warnings=list(dict.fromkeys(list(final.warnings) + notes.warnings + flags.notes
-                                    + (reference.caveats if reference is not None else []))),
+                                    + (ref_used.caveats if ref_used is not None else []))),
         data_used=data_used(target, used, notes.stale, sum(s.considered for s in sources)),
         bench_command=settle(target, candidates, decision.default),
-        reference=reference,
+        reference=ref_used,
     )
 
 
@@ -173,7 +171,7 @@ def target_host(conn: sqlite3.Connection | None, path, host_class: str | None) -
     if host_class is None:
         return fingerprint()
     if is_reference_class(host_class):
-        return reference_host(get_class(host_class))
+        return reference.reference_host(reference.get_class(host_class))
     host = newest_host(conn, host_class) if conn is not None else None
     if host is not None:
         return host
@@ -268,7 +266,7 @@ def _default_gpus(host_class: str | None, host: HostFingerprint, dp: int | None,
     if not is_reference_class(host_class):
         return host.gpu_count if host is not None else None
     asked = world_size if world_size is not None else (dp * (tp or 1) if dp is not None else None)
-    return get_class(host_class).check_world_size(asked)
+    return reference.get_class(host_class).check_world_size(asked)
 
 
 def _add_checks(rec: Recommendation, conn: sqlite3.Connection | None, validate: bool) -> None:

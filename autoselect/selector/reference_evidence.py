@@ -40,12 +40,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoselect import rules
+from autoselect import reference, rules
+from autoselect.hardware import is_reference_class
 from autoselect.noise import REL_FLOOR
-from autoselect.reference import (AGRS, ReferenceClass, ReferenceData, ReferencePoint, default, get_class,
-                                  is_reference_class, match_host)
-from autoselect.reference.host import GENERIC_REQUIREMENT, REQUIREMENTS
-from autoselect.reference.transfer import TRANSFER_ERROR, transfer_error
 from autoselect.rules.agrs_collectives import collectives_for
 from autoselect.rules.agrs_collectives import not_read_note as collectives_not_read
 from autoselect.rules.wire import not_read_note as wire_not_read
@@ -58,21 +55,21 @@ from autoselect.selector.target import RecommendTarget
 #: Relative band of a published point, and the floor of every other kind (see the module docstring).
 REFERENCE_BAND = REL_FLOOR
 
-__all__ = ["REFERENCE_BAND", "TRANSFER_ERROR", "ReferenceChoice", "ReferenceEvidence", "choose_reference",
+__all__ = ["REFERENCE_BAND", "ReferenceChoice", "ReferenceEvidence", "choose_reference",
            "reference_band", "reference_point"]
 
 
-def reference_band(p: ReferencePoint) -> float:
+def reference_band(p: reference.ReferencePoint) -> float:
     """The relative half-width of one reference point (see the module docstring)."""
     if p.evidence == TRANSFERRED:
-        return max(transfer_error(p.backend), REFERENCE_BAND)
+        return max(reference.transfer_error(p.backend), REFERENCE_BAND)
     if p.evidence == DERIVED and p.range_us is not None and p.latency_us:
         low, high = p.range_us
         return (high - low) / 2 / p.latency_us + REFERENCE_BAND
     return REFERENCE_BAND
 
 
-def reference_point(p: ReferencePoint) -> MeasuredPoint:
+def reference_point(p: reference.ReferencePoint) -> MeasuredPoint:
     """One reference row as the selector's point: its value, band, kind, range and bound."""
     return MeasuredPoint(p.tokens_per_rank, p.latency_us, reference_band(p), None, p.evidence, range_us=p.range_us,
                          bound=p.bound)
@@ -82,7 +79,7 @@ def reference_point(p: ReferencePoint) -> MeasuredPoint:
 class ReferenceChoice:
     """The reference class an answer reads, and why."""
 
-    ref_class: ReferenceClass
+    ref_class: reference.ReferenceClass
     why: str
     explicit: bool  # --host-class ref-...: the answer is for a machine of the system
     caveats: tuple[str, ...] = ()
@@ -95,12 +92,12 @@ def choose_reference(target: RecommendTarget, local_results: int) -> ReferenceCh
         size; any keeps the reference out (local measurements always win).
     """
     if is_reference_class(target.host_class):
-        ref = get_class(target.host_class)
+        ref = reference.get_class(target.host_class)
         return ReferenceChoice(ref, f"--host-class {ref.name}: {ref.describe()}", explicit=True)
     host = target.host
     if local_results or host is None:
         return None
-    match = match_host(host, target.world_size)
+    match = reference.match_host(host, target.world_size)
     if match is None or match.ref_class.system.arch != target.gpu_arch:
         return None
     ref = match.ref_class
@@ -116,10 +113,11 @@ class ReferenceEvidence:
 
     kind = PUBLISHED
 
-    def __init__(self, target: RecommendTarget, choice: ReferenceChoice, data: ReferenceData | None = None):
+    def __init__(self, target: RecommendTarget, choice: ReferenceChoice,
+                 data: reference.ReferenceData | None = None):
         self.target = target
         self.choice = choice
-        self.data = data if data is not None else default()
+        self.data = data if data is not None else reference.default()
         self.answers: dict[str, BackendEvidence] = {}
 
     @property
@@ -139,7 +137,7 @@ class ReferenceEvidence:
         wire = wire_dtype(backend, t.dispatch_dtype, t.vllm_version, t.legality.environ)
         sent = wire.dtype if wire is not None else t.dispatch_dtype
         shape = dict(hidden=p.hidden_size, top_k=p.top_k, experts=p.num_experts, dtype=sent)
-        if backend == AGRS:
+        if backend == reference.AGRS:
             tokens = sorted(set(self.data.token_grid(ref)) | set(t.workload.tokens))
             points, kind = self.data.derived_agrs(ref, **shape, world_size=ws, tokens=tokens,
                                                   vllm_version=t.vllm_version), DERIVED
@@ -170,7 +168,8 @@ class ReferenceEvidence:
             hints = {cap.package: cap.install_hint for cap in rules.BACKENDS.values() if cap.package}
             needed = sorted({rules.BACKENDS[c.backend].package for c in candidates
                              if c.backend in rules.BACKENDS and rules.BACKENDS[c.backend].package})
-            requirements = [REQUIREMENTS.get(pkg, GENERIC_REQUIREMENT).format(package=pkg, hint=hints[pkg])
+            said = reference.REQUIREMENTS
+            requirements = [said.get(pkg, reference.GENERIC_REQUIREMENT).format(package=pkg, hint=hints[pkg])
                             for pkg in needed]
         ref = self.choice.ref_class
         return ReferenceUsed(host_class=ref.name, system=ref.describe(), why=self.choice.why, backends=backends,
@@ -184,7 +183,7 @@ class ReferenceEvidence:
                  for c in candidates]
         if any(w is not None and not w.read for w in wires):
             notes.append(wire_not_read(version))
-        agrs = self.answers.get(AGRS)
+        agrs = self.answers.get(reference.AGRS)
         if agrs is not None and agrs.points and not collectives_for(version)[1]:
             notes.append(collectives_not_read(version))
         return notes

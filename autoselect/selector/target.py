@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from autoselect import reference
 from autoselect.candidates import Target, resolve_target
 from autoselect.errors import GpuArchRequired
-from autoselect.hardware import HostFingerprint
+from autoselect.hardware import HostFingerprint, is_reference_class
 from autoselect.model import MoeProfile, normalize_arch
 from autoselect.payload import all2all_bytes_per_token
-from autoselect.reference import get_class, is_reference_class
-from autoselect.reference.host import reference_host
 from autoselect.workload import Deployment, WorkloadSpec, workload_from_kind
 
 #: Version keys compared between a measurement and the target for the staleness warning.
@@ -85,12 +84,12 @@ def resolve(profile: MoeProfile, *, deployment: Deployment, host_class: str | No
     """
     if host_class is None and host is not None:
         host_class = host.host_class
-    reference = is_reference_class(host_class)
-    if reference:
-        ref = get_class(host_class)
+    of_reference = is_reference_class(host_class)
+    if of_reference:
+        ref = reference.get_class(host_class)
         gpu_arch = ref.check_arch(normalize_arch(gpu_arch) if gpu_arch else None)
         ref.check_world_size(deployment.world_size)
-        host = host if host is not None else reference_host(ref)
+        host = host if host is not None else reference.reference_host(ref)
     gpu_arch = gpu_arch or (host.gpu_arch if host is not None else None)
     if not gpu_arch:
         raise GpuArchRequired(
@@ -104,8 +103,8 @@ def resolve(profile: MoeProfile, *, deployment: Deployment, host_class: str | No
     workload = workload or workload_from_kind("mixed", deployment, max_num_batched_tokens=max_num_batched_tokens)
     versions = {  # a reference class has no installed versions: its packages are the serving host's
         "vllm": legality.vllm_version,
-        "flashinfer": (host.versions or {}).get("flashinfer") if host and not reference else None,
-        "driver": host.driver_version if host and not reference else None,
+        "flashinfer": (host.versions or {}).get("flashinfer") if host and not of_reference else None,
+        "driver": host.driver_version if host and not of_reference else None,
     }
     return RecommendTarget(profile=profile, deployment=deployment, host_class=host_class, host=host,
                            gpu_arch=gpu_arch, dispatch_dtype=profile.activation_dtype(gpu_arch), workload=workload,

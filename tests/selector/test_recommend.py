@@ -432,6 +432,27 @@ assert autoselect.vllm_flags.read_command.__module__ == "autoselect.vllm_flags.c
     assert out.stdout.strip() == ""
 
 
+def test_an_answer_from_local_measurements_builds_none_of_the_published_reference(fixture_db):
+    """A host class with measurements of the shape never reads NVIDIA's tables, so the reference
+    package's modules (systems, query, the AGRS derivation, transfer, host) stay unloaded: the
+    package face loads them on first use, and only ``is_reference_class`` (a prefix) is asked."""
+    code = f"""
+import sys
+from click.testing import CliRunner
+from autoselect.cli import main
+result = CliRunner().invoke(main, ["recommend", "--model", {str(MODELS / 'deepseek-r1-nvfp4')!r},
+    "--host-class", {B200!r}, "--db", {str(fixture_db)!r}, "--format", "json"])
+assert result.exit_code == 0, result.output
+print(",".join(sorted(m for m in sys.modules if m.startswith("autoselect.reference."))))
+import autoselect.reference
+assert autoselect.reference.get_class("ref-b200_sxm-x8").name == "ref-b200_sxm-x8"
+assert autoselect.reference.reference_host.__module__ == "autoselect.reference.host"
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
+
+
 def test_recommend_and_explain_have_help_with_an_example():
     for name in ("recommend", "explain"):
         result = run_cli(name, "--help")
