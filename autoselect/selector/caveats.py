@@ -8,7 +8,7 @@ refused bucket of a candidate; a target release whose pinned FlashInfer is not o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoselect import rules
 from autoselect.selector.answer import Candidate
@@ -21,8 +21,7 @@ CPU_MEASUREMENTS = ("these measurements were taken on CPU (gloo): they exercise 
                     "benchmark on the GPU host before serving")
 
 
-@dataclass(frozen=True)
-class Caveats:
+class Caveats(NamedTuple):
     """The warnings of an answer and the stale versions of its decisive measurements."""
 
     warnings: list[str]

@@ -23,7 +23,6 @@ not a decision, whatever the other candidates' evidence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from autoselect.selector.answer import DERIVED, PUBLISHED, SYNTHETIC, TRANSFERRED, Candidate
@@ -35,8 +34,7 @@ CONFIDENCE_LEVELS = ("high", "medium", "low", "reference", "none")
 REFERENCE_KINDS = frozenset({PUBLISHED, DERIVED, TRANSFERRED})
 
 
-@dataclass(frozen=True)
-class Facts:
+class Facts(NamedTuple):
     """What the confidence rules look at, gathered from the decision."""
 
     single: bool  # one legal backend: nothing to compare

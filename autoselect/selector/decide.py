@@ -27,8 +27,7 @@ with the default's truth at x1.0, x1.25 and x1.5 of its central value
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 from autoselect.noise import FASTER, SLOWER, TIE, band_compare
 from autoselect.rules import DEFAULT_BACKEND
@@ -88,8 +87,7 @@ class DecisionPolicy(NamedTuple):
 DEFAULT_POLICY = DecisionPolicy()
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     """The pick and what it was compared with.
 
     ``runner_up``: the best other candidate a decisive comparison involved (the default when a
@@ -104,7 +102,7 @@ class Decision:
     text: str
     single: bool
     compared: bool
-    close: list[Candidate] = field(default_factory=list)
+    close: Sequence[Candidate] = ()
     undecided: bool = False
 
     @property

@@ -11,8 +11,7 @@ fits the same model). Pure Python.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from autoselect.latency_model import LatencyFit, fit_latency
 from autoselect.noise import Z
@@ -30,8 +29,7 @@ EXTRAPOLATION_LIMIT = 4.0
 FIT_POINTS = 4
 
 
-@dataclass(frozen=True)
-class MeasuredPoint:
+class MeasuredPoint(NamedTuple):
     """One chosen measurement of a backend: tokens, median, relative band, result id, and the
     kind of evidence it is (:data:`autoselect.selector.answer.EVIDENCE_KINDS`)."""
 

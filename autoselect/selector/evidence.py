@@ -22,8 +22,8 @@ widened to the run-to-run spread of the medians when several runs measured the p
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from types import MappingProxyType
+from typing import Mapping, NamedTuple, Protocol, Sequence
 
 from autoselect.noise import point_rel_halfwidth
 from autoselect.selector.answer import EVIDENCE_KINDS, MEASURED, SYNTHETIC
@@ -35,8 +35,7 @@ from db.queries import StoredResult, results_for
 DISQUALIFYING = ("incorrect", "error")
 
 
-@dataclass(frozen=True)
-class BackendEvidence:
+class BackendEvidence(NamedTuple):
     """What one evidence source knows about one backend (see the module docstring).
 
     ``points``: the chosen measurements, ascending in tokens; ``rows``: result id -> the stored
@@ -49,7 +48,7 @@ class BackendEvidence:
     kind: str = MEASURED
     source: str = "this host class's measurements"
     points: tuple[MeasuredPoint, ...] = ()
-    rows: dict[int, StoredResult] = field(default_factory=dict)
+    rows: Mapping[int, StoredResult] = MappingProxyType({})  # read only: one empty default for all
     disqualified: str | None = None
     unavailable: str | None = None
     warnings: tuple[str, ...] = ()

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import shlex
 import sqlite3
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from autoselect import vllm_flags
 from autoselect.selector.answer import Candidate
@@ -17,8 +16,7 @@ from autoselect.workload import Deployment
 from db.tuned import best_tuned
 
 
-@dataclass(frozen=True)
-class ServeFlags:
+class ServeFlags(NamedTuple):
     """The pick as something to run: flags, environment, the whole command, and notes."""
 
     vllm_args: list[str]

@@ -14,7 +14,8 @@ are that dtype's).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, NamedTuple
 
 from autoselect.payload import all2all_bytes_per_token
 from autoselect.rules import Verdict
@@ -26,13 +27,12 @@ from autoselect.selector.target import RecommendTarget
 from db.queries import StoredResult
 
 
-@dataclass(frozen=True)
-class Judged:
+class Judged(NamedTuple):
     """One backend's outcome: a candidate (with the stored rows behind its values) or a rejection."""
 
     candidate: Candidate | None = None
     rejection: Rejection | None = None
-    rows: dict[int, StoredResult] = field(default_factory=dict)
+    rows: Mapping[int, StoredResult] = MappingProxyType({})  # read only: one empty default for all
 
 
 def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEvidence) -> Judged:

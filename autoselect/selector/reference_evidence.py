@@ -38,7 +38,7 @@ of the machine running ``recommend``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoselect import reference, rules
 from autoselect.hardware import is_reference_class
@@ -75,8 +75,7 @@ def reference_point(p: reference.ReferencePoint) -> MeasuredPoint:
                          bound=p.bound)
 
 
-@dataclass(frozen=True)
-class ReferenceChoice:
+class ReferenceChoice(NamedTuple):
     """The reference class an answer reads, and why."""
 
     ref_class: reference.ReferenceClass

@@ -8,7 +8,8 @@ which carries the vLLM version), and the software versions a measurement is fres
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, NamedTuple
 
 from autoselect import reference
 from autoselect.candidates import Target, resolve_target
@@ -22,8 +23,7 @@ from autoselect.workload import Deployment, WorkloadSpec, workload_from_kind
 STALENESS_KEYS = ("vllm", "flashinfer", "driver")
 
 
-@dataclass(frozen=True)
-class RecommendTarget:
+class RecommendTarget(NamedTuple):
     """What one recommendation is for (see the module docstring)."""
 
     profile: MoeProfile
@@ -37,7 +37,7 @@ class RecommendTarget:
     max_num_batched_tokens: int | None = None  # the per-engine budget the user set, if any
     max_workspace_gib: float | None = None
     #: the versions of :data:`STALENESS_KEYS` the answer targets (None: unknown, never stale)
-    versions: dict[str, str | None] = field(default_factory=dict, compare=False)
+    versions: Mapping[str, str | None] = MappingProxyType({})
 
     @property
     def world_size(self) -> int:

@@ -75,7 +75,7 @@ def test_confidence_is_the_lowest_cap_of_the_rules_that_apply_and_no_data_stands
     base = Facts(single=False, compared=True, any_measured=True, unmeasured=False, close_call=False,
                  decisive_sources=frozenset({"measured"}), stale=False)
     assert confidence(base) == ("high", [])
-    level, reasons = confidence(dataclasses.replace(base, close_call=True, decisive_sources=frozenset({"extrapolated"})))
+    level, reasons = confidence(base._replace(close_call=True, decisive_sources=frozenset({"extrapolated"})))
     assert level == "low" and len(reasons) == 2
-    nothing = dataclasses.replace(base, compared=False, any_measured=False, unmeasured=True)
+    nothing = base._replace(compared=False, any_measured=False, unmeasured=True)
     assert confidence(nothing) == ("none", [CONFIDENCE_CAPS[0].text])
