@@ -10,12 +10,10 @@ shape (``autoselect.reference.transfer``). Pure Python.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 
-@dataclass(frozen=True)
-class LatencyFit:
+class LatencyFit(NamedTuple):
     """``latency_us = a_us + bytes * us_per_byte``, fitted on ``n`` points.
 
     ``rel_rms`` is the root-mean-square relative residual of the fit on its own points.

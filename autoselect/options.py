@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoselect.errors import UserError
 
@@ -284,8 +284,7 @@ class BadRunRef(UserError):
     "A run named by something that is neither a run id nor a run uid as autoselect shows them."
 
 
-@dataclass(frozen=True)
-class RunRef:
+class RunRef(NamedTuple):
     """A run as the user named it: ``text`` exactly, and ``id`` when the text is also a run id."""
 
     text: str

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from autoselect.model.errors import ModelConfigInvalid, ModelConfigNotFound
 from autoselect.text import check_json
@@ -31,8 +31,7 @@ def _looks_like_path(model: str) -> bool:
     )
 
 
-@dataclass(frozen=True)
-class ModelSource:
+class ModelSource(NamedTuple):
     """Which model names :func:`load_profile` resolves, and where.
 
     The CLI's default takes what its user names: a local directory (or its config.json), or a

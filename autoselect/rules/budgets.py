@@ -13,7 +13,6 @@ given number of tokens per rank at once (what the benchmark measures).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from autoselect.errors import UserError
@@ -82,8 +81,7 @@ def lowered_batch_default(backend: str, vllm_version: str) -> int | None:
     return row.default if row is not None and row.setting == BATCHED_TOKENS else None
 
 
-@dataclass(frozen=True)
-class Budget:
+class Budget(NamedTuple):
     """A line's dispatch buffer for one backend: how many tokens per rank, and what set it."""
 
     tokens: int  # the buffer: most tokens per rank in one dispatch

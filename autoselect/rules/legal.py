@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 # InvalidWorldSize and GpuArchRequired are shared by several commands (autoselect.errors)
@@ -26,8 +25,7 @@ class InvalidRedundantExperts(UserError):
     "The number of EPLB redundant experts is not a non-negative integer."
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     """Whether a backend may be used for a model / host / world size / vLLM version, and why."""
 
     backend: str

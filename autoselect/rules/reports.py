@@ -10,7 +10,6 @@ status, the version range, and when something is unknown, that it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from autoselect.rules.selection import release_range
@@ -148,8 +147,7 @@ def report(ref: str) -> UpstreamReport:
     return next(r for r in UPSTREAM_REPORTS if r.ref == ref)
 
 
-@dataclass(frozen=True)
-class ReportNote:
+class ReportNote(NamedTuple):
     """One report as it bears on one deployment."""
 
     report: UpstreamReport

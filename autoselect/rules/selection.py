@@ -9,7 +9,6 @@ when neither names a backend, which values the variable accepts and what a bad o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from autoselect.rules.versions import NEWEST_VLLM, version_in
@@ -158,8 +157,7 @@ def default_backend(vllm_version: str) -> str:
     return selection_era(vllm_version).default
 
 
-@dataclass(frozen=True)
-class EffectiveBackend:
+class EffectiveBackend(NamedTuple):
     """The backend a command line runs, where that came from, and what lost.
 
     ``backend`` is the value vLLM acts on as written (an old or removed name stays as it is:

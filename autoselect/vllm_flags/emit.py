@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping
+from types import MappingProxyType
+from typing import Mapping, NamedTuple
 
 from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
 from autoselect import rules
@@ -180,12 +180,11 @@ def serve_argv(
     )
 
 
-@dataclass(frozen=True)
-class BackendSetting:
+class BackendSetting(NamedTuple):
     """How one vLLM release is told to run a backend: flags, environment, and variables to unset."""
 
     flags: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = MappingProxyType({})  # read only: one empty default for all
     unset: tuple[str, ...] = ()  # variables that would override the flag if left in the environment
 
     def to_dict(self) -> dict:
