@@ -12,9 +12,7 @@ re-implements one.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 from autoselect import rules
 from autoselect.bridge import SOURCE_FLAG, target_version
@@ -24,8 +22,7 @@ from autoselect.model import GPU_ARCHS, MoeProfile, normalize_arch
 from autoselect.rules import Verdict
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """What a backend is judged for: a model on an arch at an EP size under one vLLM version.
 
     ``gpu_arch`` None (a CPU host without ``--gpu-arch``) judges on every known arch: a backend is
@@ -47,14 +44,14 @@ class Target:
     gpu_arch: str | None = None
     host: HostFingerprint | None = None
     max_num_batched_tokens: int | None = None
-    environ: Mapping[str, str] | None = dataclasses.field(default=None, compare=False)
+    environ: Mapping[str, str] | None = None
     tensor_parallel_size: int | None = None
     redundant_experts: int = 0
     platform: str | None = None
 
     def with_token_budget(self, max_num_batched_tokens: int | None) -> "Target":
         """The same target under the token budget ``max_num_batched_tokens`` (per engine, so per rank)."""
-        return dataclasses.replace(self, max_num_batched_tokens=max_num_batched_tokens)
+        return self._replace(max_num_batched_tokens=max_num_batched_tokens)
 
 
 class VllmWithoutBackendFlag(UserError):

@@ -10,8 +10,7 @@ Stdlib only: the CLI reads the defaults for its options on every command's fast 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import ClassVar
+from typing import NamedTuple
 
 from autoselect.errors import UserError
 from autoselect.options import MAX_DURATION_S, MAX_INT
@@ -21,8 +20,7 @@ class BadStoppingRule(UserError):
     "A stopping-rule option (--max-noise, --min-samples, --min-time, --timeout) out of range."
 
 
-@dataclass(frozen=True)
-class StoppingRule:
+class StoppingRule(NamedTuple):
     """When the sampling of one point stops (nvbench's ``stdrel`` criterion and its defaults).
 
     Sampling stops when (a) at least ``min_samples`` samples and ``min_time_s`` seconds of
@@ -38,11 +36,11 @@ class StoppingRule:
     min_time_s: float = 0.5  # at least this much accumulated sample time
     timeout_s: float = 15.0  # wall-clock limit per point: stop, noise_target_met = False
     #: Noise estimates compared for the "noise is stable" stop ...
-    STABLE_WINDOW: ClassVar[int] = 8
+    STABLE_WINDOW = 8
     #: ... which stops when they vary by less than this (relative standard deviation).
-    STABLE_REL_STD: ClassVar[float] = 0.05
+    STABLE_REL_STD = 0.05
     #: The most samples one point keeps (a memory bound).
-    MAX_SAMPLES: ClassVar[int] = 200_000
+    MAX_SAMPLES = 200_000
 
     def validate(self) -> None:
         """Refuse a rule that cannot stop sensibly.
@@ -61,7 +59,7 @@ class StoppingRule:
 
     def to_dict(self) -> dict:
         """``{"max_noise", "min_samples", "min_time_s", "timeout_s"}``."""
-        return asdict(self)
+        return self._asdict()
 
 
 #: The stopping rule of ``bench`` and ``fleet`` (and their --max-noise/--min-samples/--min-time/

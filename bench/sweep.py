@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 from autoselect.bridge import TargetVersion, target_version
 from autoselect.candidates import candidate_backends, check_vllm_version, resolve_target
@@ -168,7 +168,7 @@ def legality(spec: SweepSpec, host, tokens: int | None = None):
             # the smallest deployment that dispatches `tokens` per rank at once; which setting
             # carries its buffer depends on the target release (rules.smallest_deployment)
             budget, sized = smallest_deployment(name, target.vllm_version, tokens)
-            point = replace(target.with_token_budget(budget), environ={**(target.environ or {}), **sized})
+            point = target.with_token_budget(budget)._replace(environ={**(target.environ or {}), **sized})
         verdicts.update(candidate_backends(point, [name]))
     return verdicts
 

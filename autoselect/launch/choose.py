@@ -38,7 +38,6 @@ line, exit status 2, nothing written, nothing started):
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import os
@@ -237,7 +236,7 @@ def _one(archs: tuple) -> str | None:
 
 def _judged(target: Target, backend: str, archs) -> list[tuple[str | None, Any]]:
     """``[(arch, verdict)]`` of ``backend`` on each arch (one ``None`` entry on the CPU platform)."""
-    return [(arch, candidate_backends(dataclasses.replace(target, gpu_arch=arch), [backend])[backend])
+    return [(arch, candidate_backends(target._replace(gpu_arch=arch), [backend])[backend])
             for arch in archs]
 
 
@@ -254,7 +253,7 @@ def _refusal(backend: str, judged, target: Target, version: str) -> str | None:
     if not problems:
         return None
     archs = [arch for arch, _ in judged]  # what is legal, judged where the refusal was
-    legal = legal_backends(dataclasses.replace(target, gpu_arch=archs[0]) if len(archs) == 1 else target)
+    legal = legal_backends(target._replace(gpu_arch=archs[0]) if len(archs) == 1 else target)
     tail = f"; legal here: {', '.join(legal)}" if legal else ""
     return f"{backend} cannot run {target.profile.model} here: {' / '.join(dict.fromkeys(problems))}{tail}"
 

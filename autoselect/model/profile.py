@@ -10,8 +10,7 @@ architecture (:data:`~autoselect.model.formats.QUANT_FORMATS`). The architecture
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoselect.model.config import (EXPERT_FIELDS, HIDDEN_FIELDS, TOP_K_FIELDS, check_config, count_moe_layers,
                                      first_field, text_config)
@@ -61,8 +60,7 @@ def normalize_arch(s: str) -> str:
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class MoeProfile:
+class MoeProfile(NamedTuple):
     """What one MoE model puts on the all2all: shape, quantization, activation dtype per arch."""
 
     model: str
@@ -75,7 +73,7 @@ class MoeProfile:
     activation_dtypes: dict
     num_layers: int | None = None
     quant_source: str = ""  # where the quantization was read ("config.json quantization_config", ...)
-    notes: tuple = field(default_factory=tuple)  # things worth saying (uncertainties)
+    notes: tuple = ()  # things worth saying (uncertainties)
 
     def activation_dtype(self, gpu_arch: str) -> str:
         """The dtype this model dispatches over the all2all on ``gpu_arch`` (any spelling)."""
@@ -83,7 +81,7 @@ class MoeProfile:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
-        d = asdict(self)
+        d = self._asdict()
         d["notes"] = list(self.notes)
         d["activation_dtypes"] = dict(self.activation_dtypes)
         return d

@@ -261,15 +261,13 @@ def test_inspect_cross_check_warns_on_stderr_when_vllm_disagrees(monkeypatch):
     # No real disagreement is left among the fixtures (tests/fixtures/vllm_crosscheck/README.md):
     # vLLM's answer is real, autoselect's side is made deliberately wrong (w4a16_nvfp4) at the
     # comparison boundary.
-    import dataclasses
-
     from click.testing import CliRunner
 
     from autoselect.cli import main
 
     real_cross_check = cross_check
     monkeypatch.setattr(hooks, "cross_check", lambda profile, classification: real_cross_check(
-        dataclasses.replace(profile, weight_quant="w4a16_nvfp4"), classification))
+        profile._replace(weight_quant="w4a16_nvfp4"), classification))
     monkeypatch.setenv(VLLM_PYTHON_ENV, VLLM_PYTHON)
     result = CliRunner().invoke(main, ["inspect", "--model", str(CROSSCHECK / "qwen3-30b-a3b-mxfp4-ct"),
                                        "--cross-check", "--format", "json"])
