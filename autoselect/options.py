@@ -103,8 +103,10 @@ class BadDuration(UserError):
 # Integer lists
 # --------------------------------------------------------------------------------------
 
-_DIGITS = re.compile(r"[0-9]+")
-_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: The grammars' patterns are strings, compiled on first use by re's cache: a command compiles only
+#: those its options need (most of a start passes no number at all).
+_DIGITS = r"[0-9]+"
+_DECIMAL = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 
 
 def _items(text: str, what: str, example: str) -> list[str]:
@@ -121,7 +123,7 @@ def _integer(item: str, what: str, noun: str, minimum: int, maximum: int, exampl
              digits: str | None = None) -> int:
     """The value of ``digits`` (default: the whole ``item``), in range; the message names ``item``."""
     digits = item if digits is None else digits
-    if not _DIGITS.fullmatch(digits):
+    if not re.fullmatch(_DIGITS, digits):
         raise BadList(f"{what} item {item!r} is not a whole number written in digits 0-9; e.g. {example}")
     # int() refuses texts over 4300 digits (sys.int_info): such a value is out of range anyway
     value = int(digits) if len(digits) <= 40 else maximum + 1
@@ -163,7 +165,7 @@ def parse_weighted_tokens(text: str, *, what: str = "--tokens",
     pairs = []
     for item in items:
         tokens_text, _, weight_text = (part.strip(" ") for part in item.partition(":"))
-        if not _DIGITS.fullmatch(tokens_text) or (weighted[0] and not _DECIMAL.fullmatch(weight_text)):
+        if not re.fullmatch(_DIGITS, tokens_text) or (weighted[0] and not re.fullmatch(_DECIMAL, weight_text)):
             raise BadList(f"{what} item {item!r} is not TOKENS or TOKENS:WEIGHT; e.g. {example}")
         tokens = _integer(item, what, "token counts per rank", 1, maximum, example, digits=tokens_text)
         weight = float(weight_text) if weighted[0] else 1.0
@@ -179,8 +181,8 @@ def parse_weighted_tokens(text: str, *, what: str = "--tokens",
 # Single numbers and name lists (every numeric command-line option goes through these)
 # --------------------------------------------------------------------------------------
 
-_SIGNED_DIGITS = re.compile(r"-?[0-9]+")
-_SIGNED_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_SIGNED_DIGITS = r"-?[0-9]+"
+_SIGNED_DECIMAL = r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 
 
 class BadNumber(UserError):
@@ -195,7 +197,7 @@ def parse_int(text: str, *, what: str, minimum: int = -MAX_INT, maximum: int = M
     :raises BadNumber: for anything else.
     """
     s = str(text).strip(" \t")  # ASCII blanks only: a no-break space is a typing accident too
-    if not _SIGNED_DIGITS.fullmatch(s):
+    if not re.fullmatch(_SIGNED_DIGITS, s):
         raise BadNumber(f"{what} {text!r} is not a whole number written in digits 0-9")
     value = int(s) if len(s) <= 40 else (maximum + 1 if not s.startswith("-") else minimum - 1)
     if value < minimum:
@@ -212,7 +214,7 @@ def parse_number(text: str, *, what: str, minimum: float | None = None, maximum:
     :raises BadNumber: for anything else.
     """
     s = str(text).strip(" \t")
-    value = float(s) if _SIGNED_DECIMAL.fullmatch(s) else None
+    value = float(s) if re.fullmatch(_SIGNED_DECIMAL, s) else None
     if value is None or not math.isfinite(value):
         raise BadNumber(f"{what} {text!r} is not a finite number written in digits 0-9 (e.g. 0.5, 30, 1e-3)")
     if minimum is not None and value < minimum:
@@ -305,9 +307,9 @@ def parse_run_ref(text: str, *, what: str = "RUN") -> RunRef:
     if s.strip() != s or any(c.isspace() or not c.isprintable() for c in s):
         raise BadRunRef(f"{what} {s!r} holds blanks or control characters; pass the run id or uid exactly as "
                         "`autoselect db info` shows it, e.g. 12")
-    if s.isdigit() and not _DIGITS.fullmatch(s):
+    if s.isdigit() and not re.fullmatch(_DIGITS, s):
         raise BadRunRef(f"{what} {s!r} is not written in digits 0-9; pass the run id as `autoselect db info` shows it")
-    if _DIGITS.fullmatch(s) and len(s) <= _RUN_ID_DIGITS and s == str(int(s)):
+    if re.fullmatch(_DIGITS, s) and len(s) <= _RUN_ID_DIGITS and s == str(int(s)):
         return RunRef(s, int(s))  # an id as shown: no leading zeros (``0012`` can only be a uid)
     return RunRef(s)
 

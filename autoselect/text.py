@@ -31,7 +31,8 @@ from autoselect.errors import UserError
 
 #: how much of a refused text the message shows (escaped)
 _SHOWN = 40
-_ESCAPED_BYTE = re.compile(r"\\udc([89a-f][0-9a-f])")
+#: compiled on first use (re's cache): only a refused text needs it
+_ESCAPED_BYTE = r"\\udc([89a-f][0-9a-f])"
 
 
 #: What sqlite3 says when a stored TEXT value is not UTF-8 (``sqlite3.OperationalError``)
@@ -59,7 +60,7 @@ def shown(text: str, *, from_bytes: bool = False) -> str:
     """
     out = repr(text)
     if from_bytes:
-        out = _ESCAPED_BYTE.sub(r"\\x\1", out)
+        out = re.sub(_ESCAPED_BYTE, r"\\x\1", out)
     return out if len(out) <= _SHOWN else f"{out[:_SHOWN - 3]}..."
 
 

@@ -48,7 +48,8 @@ class UnknownRole(UserError):
 # Shape
 # --------------------------------------------------------------------------------------
 
-_SHAPE_SPEC = re.compile(r"shape:([0-9]+)x([0-9]+)x([0-9]+):([a-z0-9_]+)")
+#: compiled on first use (re's cache): only a ``shape:`` model needs it
+_SHAPE_SPEC = r"shape:([0-9]+)x([0-9]+)x([0-9]+):([a-z0-9_]+)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +89,7 @@ class Shape:
 
         :raises InvalidShape: text that is not in that form, or a shape that cannot exist.
         """
-        m = _SHAPE_SPEC.fullmatch(text.strip())
+        m = re.fullmatch(_SHAPE_SPEC, text.strip())
         if not m:
             raise InvalidShape(f"{what} {text!r} is not shape:HIDDENxEXPERTSxTOPK:DTYPE; e.g. shape:2048x32x4:bf16")
         hidden, experts, top_k, dtype = m.groups()

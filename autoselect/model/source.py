@@ -18,15 +18,16 @@ from typing import NamedTuple
 from autoselect.model.errors import ModelConfigInvalid, ModelConfigNotFound
 from autoselect.text import check_json
 
-#: a Hugging Face Hub id: ``name`` or ``org/name``
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+#: a Hugging Face Hub id: ``name`` or ``org/name`` (patterns here are strings, compiled on first use by
+#: re's cache: a local directory, the usual name, needs none)
+_HUB_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
 
 
 def _looks_like_path(model: str) -> bool:
     return (
         model.startswith(("/", "./", "../", "~", "."))
         or model.count("/") > 1
-        or os.sep in model and not _HUB_ID.match(model)
+        or os.sep in model and not re.match(_HUB_ID, model)
         or model.endswith(".json")
     )
 
@@ -49,7 +50,7 @@ class ModelSource(NamedTuple):
 #: what the command line resolves
 CLI_SOURCE = ModelSource()
 #: a name under a model root: relative components that never start with a dot (so no "..")
-_ROOT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$")
+_ROOT_NAME = r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$"
 #: the longest model name or path taken (a Hub id is at most 96 characters)
 MAX_MODEL_NAME = 1024
 
@@ -69,7 +70,7 @@ def locate_config(model: str, source: ModelSource = CLI_SOURCE) -> tuple[Path, P
             f"--model {model[:80]!r} is not a model name; pass a checkpoint directory or a Hugging Face model id"
             if isinstance(model, str) else "--model is not a model name"
         )
-    if source.roots and _ROOT_NAME.match(model):
+    if source.roots and re.match(_ROOT_NAME, model):
         for root in source.roots:
             found = _under_root(Path(root), model)
             if found is not None:
@@ -93,7 +94,7 @@ def locate_config(model: str, source: ModelSource = CLI_SOURCE) -> tuple[Path, P
                 )
             quant = directory / "hf_quant_config.json"
             return config, (quant if quant.is_file() else None), [], str(config)
-    if not source.hub or _looks_like_path(model) or not _HUB_ID.match(model):
+    if not source.hub or _looks_like_path(model) or not re.match(_HUB_ID, model):
         if not source.local_paths:
             raise ModelConfigNotFound(f"unknown model {model[:80]!r}; pass a Hugging Face model id (org/name)")
         raise ModelConfigNotFound(

@@ -28,9 +28,9 @@ _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 #: Patterns a line needs only in some forms (an `export` block, an image tag, a pasted continuation) are
 #: strings, compiled on first use by re's cache: each costs ~0.05 ms of every start that reads a line.
 _NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-_PYTHON = re.compile(r"^python[0-9.]*$")
+_PYTHON = r"^python[0-9.]*$"
 #: The vLLM server images; the tag names the release (``v0.17.0-cu130`` -> 0.17.0).
-_IMAGE = re.compile(r"^(?:[\w.-]+(?::\d+)?/)*vllm/vllm-openai(?:-rocm)?(?::(?P<tag>[\w.-]+))?$")
+_IMAGE = r"^(?:[\w.-]+(?::\d+)?/)*vllm/vllm-openai(?:-rocm)?(?::(?P<tag>[\w.-]+))?$"
 _TAG_VERSION = r"^v?(\d+\.\d+\.\d+(?:\.\d+)?)(?:[-+].*)?$"
 #: Interpreter options that take a value (``-W error``, ``-X dev``); the others stand alone.
 _PYTHON_VALUE_OPTIONS = ("-W", "-X")
@@ -239,7 +239,7 @@ def leading_assignments(words: list[str]) -> int:
 
 def is_python(word: str) -> bool:
     """True when ``word`` names a Python interpreter (``python``, ``/venv/bin/python3.11``)."""
-    return _PYTHON.match(PurePosixPath(word).name) is not None
+    return re.match(_PYTHON, PurePosixPath(word).name) is not None
 
 
 def _is_vllm(word: str) -> bool:
@@ -254,7 +254,7 @@ def _serve_start(words: list[str]) -> tuple[int, int, str, str | None] | None:
                 return i, i + 2, "vllm serve", None
             raise InvalidServeCommand(f"`vllm {words[i + 1]}` is not `vllm serve`; pass a `vllm serve MODEL ...` "
                                       f"command")
-        if _IMAGE.match(word) and i > 0:
+        if re.match(_IMAGE, word) and i > 0:
             return i, i + 1, f"the {word} image", word
         if word == "-m" and i + 1 < len(words) and words[i + 1] in ENTRYPOINT_MODULES:
             module = words[i + 1]
@@ -263,7 +263,7 @@ def _serve_start(words: list[str]) -> tuple[int, int, str, str | None] | None:
             j = i - 1
             while j >= 0 and (words[j].startswith("-") or (j > 0 and words[j - 1] in _PYTHON_VALUE_OPTIONS)):
                 j -= 1
-            if j >= 0 and _PYTHON.match(PurePosixPath(words[j]).name):
+            if j >= 0 and re.match(_PYTHON, PurePosixPath(words[j]).name):
                 begin = j
             end = i + 2
             if module.endswith("cli.main"):
@@ -343,7 +343,7 @@ def read_command(argv: list[str]) -> Command:
     command.serve_words = words[end:]
     if image:
         command.image = image
-        tag = _IMAGE.match(image).group("tag") or ""
+        tag = re.match(_IMAGE, image).group("tag") or ""
         version = re.match(_TAG_VERSION, tag)
         command.image_version = version.group(1) if version else None
     skipped = [w for w in words[:end] if not _ENV_ASSIGNMENT.match(w)]
