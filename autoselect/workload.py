@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from autoselect.errors import InvalidShape, MissingShape, UserError
 from autoselect.model import MoeProfile
@@ -130,8 +130,7 @@ class Shape:
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Deployment:
+class Deployment(NamedTuple):
     """How vLLM is launched: ``dp`` data-parallel engines of ``tp`` tensor-parallel ranks.
 
     The EP group (and the all2all) spans ``world_size = dp * tp`` ranks.
@@ -234,8 +233,7 @@ WORKLOAD_TABLE: dict[str, tuple[tuple[str, float, float], ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class WorkloadSpec:
+class WorkloadSpec(NamedTuple):
     """The token counts per rank to compare on, each with its share of forward steps."""
 
     kind: str  # "decode" | "prefill" | "mixed" | "explicit"

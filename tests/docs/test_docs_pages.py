@@ -56,7 +56,7 @@ def _children(cls) -> dict[str, type]:
             args = typing.get_args(h)
             if args and (typing.get_origin(h) in (list, tuple, typing.Union) or isinstance(h, types.UnionType)):
                 stack.extend(a for a in args if a is not Ellipsis)
-            elif dataclasses.is_dataclass(h) and isinstance(h, type):
+            elif isinstance(h, type) and (dataclasses.is_dataclass(h) or h in SAMPLES):
                 out[name] = h
     return out
 
