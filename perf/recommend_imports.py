@@ -8,11 +8,12 @@
   what ``python -m autoselect recommend`` has loaded when its callback starts to work)
 
 and prints the medians and the ratios to ``import click``; then, in one more process, how many
-frozen dataclasses that path creates and what they cost (on CPython 3.11 each one ``exec``s
-its generated methods: ~1-2 ms a class), the modules that cost most, and how many modules of
-autoselect and db it loads. The modules recommend must not load (the vLLM bridge's worker
-protocol, client and quantization answers; the rules' --moe-backend table; tune, fleet, report) are
-listed if they appear.
+dataclasses that path creates and what they cost (on CPython 3.11 each one compiles its generated
+methods one by one, ~0.08 ms each: ~0.3-1 ms a class, which is why the path's immutable records
+are NamedTuples, ~0.1 ms a class), the modules that cost most, and how many modules of autoselect
+and db it loads. The modules recommend must not load (the vLLM bridge's worker protocol, client
+and quantization answers; the rules' --moe-backend table; the published reference's modules,
+which the package face loads on first use; tune, fleet, report) are listed if they appear.
 
     python3 perf/recommend_imports.py                  # 21 runs of each
     python3 perf/recommend_imports.py --repeats 41
@@ -37,10 +38,11 @@ from goals import EXACT, Goals, add_quick  # noqa: E402
 from recommend_latency import timed  # noqa: E402  (the same fresh-process timer as the whole command's)
 
 RECOMMEND_PATH = "import autoselect.cli.recommend_cmd, autoselect.selector"
-#: Modules recommend has no use for (loaded only by --validate, check, inspect, tune, fleet, report).
+#: Modules recommend's import path has no use for (loaded only by --validate, check, inspect, an answer
+#: from the published reference, tune, fleet, report).
 MUST_NOT_LOAD = ("autoselect.bridge.client", "autoselect.bridge.protocol", "autoselect.bridge.quant",
-                 "autoselect.bridge.verdicts", "autoselect.rules.moe_backends", "autoselect.tune", "autoselect.fleet",
-                 "autoselect.report")
+                 "autoselect.bridge.verdicts", "autoselect.rules.moe_backends", "autoselect.reference.",
+                 "autoselect.tune", "autoselect.fleet", "autoselect.report")
 
 #: Run in a fresh process: count and time every dataclass the recommend path creates.
 PROBE = f"""
