@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoselect.dataclass_methods import DataclassMethods
+
 #: Per-link NVLink bandwidth, GB/s per direction, by compute capability (major.minor).
 #: Source: NVIDIA's NVLink page (nvidia.com/en-us/data-center/nvlink) gives the total
 #: bidirectional bandwidth per GPU and the link count: P100 160 GB/s over 4 links (NVLink 1),
@@ -70,8 +72,8 @@ VERSION_DISTRIBUTIONS = {
 }
 
 
-@dataclass
-class GpuInfo:
+@dataclass(repr=False, eq=False)  # DataclassMethods: the same methods, not compiled per class
+class GpuInfo(DataclassMethods):
     """One GPU as NVML reports it."""
 
     index: int
@@ -85,8 +87,8 @@ class GpuInfo:
     pci_bus_id: str | None = None
 
 
-@dataclass
-class HostFingerprint:
+@dataclass(repr=False, eq=False)  # DataclassMethods: the same methods, not compiled per class
+class HostFingerprint(DataclassMethods):
     """What this machine is: GPUs, NVLink topology, driver and software versions."""
 
     hostname: str

@@ -89,7 +89,7 @@ def warn_skipped(what: str, skipped: list[str]) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(repr=False, eq=False)  # Result's DataclassMethods: the same methods, not compiled per class
 class StoredResult(Result):
     """A Result as stored: with its row id, run, and the host that measured it."""
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autoselect.dataclass_methods import DataclassMethods
+
 #: Result statuses. Only ``ok`` rows are timed; ``incorrect`` means the correctness gate
 #: failed (the first mismatch is in ``error``) and disqualifies the backend for that shape.
 STATUSES = ("ok", "incorrect", "unavailable", "error", "timeout")
@@ -33,8 +35,8 @@ SYNTHETIC = "synthetic"
 TUNED_STATUSES = ("gain", "no_gain", "no_legal_knobs", "budget", "not_searched")
 
 
-@dataclass
-class Result:
+@dataclass(repr=False, eq=False)  # DataclassMethods: the same methods, not compiled per class
+class Result(DataclassMethods):
     """One measured point: one backend, one shape, one token count per rank."""
 
     backend: str

@@ -10,14 +10,15 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoselect.dataclass_methods import DataclassMethods
 from db.fields import check_host_class, tuned_problem
 from db.queries import warn_skipped
 from db.records import TUNED_STATUSES
 from db.rows import now_iso, row_to_tuned_dict, tuned_to_row
 
 
-@dataclass
-class TunedConfig:
+@dataclass(repr=False, eq=False)  # DataclassMethods: the same methods, not compiled per class
+class TunedConfig(DataclassMethods):
     """One finished tune's best configuration for one backend."""
 
     host_class: str

@@ -42,6 +42,7 @@ COMPONENTS: dict[str, str] = {
     "autoselect.payload": "vocabulary",
     "autoselect.hardware": "vocabulary",
     "autoselect.bearer": "vocabulary",
+    "autoselect.dataclass_methods": "vocabulary",
     # domain: the model, the rules and what is derived from them (no store, no measuring)
     "autoselect.model": "domain",
     "autoselect.rules": "domain",

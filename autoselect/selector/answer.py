@@ -12,11 +12,11 @@ Bump :data:`SCHEMA_VERSION` on an incompatible change; docs/json.md documents th
 from __future__ import annotations
 
 import dataclasses
-import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from autoselect import bridge
+from autoselect.dataclass_methods import DataclassMethods
 from autoselect.workload import Deployment, WorkloadSpec
 
 #: Version of the JSON ``recommend --format json`` prints; bump on incompatible changes.
@@ -55,27 +55,17 @@ def _json(value: Any, digits: int | None = None) -> Any:
     return value
 
 
-class _Document:
+class _Document(DataclassMethods):
     """A dataclass whose fields, in order, are its JSON keys (see the module docstring).
 
-    Its ``__repr__``, and a frozen one's ``__eq__`` and ``__hash__``, are written here once, as
-    ``@dataclass`` generates them for each class (the same text; equal only to an instance of the
-    same class with equal fields; the hash of the same tuple), and the classes below are declared
-    ``repr=False`` (frozen ones ``eq=False`` too). CPython 3.11 compiles each generated method on
-    its own (~0.08 ms): these 28 were ~2 ms of every recommend start. A mutable one keeps its
-    generated ``__eq__`` (and so no hash). tests/selector/test_answer_methods.py holds all three to
-    what ``@dataclass`` generates.
+    Its ``__repr__`` and ``__eq__`` are :class:`autoselect.dataclass_methods.DataclassMethods`'s,
+    and a frozen one's ``__hash__`` is written here, each as ``@dataclass`` generates it for a
+    class (the same text; equal only to an instance of the same class with equal fields; the hash
+    of the same tuple): the classes below are declared ``repr=False`` (frozen ones ``eq=False``
+    too). CPython 3.11 compiles each generated method on its own (~0.08 ms): these 28 were ~2 ms
+    of every recommend start. A mutable one keeps its generated ``__eq__`` (and so no hash).
+    tests/selector/test_answer_methods.py holds all three to what ``@dataclass`` generates.
     """
-
-    @reprlib.recursive_repr()
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
-        return f"{self.__class__.__qualname__}({shown})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return _compared(self) == _compared(other)
-        return NotImplemented
 
     def __hash__(self) -> int:
         return hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)
@@ -92,11 +82,6 @@ class _Document:
                 continue
             out[f.name] = _json(value, f.metadata.get("round"))
         return out
-
-
-def _compared(doc: _Document) -> tuple:
-    """The values ``==`` compares: every field with ``compare`` (as ``@dataclass``'s ``__eq__``)."""
-    return tuple(getattr(doc, f.name) for f in dataclasses.fields(doc) if f.compare)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, eq=False, repr=False)

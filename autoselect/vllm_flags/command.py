@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from autoselect.dataclass_methods import DataclassMethods
 from autoselect.errors import UserError
 
 
@@ -51,8 +52,8 @@ _SUBCOMMANDS = frozenset({"serve", "bench", "chat", "complete", "collect-env", "
 _SHELL_VARIABLE = re.compile(r"\$(?:\{[^}]*\}?|\(\(?|[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])|`[^`]*`?")
 
 
-@dataclass
-class Command:
+@dataclass(repr=False, eq=False)  # DataclassMethods: the same methods, not compiled per class
+class Command(DataclassMethods):
     """The server command found in a line, and what surrounded it."""
 
     serve_words: list  # what `vllm serve` parses: MODEL and flags (no program name, no `serve`)

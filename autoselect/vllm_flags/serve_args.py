@@ -12,6 +12,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 
+from autoselect.dataclass_methods import DataclassMethods
 from autoselect.text import check_json
 from autoselect.vllm_flags.command import Command, InvalidServeCommand, has_shell_expansion, read_command
 
@@ -102,8 +103,8 @@ CONFIG_EXTENSIONS = ("yaml", "yml")
 CONFIG_UNREAD = "config-unread"
 
 
-@dataclass
-class ServeArgs:
+@dataclass(repr=False, eq=False)  # DataclassMethods: the same methods, not compiled per class
+class ServeArgs(DataclassMethods):
     """The parts of a `vllm serve` command line that matter to the all2all backend."""
 
     model: str
