@@ -120,7 +120,17 @@ def test_goals_prints_an_infeasible_goal_with_its_proof_and_does_not_judge_it(ca
     assert goals.finish() == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1] == "goal p95: 1.12 (goal <= 1.05): infeasible, not judged: 311 ambiguous, 268 allowed"
-    assert out[-1] == "goals: 1 met, 0 missed, 0 not judged (quick), 1 infeasible"
+    assert out[-1] == "goals: 1 met, 0 missed, 1 infeasible"  # a full run judges every goal it can
+
+
+def test_only_a_reduced_run_says_what_it_left_unjudged(capsys):
+    quick, full = GOALS.Goals(quick=True), GOALS.Goals(quick=False)
+    for goals in (quick, full):
+        goals.check("wall", "1.2x", "<= 2x", True)
+        assert goals.finish() == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "goals: 0 met, 0 missed, 1 not judged (quick)"
+    assert out[3] == "goals: 1 met, 0 missed"
 
 
 def test_a_dataset_goal_is_judged_in_the_full_mode_only(capsys):
