@@ -77,15 +77,6 @@ def on_h20(monkeypatch):
     return node
 
 
-@pytest.fixture
-def on_fleet_node(monkeypatch):
-    """This machine is node gpu-a of the fleet's H200 class."""
-    node = h200_host("gpu-a")
-    monkeypatch.setattr("autoselect.launch.platform.local_host", lambda: node)
-    monkeypatch.setattr(pipeline, "fingerprint", lambda: node)
-    return node
-
-
 def dry(*args, env=None):
     """``autoselect launch --dry-run ARGS`` through click (stdout and stderr apart)."""
     return CliRunner().invoke(main, ["launch", "--dry-run", *[str(a) for a in args]], env=env)

@@ -13,10 +13,9 @@ import time
 
 import pytest
 
-from support.fleet import DEEPSEEK_V3, HOST_CLASS, MODELS, build_fleet_db, h200_host
+from support.fleet import DEEPSEEK_V3, HOST_CLASS, MODELS, build_fleet_db
 from support.service import running_service
 
-import autoselect.selector.pipeline as pipeline
 from autoselect.launch import LaunchOptions, plan_launch
 from autoselect.selector import recommend_for
 
@@ -41,14 +40,6 @@ def token_file(tmp_path_factory):
 def service(fleet_db, token_file):
     with running_service(fleet_db, model_roots=[MODELS], token_file=token_file) as url:
         yield url
-
-
-@pytest.fixture
-def on_fleet_node(monkeypatch):
-    node = h200_host("gpu-a")
-    monkeypatch.setattr("autoselect.launch.platform.local_host", lambda: node)
-    monkeypatch.setattr(pipeline, "fingerprint", lambda: node)
-    return node
 
 
 def options(url, **kw):
