@@ -228,7 +228,10 @@ def _workers_under(path: Path) -> list[int]:
 def test_no_worker_outlives_an_interrupted_sweep(tmp_path, sig):
     env = dict(os.environ, TMPDIR=str(tmp_path),
                PYTHONPATH=os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")]))
-    code = ("from bench.sweep import SweepSpec, run_sweep\n"
+    # Ctrl-C at a terminal: a pytest started in the background (``cmd &`` in a script) ignores
+    # SIGINT, and the sweep would inherit that and never see the signal
+    code = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "from bench.sweep import SweepSpec, run_sweep\n"
             "run_sweep(SweepSpec(backends=['test_rank_hangs'], tokens=[4], hidden=256, top_k=4, experts=16,"
             " dtype='bf16', world_size=2, device='cpu', timeout_s=300))\n")
     parent = subprocess.Popen([sys.executable, "-c", code], env=env)
