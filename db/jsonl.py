@@ -46,7 +46,6 @@ from db.rows import (
     RESULT_COLUMNS,
     RUN_COLUMNS,
     TUNED_FIELDS,
-    VERSION_COLUMNS,
     result_key,
     row_to_host_dict,
     row_to_result_dict,

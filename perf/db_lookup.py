@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import itertools
-import json
 import os
 import random
 import sqlite3
@@ -213,7 +212,8 @@ def main() -> int:
             "SELECT id FROM results WHERE hidden = ? AND top_k = ? AND experts = ? AND dispatch_dtype = ?"
             " AND kind = 'micro' AND host_class = ? AND world_size = ?", (h, k, e, d, hc, ws)).fetchall()
 
-    index_ms = statistics.median(t for target in targets for t in _time(lambda: index_only(target), 5))
+    index_ms = statistics.median(t for target in targets
+                                 for t in _time(lambda: index_only(target), 5))  # noqa: B023 (called at once)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (timings below are wall clock; cpu = this process)")
     print(f"SELECT 1                      median {med_select1 * 1e3:7.1f} us")
     print(f"index only (same rows, ids)   median {index_ms * 1e3:7.1f} us")

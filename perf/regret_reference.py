@@ -308,7 +308,7 @@ def shape_holdout(case: Case, tally: Tally, version: str, policy: DecisionPolicy
                 key = (case.ref_class, case.world_size, b) + hidden + (p.tokens_per_rank,)
                 tally.errors["shapes"][key] = (b, abs(p.latency_us / curve[p.tokens_per_rank].latency_us - 1))
     for kind in KINDS:
-        for h, spec in workloads(case, kind):
+        for _, spec in workloads(case, kind):
             scorable = weighted_truth(case, spec, 1.0)
             judge(tally, "shapes", kind, case, spec, {b: c for b, c in curves.items() if b in scorable}, version,
                   policy, estimate_errors)
@@ -477,11 +477,11 @@ def compare_policies(systems: set[str] | None, version: str, measured_bands: dic
           + "); autoselect mean/p95/max:")
     bands = ", ".join(f"{b} {e:.1%}" for b, e in sorted(measured_bands.items()))
     firsts = []
-    for field, names, subset in (("tie_rule", list(TIE_RULES), "judged"),
+    for rule, names, subset in (("tie_rule", list(TIE_RULES), "judged"),
                                  ("bound_rule", list(BOUND_RULES), "bound default")):
         ranked = []
         for name in names:
-            policy = DEFAULT_POLICY._replace(**{field: name})
+            policy = DEFAULT_POLICY._replace(**{rule: name})
             errors = measured_bands if name.startswith("margin-est-") else None
             tally, _ = run(systems, version, policy, errors)
             _, out = table(tally, ("all", subset))
@@ -489,12 +489,12 @@ def compare_policies(systems: set[str] | None, version: str, measured_bands: dic
                                for (sub, h, f), row in out.items() if sub == subset for a in [row["autoselect"]])
             ranked.append((policy_rank(out, subset), name, cells))
         ranked.sort(key=lambda r: r[0])
-        print(f"{field.replace('_', ' ')} ({subset} workloads):")
+        print(f"{rule.replace('_', ' ')} ({subset} workloads):")
         for rank, name, cells in ranked:
-            mark = " <- recommend's" if name == getattr(DEFAULT_POLICY, field) else ""
+            mark = " <- recommend's" if name == getattr(DEFAULT_POLICY, rule) else ""
             print(f"  {name:<15} {rank}: {cells}{mark}")
-        firsts.append(ranked[0][1] == getattr(DEFAULT_POLICY, field)
-                      or ranked[0][0] == next(r for r, n, _ in ranked if n == getattr(DEFAULT_POLICY, field)))
+        firsts.append(ranked[0][1] == getattr(DEFAULT_POLICY, rule)
+                      or ranked[0][0] == next(r for r, n, _ in ranked if n == getattr(DEFAULT_POLICY, rule)))
     print(f"(margin-est rules: an estimated value's band is its backend's measured interpolation error: {bands})")
     return all(firsts)
 

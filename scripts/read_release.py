@@ -35,13 +35,12 @@ from __future__ import annotations
 
 import argparse
 import ast
-import io
 import json
 import re
 import sys
 import tarfile
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from support.hostile import cli, refused, run_module, tree_state
+from support.hostile import cli, refused, tree_state
 from support.paths import FIXTURES, REPO
 
 from autoselect.model import load_profile

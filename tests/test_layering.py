@@ -355,7 +355,7 @@ SHARED_ROLE_NAMES = frozenset({"__init__", "__main__", "errors", "run", "events"
 
 def test_a_module_name_means_one_thing_across_the_packages(tree):
     folders: dict[str, set[str]] = {}
-    for module, (path, _) in tree.items():
+    for path, _ in tree.values():
         name = Path(path).stem
         folders.setdefault(name, set()).add(str(Path(path).parent))
     shared = {name: sorted(where) for name, where in folders.items() if len(where) > 1}

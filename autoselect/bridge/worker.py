@@ -200,7 +200,7 @@ class Worker:
         if self._parser is None:
             _, argparse_mod = _import_first(ARGPARSE_MODULES)
             self.parser_module, cli_args = _import_first(PARSER_MODULES)
-            flexible = getattr(argparse_mod, "FlexibleArgumentParser")
+            flexible = argparse_mod.FlexibleArgumentParser
             self._parser = cli_args.make_arg_parser(flexible(prog="vllm serve"))
             self._validate = getattr(cli_args, "validate_parsed_serve_args", None)
         return self._parser

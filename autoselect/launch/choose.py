@@ -281,7 +281,7 @@ def _dbo_refusal(line: LaunchLine, backend: str, version: str, platform: str) ->
             f"with --all2all-backend, or drop --enable-dbo")
 
 
-def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,
+def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,  # noqa: B008 (immutable NamedTuple)
                 environ: Mapping[str, str] | None = None,
                 probe: Callable[[], HostFingerprint | None] | None = None) -> LaunchPlan:
     """Decide what ``autoselect launch`` runs for the server line ``argv`` (module docstring).

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from autoselect.errors import UserError
-from autoselect.hardware import REFERENCE_CLASS_PREFIX, is_reference_class  # the reserved namespace
+from autoselect.hardware import REFERENCE_CLASS_PREFIX  # the reserved namespace
 
 #: Every reference class name starts with this; no measured host class may (autoselect.hardware).
 PREFIX = REFERENCE_CLASS_PREFIX

@@ -73,7 +73,7 @@ class DeepepHighThroughput(Backend):
 
     def _inputs(self, batch):
         """``(x, topk_idx)`` as vLLM hands them to DeepEP: padded rows, int64 ids (built once per batch)."""
-        torch, plan, w = self.torch, self.plan, self.w
+        torch, plan = self.torch, self.plan
 
         def build():
             idx = batch.topk_ids.to(self.index_dtype).contiguous()

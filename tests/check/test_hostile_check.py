@@ -9,7 +9,6 @@ import os
 import shutil
 import stat
 import subprocess
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -18,7 +17,7 @@ from hypothesis import strategies as st
 from support.paths import FIXTURES
 
 from autoselect.check import check_serve_command
-from autoselect.vllm_flags import parse_serve_argv, read_command
+from autoselect.vllm_flags import read_command
 from autoselect.vllm_flags.serve_args import UNICODE_DASHES
 
 MODELS = FIXTURES / "models"

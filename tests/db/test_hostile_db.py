@@ -217,7 +217,7 @@ def test_import_refuses_a_run_the_target_holds_on_another_machine(tmp_path):
     f.write_text(json.dumps(rec) + "\n")
     before = tree_state(tmp_path)
     line = refused(cli("db", "import", f, "--db", target))
-    assert f"holds that run as measured on machine" in line
+    assert "holds that run as measured on machine" in line
     assert tree_state(tmp_path) == before
 
 

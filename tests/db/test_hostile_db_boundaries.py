@@ -92,7 +92,7 @@ def test_import_refuses_a_record_in_the_reference_namespace_and_writes_nothing(t
 
 def test_a_class_that_only_resembles_the_namespace_is_an_ordinary_class(tmp_path):
     for name in ("REF-h200", "reference-h200", "xref-h200", "ref_h200"):
-        src = _write(tmp_path / f"{name}.jsonl", _records(lambda d: [d[p].update(host_class=name)
+        src = _write(tmp_path / f"{name}.jsonl", _records(lambda d: [d[p].update(host_class=name)  # noqa: B023 (called at once)
                                                                     for p in ("host", "run") if p in d]))
         assert cli("db", "import", src, "--db", tmp_path / f"{name}.db").exit_code == 0
 

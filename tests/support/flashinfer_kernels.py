@@ -69,15 +69,19 @@ class OneSidedOps:
     @staticmethod
     def offsets(ep_size: int, max_tokens: int, eplb: int = 0) -> list[int]:
         o, off = [0] * 10, 0
-        o[0] = off; off += 4
-        o[1] = off; off += 4
-        o[2] = off; off += ep_size * 4
-        o[3] = off; off += ep_size * 4
-        off = _align128(off); o[4] = off; off += ep_size * 4
-        off = _align128(off); o[5] = off; off += ep_size * 4
-        off = _align128(off); o[6] = off; off += max_tokens * K_MAX_TOP_K * 4
-        off = _align128(off); o[7] = off; off += max_tokens * K_MAX_TOP_K * 4
-        off = _align128(off); o[8] = off; off += ep_size * eplb * 4
+        o[0] = off
+        off += 4
+        o[1] = off
+        off += 4
+        o[2] = off
+        off += ep_size * 4
+        o[3] = off
+        off += ep_size * 4
+        for i, size in ((4, ep_size * 4), (5, ep_size * 4), (6, max_tokens * K_MAX_TOP_K * 4),
+                        (7, max_tokens * K_MAX_TOP_K * 4), (8, ep_size * eplb * 4)):
+            off = _align128(off)
+            o[i] = off
+            off += size
         o[9] = _align128(off)
         return o
 

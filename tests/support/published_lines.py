@@ -17,7 +17,7 @@ def expand(line: str, shell: dict) -> str:
     for key in sorted((k for k in shell if k.startswith("$")), key=len, reverse=True):
         line = line.replace(key, shell[key])
     for name in sorted((k for k in shell if not k.startswith("$")), key=len, reverse=True):
-        line = re.sub(rf"\$\{{{name}\}}|\${name}(?![A-Za-z0-9_])", lambda _: shell[name], line)
+        line = re.sub(rf"\$\{{{name}\}}|\${name}(?![A-Za-z0-9_])", lambda _: shell[name], line)  # noqa: B023
     return line
 
 
