@@ -103,9 +103,6 @@ from autoselect.rules.versions import NEWEST_VLLM, InvalidVllmVersion, newer_tha
 _LAZY = {"moe_backends": ("MOE_BACKENDS", "Binding", "dispatching_moe_backend", "moe_backend_binding")}
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
-#: Backends for which vLLM lowers the default --max-num-batched-tokens (newest release).
-BATCHED_BACKENDS = tuple(b for b in BACKENDS if lowered_batch_default(b, NEWEST_VLLM) is not None)
-
 __all__ = [
     "ALIASES", "ALL_FLAG_VALUES", "BACKENDS", "CUDA", "DBO_SUPPORT", "DEEPEP_HT_MAX_LOCAL_EXPERTS",
     "DEEPEP_HT_ROW_BYTES", "DEEPEP_HT_WORLD_SIZES", "DEEPEP_LL_TOKENS_PER_RANK", "DEEPEP_NVL_PEERS",

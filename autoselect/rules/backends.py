@@ -281,12 +281,6 @@ def value_known_to(value: str, vllm_version: str) -> bool:
                for c in BACKENDS.values() for s in c.spellings)
 
 
-#: The parser choices of NEWEST_VLLM (vllm serve --help): anything else exits with status 2.
-PARSER_CHOICES = frozenset(parser_choices(NEWEST_VLLM))
-
-
-
-
 def acted_on(backend: str | None, vllm_version: str) -> str | None:
     """The backend vLLM acts on for the value ``backend`` on ``vllm_version``: a backend removed by
     then is already its replacement (``pplx``, ``naive`` -> ``allgather_reducescatter``, before a
@@ -311,11 +305,6 @@ def resolve(value: str) -> str:
     raise UnknownBackend(
         f"unknown all2all backend {value!r}; vLLM {NEWEST_VLLM} accepts: {', '.join(parser_choices())}"
     )
-
-
-def known_to(backend: str, vllm_version: str) -> bool:
-    """True when vLLM ``vllm_version`` has an ``--all2all-backend`` spelling for ``backend``."""
-    return BACKENDS[resolve(backend)].spelling(vllm_version) is not None
 
 
 def recommendable_backends(vllm_version) -> list[str]:

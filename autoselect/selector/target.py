@@ -16,7 +16,6 @@ from autoselect.candidates import Target, resolve_target
 from autoselect.errors import GpuArchRequired
 from autoselect.hardware import HostFingerprint, is_reference_class
 from autoselect.model import MoeProfile, normalize_arch
-from autoselect.payload import all2all_bytes_per_token
 from autoselect.workload import Deployment, WorkloadSpec, workload_from_kind
 
 #: Version keys compared between a measurement and the target for the staleness warning.
@@ -48,12 +47,6 @@ class RecommendTarget(NamedTuple):
     def vllm_version(self) -> str:
         """The vLLM version flags are judged and spelled for."""
         return self.legality.vllm_version
-
-    @property
-    def bytes_per_token(self) -> int:
-        """Dispatch plus combine bytes one token puts on the all2all (the latency model's x axis)."""
-        p = self.profile
-        return all2all_bytes_per_token(self.dispatch_dtype, p.hidden_size, p.top_k)
 
     @property
     def gpu_memory_mib(self) -> int | None:
