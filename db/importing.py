@@ -133,21 +133,21 @@ def _refuse_other_machines(store: Store, runs) -> None:
                 )
 
 def _import_batch(store: Store, batch: list[dict], summary: ImportSummary) -> None:
-    with store._write():
+    with store.transaction():
         for rec in batch:
             if "tuned" in rec:
                 _import_tuned(store, rec, summary)
                 continue
             host, run, result = rec["host"], rec["run"], rec["result"]
             seen = host.get("last_seen") or run["updated_at"]
-            if store._upsert_host(host, host.get("first_seen") or seen, seen):
+            if store.upsert_host(host, host.get("first_seen") or seen, seen):
                 summary.hosts_added += 1
             run_id = _ensure_run(store, host["machine_id"], run, summary)
             key = result_key(host["machine_id"], run["uid"], result)
             if store.conn.execute("SELECT 1 FROM results WHERE result_key = ?", (key,)).fetchone():
                 summary.results_present += 1
                 continue
-            store._insert_result(run_id, run["uid"], host["machine_id"], run["host_class"], result)
+            store.insert_result(run_id, run["uid"], host["machine_id"], run["host_class"], result)
             summary.results_added += 1
 
 def _import_tuned(store: Store, rec: dict, summary: ImportSummary) -> None:
@@ -155,7 +155,7 @@ def _import_tuned(store: Store, rec: dict, summary: ImportSummary) -> None:
     host, run, tuned = rec.get("host"), rec.get("run"), rec["tuned"]
     if host is not None:
         seen = host.get("last_seen") or (run["updated_at"] if run else tuned["created_at"])
-        if store._upsert_host(host, host.get("first_seen") or seen, seen):
+        if store.upsert_host(host, host.get("first_seen") or seen, seen):
             summary.hosts_added += 1
     run_id = _ensure_run(store, host["machine_id"], run, summary) if run is not None else None
     key = tuned_key(run["uid"] if run is not None else None, tuned)

@@ -2,7 +2,7 @@
 
 Writes go through sqlite-utils on a connection this module configures: WAL journal (readers
 never block the writer), foreign keys on, a 30 s busy timeout, and every write in its own
-``BEGIN IMMEDIATE`` transaction (:meth:`Store._write`) so that concurrent writers queue instead
+``BEGIN IMMEDIATE`` transaction (:meth:`Store.transaction`) so that concurrent writers queue instead
 of failing and a killed writer leaves whole rows only. A :class:`Store` opens and migrates the
 file, begins and finishes runs (:meth:`Store.run`), adds measured results with their raw
 samples (:meth:`Store.add_result`) and drops runs; importing exported records is
@@ -103,7 +103,7 @@ class Store:
     # -- plumbing ---------------------------------------------------------------------------
 
     @contextmanager
-    def _write(self) -> Iterator[None]:
+    def transaction(self) -> Iterator[None]:
         """One ``BEGIN IMMEDIATE`` transaction: takes the write lock first, so no upgrade deadlock."""
         try:
             self.conn.execute("BEGIN IMMEDIATE")
@@ -121,7 +121,7 @@ class Store:
 
     def _migrate(self) -> None:
         for m in migrations():
-            with self._write():
+            with self.transaction():
                 current = self.conn.execute("PRAGMA user_version").fetchone()[0]
                 if current >= m.version:
                     continue  # another process migrated while we waited for the lock
@@ -146,7 +146,7 @@ class Store:
 
     def mark_interrupted(self) -> list[dict]:
         """Mark ``running`` runs whose writer is gone as ``interrupted``; returns them with reasons."""
-        with self._write():
+        with self.transaction():
             found = stale_runs(self.conn)
             for run in found:
                 self.conn.execute(
@@ -164,8 +164,8 @@ class Store:
         h = host.to_dict() if hasattr(host, "to_dict") else dict(host)
         check_host_class(h.get("host_class"), "host")  # the reference namespace is read-only
         now = now_iso()
-        with self._write():
-            self._upsert_host(h, now, now)
+        with self.transaction():
+            self.upsert_host(h, now, now)
             return self.db["runs"].insert(
                 {
                     "uid": uuid.uuid4().hex,
@@ -244,7 +244,7 @@ class Store:
         if status not in RUN_STATUSES or status == "running":
             raise ValueError(f"finish_run status must be one of {RUN_STATUSES[1:]}, not {status!r}")
         now = now_iso()
-        with self._write():
+        with self.transaction():
             self._run(run_id)
             self.conn.execute(
                 "UPDATE runs SET status = ?, finished_at = ?, updated_at = ? WHERE id = ?",
@@ -262,7 +262,7 @@ class Store:
         itself could not build or run (``harness_failures``), which must never look like a
         backend's failure.
         """
-        with self._write():
+        with self.transaction():
             self._run(run_id)
             old = self.conn.execute("SELECT meta FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
             meta = json.loads(old) if old else {}
@@ -285,7 +285,7 @@ class Store:
             another's uid. :raises RunStillRunning: its writer may be alive (the message says how
             to stop it).
         """
-        with self._write():
+        with self.transaction():
             found = self._find_run(run)
             if found is None:
                 raise UnknownRun(f"no run {run} in {self.path}; `autoselect db info` shows the newest run, "
@@ -366,7 +366,7 @@ class Store:
         said = result_problem(d)  # the rules import applies hold for every writer (db/fields.py)
         if said:
             raise ValueError(f"refusing to store a result that breaks the schema: {said}")
-        with self._write():
+        with self.transaction():
             uid, machine_id, host_class, status = self._run(run_id)
             if status != "running":
                 raise ValueError(f"run {run_id} is {status}; results can only be added to a running run")
@@ -376,13 +376,13 @@ class Store:
                 "SELECT 1 FROM results WHERE result_key = ?", (result_key(machine_id, uid, d),)
             ).fetchone():
                 d["created_at"] = _next_microsecond(d["created_at"])
-            rid = self._insert_result(run_id, uid, machine_id, host_class, d)
+            rid = self.insert_result(run_id, uid, machine_id, host_class, d)
             self.conn.execute("UPDATE runs SET updated_at = ? WHERE id = ?", (now_iso(), run_id))
         return rid
 
     # -- the row writers that live writes and imports share ---------------------------------
 
-    def _upsert_host(self, host: dict, first_seen: str, last_seen: str) -> bool:
+    def upsert_host(self, host: dict, first_seen: str, last_seen: str) -> bool:
         """Insert or refresh a host's fingerprint; returns True when the machine is new.
 
         The newest fingerprint of a machine wins (by ``last_seen``); ``first_seen`` keeps the oldest.
@@ -410,7 +410,7 @@ class Store:
                              "measured from here on cannot be stored: start a new run")
         return row
 
-    def _insert_result(self, run_id: int, run_uid: str, machine_id: str, host_class: str, d: dict) -> int:
+    def insert_result(self, run_id: int, run_uid: str, machine_id: str, host_class: str, d: dict) -> int:
         """Insert one result row (a :func:`db.rows.result_to_row` dict) and its raw samples; returns its id."""
         row = result_to_row(d)
         row.update(

@@ -58,7 +58,7 @@ def save_tuned(store: Any, config: TunedConfig) -> int:
     check_host_class(config.host_class, "tuned")  # the reference namespace is read-only
     row = config.to_dict()
     row["created_at"] = row["created_at"] or now_iso()
-    with store._write():
+    with store.transaction():
         return store.db["tuned_configs"].insert({**tuned_to_row(row), "run_id": config.run_id}).last_pk
 
 
