@@ -329,11 +329,11 @@ def group_config(spec: SweepSpec, backend: str, host) -> GroupConfig:
                             vllm_version=spec_target(spec).version)
 
 
-def _job(spec: SweepSpec, tokens: list[int], dtype: str | None = None) -> Job:
-    """One backend's job: its token counts, moving ``dtype`` payloads (the backend's wire dtype; default the spec's)."""
+def _job(spec: SweepSpec, tokens: list[int], wire_dtype: str | None = None) -> Job:
+    """One backend's job: its token counts, moving ``wire_dtype`` payloads (the backend's; default the spec's dtype)."""
     routing = parse_routing(spec.routing)
     return Job(tokens=tuple(tokens), hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts,
-               dtype=dtype or spec.dtype, routing=f"file:{routing.path}" if routing.kind == "file" else spec.routing,
+               wire_dtype=wire_dtype or spec.dtype, routing=f"file:{routing.path}" if routing.kind == "file" else spec.routing,
                seed=spec.seed, max_noise=spec.max_noise, min_samples=spec.min_samples,
                min_time_s=spec.min_time_s, timeout_s=spec.timeout_s)
 

@@ -188,7 +188,7 @@ def cases(systems: set[str] | None, vllm_version: str) -> list[Case]:
         for p in ref.published(cls):
             if cls.domain == "nvl72" and p.world_size <= cls.system.gpus_per_node:
                 continue  # each world size once: in the node class up to a tray, in the rack class beyond
-            rows[(p.world_size, p.hidden, p.top_k, p.experts)][(p.backend, p.dispatch_dtype)][p.tokens_per_rank] = p
+            rows[(p.world_size, p.hidden, p.top_k, p.experts)][(p.backend, p.wire_dtype)][p.tokens_per_rank] = p
         for (ws, h, k, e), published in sorted(rows.items()):
             grid = tuple(sorted({t for curve in published.values() for t in curve}))
             for dtype in ARCH_DTYPES[cls.system.arch]:
@@ -297,7 +297,7 @@ def shape_holdout(case: Case, tally: Tally, version: str, policy: DecisionPolicy
             continue
         hidden = (s.hidden, s.top_k, s.experts, case.wire[b])
         sources = [p for p in ref.published(case.ref_class, b, world_size=case.world_size)
-                   if (p.hidden, p.top_k, p.experts, p.dispatch_dtype) != hidden]
+                   if (p.hidden, p.top_k, p.experts, p.wire_dtype) != hidden]
         moved = transfer_points(sources, hidden=s.hidden, top_k=s.top_k, experts=s.experts, dtype=case.wire[b])
         if not moved.points:
             tally.excluded[f"shapes: {b} not transferable (its truth stays; the selector sees no number)"] += 1

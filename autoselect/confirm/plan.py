@@ -85,7 +85,7 @@ class ConfirmPlan:
     python: str = "python3"
 
     @property
-    def dispatch_dtype(self) -> str:
+    def activation_dtype(self) -> str:
         """The activation dtype the all2all carries on the plan's arch."""
         return self.profile.activation_dtype(self.gpu_arch)
 
@@ -118,7 +118,7 @@ class ConfirmPlan:
             "model": self.model,
             "deployment": self.deployment.to_dict(),
             "gpu_arch": self.gpu_arch,
-            "dispatch_dtype": self.dispatch_dtype,
+            "dispatch_dtype": self.activation_dtype,
             "vllm_version": self.vllm_version,
             "backends": list(self.backends),
             "cases": [c.spec for c in self.cases],

@@ -71,7 +71,7 @@ def render_text(report: ConfirmReport) -> str:
     plan = report.plan
     lines = [
         f"model       {plan.model}: hidden {plan.profile.hidden_size}, {plan.profile.num_experts} experts, "
-        f"top-{plan.profile.top_k}, {plan.dispatch_dtype} dispatch on {plan.gpu_arch}",
+        f"top-{plan.profile.top_k}, {plan.activation_dtype} dispatch on {plan.gpu_arch}",
         f"deployment  dp {plan.deployment.dp} x tp {plan.deployment.tp} = EP {plan.deployment.world_size}, "
         f"vLLM {report.vllm_version or plan.vllm_version}",
         f"cases       {' '.join(c.spec for c in plan.cases)}",

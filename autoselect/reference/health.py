@@ -34,7 +34,7 @@ class Measured(NamedTuple):
     hidden: int
     top_k: int
     experts: int
-    dispatch_dtype: str
+    activation_dtype: str
     world_size: int
     tokens_per_rank: int
     latency_us: float
@@ -107,12 +107,12 @@ def compare(measured: Iterable[Measured], ref_class: ReferenceClass, data: Refer
             ref_class.check_world_size(m.world_size)
         except ReferenceWorldSizeUnavailable:
             continue
-        key = (m.backend, m.hidden, m.top_k, m.experts, m.dispatch_dtype, m.world_size)
+        key = (m.backend, m.hidden, m.top_k, m.experts, m.activation_dtype, m.world_size)
         if key not in numbers:
             numbers[key] = _numbers(data, ref_class, *key)
         hit = numbers[key].get(m.tokens_per_rank)
         if hit is None and m.backend == AGRS:  # derived at any token count
-            points = data.derived_agrs(ref_class, hidden=m.hidden, top_k=m.top_k, experts=m.experts, dtype=m.dispatch_dtype,
+            points = data.derived_agrs(ref_class, hidden=m.hidden, top_k=m.top_k, experts=m.experts, dtype=m.activation_dtype,
                                        world_size=m.world_size, tokens=[m.tokens_per_rank])
             hit = (points[0].latency_us, DERIVED, points[0].source_line) if points else None
         if hit is not None and hit[0] > 0:

@@ -82,7 +82,7 @@ class ReferencePoint(NamedTuple):
     hidden: int
     top_k: int
     experts: int
-    dispatch_dtype: str
+    wire_dtype: str
     combine_dtype: str
     tokens_per_rank: int
     routing: str
@@ -202,7 +202,7 @@ class ReferenceData:
             src = sources[sid]
             out.append(ReferencePoint(
                 ref_class=ref.name, system=ref.system.key, backend=b, evidence=PUBLISHED, world_size=ws, hidden=h,
-                top_k=k, experts=e, dispatch_dtype=dd, combine_dtype=cd, tokens_per_rank=t, routing=routing,
+                top_k=k, experts=e, wire_dtype=dd, combine_dtype=cd, tokens_per_rank=t, routing=routing,
                 latency_us=lat, dispatch_us=disp, combine_us=comb, prepare_us=prep, sources=(src,),
                 source_line=source_line(src, b, ws, ref, evidence=PUBLISHED), fidelity=FIDELITY[b],
                 extra=json.loads(extra), raw=json.loads(raw)))
@@ -270,7 +270,7 @@ class ReferenceData:
             upper = est.upper_us
             out.append(ReferencePoint(
                 ref_class=ref.name, system=ref.system.key, backend=AGRS, evidence=DERIVED, world_size=world_size,
-                hidden=hidden, top_k=top_k, experts=experts, dispatch_dtype=dtype, combine_dtype="bf16",
+                hidden=hidden, top_k=top_k, experts=experts, wire_dtype=dtype, combine_dtype="bf16",
                 tokens_per_rank=t, routing="any (every rank receives every token)", latency_us=est.latency_us,
                 dispatch_us=est.dispatch_us, combine_us=est.reduce_scatter.time_us, prepare_us=None,
                 sources=(src,), source_line=line, fidelity=FIDELITY[AGRS], derivation=est.derivation(),
@@ -309,7 +309,7 @@ class ReferenceData:
         and dtype the tables lack (:mod:`autoselect.reference.transfer`); the exact shape, if published,
         is not among the sources (ask :meth:`published` for it)."""
         sources = [p for p in self.published(ref_class, backend, world_size=world_size)
-                   if (p.hidden, p.top_k, p.experts, p.dispatch_dtype) != (hidden, top_k, experts, dtype)]
+                   if (p.hidden, p.top_k, p.experts, p.wire_dtype) != (hidden, top_k, experts, dtype)]
         if not sources:
             ref = get_class(ref_class)
             return Transfer([], (), None, f"no published {backend} rows on {ref.system.label} at EP {world_size}")

@@ -85,7 +85,7 @@ def transfer_points(sources: Sequence, *, hidden: int, top_k: int, experts: int,
         return Transfer([], (), None, "no published rows to transfer from")
     by_shape: dict[tuple, dict[int, object]] = {}
     for p in sources:
-        by_shape.setdefault((p.hidden, p.top_k, p.experts, p.dispatch_dtype), {})[p.tokens_per_rank] = p
+        by_shape.setdefault((p.hidden, p.top_k, p.experts, p.wire_dtype), {})[p.tokens_per_rank] = p
     target_bpt = all2all_bytes_per_token(dtype, hidden, top_k)
     bpt = {s: all2all_bytes_per_token(s[3], s[0], s[1]) for s in by_shape}
     labels = tuple(shape_label(*s) for s in sorted(by_shape, key=lambda s: (bpt[s], s)))
@@ -153,7 +153,7 @@ def _point(nearest, target, tokens: int, latency_us: float, text: str, derivatio
     hidden, top_k, experts, dtype = target
     share = latency_us / nearest.latency_us if nearest.latency_us else 1.0
     return nearest._replace(
-        evidence=TRANSFERRED, hidden=hidden, top_k=top_k, experts=experts, dispatch_dtype=dtype,
+        evidence=TRANSFERRED, hidden=hidden, top_k=top_k, experts=experts, wire_dtype=dtype,
         tokens_per_rank=tokens, latency_us=latency_us, dispatch_us=nearest.dispatch_us * share,
         combine_us=nearest.combine_us * share,
         prepare_us=nearest.prepare_us * share if nearest.prepare_us is not None else None,

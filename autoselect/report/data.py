@@ -45,7 +45,7 @@ class ReportData:
     hidden: int
     top_k: int
     experts: int
-    dispatch_dtype: str
+    activation_dtype: str
     world_size: int
     host_class: str | None
     gpu_name: str | None
@@ -70,7 +70,7 @@ class ReportData:
         """One line naming the shape: hidden, top_k, experts, dispatch dtype, EP size."""
         return (
             f"H={self.hidden}, top_k={self.top_k}, {self.experts} experts, "
-            f"{self.dispatch_dtype} dispatch, EP{self.world_size}"
+            f"{self.activation_dtype} dispatch, EP{self.world_size}"
         )
 
     @property
@@ -288,7 +288,7 @@ def _report_data(profile, dtype: str, world_size: int, host_class: str, rec, **f
         hidden=profile.hidden_size,
         top_k=profile.top_k,
         experts=profile.num_experts,
-        dispatch_dtype=dtype,
+        activation_dtype=dtype,
         world_size=world_size,
         host_class=host_class,
         buckets=bucket_marks(rec) if rec is not None else [],
@@ -309,7 +309,7 @@ def _matched_reference(data: ReportData, host, rec) -> tuple[ReferenceView | Non
                       "reference systems (`autoselect report --host-class ref-...` draws one on its own)")
     timed = [t for s in data.timed_series for t in s.tokens]
     view = reference_view(
-        match.ref_class, hidden=data.hidden, top_k=data.top_k, experts=data.experts, dtype=data.dispatch_dtype,
+        match.ref_class, hidden=data.hidden, top_k=data.top_k, experts=data.experts, dtype=data.activation_dtype,
         world_size=data.world_size, caveats=match.caveats, illegal=_rejections(rec)[0],
         how=(f"host class {data.host_class} has {host.gpu_count}×{host.gpu_name}, the GPUs of "
              f"{match.ref_class.name} ({match.ref_class.describe()})"),

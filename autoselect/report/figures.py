@@ -285,7 +285,7 @@ def phases_figure(data: ReportData):
 
 def reference_bandwidth_gbps(data: ReportData, point) -> float:
     """Logical bandwidth of a reference point, by :data:`BANDWIDTH_FORMULA` at the report's shape."""
-    per_token = all2all_bytes_per_token(data.dispatch_dtype, data.hidden, data.top_k)
+    per_token = all2all_bytes_per_token(data.activation_dtype, data.hidden, data.top_k)
     return point.tokens_per_rank * per_token / (point.latency_us * 1e-6) / 1e9
 
 

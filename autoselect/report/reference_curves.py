@@ -69,7 +69,7 @@ class ReferenceView:
 
     ref_class: ReferenceClass
     world_size: int
-    dispatch_dtype: str
+    activation_dtype: str
     how: str  # why this class: "--host-class ref-..." or the measured host's GPU model and count
     curves: list[ReferenceCurve] = field(default_factory=list)
     caveats: tuple[str, ...] = ()

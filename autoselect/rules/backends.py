@@ -51,7 +51,7 @@ class Capability(NamedTuple):
     mechanism: str
     spellings: tuple[Spelling, ...]
     recommendable: bool = True  # autoselect benchmarks it and may recommend it
-    dispatch_dtypes: frozenset | None = None  # None: vLLM's prepare step adapts to any dtype
+    activation_dtypes: frozenset | None = None  # None: vLLM's prepare step adapts to any dtype
     experts_divisible_by_ep: bool = False
     experts_multiple_of: int | None = None
     top_k_allowed: frozenset | None = None
@@ -103,7 +103,7 @@ BACKENDS: dict[str, Capability] = {
             "flashinfer.moe_ep NVLinkOneSidedAlltoAll from v0.33)",
             (Spelling("flashinfer_nvlink_one_sided", "0.18.0", None,
                       "PR #36022 (merged 2026-03-04; first in v0.18.0) added it, nvfp4-only"),),
-            dispatch_dtypes=frozenset({"nvfp4"}),
+            activation_dtypes=frozenset({"nvfp4"}),
             top_k_allowed=frozenset({1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 22}),
             max_world_size=64,
             needs_all_nvlinks=True,
@@ -135,7 +135,7 @@ BACKENDS: dict[str, Capability] = {
             (Spelling("deepep_high_throughput", FLAG_SINCE, None, _FLAG),),
             # fp16 models fail: vLLM asserts a bf16 expert output before Buffer.combine (deepep_ht.py
             # _finalize); every other dtype crosses as bf16 or (block fp8) fp8 + fp32 scales.
-            dispatch_dtypes=frozenset({"bf16", "fp8", "fp8_block128", "nvfp4", "mxfp8", "mxfp4"}),
+            activation_dtypes=frozenset({"bf16", "fp8", "fp8_block128", "nvfp4", "mxfp8", "mxfp4"}),
             experts_divisible_by_ep=True,
             top_k_max=32,  # DeepEP 2.1 intranode.cu/internode.cu: EP_DEVICE_ASSERT(num_topk <= 32)
             block_fp8_hidden_multiple=128,
@@ -151,7 +151,7 @@ BACKENDS: dict[str, Capability] = {
             "DeepEP low-latency kernels (masked layout, CUDA-graph friendly)",
             (Spelling("deepep_low_latency", FLAG_SINCE, None, _FLAG),),
             # fp16 models fail: low_latency_dispatch asserts bf16 input (csrc/legacy/buffer.hpp).
-            dispatch_dtypes=frozenset({"bf16", "fp8", "fp8_block128", "nvfp4", "mxfp8", "mxfp4"}),
+            activation_dtypes=frozenset({"bf16", "fp8", "fp8_block128", "nvfp4", "mxfp8", "mxfp4"}),
             experts_divisible_by_ep=True,
             top_k_max=11,  # DeepEP 2.1 internode_ll.cu dispatch/combine: kNumMaxTopK = 11
             # DeepEP 2.1 csrc/kernels/legacy/launch.cuh:113-134 SWITCH_HIDDEN ('Unsupported hidden');

@@ -209,10 +209,10 @@ def _every_rank_holds_an_expert(c: _Case) -> str | None:
             f"needs an expert (lower -dp/-tp to at most {c.experts} ranks)")
 
 
-def _dispatch_dtype(c: _Case) -> str | None:
-    if c.cap.dispatch_dtypes is None or c.dtype in c.cap.dispatch_dtypes:
+def _activation_dtype(c: _Case) -> str | None:
+    if c.cap.activation_dtypes is None or c.dtype in c.cap.activation_dtypes:
         return None
-    accepted = "/".join(sorted(c.cap.dispatch_dtypes))
+    accepted = "/".join(sorted(c.cap.activation_dtypes))
     return (f"{c.cap.backend} needs {accepted} activations; {c.profile.model} dispatches {c.dtype} on {c.arch}"
             + (f": {one_sided_consequence(c.dtype, c.version)}"
                if c.cap.backend == "flashinfer_nvlink_one_sided" else ""))
@@ -268,7 +268,7 @@ def _max_world_size(c: _Case) -> str | None:
 #: listed: each returns the reason a :class:`_Case` breaks it, or None.
 SHAPE_RULES = (
     _every_rank_holds_an_expert,
-    _dispatch_dtype,
+    _activation_dtype,
     _experts_divide_over_ep,
     _experts_multiple_of,
     _top_k_allowed,

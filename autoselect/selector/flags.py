@@ -31,7 +31,7 @@ def tuned_knobs(target: RecommendTarget, conn: sqlite3.Connection | None, backen
         return {}
     p = target.profile
     tuned = best_tuned(conn, host_class=target.host_class, hidden=p.hidden_size, top_k=p.top_k,
-                       experts=p.num_experts, dispatch_dtype=target.dispatch_dtype, world_size=target.world_size,
+                       experts=p.num_experts, dispatch_dtype=target.activation_dtype, world_size=target.world_size,
                        backend=backend)
     if tuned is None:
         return {}
@@ -43,7 +43,7 @@ def serve_flags(target: RecommendTarget, backend: str, knobs: dict[str, Any]) ->
     """``vllm serve`` flags, environment and command line for ``backend`` with ``knobs``."""
     p = target.profile
     serve_mnbt, notes = vllm_flags.workspace_max_num_batched_tokens(
-        backend, hidden=p.hidden_size, top_k=p.top_k, dispatch_dtype=target.dispatch_dtype,
+        backend, hidden=p.hidden_size, top_k=p.top_k, activation_dtype=target.activation_dtype,
         world_size=target.world_size, max_num_batched_tokens=target.max_num_batched_tokens,
         max_workspace_gib=target.max_workspace_gib, gpu_memory_mib=target.gpu_memory_mib,
     )

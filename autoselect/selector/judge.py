@@ -45,8 +45,8 @@ def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEv
     if evidence.unavailable:
         return Judged(rejection=Rejection(backend, "unavailable", [evidence.unavailable]))
     points = evidence.points
-    wire = wire_dtype(backend, target.dispatch_dtype, target.vllm_version, target.legality.environ)
-    sent = wire.dtype if wire is not None else target.dispatch_dtype
+    wire = wire_dtype(backend, target.activation_dtype, target.vllm_version, target.legality.environ)
+    sent = wire.dtype if wire is not None else target.activation_dtype
     p = target.profile
     per_token = all2all_bytes_per_token(sent, p.hidden_size, p.top_k)
     values = [_named(estimate_latency(points, t, per_token, evidence.estimate_error), evidence.source)
@@ -61,7 +61,7 @@ def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEv
                           warnings=list(verdict.warnings) + list(evidence.warnings) + missing,
                           evidence=weakest_kind(points), range_us=weighted_range(values, target.workload),
                           bound=any(v.bound for v in values if v.latency_us is not None),
-                          wire_dtype=sent if sent != target.dispatch_dtype else None)
+                          wire_dtype=sent if sent != target.activation_dtype else None)
     return Judged(candidate=candidate, rows=rows)
 
 

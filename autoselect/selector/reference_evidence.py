@@ -133,8 +133,8 @@ class ReferenceEvidence:
     def _answer(self, backend: str) -> BackendEvidence:
         t, ref = self.target, self.choice.ref_class
         p, ws = t.profile, t.world_size
-        wire = wire_dtype(backend, t.dispatch_dtype, t.vllm_version, t.legality.environ)
-        sent = wire.dtype if wire is not None else t.dispatch_dtype
+        wire = wire_dtype(backend, t.activation_dtype, t.vllm_version, t.legality.environ)
+        sent = wire.dtype if wire is not None else t.activation_dtype
         shape = dict(hidden=p.hidden_size, top_k=p.top_k, experts=p.num_experts, dtype=sent)
         if backend == reference.AGRS:
             tokens = sorted(set(self.data.token_grid(ref)) | set(t.workload.tokens))
@@ -178,7 +178,7 @@ class ReferenceEvidence:
     def _not_read(self, candidates: list[Candidate]) -> list[str]:
         """What the answer says when the target release's wire dtypes or AGRS collectives were not read."""
         version, notes = self.target.vllm_version, []
-        wires = [wire_dtype(c.backend, self.target.dispatch_dtype, version, self.target.legality.environ)
+        wires = [wire_dtype(c.backend, self.target.activation_dtype, version, self.target.legality.environ)
                  for c in candidates]
         if any(w is not None and not w.read for w in wires):
             notes.append(wire_not_read(version))

@@ -129,7 +129,7 @@ def _candidates(rec: Recommendation) -> list[str]:
     return lines
 
 
-def _ranges(candidates: list[Candidate], dispatch_dtype: str) -> list[str]:
+def _ranges(candidates: list[Candidate], activation_dtype: str) -> list[str]:
     """Under the table: each derived range, each lower bound, each backend that sends another dtype."""
     lines = []
     for c in candidates:
@@ -142,7 +142,7 @@ def _ranges(candidates: list[Candidate], dispatch_dtype: str) -> list[str]:
             lines.append(f"{c.backend}: >= {_fmt_us(c.weighted_us)} us is only a lower bound (no NCCL timings at "
                          "this EP size): a backend below it is faster, one above it cannot be compared")
         if c.wire_dtype is not None:
-            lines.append(f"{c.backend}: sends {dispatch_dtype} activations as {c.wire_dtype} (vLLM's prepare step)")
+            lines.append(f"{c.backend}: sends {activation_dtype} activations as {c.wire_dtype} (vLLM's prepare step)")
     return lines
 
 

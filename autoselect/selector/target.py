@@ -30,7 +30,7 @@ class RecommendTarget(NamedTuple):
     host_class: str | None
     host: HostFingerprint | None
     gpu_arch: str
-    dispatch_dtype: str
+    activation_dtype: str
     workload: WorkloadSpec
     legality: Target
     max_num_batched_tokens: int | None = None  # the per-engine budget the user set, if any
@@ -100,6 +100,6 @@ def resolve(profile: MoeProfile, *, deployment: Deployment, host_class: str | No
         "driver": host.driver_version if host and not of_reference else None,
     }
     return RecommendTarget(profile=profile, deployment=deployment, host_class=host_class, host=host,
-                           gpu_arch=gpu_arch, dispatch_dtype=profile.activation_dtype(gpu_arch), workload=workload,
+                           gpu_arch=gpu_arch, activation_dtype=profile.activation_dtype(gpu_arch), workload=workload,
                            legality=legality, max_num_batched_tokens=max_num_batched_tokens,
                            max_workspace_gib=max_workspace_gib, versions=versions)

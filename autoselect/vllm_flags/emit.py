@@ -72,7 +72,7 @@ def workspace_max_num_batched_tokens(
     *,
     hidden: int,
     top_k: int,
-    dispatch_dtype: str,
+    activation_dtype: str,
     world_size: int,
     max_num_batched_tokens: int | None = None,
     max_workspace_gib: float | None = None,
@@ -89,7 +89,7 @@ def workspace_max_num_batched_tokens(
         return max_num_batched_tokens, notes
     allowance = DEFAULT_MAX_WORKSPACE_GIB if max_workspace_gib is None else max_workspace_gib
     limit = allowance * 2**30  # a float: int() of a huge allowance would overflow
-    dispatch = dispatch_bytes_per_token(dispatch_dtype, hidden, top_k)
+    dispatch = dispatch_bytes_per_token(activation_dtype, hidden, top_k)
     combine = combine_bytes_per_token(hidden)
     wanted = max_num_batched_tokens or vllm_default_max_num_batched_tokens(backend, gpu_memory_mib)
 

@@ -234,7 +234,7 @@ class WorkerGroup:
         return report
 
     def _report(self, done: PointDone, job: Job, job_id: int | None, on_event) -> None:
-        timing_log.log_point(done, dtype=job.dtype, job=job_id)
+        timing_log.log_point(done, dtype=job.wire_dtype, job=job_id)
         on_event(done)
 
     def _feed(self, job: Job, on_event) -> list[int]:

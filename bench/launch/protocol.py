@@ -92,7 +92,7 @@ class Job:
     hidden: int
     top_k: int
     experts: int
-    dtype: str
+    wire_dtype: str  # what the payload carries: the backend's wire dtype (autoselect.rules.wire)
     routing: str = "uniform"
     seed: int = 0
     max_noise: float = 0.005

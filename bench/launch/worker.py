@@ -114,10 +114,10 @@ class WorkerSession:
         :data:`POINT_CACHE` points with a small table). The batch is a new tensor every time.
         """
         point = batch = problem = None
-        key = (tokens, job.hidden, job.top_k, job.experts, job.dtype, job.routing, job.seed)
+        key = (tokens, job.hidden, job.top_k, job.experts, job.wire_dtype, job.routing, job.seed)
         try:
             point = self._points.pop(key, None) or BenchPoint(
-                tokens, job.hidden, job.top_k, job.experts, self.world_size, job.dtype,
+                tokens, job.hidden, job.top_k, job.experts, self.world_size, job.wire_dtype,
                 routing=job.routing, seed=job.seed)
             batch = point.batch(self.rank, self.ctx.torch_device)
             point.destinations(self.ctx.torch_device)  # the routing tables the gate reads

@@ -173,7 +173,7 @@ def test_a_point_the_harness_cannot_build_is_a_harness_failure_and_the_session_g
     assert session.open() is None
     try:
         for seed in (2**70, 0):
-            session.run_job(seed and 1 or 2, Job(tokens=(4,), hidden=256, top_k=4, experts=16, dtype="bf16",
+            session.run_job(seed and 1 or 2, Job(tokens=(4,), hidden=256, top_k=4, experts=16, wire_dtype="bf16",
                                                  seed=seed, min_time_s=0.01, timeout_s=0.5))
     finally:
         session.close()
@@ -219,7 +219,7 @@ def test_a_point_measured_again_in_a_group_reuses_its_harness_tables(tmp_path):
     session = WorkerSession(GroupConfig("reference_all_to_all", 1, "cpu"), 0, 1, events.append,
                             init_method=f"file://{tmp_path / 'rendezvous'}")
     session.open()
-    job = Job(tokens=(4,), hidden=256, top_k=4, experts=16, dtype="bf16", min_time_s=0.01, timeout_s=0.5)
+    job = Job(tokens=(4,), hidden=256, top_k=4, experts=16, wire_dtype="bf16", min_time_s=0.01, timeout_s=0.5)
     try:
         session.run_job(1, job)
         (point,) = session._points.values()

@@ -292,8 +292,8 @@ def test_each_backend_moves_the_dtype_vllm_sends_through_it():
     sent = wires(spec, cpu_fingerprint())
     assert {b: w.dtype for b, w in sent.items()} == {
         "deepep_high_throughput": "bf16", "deepep_low_latency": "bf16", "allgather_reducescatter": "nvfp4"}
-    assert _job(spec, [4], sent["deepep_low_latency"].dtype).dtype == "bf16"
-    assert _job(spec, [4]).dtype == "nvfp4"
+    assert _job(spec, [4], sent["deepep_low_latency"].dtype).wire_dtype == "bf16"
+    assert _job(spec, [4]).wire_dtype == "nvfp4"
     opted = _spec(["deepep_low_latency"], dtype="nvfp4", hidden=7168, top_k=8, experts=256, gpu_arch="sm100",
                   env={"VLLM_DEEPEPLL_NVFP4_DISPATCH": "1"})
     assert wires(opted, cpu_fingerprint())["deepep_low_latency"].dtype == "nvfp4"

@@ -41,7 +41,7 @@ def test_h200_deepep_ll_128_tokens_is_dispatch_plus_combine(ref):
     assert round(p.dispatch_us, 1) == 112.1 and round(p.combine_us, 1) == 100.6
     assert round(p.latency_us, 1) == 212.7 and p.latency_us == p.dispatch_us + p.combine_us
     assert p.prepare_us is None and p.evidence == PUBLISHED and p.world_size == 8
-    assert p.dispatch_dtype == "bf16" and p.combine_dtype == "bf16" and p.routing == "random"
+    assert p.wire_dtype == "bf16" and p.combine_dtype == "bf16" and p.routing == "random"
 
 
 def test_h200_deepep_ht_4096_tokens(ref):
@@ -180,7 +180,7 @@ def test_agrs_beyond_the_nccl_rows_is_a_lower_bound_labelled_as_one(ref):
 
 @pytest.mark.parametrize("name", sorted(CLASSES))
 def test_one_sided_rows_are_nvfp4_only(ref, name):
-    assert all(p.dispatch_dtype == "nvfp4" for p in ref.published(name, "flashinfer_nvlink_one_sided"))
+    assert all(p.wire_dtype == "nvfp4" for p in ref.published(name, "flashinfer_nvlink_one_sided"))
     for dtype in ("bf16", "fp8", "fp8_block128", "mxfp8"):
         for ws in range(2, CLASSES[name].max_world_size + 1):
             assert ref.published(name, "flashinfer_nvlink_one_sided", dtype=dtype, world_size=ws) == []

@@ -73,7 +73,7 @@ def test_the_report_words_every_evidence_kind_of_the_selector_in_its_order():
 def test_reference_class_alone_draws_its_published_and_derived_curves_without_a_database(ref_only):
     data = ref_only
     assert data.series == [] and data.reference_only
-    assert (data.host_class, data.world_size, data.dispatch_dtype) == (REF, 8, "bf16")
+    assert (data.host_class, data.world_size, data.activation_dtype) == (REF, 8, "bf16")
     assert [(c.backend, c.evidence) for c in data.reference_curves] == [
         ("deepep_high_throughput", "published"), ("deepep_low_latency", "published"),
         ("allgather_reducescatter", "derived"),
@@ -192,10 +192,10 @@ def test_bad_reference_options_are_one_error_line_and_write_nothing(tmp_path, ar
 
 def test_an_nvfp4_model_on_a_gb200_tray_gets_the_tensorrt_llm_kernels_and_no_bf16_deepep_rows(tmp_path):
     data = collect(h.DSR1_NVFP4, host_class="ref-gb200-x4", db_path=tmp_path / "none.db")
-    assert (data.dispatch_dtype, data.world_size) == ("nvfp4", 4)
+    assert (data.activation_dtype, data.world_size) == ("nvfp4", 4)
     curves = {c.backend: c for c in data.reference_curves}
     assert sorted(curves) == ["allgather_reducescatter", "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided"]
-    assert all(p.dispatch_dtype == "nvfp4" for b in ("flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided")
+    assert all(p.wire_dtype == "nvfp4" for b in ("flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided")
                for p in curves[b].points)
     assert curves["flashinfer_nvlink_one_sided"].label() == (
         "flashinfer_nvlink_one_sided — published (AIConfigurator 0.12.0, TensorRT-LLM 1.2.0rc6 NVLinkOneSided on "

@@ -69,14 +69,14 @@ def test_vllm_default_token_budget_depends_on_gpu_memory_and_backend():
 
 def test_workspace_that_fits_leaves_vllms_token_budget_alone():
     tokens, notes = workspace_max_num_batched_tokens(
-        "flashinfer_nvlink_one_sided", dispatch_dtype="nvfp4", world_size=8, gpu_memory_mib=143771, **DS
+        "flashinfer_nvlink_one_sided", activation_dtype="nvfp4", world_size=8, gpu_memory_mib=143771, **DS
     )
     assert (tokens, notes) == (None, [])
 
 
 def test_workspace_too_big_lowers_the_token_budget_to_a_multiple_of_256():
     tokens, notes = workspace_max_num_batched_tokens(
-        "flashinfer_nvlink_one_sided", dispatch_dtype="nvfp4", world_size=8, max_num_batched_tokens=8192,
+        "flashinfer_nvlink_one_sided", activation_dtype="nvfp4", world_size=8, max_num_batched_tokens=8192,
         max_workspace_gib=0.5, **DS
     )
     assert tokens == 3584
@@ -91,7 +91,7 @@ def test_workspace_too_big_lowers_the_token_budget_to_a_multiple_of_256():
 
 def test_other_backends_keep_the_users_token_budget():
     assert workspace_max_num_batched_tokens(
-        "allgather_reducescatter", dispatch_dtype="bf16", world_size=8, max_num_batched_tokens=4096,
+        "allgather_reducescatter", activation_dtype="bf16", world_size=8, max_num_batched_tokens=4096,
         max_workspace_gib=0.01, **DS
     ) == (4096, [])
 
@@ -100,7 +100,7 @@ def test_other_backends_keep_the_users_token_budget():
 @given(wanted=st.integers(1, 1 << 20), gib=st.floats(1e-300, 4096), world=st.sampled_from([2, 8, 64, 256]))
 def test_the_lowered_budget_is_the_largest_multiple_of_256_that_fits(wanted, gib, world):
     c, d = combine_bytes_per_token(7168), dispatch_bytes_per_token("nvfp4", **DS)
-    tokens, _ = workspace_max_num_batched_tokens("flashinfer_nvlink_one_sided", dispatch_dtype="nvfp4",
+    tokens, _ = workspace_max_num_batched_tokens("flashinfer_nvlink_one_sided", activation_dtype="nvfp4",
                                                  world_size=world, max_num_batched_tokens=wanted,
                                                  max_workspace_gib=gib, **DS)
     limit = gib * 2**30
@@ -117,7 +117,7 @@ def test_the_lowered_budget_is_the_largest_multiple_of_256_that_fits(wanted, gib
 def test_a_huge_token_budget_with_a_tiny_allowance_is_lowered_at_once():
     # 2**31 tokens stepped down by 256 would be millions of workspace sizes; a bisection is ~23
     tokens, notes = workspace_max_num_batched_tokens(
-        "flashinfer_nvlink_one_sided", dispatch_dtype="nvfp4", world_size=8, max_num_batched_tokens=2**31 - 1,
+        "flashinfer_nvlink_one_sided", activation_dtype="nvfp4", world_size=8, max_num_batched_tokens=2**31 - 1,
         max_workspace_gib=0.5, **DS)
     assert tokens == 3584 and "lowered from 2147483647 to 3584" in notes[0]
 
