@@ -249,7 +249,7 @@ def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=N
     with run_cm as run, launch.signals_raise(), pool_cm as pool:
         if own_run:
             run_id = run.id
-        record = _Recorder(spec, host, store, run_id, rank, emit, results)
+        record = _Recorder(spec, host, store, run_id, rank, emit, results, {n: w.dtype for n, w in sent.items()})
         for name, points, illegal_at in plan:
             config, job = group_config(spec, name, host), _job(spec, points, sent[name].dtype)
             on_event = record.for_backend(name, illegal_at)
@@ -268,8 +268,9 @@ def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=N
 class _Recorder:
     """Turns the launcher's events for one sweep into Results (stored, returned, reported)."""
 
-    def __init__(self, spec: SweepSpec, host, store, run_id, rank: int, emit, results: list):
+    def __init__(self, spec: SweepSpec, host, store, run_id, rank: int, emit, results: list, wires: dict[str, str]):
         self.spec, self.store, self.run_id, self.rank, self.emit, self.results = spec, store, run_id, rank, emit, results
+        self.wires = wires  # backend -> the dtype its points' payload carried (recorded on each result)
         self.versions = _versions(host)
         self.knobs = dict(spec.knobs)
         if spec.env and "env" not in self.knobs:
@@ -289,7 +290,7 @@ class _Recorder:
         s = self.spec
         result = Result(
             backend=name, world_size=s.world_size, tokens_per_rank=done.tokens_per_rank, hidden=s.hidden,
-            top_k=s.top_k, experts=s.experts, dispatch_dtype=s.dtype, routing=self.routing,
+            top_k=s.top_k, experts=s.experts, activation_dtype=s.dtype, wire_dtype=self.wires[name], routing=self.routing,
             status=done.status, error=done.error, device=s.device, illegal=illegal,
             knobs=self.knobs, versions=self.versions,
         )

@@ -182,7 +182,8 @@ RESULT_RULES: dict[str, Rule] = {
     "hidden": Rule("int", 1, MAX_HIDDEN),
     "top_k": Rule("int", 1, MAX_EXPERTS),
     "experts": Rule("int", 1, MAX_EXPERTS),
-    "dispatch_dtype": Rule("name"),
+    "activation_dtype": Rule("name"),
+    "wire_dtype": Rule("name", nullable=True),
     "combine_dtype": Rule("name"),
     "routing": Rule("name"),
     "status": Rule("choice", choices=STATUSES),
@@ -253,7 +254,7 @@ TUNED_RULES: dict[str, Rule] = {
     "hidden": RESULT_RULES["hidden"],
     "top_k": RESULT_RULES["top_k"],
     "experts": RESULT_RULES["experts"],
-    "dispatch_dtype": Rule("name"),
+    "activation_dtype": Rule("name"),
     "world_size": RESULT_RULES["world_size"],
     "device": Rule("choice", choices=DEVICES),
     "workload": Rule("object"),
@@ -314,7 +315,7 @@ def fast_check(rules: dict[str, Rule], skip: Iterable[str] = ()) -> Callable[[di
                  for n, r in groups.pop("int", []))
     numbers = tuple((n, r.low if r.low is not None else -math.inf, r.high if r.high is not None else math.inf,
                      r.nullable) for n, r in groups.pop("number", []))
-    names = tuple(n for n, _ in groups.pop("name", []))
+    names = tuple((n, r.nullable) for n, r in groups.pop("name", []))
     choices = tuple((n, r.choices, r.nullable) for n, r in groups.pop("choice", []))
     bools = tuple((n, r.nullable) for n, r in groups.pop("bool", []))
     others = tuple((n, r) for items in groups.values() for n, r in items)
@@ -338,9 +339,12 @@ def fast_check(rules: dict[str, Rule], skip: Iterable[str] = ()) -> Callable[[di
                     return False
             elif (v.__class__ is not float and v.__class__ is not int) or not (low <= v <= high) or v == inf:
                 return False  # NaN fails low <= v; an infinite value fails either bound or the last test
-        for n in names:
+        for n, nullable in names:
             v = get(n)
-            if v.__class__ is not str or not 0 < len(v) <= MAX_NAME or not v.isprintable():
+            if v is None:
+                if not nullable:
+                    return False
+            elif v.__class__ is not str or not 0 < len(v) <= MAX_NAME or not v.isprintable():
                 return False
         for n, allowed, nullable in choices:
             v = get(n)

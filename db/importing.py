@@ -169,9 +169,9 @@ def _tuned_keys(store: Store, tuned: dict) -> set[str]:
     """The ``tuned_key`` of every stored row that could equal ``tuned`` (same lookup and time)."""
     cur = store.conn.execute(
         "SELECT t.*, r.uid AS run_uid FROM tuned_configs t LEFT JOIN runs r ON r.id = t.run_id"
-        " WHERE t.host_class = ? AND t.hidden = ? AND t.top_k = ? AND t.experts = ? AND t.dispatch_dtype = ?"
+        " WHERE t.host_class = ? AND t.hidden = ? AND t.top_k = ? AND t.experts = ? AND t.activation_dtype = ?"
         " AND t.world_size = ? AND t.backend = ? AND t.created_at = ?",
-        tuple(tuned[k] for k in ("host_class", "hidden", "top_k", "experts", "dispatch_dtype", "world_size",
+        tuple(tuned[k] for k in ("host_class", "hidden", "top_k", "experts", "activation_dtype", "world_size",
                                  "backend", "created_at")),
     )
     names = [c[0] for c in cur.description]

@@ -2,18 +2,21 @@
 
 One line per result, then one line per tuned configuration (``tuned_configs``)::
 
-    {"format": "autoselect.result", "schema_version": 2, "result_key": "<sha256>",
+    {"format": "autoselect.result", "schema_version": 3, "result_key": "<sha256>",
      "host": {<HostFingerprint.to_dict()>, "first_seen": ..., "last_seen": ...},
      "run": {"uid", "host_class", "started_at", "updated_at", "finished_at", "status",
              "trigger", "command", "hostname", "pid", "autoselect_version", "meta"},
      "result": {<Result.to_dict()>, including "raw_samples_us"}}
-    {"format": "autoselect.tuned", "schema_version": 2, "tuned_key": "<sha256>",
+    {"format": "autoselect.tuned", "schema_version": 3, "tuned_key": "<sha256>",
      "host": {...} or null, "run": {...} or null,
      "tuned": {<every tuned_configs column but id and run_id, JSON columns decoded>}}
 
 ``schema_version`` is the record format's version, independent of the database schema:
-1 holds result records only; 2 (written now) adds ``autoselect.tuned``. Files of version 1
-still import; a reader refuses records of a newer version than it knows. A tuned record's
+1 holds result records only; 2 adds ``autoselect.tuned``; 3 (written now) names the dtype a
+result and a tuned configuration are filed under ``activation_dtype`` (1 and 2 called it
+``dispatch_dtype``: :data:`RENAMED`) and adds the result's ``wire_dtype`` (absent before: not
+recorded). Files of versions 1 and 2 still import; a reader refuses records of a newer
+version than it knows. A tuned record's
 ``run`` (the tune's run, by uid) and ``host`` (that run's machine, else the row's machine if
 the database knows it) travel with it, so it imports into a database without them. Import is
 idempotent: runs are matched by ``run.uid``, hosts by ``machine_id``, results by
@@ -57,9 +60,25 @@ from db.rows import (
 FORMAT = "autoselect.result"
 TUNED_FORMAT = "autoselect.tuned"
 #: the record format this autoselect writes (and the newest it reads)
-RECORD_VERSION = 2
+RECORD_VERSION = 3
 #: record format version -> the record kinds a file of that version may hold
-FORMATS_BY_VERSION = {1: (FORMAT,), 2: (FORMAT, TUNED_FORMAT)}
+FORMATS_BY_VERSION = {1: (FORMAT,), 2: (FORMAT, TUNED_FORMAT), 3: (FORMAT, TUNED_FORMAT)}
+#: fields renamed by a record format: (the last format with the old name, old, new), for the
+#: ``result`` and ``tuned`` parts alike; an older record is read under the new names
+RENAMED = ((2, "dispatch_dtype", "activation_dtype"),)
+#: fields a record format added -> that format (an older record that carries one is refused)
+ADDED = {"wire_dtype": 3}
+
+
+def _names_in(fields: Iterable[str], version: int) -> dict[str, str]:
+    """The field names a record part of format ``version`` has, each -> its name in this format."""
+    old_names = {new: old for last, old, new in RENAMED if version <= last}
+    return {old_names.get(f, f): f for f in fields if ADDED.get(f, 1) <= version}
+
+
+def _current_names(part: dict, names: dict[str, str]) -> dict:
+    """A record part under this format's field names (``names``: :func:`_names_in`; every key is one)."""
+    return {names[k]: v for k, v in part.items()}
 
 
 class _Lookup:
@@ -225,14 +244,16 @@ def parse_record(obj: Any, where: str, *, hint: str = IMPORT_HINT) -> dict:
     if kind not in FORMATS_BY_VERSION[version]:
         raise bad(f"{kind} records exist from record format 2 on, this line says {version}")
     if kind == TUNED_FORMAT:
-        return _parse_tuned(obj, bad)
+        return _parse_tuned(obj, version, bad)
     host, run = _host_and_run(obj.get("host"), obj.get("run"), bad)
     result = obj.get("result")
     if not isinstance(result, dict):
         raise bad("'result' missing or not an object")
-    unknown = sorted(set(result) - _RESULT_FIELDS)
+    names = _names_in(_RESULT_FIELDS, version)
+    unknown = sorted(set(result) - set(names))
     if unknown:
         raise bad(f"unknown result field(s) {', '.join(unknown)}")
+    result = _current_names(result, names)
     full = {name: default() for name, default in _RESULT_DEFAULTS.items()}
     full.update(result)
     if full["raw_samples_us"] is None:
@@ -271,14 +292,16 @@ def _host_record(host: dict) -> dict:
     }
 
 
-def _parse_tuned(obj: dict, bad) -> dict:
-    """Validate one ``autoselect.tuned`` record; returns ``{"host", "run", "tuned"}``."""
+def _parse_tuned(obj: dict, version: int, bad) -> dict:
+    """Validate one ``autoselect.tuned`` record of format ``version``; returns ``{"host", "run", "tuned"}``."""
     host, run, tuned = obj.get("host"), obj.get("run"), obj.get("tuned")
     if not isinstance(tuned, dict):
         raise bad("'tuned' missing or not an object")
-    unknown = sorted(set(tuned) - set(TUNED_FIELDS))
+    names = _names_in(TUNED_FIELDS, version)
+    unknown = sorted(set(tuned) - set(names))
     if unknown:
         raise bad(f"unknown tuned field(s) {', '.join(unknown)}")
+    tuned = _current_names(tuned, names)
     missing = [k for k in TUNED_FIELDS if k not in tuned]
     if missing:
         raise bad(f"tuned field(s) {', '.join(missing)} missing")

@@ -167,7 +167,7 @@ class _Decoder:
 #: Columns that tell two results of one shape apart as evidence (``summarize``): the same
 #: point (backend, world size, tokens per rank), status, knobs and legality, whether a median
 #: was recorded. The version keys given to ``summarize`` are added to these.
-_SUMMARY_PARTITION = ("hidden", "top_k", "experts", "dispatch_dtype", "kind", "backend", "world_size",
+_SUMMARY_PARTITION = ("hidden", "top_k", "experts", "activation_dtype", "kind", "backend", "world_size",
                       "tokens_per_rank", "status", "illegal", "knobs", "latency_us_p50 IS NULL")
 #: Extra attributes of a summarized row (see :func:`results_for`).
 SUMMARY_ATTRS = ("group_count", "group_p50_min", "group_p50_max")
@@ -247,7 +247,7 @@ def results_for(
     hidden: int,
     top_k: int,
     experts: int,
-    dispatch_dtype: str,
+    activation_dtype: str,
     world_size: int | None = None,
     host_class: str | None = None,
     machine_id: str | None = None,
@@ -273,7 +273,7 @@ def results_for(
         with its count and newest error. The returned rows' group counts add up to the number
         of rows the plain query returns. Rows without these attributes count as a group of one.
     """
-    equal = dict(hidden=hidden, top_k=top_k, experts=experts, dispatch_dtype=dispatch_dtype, kind=kind,
+    equal = dict(hidden=hidden, top_k=top_k, experts=experts, activation_dtype=activation_dtype, kind=kind,
                  host_class=host_class, machine_id=machine_id, world_size=world_size, backend=backend)
     return _select_results(conn, equal, statuses, tuple(summarize) if summarize is not None else None)
 

@@ -45,7 +45,9 @@ class Result(DataclassMethods):
     hidden: int
     top_k: int
     experts: int
-    dispatch_dtype: str
+    activation_dtype: str  # the model's, which the point is filed under (docs/terms.md)
+    # what the payload carried (autoselect.rules.wire); None: not recorded (older rows, e2e rows)
+    wire_dtype: str | None = None
     combine_dtype: str = "bf16"
     routing: str = "uniform"
     status: str = "ok"

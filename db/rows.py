@@ -28,9 +28,13 @@ VERSION_COLUMNS = {
 #: Result fields that identify one measured point of one run (with machine_id and run uid)
 KEY_FIELDS = (
     "backend", "world_size", "tokens_per_rank", "hidden", "top_k", "experts",
-    "dispatch_dtype", "combine_dtype", "routing", "kind", "device", "illegal", "knobs",
+    "activation_dtype", "combine_dtype", "routing", "kind", "device", "illegal", "knobs",
     "status", "created_at",
 )
+#: field -> the name it had when the keys were first hashed. A key is stored in every database
+#: and export, and import matches rows by it, so a renamed field keeps hashing under its old
+#: name: the same point keeps the same key across record formats (db.jsonl).
+KEY_NAMES = {"activation_dtype": "dispatch_dtype"}
 #: every Result field except the raw samples (they live in the samples table)
 RESULT_COLUMNS = tuple(f.name for f in fields(Result) if f.name != "raw_samples_us")
 
@@ -61,7 +65,7 @@ def dumps(value: Any) -> str:
 def result_key(machine_id: str, run_uid: str, result: dict) -> str:
     """The natural key of a result: a hash of its machine, run and identifying fields."""
     ident = {"machine_id": machine_id, "run_uid": run_uid}
-    ident.update({k: result.get(k) for k in KEY_FIELDS})
+    ident.update({KEY_NAMES.get(k, k): result.get(k) for k in KEY_FIELDS})
     return _sha256(dumps(ident))
 
 
@@ -71,7 +75,7 @@ def tuned_key(run_uid: str | None, tuned: dict) -> str:
     ``tuned`` is the exported form (:data:`TUNED_FIELDS`, JSON columns decoded); a tuned row is
     never updated, so all of it identifies it.
     """
-    ident = {"run_uid": run_uid, "tuned": {k: tuned.get(k) for k in TUNED_FIELDS}}
+    ident = {"run_uid": run_uid, "tuned": {KEY_NAMES.get(k, k): tuned.get(k) for k in TUNED_FIELDS}}
     return _sha256(dumps(ident))
 
 
@@ -83,7 +87,7 @@ def _sha256(text: str) -> str:
 
 #: tuned_configs columns as exported (id and run_id are local: the run travels by uid)
 TUNED_FIELDS = (
-    "host_class", "machine_id", "created_at", "hidden", "top_k", "experts", "dispatch_dtype", "world_size",
+    "host_class", "machine_id", "created_at", "hidden", "top_k", "experts", "activation_dtype", "world_size",
     "device", "workload", "backend", "knobs", "env", "flags", "status", "gain", "gain_halfwidth",
     "tuned_latency_us", "untuned_latency_us", "stop", "study", "versions",
 )

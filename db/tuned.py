@@ -26,7 +26,7 @@ class TunedConfig(DataclassMethods):
     hidden: int
     top_k: int
     experts: int
-    dispatch_dtype: str
+    activation_dtype: str
     world_size: int
     device: str
     backend: str
@@ -63,7 +63,7 @@ def save_tuned(store: Any, config: TunedConfig) -> int:
 
 
 def best_tuned(conn: sqlite3.Connection, *, host_class: str, hidden: int, top_k: int, experts: int,
-               dispatch_dtype: str, world_size: int, backend: str) -> TunedConfig | None:
+               activation_dtype: str, world_size: int, backend: str) -> TunedConfig | None:
     """The newest ``gain`` configuration for this host class, shape, world size and backend.
 
     None when there is none (readers open only the latest schema, so the table exists). Rows
@@ -71,9 +71,9 @@ def best_tuned(conn: sqlite3.Connection, *, host_class: str, hidden: int, top_k:
     """
     cur = conn.execute(
         "SELECT * FROM tuned_configs WHERE host_class = ? AND hidden = ? AND top_k = ?"
-        " AND experts = ? AND dispatch_dtype = ? AND world_size = ? AND backend = ?"
+        " AND experts = ? AND activation_dtype = ? AND world_size = ? AND backend = ?"
         " AND status = 'gain' ORDER BY created_at DESC, id DESC",
-        (host_class, hidden, top_k, experts, dispatch_dtype, world_size, backend),
+        (host_class, hidden, top_k, experts, activation_dtype, world_size, backend),
     )
     names = [c[0] for c in cur.description]
     skipped = []

@@ -111,8 +111,8 @@ def fill(path: Path, target: int, n_shapes: int, seed: int = 0) -> tuple[int, fl
                 ident = f"{run_id}|{hidden}|{experts}|{top_k}|{dtype}|{ws}|{backend}|{tokens}"
                 result = dict(
                     backend=backend, world_size=ws, tokens_per_rank=tokens, hidden=hidden, top_k=top_k,
-                    experts=experts, dispatch_dtype=dtype, combine_dtype="bf16", routing="uniform", status="ok",
-                    error=None, kind="micro", device="cuda", illegal=0, knobs="{}", samples=50,
+                    experts=experts, activation_dtype=dtype, wire_dtype=dtype, combine_dtype="bf16", routing="uniform",
+                    status="ok", error=None, kind="micro", device="cuda", illegal=0, knobs="{}", samples=50,
                     latency_us_p50=p50, latency_us_mean=p50 * 1.01, latency_us_min=p50 * 0.97,
                     latency_us_p10=p50 * 0.98, latency_us_p90=p50 * 1.03, latency_us_p99=p50 * 1.08,
                     latency_stdrel=0.02, noise_stdrel=0.004, dispatch_us_p50=p50 * 0.45, combine_us_p50=p50 * 0.55,
@@ -175,11 +175,11 @@ def main() -> int:
     conn = queries.connect_readonly(path)
     plan = conn.execute(
         "EXPLAIN QUERY PLAN SELECT * FROM results r WHERE r.hidden = 7168 AND r.top_k = 8 AND r.experts = 256"
-        " AND r.dispatch_dtype = 'nvfp4' AND r.kind = 'micro' AND r.host_class = 'h200x8-hgx'").fetchall()
+        " AND r.activation_dtype = 'nvfp4' AND r.kind = 'micro' AND r.host_class = 'h200x8-hgx'").fetchall()
     print("query plan:", "; ".join(row[-1] for row in plan))
     plan_sql = []
     conn.set_trace_callback(plan_sql.append)
-    queries.results_for(conn, hidden=7168, top_k=8, experts=256, dispatch_dtype="nvfp4", world_size=8,
+    queries.results_for(conn, hidden=7168, top_k=8, experts=256, activation_dtype="nvfp4", world_size=8,
                         host_class="h200x8-hgx", summarize=STALENESS_KEYS)
     conn.set_trace_callback(None)
     plan = conn.execute("EXPLAIN QUERY PLAN " + plan_sql[0]).fetchall()
@@ -192,16 +192,16 @@ def main() -> int:
 
     def selector_lookup(target):
         (h, e, k, d), hc, ws = target  # the call autoselect.selector.recommend makes
-        return queries.results_for(conn, hidden=h, top_k=k, experts=e, dispatch_dtype=d, world_size=ws, host_class=hc,
+        return queries.results_for(conn, hidden=h, top_k=k, experts=e, activation_dtype=d, world_size=ws, host_class=hc,
                                    summarize=STALENESS_KEYS)
 
     def every_row_lookup(target):
         (h, e, k, d), hc, ws = target  # the same rows unsummarized: every stored result of the history
-        return queries.results_for(conn, hidden=h, top_k=k, experts=e, dispatch_dtype=d, world_size=ws, host_class=hc)
+        return queries.results_for(conn, hidden=h, top_k=k, experts=e, activation_dtype=d, world_size=ws, host_class=hc)
 
     def class_lookup(target):
         (h, e, k, d), hc, _ = target  # every world size: all results for the shape on the host class
-        return queries.results_for(conn, hidden=h, top_k=k, experts=e, dispatch_dtype=d, host_class=hc)
+        return queries.results_for(conn, hidden=h, top_k=k, experts=e, activation_dtype=d, host_class=hc)
 
     select1 = _time(lambda: conn.execute("SELECT 1").fetchone(), 2000)
     med_select1 = statistics.median(select1)
@@ -209,7 +209,7 @@ def main() -> int:
     def index_only(target):
         (h, e, k, d), hc, ws = target  # the same rows, ids only: what the index alone costs
         return conn.execute(
-            "SELECT id FROM results WHERE hidden = ? AND top_k = ? AND experts = ? AND dispatch_dtype = ?"
+            "SELECT id FROM results WHERE hidden = ? AND top_k = ? AND experts = ? AND activation_dtype = ?"
             " AND kind = 'micro' AND host_class = ? AND world_size = ?", (h, k, e, d, hc, ws)).fetchall()
 
     index_ms = statistics.median(t for target in targets

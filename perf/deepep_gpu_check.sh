@@ -92,8 +92,8 @@ python3 - <<'PY' || FAILED=1
 import os, sqlite3, sys
 conn = sqlite3.connect(os.environ["AUTOSELECT_DB"])
 rows = conn.execute(
-    "select backend, dispatch_dtype, hidden, tokens_per_rank, status, latency_us_p50, dispatch_us_p50,"
-    " combine_us_p50, algbw_gbps, coalesce(error, '') from results order by hidden, dispatch_dtype, backend,"
+    "select backend, activation_dtype, hidden, tokens_per_rank, status, latency_us_p50, dispatch_us_p50,"
+    " combine_us_p50, algbw_gbps, coalesce(error, '') from results order by hidden, activation_dtype, backend,"
     " tokens_per_rank").fetchall()
 print(f"{'backend':26} {'dtype':13} {'hidden':>6} {'tokens':>6} {'status':11} {'p50 us':>9} {'disp us':>9} "
       f"{'comb us':>9} {'GB/s':>7}  error")

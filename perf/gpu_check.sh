@@ -87,7 +87,7 @@ python3 - <<'PY' || FAILED=1
 import os, sqlite3, sys
 conn = sqlite3.connect(os.environ["AUTOSELECT_DB"])
 rows = conn.execute("select backend, tokens_per_rank, status, coalesce(error, '') from results "
-                    "where dispatch_dtype = 'nvfp4'").fetchall()
+                    "where activation_dtype = 'nvfp4'").fetchall()
 print(rows)
 ok = {(b, t) for b, t, s, e in rows if s == "ok"}
 need = {("flashinfer_nvlink_two_sided", t) for t in (1, 256)}
@@ -100,9 +100,9 @@ python3 - <<'PY' || FAILED=1
 # How each ok row was timed, and whether its numbers are sane (nothing passes silently).
 import json, os, sqlite3, sys
 conn = sqlite3.connect(os.environ["AUTOSELECT_DB"])
-rows = conn.execute("select dispatch_dtype, backend, tokens_per_rank, status, device, samples, latency_us_p50, "
+rows = conn.execute("select activation_dtype, backend, tokens_per_rank, status, device, samples, latency_us_p50, "
                     "dispatch_us_p50, combine_us_p50 from results where backend not like 'test_%' "
-                    "order by dispatch_dtype, backend, tokens_per_rank").fetchall()
+                    "order by activation_dtype, backend, tokens_per_rank").fetchall()
 path = os.environ["AUTOSELECT_BENCH_TIMING_LOG"]
 log = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
 timing = {}  # (dtype, backend, tokens) -> point entries in run order

@@ -54,13 +54,13 @@ def fixture_db(directory: Path) -> Path:
 
 
 def groups(conn):
-    """(host_class, hidden, top_k, experts, dispatch_dtype, world_size) of every ok micro result."""
+    """(host_class, hidden, top_k, experts, activation_dtype, world_size) of every ok micro result."""
     from db.queries import all_results
 
     seen = set()
     for r in all_results(conn):
         if r.kind == "micro" and r.status == "ok" and not r.backend.startswith("reference_"):
-            seen.add((r.host_class, r.hidden, r.top_k, r.experts, r.dispatch_dtype, r.world_size))
+            seen.add((r.host_class, r.hidden, r.top_k, r.experts, r.activation_dtype, r.world_size))
     return sorted(seen)
 
 
@@ -78,7 +78,7 @@ def study(conn, vllm_version: str | None):
             continue
         deployment = Deployment(dp=world_size, tp=1)
         version = vllm_version or rules.NEWEST_VLLM
-        rows = results_for(conn, hidden=hidden, top_k=top_k, experts=experts, dispatch_dtype=dtype,
+        rows = results_for(conn, hidden=hidden, top_k=top_k, experts=experts, activation_dtype=dtype,
                            world_size=world_size, host_class=host_class, kind="micro")
         legal = {
             b for b in rules.recommendable_backends(version)

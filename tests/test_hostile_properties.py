@@ -192,7 +192,7 @@ IMPORT_TEXT = st.one_of(
 #: the text fields of each record part (a host class among them)
 TEXT_FIELDS = {"host": ["hostname", "gpu_name", "cpu_model", "host_class", "driver_version", "machine_id"],
                "run": ["command", "trigger", "hostname", "uid", "host_class"],
-               "result": ["error", "backend", "routing", "dispatch_dtype"]}
+               "result": ["error", "backend", "routing", "activation_dtype"]}
 
 
 @settings(max_examples=200, **BOUNDED)

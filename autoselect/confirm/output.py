@@ -66,7 +66,7 @@ def parse_forward_output(data: Any, plan: ConfirmPlan, backend: str, *, source: 
             hidden=plan.profile.hidden_size,
             top_k=plan.profile.top_k,
             experts=plan.profile.num_experts,
-            dispatch_dtype=plan.activation_dtype,
+            activation_dtype=plan.activation_dtype,
             routing=str(rank0.get("routing", "balanced")),
             status="ok" if finite else "incorrect",
             error=None if finite else f"{name}: vllm bench forward produced non-finite outputs",
@@ -94,7 +94,7 @@ def failed_rows(plan: ConfirmPlan, backend: str, status: str, error: str, *,
     return [
         Result(backend=backend, world_size=plan.deployment.world_size, tokens_per_rank=c.tokens_per_rank,
                hidden=plan.profile.hidden_size, top_k=plan.profile.top_k, experts=plan.profile.num_experts,
-               dispatch_dtype=plan.activation_dtype, routing="balanced", status=status, error=error,
+               activation_dtype=plan.activation_dtype, routing="balanced", status=status, error=error,
                kind="e2e", device="cuda", knobs={"vllm_args": plan.serve_flags(backend), "case": c.spec},
                versions=dict(versions or {}))
         for c in plan.cases

@@ -146,6 +146,6 @@ def check_results(results: Iterable[Any], host: Any, data: ReferenceData | None 
     match = match_host(host, rows[0].world_size)
     if match is None:
         return None
-    measured = [Measured(r.backend, r.hidden, r.top_k, r.experts, r.dispatch_dtype, r.world_size, r.tokens_per_rank,
+    measured = [Measured(r.backend, r.hidden, r.top_k, r.experts, r.activation_dtype, r.world_size, r.tokens_per_rank,
                          float(r.latency_us_p50)) for r in rows]
     return ReferenceCheck(match.ref_class.name, compare(measured, match.ref_class, data))

@@ -134,7 +134,7 @@ def _resolve_host_class(conn, path, profile, host_class: str | None, gpu_arch: s
         dtype = profile.activation_dtype(arch)
         rows = results_for(
             conn, hidden=profile.hidden_size, top_k=profile.top_k, experts=profile.num_experts,
-            dispatch_dtype=dtype, host_class=name, kind="micro",
+            activation_dtype=dtype, host_class=name, kind="micro",
         )
         if rows:
             newest = max((r.created_at or r.run_started_at or "") for r in rows)

@@ -176,7 +176,7 @@ class MeasuredEvidence:
         if conn is not None and target.host_class is not None:
             rows = results_for(
                 conn, hidden=target.profile.hidden_size, top_k=target.profile.top_k,
-                experts=target.profile.num_experts, dispatch_dtype=target.activation_dtype,
+                experts=target.profile.num_experts, activation_dtype=target.activation_dtype,
                 world_size=target.world_size, host_class=target.host_class, kind="micro",
                 summarize=STALENESS_KEYS,  # one row per point, status and versions: see results_for
             )

@@ -31,7 +31,7 @@ def tuned_knobs(target: RecommendTarget, conn: sqlite3.Connection | None, backen
         return {}
     p = target.profile
     tuned = best_tuned(conn, host_class=target.host_class, hidden=p.hidden_size, top_k=p.top_k,
-                       experts=p.num_experts, dispatch_dtype=target.activation_dtype, world_size=target.world_size,
+                       experts=p.num_experts, activation_dtype=target.activation_dtype, world_size=target.world_size,
                        backend=backend)
     if tuned is None:
         return {}

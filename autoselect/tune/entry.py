@@ -167,7 +167,7 @@ def _tuned_config(spec: TuneSpec, outcome: TuneOutcome, run_id: int) -> TunedCon
     shape = spec.shape
     return TunedConfig(
         host_class=spec.host.host_class, machine_id=spec.host.machine_id, hidden=shape.hidden,
-        top_k=shape.top_k, experts=shape.experts, dispatch_dtype=shape.dtype,
+        top_k=shape.top_k, experts=shape.experts, activation_dtype=shape.dtype,
         world_size=spec.world_size, device=spec.device, backend=outcome.recommendable,
         status=k.status if k else "not_searched", stop=outcome.stop, study=outcome.study,
         workload=spec.workload.to_dict(), knobs=setting, env=env, flags=flags,

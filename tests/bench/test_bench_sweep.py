@@ -111,8 +111,10 @@ def test_results_reach_the_store_one_row_per_point(db_path):
     with Store(db_path) as store:
         results = run_sweep(_spec(["reference_all_to_all"], tokens=(1, 8)), store=store)
     conn = sqlite3.connect(db_path)
-    rows = conn.execute("select backend, tokens_per_rank, status from results order by tokens_per_rank").fetchall()
-    assert rows == [("reference_all_to_all", 1, "ok"), ("reference_all_to_all", 8, "ok")]
+    rows = conn.execute("select backend, tokens_per_rank, status, activation_dtype, wire_dtype from results"
+                        " order by tokens_per_rank").fetchall()
+    # a backend the wire table does not know (a benchmark-only baseline) carries the dtype as it is
+    assert rows == [("reference_all_to_all", 1, "ok", "bf16", "bf16"), ("reference_all_to_all", 8, "ok", "bf16", "bf16")]
     assert conn.execute("select status from runs").fetchall() == [("complete",)]
     assert len(results) == 2
 
@@ -299,7 +301,7 @@ def test_each_backend_moves_the_dtype_vllm_sends_through_it():
     assert wires(opted, cpu_fingerprint())["deepep_low_latency"].dtype == "nvfp4"
 
 
-def test_a_sweep_says_which_backend_moves_another_dtype_and_files_the_row_under_the_models():
+def test_a_sweep_says_which_backend_moves_another_dtype_and_files_the_row_under_the_models_recording_the_wire():
     from bench.events import WireConverted
 
     events = []
@@ -307,7 +309,8 @@ def test_a_sweep_says_which_backend_moves_another_dtype_and_files_the_row_under_
     (converted,) = [e for e in events if isinstance(e, WireConverted)]
     assert (converted.backend, converted.activation, converted.wire) == ("deepep_high_throughput", "nvfp4", "bf16")
     assert "quantizes after the dispatch" in converted.why
-    assert row.dispatch_dtype == "nvfp4" and row.status == "unavailable"  # no CUDA here: DeepEP cannot run
+    assert row.activation_dtype == "nvfp4" and row.status == "unavailable"  # no CUDA here: DeepEP cannot run
+    assert row.wire_dtype == "bf16"  # what its payload would have carried, kept with the row
 
 
 def test_a_per_token_kernel_limit_drops_only_the_points_beyond_it():
@@ -454,7 +457,8 @@ def test_an_adapters_code_path_is_recorded_with_the_results_versions():
     from bench.sweep import _Recorder
 
     results = []
-    recorder = _Recorder(_spec(["flashinfer_nvlink_one_sided"]), None, None, None, 0, lambda e: None, results)
+    recorder = _Recorder(_spec(["flashinfer_nvlink_one_sided"]), None, None, None, 0, lambda e: None, results,
+                         {"flashinfer_nvlink_one_sided": "bf16"})
     path = {"flashinfer_api": "flashinfer.moe_ep (cft=False, lamport=False)",
             "vllm_calls": "vLLM 0.34.0+ (flashinfer.moe_ep, fence transport)"}
     recorder.point("flashinfer_nvlink_one_sided",

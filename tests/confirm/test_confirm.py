@@ -176,7 +176,7 @@ def test_forward_output_becomes_one_e2e_result_per_case():
         (32, data[0]["median_us"]), (256, data[1]["median_us"]), (4096, data[2]["median_us"])]
     first, lat = results[0], data[0]["ranks"][0]["latency_us"]
     assert (first.kind, first.status, first.routing, first.device) == ("e2e", "ok", "balanced", "cuda")
-    assert (first.world_size, first.hidden, first.top_k, first.experts, first.dispatch_dtype) == (8, 7168, 8, 256, "nvfp4")
+    assert (first.world_size, first.hidden, first.top_k, first.experts, first.activation_dtype) == (8, 7168, 8, 256, "nvfp4")
     assert first.samples == 12 and first.raw_samples_us == lat["samples_us"]
     assert first.latency_us_p90 == lat["p90"] and first.latency_us_min == lat["min"]
     assert first.latency_stdrel == pytest.approx(lat["std"] / lat["mean"])
@@ -229,12 +229,12 @@ def test_confirm_runs_every_backend_and_stores_ok_error_and_timeout_rows(tmp_pat
                                   "bench forward --model ")
 
     conn = connect_readonly(db_path)
-    rows = results_for(conn, hidden=7168, top_k=8, experts=256, dispatch_dtype="nvfp4", kind="e2e")
+    rows = results_for(conn, hidden=7168, top_k=8, experts=256, activation_dtype="nvfp4", kind="e2e")
     assert len(rows) == 12
     assert {(r.backend, r.status) for r in rows} == {
         ("allgather_reducescatter", "ok"), ("deepep_high_throughput", "error"),
         ("deepep_low_latency", "ok"), ("flashinfer_nvlink_two_sided", "timeout")}
-    assert results_for(conn, hidden=7168, top_k=8, experts=256, dispatch_dtype="nvfp4") == []  # no micro rows
+    assert results_for(conn, hidden=7168, top_k=8, experts=256, activation_dtype="nvfp4") == []  # no micro rows
     assert [(r["trigger"], r["status"]) for r in runs(conn)] == [("confirm", "complete")]
     conn.close()
 
@@ -348,7 +348,7 @@ def db_with_e2e(tmp_path):
         for backend, us in (("flashinfer_nvlink_two_sided", 9100.0), ("allgather_reducescatter", 8200.0)):
             for tokens in (16, 32):
                 store.add_result(run, Result(backend=backend, world_size=8, tokens_per_rank=tokens, hidden=7168,
-                                             top_k=8, experts=256, dispatch_dtype="nvfp4", routing="balanced",
+                                             top_k=8, experts=256, activation_dtype="nvfp4", routing="balanced",
                                              kind="e2e", samples=12, latency_us_p50=us + tokens))
         store.finish_run(run)
     return path

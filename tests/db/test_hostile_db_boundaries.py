@@ -57,7 +57,7 @@ def _in_namespace(part: str, name: str):
 
 def _tuned(host_class: str, machine_id: str = "m") -> TunedConfig:
     return TunedConfig(host_class=host_class, machine_id=machine_id, hidden=7168, top_k=8, experts=256,
-                       dispatch_dtype="fp8_block128", world_size=8, device="cuda", workload={},
+                       activation_dtype="fp8_block128", world_size=8, device="cuda", workload={},
                        backend="deepep_low_latency", knobs={}, env={}, flags=[], status="gain", stop="budget",
                        study="s")
 

@@ -26,7 +26,7 @@ from db import queries
 from db.importing import import_file
 from db.store import Store
 
-SHAPE = dict(hidden=7168, top_k=8, experts=256, dispatch_dtype="fp8_block128")
+SHAPE = dict(hidden=7168, top_k=8, experts=256, activation_dtype="fp8_block128")
 TOKENS = (1, 8, 64, 512, 4096)
 
 
@@ -152,7 +152,7 @@ def test_the_shipped_fixtures_answer_the_same_summarized(tmp_path_factory, model
         profile = load_profile(str(FIXTURES / "models" / model))
         dtype = profile.activation_dtype(host.gpu_arch)
         every = queries.results_for(conn, hidden=profile.hidden_size, top_k=profile.top_k,
-                                    experts=profile.num_experts, dispatch_dtype=dtype, world_size=world_size,
+                                    experts=profile.num_experts, activation_dtype=dtype, world_size=world_size,
                                     host_class=host_class)
         deployment = Deployment(dp=world_size, tp=1)
         for kind in ("decode", "prefill", "mixed"):

@@ -57,7 +57,7 @@ def test_an_added_result_reads_back_with_every_field_and_its_raw_samples(db_path
         run = s.begin_run(hgx_host("node-a"))
         rid = s.add_result(run, r)
     conn = queries.connect_readonly(db_path)
-    [got] = queries.results_for(conn, hidden=7168, top_k=8, experts=256, dispatch_dtype="fp8_block128")
+    [got] = queries.results_for(conn, hidden=7168, top_k=8, experts=256, activation_dtype="fp8_block128")
     for f in fields(Result):
         if f.name not in ("created_at", "raw_samples_us"):
             assert getattr(got, f.name) == getattr(r, f.name), f.name
@@ -70,14 +70,14 @@ def test_an_added_result_reads_back_with_every_field_and_its_raw_samples(db_path
 def test_results_for_filters_by_shape_host_world_size_and_status(db_path):
     filled_db(db_path)
     conn = queries.connect_readonly(db_path)
-    shape = dict(hidden=7168, top_k=8, experts=256, dispatch_dtype="fp8_block128")
+    shape = dict(hidden=7168, top_k=8, experts=256, activation_dtype="fp8_block128")
     hgx = hgx_host().host_class
     assert [(r.backend, r.hostname) for r in queries.results_for(conn, **shape, host_class=hgx)] == [
         ("allgather_reducescatter", "node-a"), ("flashinfer_nvlink_two_sided", "node-a"), ("deepep_low_latency", "node-a")]
     assert [r.backend for r in queries.results_for(conn, **shape, host_class=hgx, statuses=["ok"])] == [
         "allgather_reducescatter", "flashinfer_nvlink_two_sided"]
     assert [r.status for r in queries.results_for(conn, **shape, world_size=1)] == ["ok", "incorrect"]
-    assert [r.hostname for r in queries.results_for(conn, **{**shape, "dispatch_dtype": "nvfp4"})] == ["node-b"]
+    assert [r.hostname for r in queries.results_for(conn, **{**shape, "activation_dtype": "nvfp4"})] == ["node-b"]
     assert queries.results_for(conn, **shape, kind="e2e") == []
 
 
@@ -267,7 +267,7 @@ def test_import_export_import_round_trips_exactly(tmp_path):
 def test_each_exported_line_is_a_versioned_record_with_host_run_and_result(db_path):
     filled_db(db_path)
     rec = json.loads(_export(db_path).splitlines()[0])
-    assert (rec["format"], rec["schema_version"]) == ("autoselect.result", 2)
+    assert (rec["format"], rec["schema_version"]) == ("autoselect.result", 3)
     assert sorted(rec) == ["format", "host", "result", "result_key", "run", "schema_version"]
     assert rec["host"]["gpu_count"] == 8 and rec["run"]["trigger"] == "bench" and rec["run"]["meta"] == {"sweep": 1}
     assert rec["result"]["raw_samples_us"] == make_result("allgather_reducescatter", 1).raw_samples_us
@@ -300,7 +300,7 @@ def test_merge_brings_a_run_finished_elsewhere_forward(tmp_path):
     "mutate, error, message",
     [
         (lambda r: r.update(format="other"), BadImportRecord, "format is 'other', expected 'autoselect.result'"),
-        (lambda r: r.update(schema_version=3), ImportFormatTooNew, "record format 3 is newer than this autoselect reads (2)"),
+        (lambda r: r.update(schema_version=4), ImportFormatTooNew, "record format 4 is newer than this autoselect reads (3)"),
         (lambda r: r["result"].update(hidden="7168"), BadImportRecord, "result.hidden is '7168', not an integer"),
         (lambda r: r["result"].update(status="fast"), BadImportRecord, "result.status is 'fast', not one of"),
         (lambda r: r["result"].update(speed=1), BadImportRecord, "unknown result field(s) speed"),

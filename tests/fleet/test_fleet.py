@@ -87,7 +87,7 @@ def test_fleet_schedule_measures_a_model_and_records_trigger_schedule(cluster, d
     assert {r["trigger"] for r in node_runs} == {"schedule"}
     assert all(r["meta"]["models"] == [model] for r in node_runs)
     conn = sqlite3.connect(db_path)
-    shapes = conn.execute("SELECT DISTINCT hidden, experts, top_k, dispatch_dtype, status FROM results").fetchall()
+    shapes = conn.execute("SELECT DISTINCT hidden, experts, top_k, activation_dtype, status FROM results").fetchall()
     assert shapes == [(4096, 8, 2, "bf16", "ok")]
 
 

@@ -32,7 +32,7 @@ def _m(backend, tokens, latency, shape=DSV3_BF16, world_size=8):
 def _result(backend, tokens, latency, *, device="cuda", status="ok", shape=DSV3_BF16):
     h, k, e, d = shape
     return Result(backend=backend, world_size=8, tokens_per_rank=tokens, hidden=h, top_k=k, experts=e,
-                  dispatch_dtype=d, combine_dtype="bf16", routing="uniform", status=status, kind="micro",
+                  activation_dtype=d, combine_dtype="bf16", routing="uniform", status=status, kind="micro",
                   device=device, latency_us_p50=latency if status == "ok" else None)
 
 

@@ -25,7 +25,7 @@ from db.records import Result
 
 def _result(**fields) -> Result:
     return Result(backend="allgather_reducescatter", world_size=8, tokens_per_rank=64, hidden=7168, top_k=8,
-                  experts=256, dispatch_dtype="bf16", **fields)
+                  experts=256, activation_dtype="bf16", **fields)
 
 
 # --- deployment ---------------------------------------------------------------------
@@ -190,7 +190,7 @@ def _row(backend, p50, created_at, rid):
     from db.queries import StoredResult
 
     return StoredResult(backend=backend, world_size=8, tokens_per_rank=64, hidden=2048, top_k=8, experts=128,
-                        dispatch_dtype="bf16", samples=200, latency_us_p50=p50, noise_stdrel=0.002,
+                        activation_dtype="bf16", samples=200, latency_us_p50=p50, noise_stdrel=0.002,
                         versions={"vllm": "0.33.0"}, created_at=created_at, id=rid)
 
 

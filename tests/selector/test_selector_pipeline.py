@@ -21,7 +21,7 @@ ASK = dict(conn=None, deployment=Deployment(dp=8), gpu_arch="sm90", vllm_version
 
 def _row(backend, p50, rid):
     return StoredResult(backend=backend, world_size=8, tokens_per_rank=64, hidden=2048, top_k=8, experts=128,
-                        dispatch_dtype="bf16", samples=200, latency_us_p50=p50, noise_stdrel=0.002,
+                        activation_dtype="bf16", samples=200, latency_us_p50=p50, noise_stdrel=0.002,
                         versions={"vllm": "0.33.0"}, created_at="2026-11-20T00:00:00+00:00", id=rid)
 
 

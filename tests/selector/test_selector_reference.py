@@ -94,7 +94,7 @@ def test_one_local_row_of_the_shape_keeps_the_reference_out(fixture_db):
 
     conn = connect_readonly(fixture_db)
     host = newest_host(conn, H200)
-    rows = results_for(conn, hidden=7168, top_k=8, experts=256, dispatch_dtype="fp8_block128", world_size=8,
+    rows = results_for(conn, hidden=7168, top_k=8, experts=256, activation_dtype="fp8_block128", world_size=8,
                        host_class=H200, kind="micro")
     conn.close()
     one = [r for r in rows if r.backend == AGRS][:1]

@@ -35,10 +35,10 @@ def make_result(backend: str = "allgather_reducescatter", tokens: int = 64, **kw
     samples = kw.pop("raw_samples_us", [100.0 + tokens / 8 + i * 0.25 for i in range(12)])
     if not samples:  # an unmeasured point: no statistics at all
         return Result(backend=backend, world_size=kw.pop("world_size", 8), tokens_per_rank=tokens, hidden=7168,
-                      top_k=8, experts=256, dispatch_dtype="fp8_block128", **kw)
+                      top_k=8, experts=256, activation_dtype="fp8_block128", **kw)
     fields = dict(
         backend=backend, world_size=8, tokens_per_rank=tokens, hidden=7168, top_k=8, experts=256,
-        dispatch_dtype="fp8_block128", combine_dtype="bf16", routing="uniform", status="ok",
+        activation_dtype="fp8_block128", combine_dtype="bf16", routing="uniform", status="ok",
         kind="micro", device="cuda", knobs={"NCCL_PROTO": "LL128"}, samples=len(samples),
         latency_us_p50=sorted(samples)[len(samples) // 2], latency_us_mean=sum(samples) / len(samples),
         latency_us_min=min(samples), latency_us_p10=samples[1], latency_us_p90=samples[-2],
@@ -87,6 +87,6 @@ def filled_db(path: Path) -> Path:
                                       error="rank 0 token 3: byte 17 differs", illegal=True))
         s.finish_run(run, "failed")
         run = s.begin_run(hgx_host("node-b"), trigger="bench")
-        s.add_result(run, make_result("allgather_reducescatter", 128, dispatch_dtype="nvfp4"))
+        s.add_result(run, make_result("allgather_reducescatter", 128, activation_dtype="nvfp4"))
         s.finish_run(run)
     return path

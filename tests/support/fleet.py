@@ -90,7 +90,7 @@ def _result(backend: str, tokens: int, p50: float, versions: dict) -> Result:
     hidden, top_k, experts, dtype = SHAPE
     return Result(
         backend=backend, world_size=WORLD, tokens_per_rank=tokens, hidden=hidden, top_k=top_k,
-        experts=experts, dispatch_dtype=dtype, device="cuda", samples=200, latency_us_p50=p50,
+        experts=experts, activation_dtype=dtype, device="cuda", samples=200, latency_us_p50=p50,
         latency_us_mean=p50 * 1.01, latency_us_min=p50 * 0.97, latency_us_p10=p50 * 0.98,
         latency_us_p90=p50 * 1.03, latency_us_p99=p50 * 1.06, latency_stdrel=0.04, noise_stdrel=0.01,
         noise_target_met=False, versions=dict(versions),

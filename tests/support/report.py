@@ -80,7 +80,7 @@ def timed(backend: str, tokens: int, *, world_size: int = 8, scale: float = 1.0,
     hidden, top_k, experts, dtype = shape
     return Result(
         backend=backend, world_size=world_size, tokens_per_rank=tokens, hidden=hidden, top_k=top_k,
-        experts=experts, dispatch_dtype=dtype, device=device, illegal=illegal, samples=50,
+        experts=experts, activation_dtype=dtype, device=device, illegal=illegal, samples=50,
         latency_us_p50=p50, latency_us_mean=p50 * 1.01, latency_us_min=p50 * 0.95,
         latency_us_p10=p50 * 0.97, latency_us_p90=p50 * 1.05, latency_us_p99=p50 * 1.2,
         latency_stdrel=0.02, noise_stdrel=0.003, noise_target_met=True,
@@ -93,7 +93,7 @@ def failed(backend: str, tokens: int, status: str, error: str, *, world_size: in
     """A result that was not timed (incorrect, unavailable, error, timeout)."""
     return Result(
         backend=backend, world_size=world_size, tokens_per_rank=tokens, hidden=HIDDEN, top_k=TOP_K,
-        experts=EXPERTS, dispatch_dtype=DTYPE, status=status, error=error,
+        experts=EXPERTS, activation_dtype=DTYPE, status=status, error=error,
     )
 
 

@@ -46,7 +46,7 @@ class Point:
 
 def point_of(result: Any) -> Point:
     """The :class:`Point` a stored result (a :class:`db.queries.StoredResult`) measured."""
-    shape = Shape(hidden=result.hidden, top_k=result.top_k, experts=result.experts, dtype=result.dispatch_dtype)
+    shape = Shape(hidden=result.hidden, top_k=result.top_k, experts=result.experts, dtype=result.activation_dtype)
     return Point(shape=shape, knobs=json.dumps(result.knobs or {}, sort_keys=True),
                  **{f: getattr(result, f) for f in POINT_FIELDS})
 

@@ -156,7 +156,7 @@ def _class_change(conn: Any, model: str, profile: Any, host_class: str, rows: li
     if arch is None:
         return None  # a CPU class: nothing vLLM would serve on
     shape = Shape.of(profile, arch)
-    shape_rows = [r for r in rows if (r.hidden, r.top_k, r.experts, r.dispatch_dtype)
+    shape_rows = [r for r in rows if (r.hidden, r.top_k, r.experts, r.activation_dtype)
                   == (shape.hidden, shape.top_k, shape.experts, shape.dtype)]
     order = fleets.in_order(shape_rows)
     if len(order) < 2:
