@@ -19,8 +19,9 @@ from autoselect import bridge
 from autoselect.dataclass_methods import DataclassMethods
 from autoselect.workload import Deployment, WorkloadSpec
 
-#: Version of the JSON ``recommend --format json`` prints; bump on incompatible changes.
-SCHEMA_VERSION = 1
+#: Version of the JSON ``recommend --format json`` prints; bump on incompatible changes
+#: (2: the top-level ``dispatch_dtype`` is called ``activation_dtype``, docs/json.md).
+SCHEMA_VERSION = 2
 
 #: Where a bucket's numbers come from, strongest first: ``measured`` (this host class's
 #: microbenchmarks, or the latency model fitted on them), ``published`` (NVIDIA's reference
@@ -279,7 +280,7 @@ class Recommendation(_Document):
     profile: ModelSummary
     deployment: Deployment
     gpu_arch: str
-    dispatch_dtype: str
+    activation_dtype: str  # the model's on gpu_arch (a candidate's wire_dtype: what its backend sends)
     vllm_version: str
     #: where vllm_version came from: "--vllm-version", "vllm at AUTOSELECT_VLLM_PYTHON",
     #: "installed vllm" or "newest known" (as check's; autoselect.bridge.target_version)

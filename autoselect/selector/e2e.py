@@ -27,7 +27,7 @@ def e2e_evidence(conn: sqlite3.Connection | None, rec: Recommendation) -> E2eEvi
         return None
     p, backend = rec.profile, rec.backend
     rows = results_for(conn, hidden=p.hidden_size, top_k=p.top_k, experts=p.num_experts,
-                       activation_dtype=rec.dispatch_dtype, world_size=rec.deployment.world_size,
+                       activation_dtype=rec.activation_dtype, world_size=rec.deployment.world_size,
                        host_class=rec.data_used.host_class, kind="e2e", statuses=("ok",))
     if not rows:
         return None

@@ -110,7 +110,7 @@ def recommend(
     return Recommendation(
         model=profile.model,
         profile=ModelSummary(profile.hidden_size, profile.num_experts, profile.top_k, profile.weight_quant),
-        deployment=deployment, gpu_arch=target.gpu_arch, dispatch_dtype=target.activation_dtype,
+        deployment=deployment, gpu_arch=target.gpu_arch, activation_dtype=target.activation_dtype,
         vllm_version=target.vllm_version, vllm_version_source=target.legality.vllm_version_source,
         vllm_version_warning=rules.newer_than_known(target.vllm_version), workload=target.workload, backend=decision.pick.backend, decision=decision.text,
         vllm_args=flags.vllm_args, command=flags.command, env=flags.env, knobs=knobs,

@@ -71,7 +71,7 @@ def _summary(rec: Recommendation) -> list[str]:
         f"backend     {rec.backend}  ({rec.decision})",
         f"confidence  {rec.confidence}" + (f": {'; '.join(rec.confidence_reasons)}" if rec.confidence_reasons else ""),
         f"model       {rec.model}: hidden {prof.hidden_size}, {prof.num_experts} experts, "
-        f"top-{prof.top_k}, {rec.dispatch_dtype} dispatch on {rec.gpu_arch}",
+        f"top-{prof.top_k}, {rec.activation_dtype} dispatch on {rec.gpu_arch}",
         f"deployment  dp {dep.dp} x tp {dep.tp} = EP {dep.world_size}, vLLM {rec.vllm_version}"
         + (f" ({rec.vllm_version_source})" if rec.vllm_version_source else ""),
     ]
@@ -125,7 +125,7 @@ def _candidates(rec: Recommendation) -> list[str]:
     lines = [""] + _table(rows, right=set(range(first - 2, len(header))))
     if rec.estimated:
         lines.append("(~ interpolated, ~~ extrapolated with the fitted latency model; us = microseconds)")
-    lines += _ranges(rec.candidates, rec.dispatch_dtype)
+    lines += _ranges(rec.candidates, rec.activation_dtype)
     return lines
 
 

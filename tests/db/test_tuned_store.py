@@ -41,7 +41,7 @@ def test_recommend_prints_the_tuned_knobs_of_its_pick_with_their_gain(tmp_path):
     with Store(db) as store:
         save_tuned(store, TunedConfig(
             host_class="b200x8-9a4f2b61", machine_id="m1", hidden=7168, top_k=8, experts=256,
-            activation_dtype=before.dispatch_dtype, world_size=before.deployment.world_size, device="cuda",
+            activation_dtype=before.activation_dtype, world_size=before.deployment.world_size, device="cuda",
             backend="flashinfer_nvlink_one_sided", status="gain", stop="settled", study="s",
             knobs={"TLLM_MOE_A2A_COMBINE_BLOCK_SIZE": "512"}, env={"TLLM_MOE_A2A_COMBINE_BLOCK_SIZE": "512"},
             gain=0.07, gain_halfwidth=0.02))

@@ -107,14 +107,14 @@ def test_faster_one_sided_results_are_never_chosen_for_an_fp8_model(fixture_db):
 def test_faster_one_sided_results_are_never_chosen_for_a_bf16_dispatch(fixture_db):
     # An NVFP4 checkpoint on Hopper dispatches bf16; one-sided was measured with --include-illegal.
     r = rec(fixture_db, "deepseek-r1-nvfp4", host_class=H200, workload="prefill")
-    assert r.dispatch_dtype == "bf16"
+    assert r.activation_dtype == "bf16"
     assert r.backend == "flashinfer_nvlink_two_sided"
     assert "--all2all-backend flashinfer_nvlink_one_sided" not in r.command
 
 
 def test_nvfp4_on_blackwell_may_pick_one_sided(fixture_db):
     r = rec(fixture_db, "deepseek-r1-nvfp4", host_class=B200, workload="prefill")
-    assert (r.dispatch_dtype, r.backend) == ("nvfp4", "flashinfer_nvlink_one_sided")
+    assert (r.activation_dtype, r.backend) == ("nvfp4", "flashinfer_nvlink_one_sided")
 
 
 def test_a_tie_stays_on_vllms_default(fixture_db):
@@ -233,7 +233,7 @@ def test_tp_and_old_vllm_spellings_reach_the_flags(fixture_db):
 
 
 JSON_KEYS = {
-    "schema_version", "model", "profile", "deployment", "gpu_arch", "dispatch_dtype", "vllm_version",
+    "schema_version", "model", "profile", "deployment", "gpu_arch", "activation_dtype", "vllm_version",
     "vllm_version_source", "workload", "backend", "decision", "vllm_args", "command", "env", "knobs", "confidence",
     "confidence_reasons", "candidates", "rejected", "estimated", "warnings", "data_used", "bench_command",
 }
@@ -245,7 +245,7 @@ def test_json_output_is_the_documented_schema(fixture_db):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert set(doc) == JSON_KEYS
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["backend"] == "flashinfer_nvlink_two_sided"
     assert doc["vllm_args"] == [
         "--data-parallel-size", "8", "--enable-expert-parallel", "--all2all-backend", "flashinfer_nvlink_two_sided",

@@ -292,7 +292,7 @@ def test_a_bf16_or_fp8_model_never_gets_one_sided_from_any_reference_row(ref_cla
     world_size = 4 if ref_class == "ref-gb200-nvl72" else None
     for model in ("qwen3-30b-a3b", "deepseek-v3", "kimi-k2", "deepseek-r1-nvfp4"):
         rec = ask(model, ref_class, world_size=world_size)
-        if rec.dispatch_dtype == "nvfp4":
+        if rec.activation_dtype == "nvfp4":
             continue  # nvfp4 on Blackwell: one-sided is legal there
         assert ONE_SIDED not in by_backend(rec)
         assert [r.kind for r in rec.rejected if r.backend == ONE_SIDED] == ["illegal"]
