@@ -62,14 +62,14 @@ class BenchReport:
         return sum(len(g["startups"]) for g in self.groups)
 
     def to_dict(self) -> dict:
-        """The JSON document (``schema_version`` 1); raw samples are left out (they are in the store)."""
+        """The JSON document (``schema_version`` 2); raw samples are left out (they are in the store)."""
         rows = []
         for r in self.results:
             d = r.to_dict()
             d.pop("raw_samples_us", None)
             rows.append(d)
         check = self.reference_check()
-        return {"schema_version": 1, "run_id": self.run_id, "db": self.db_path, "spec": asdict(self.spec),
+        return {"schema_version": 2, "run_id": self.run_id, "db": self.db_path, "spec": asdict(self.spec),
                 "vllm_version": self.vllm_version, "vllm_version_warning": self.vllm_version_warning,
                 "skipped": self.skipped, "wire": self.wire, "results": rows, "startups": self.startups,
                 "worker_groups": self.groups, "reference": check.to_dict() if check else None}
@@ -117,7 +117,7 @@ def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=Non
     if world_size is None:
         world_size = (host.gpu_count or 1) if device == "cuda" else 2
     spec = SweepSpec(backends=names, tokens=token_list, hidden=hidden, top_k=top_k, experts=experts,
-                     dtype=dtype, world_size=world_size, device=device, routing=routing, seed=seed,
+                     activation_dtype=dtype, world_size=world_size, device=device, routing=routing, seed=seed,
                      max_noise=max_noise, min_samples=min_samples, min_time_s=min_time_s,
                      timeout_s=timeout_s, include_illegal=include_illegal, gpu_arch=gpu_arch,
                      vllm_version=vllm_version, setup_timeout_s=setup_timeout_s)

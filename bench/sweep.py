@@ -73,7 +73,7 @@ class SweepSpec:
     hidden: int
     top_k: int
     experts: int
-    dtype: str
+    activation_dtype: str  # the model's: every result is filed under it; each backend sends its wire dtype
     world_size: int
     device: str = "cuda"
     routing: str = "uniform"
@@ -103,7 +103,7 @@ def validate(spec: SweepSpec, host=None) -> None:
         check_vllm_version(spec.vllm_version)
     check_seed(spec.seed)
     check_seconds(spec.setup_timeout_s, what="--setup-timeout")
-    validate_shape(max(spec.tokens), spec.hidden, spec.top_k, spec.experts, spec.world_size, spec.dtype)
+    validate_shape(max(spec.tokens), spec.hidden, spec.top_k, spec.experts, spec.world_size, spec.activation_dtype)
     StoppingRule(spec.max_noise, spec.min_samples, spec.min_time_s, spec.timeout_s).validate()
     if spec.device == "cpu" and spec.world_size > 64:
         raise BadSweep(f"world size {spec.world_size} on CPU starts that many processes; use at most 64")
@@ -129,7 +129,7 @@ def validate(spec: SweepSpec, host=None) -> None:
 
 def _target(spec: SweepSpec, host):
     """The legality target of ``spec`` (the version every command resolves, the host's arch)."""
-    shape = Shape(hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts, dtype=spec.dtype)
+    shape = Shape(hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts, dtype=spec.activation_dtype)
     return resolve_target(shape.profile(), world_size=spec.world_size,
                           gpu_arch=spec.gpu_arch or getattr(host, "gpu_arch", None),
                           host=host if spec.device == "cuda" else None, vllm_version=spec.vllm_version,
@@ -142,8 +142,8 @@ def wires(spec: SweepSpec, host) -> dict[str, Wire]:
     target = _target(spec, host)
     out = {}
     for name in spec.backends:
-        w = wire_dtype(name, spec.dtype, target.vllm_version, target.environ)
-        out[name] = w if w is not None else Wire(name, spec.dtype, spec.dtype, "not in the wire table", "")
+        w = wire_dtype(name, spec.activation_dtype, target.vllm_version, target.environ)
+        out[name] = w if w is not None else Wire(name, spec.activation_dtype, spec.activation_dtype, "not in the wire table", "")
     return out
 
 
@@ -237,7 +237,7 @@ def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=N
     sent = wires(spec, host)
     for name, _, _ in plan:
         if sent[name].converts:
-            emit(WireConverted(name, spec.dtype, sent[name].dtype, sent[name].why))
+            emit(WireConverted(name, spec.activation_dtype, sent[name].dtype, sent[name].why))
     emit(SweepStarted(sum(len(points) for _, points, _ in plan)))
     rank = launch.torchrun_rank()
     own_run = store is not None and run_id is None and rank == 0
@@ -290,7 +290,7 @@ class _Recorder:
         s = self.spec
         result = Result(
             backend=name, world_size=s.world_size, tokens_per_rank=done.tokens_per_rank, hidden=s.hidden,
-            top_k=s.top_k, experts=s.experts, activation_dtype=s.dtype, wire_dtype=self.wires[name], routing=self.routing,
+            top_k=s.top_k, experts=s.experts, activation_dtype=s.activation_dtype, wire_dtype=self.wires[name], routing=self.routing,
             status=done.status, error=done.error, device=s.device, illegal=illegal,
             knobs=self.knobs, versions=self.versions,
         )
@@ -331,10 +331,10 @@ def group_config(spec: SweepSpec, backend: str, host) -> GroupConfig:
 
 
 def _job(spec: SweepSpec, tokens: list[int], wire_dtype: str | None = None) -> Job:
-    """One backend's job: its token counts, moving ``wire_dtype`` payloads (the backend's; default the spec's dtype)."""
+    """One backend's job: its token counts, moving ``wire_dtype`` payloads (the backend's; default the activation dtype)."""
     routing = parse_routing(spec.routing)
     return Job(tokens=tuple(tokens), hidden=spec.hidden, top_k=spec.top_k, experts=spec.experts,
-               wire_dtype=wire_dtype or spec.dtype, routing=f"file:{routing.path}" if routing.kind == "file" else spec.routing,
+               wire_dtype=wire_dtype or spec.activation_dtype, routing=f"file:{routing.path}" if routing.kind == "file" else spec.routing,
                seed=spec.seed, max_noise=spec.max_noise, min_samples=spec.min_samples,
                min_time_s=spec.min_time_s, timeout_s=spec.timeout_s)
 

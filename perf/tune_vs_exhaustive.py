@@ -53,7 +53,7 @@ def exhaustive(spec, db_path):
 
     shape = spec.shape  # the stopping rule is the harness default: 10 samples, 0.5 s, 0.5 %, 15 s
     sweep = SweepSpec(backends=spec.backends, tokens=spec.workload.tokens, hidden=shape.hidden,
-                      top_k=shape.top_k, experts=shape.experts, dtype=shape.dtype,
+                      top_k=shape.top_k, experts=shape.experts, activation_dtype=shape.dtype,
                       world_size=spec.world_size, device=spec.device, gpu_arch=spec.gpu_arch)
     startups = []
     with Store(db_path) as store:

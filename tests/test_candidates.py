@@ -59,7 +59,7 @@ def test_tune_bench_and_recommend_judge_against_the_same_vllm_version(vllm_0_15,
 
     # bench skips it for the same reason
     verdicts = legality(SweepSpec(backends=[ONE_SIDED], tokens=[8], hidden=7168, top_k=8, experts=256,
-                                  dtype="nvfp4", world_size=4, device="cpu", gpu_arch="sm100"), fingerprint())
+                                  activation_dtype="nvfp4", world_size=4, device="cpu", gpu_arch="sm100"), fingerprint())
     assert verdicts[ONE_SIDED].reasons == (why,)
 
 

@@ -41,7 +41,7 @@ def render_text(report) -> str:
     """nccl-tests-like fixed columns: a header, a units row, one row per point, a footer."""
     s = report.spec
     lines = [f"# autoselect bench: hidden {s.hidden}, top_k {s.top_k}, experts {s.experts}, "
-             f"dtype {s.dtype}, world size {s.world_size}, device {s.device}, routing {s.routing}"]
+             f"dtype {s.activation_dtype}, world size {s.world_size}, device {s.device}, routing {s.routing}"]
     lines.append("#")
     lines.append(("# " + " ".join(_cell(h, w) for h, _, w, _f in COLUMNS)).rstrip())
     lines.append(("# " + " ".join(_cell(u, w) for _, u, w, _f in COLUMNS)).rstrip())
@@ -63,7 +63,7 @@ def render_text(report) -> str:
     for name, reason in report.skipped.items():
         lines.append(f"# skipped {name}: illegal here ({reason}); --include-illegal measures it anyway")
     for name, w in report.wire.items():
-        lines.append(f"# {name} moved {w['wire_dtype']} payloads for {s.dtype} activations, as vLLM sends them: "
+        lines.append(f"# {name} moved {w['wire_dtype']} payloads for {s.activation_dtype} activations, as vLLM sends them: "
                      f"{w['why']}")
     failures: dict[tuple, list[int]] = {}  # one line per (backend, status, error), its token counts
     for r in report.results:

@@ -118,7 +118,7 @@ class ConfirmPlan:
             "model": self.model,
             "deployment": self.deployment.to_dict(),
             "gpu_arch": self.gpu_arch,
-            "dispatch_dtype": self.activation_dtype,
+            "activation_dtype": self.activation_dtype,
             "vllm_version": self.vllm_version,
             "backends": list(self.backends),
             "cases": [c.spec for c in self.cases],

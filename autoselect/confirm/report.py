@@ -58,7 +58,7 @@ class ConfirmReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON ``confirm --format json`` prints."""
-        return {"schema_version": 1, "plan": self.plan.to_dict(), "vllm_version": self.vllm_version,
+        return {"schema_version": 2, "plan": self.plan.to_dict(), "vllm_version": self.vllm_version,
                 "vllm_version_warning": self.vllm_version_warning, "run_id": self.run_id, "db": self.db_path,
                 "runs": [r.to_dict() for r in self.runs],
                 "winners": {str(t): b for t, b in self.winners().items()}}

@@ -113,7 +113,7 @@ class NodeSettings:
         """The harness sweep of one backend at ``shape`` on a node of ``arch`` (its GPU arch, or ``cpu_arch``)."""
         return SweepSpec(
             backends=[backend], tokens=list(self.tokens), hidden=shape.hidden, top_k=shape.top_k,
-            experts=shape.experts, dtype=shape.activation_dtype(arch), world_size=self.world_size, device=self.device,
+            experts=shape.experts, activation_dtype=shape.activation_dtype(arch), world_size=self.world_size, device=self.device,
             max_noise=self.max_noise, min_samples=self.min_samples, min_time_s=self.min_time_s,
             timeout_s=self.timeout_s, setup_timeout_s=self.setup_timeout_s, gpu_arch=gpu_arch,
         )

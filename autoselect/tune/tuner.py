@@ -127,7 +127,7 @@ class Tuner:
         shape = self.spec.shape
         return SweepSpec(
             backends=list(backends), tokens=list(tokens), hidden=shape.hidden, top_k=shape.top_k,
-            experts=shape.experts, dtype=shape.dtype, world_size=self.spec.world_size, device=self.spec.device,
+            experts=shape.experts, activation_dtype=shape.dtype, world_size=self.spec.world_size, device=self.spec.device,
             routing=self.spec.routing, max_noise=rule.max_noise, min_samples=rule.min_samples,
             min_time_s=rule.min_time_s, timeout_s=rule.timeout_s, env=env, knobs=recorded,
             gpu_arch=self.spec.gpu_arch, vllm_version=self.spec.vllm_version,

@@ -22,7 +22,7 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 def _spec(backends, **kw):
     from bench.sweep import SweepSpec
 
-    args = dict(tokens=[1, 256], hidden=2048, top_k=8, experts=32, dtype="bf16", world_size=1,
+    args = dict(tokens=[1, 256], hidden=2048, top_k=8, experts=32, activation_dtype="bf16", world_size=1,
                 device="cuda", min_time_s=0.1, timeout_s=3.0, setup_timeout_s=400.0, include_illegal=True)
     args.update(kw)
     return SweepSpec(backends=backends, **args)
@@ -157,7 +157,7 @@ def test_every_cpu_point_is_logged_as_timed_on_cpu_and_a_failed_gate_as_untimed(
     from bench.sweep import SweepSpec, run_sweep
 
     spec = SweepSpec(backends=["reference_all_to_all", "test_wrong_byte"], tokens=[2, 4], hidden=256,
-                     top_k=4, experts=16, dtype="bf16", world_size=2, device="cpu",
+                     top_k=4, experts=16, activation_dtype="bf16", world_size=2, device="cpu",
                      min_time_s=0.02, timeout_s=1.0)
     results = run_sweep(spec)
     assert [(r.backend, r.status) for r in results] == [
@@ -234,7 +234,7 @@ def test_one_sided_passes_the_gate_with_quantized_payloads(dtype, timing_log):
     pytest.importorskip("flashinfer")
     from bench.sweep import run_sweep
 
-    (r,) = run_sweep(_spec(["flashinfer_nvlink_one_sided"], tokens=[64], dtype=dtype))
+    (r,) = run_sweep(_spec(["flashinfer_nvlink_one_sided"], tokens=[64], activation_dtype=dtype))
     assert r.status == "ok", r.error
     assert timing_log()[0]["timing"] == "graph", timing_log()
 

@@ -19,7 +19,7 @@ from bench.launch import WorkerGroups, zygote
 from bench.sweep import SweepSpec, run_sweep
 
 FAST = dict(min_time_s=0.02, min_samples=10, timeout_s=1.0)
-SHAPE = dict(hidden=256, top_k=4, experts=16, dtype="bf16", device="cpu", world_size=2)
+SHAPE = dict(hidden=256, top_k=4, experts=16, activation_dtype="bf16", device="cpu", world_size=2)
 
 
 @pytest.fixture

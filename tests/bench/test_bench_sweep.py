@@ -20,7 +20,7 @@ from autoselect.cli import main
 from bench.sweep import SweepSpec, run_sweep
 
 FAST = dict(min_time_s=0.05, min_samples=10, timeout_s=2.0)
-SHAPE = dict(hidden=256, top_k=4, experts=16, dtype="bf16", device="cpu")
+SHAPE = dict(hidden=256, top_k=4, experts=16, activation_dtype="bf16", device="cpu")
 
 
 def _spec(backends, tokens=(4,), world_size=2, **kw):
@@ -154,7 +154,7 @@ def test_bench_cli_json_carries_schema_version_and_every_row(db_path):
     res = _bench("--backends", "reference_all_to_all", "--tokens", "2", "--format", "json", db=db_path)
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert doc["schema_version"] == 1 and doc["run_id"] == 1
+    assert doc["schema_version"] == 2 and doc["run_id"] == 1 and doc["spec"]["activation_dtype"] == "bf16"
     assert [(r["backend"], r["status"]) for r in doc["results"]] == [("reference_all_to_all", "ok")]
     assert "raw_samples_us" not in doc["results"][0]
 
@@ -235,7 +235,7 @@ def test_no_worker_outlives_an_interrupted_sweep(tmp_path, sig):
     code = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "from bench.sweep import SweepSpec, run_sweep\n"
             "run_sweep(SweepSpec(backends=['test_rank_hangs'], tokens=[4], hidden=256, top_k=4, experts=16,"
-            " dtype='bf16', world_size=2, device='cpu', timeout_s=300))\n")
+            " activation_dtype='bf16', world_size=2, device='cpu', timeout_s=300))\n")
     parent = subprocess.Popen([sys.executable, "-c", code], env=env)
     deadline = time.monotonic() + 60
     while len(_workers_under(tmp_path)) < 3 and time.monotonic() < deadline:
@@ -267,7 +267,7 @@ def test_without_an_arch_an_explicit_dtype_is_judged_on_every_arch():
     from autoselect.hardware import cpu_fingerprint
     from bench.sweep import legality
 
-    spec = _spec(["flashinfer_nvlink_one_sided", "allgather_reducescatter"], dtype="bf16")
+    spec = _spec(["flashinfer_nvlink_one_sided", "allgather_reducescatter"], activation_dtype="bf16")
     verdicts = legality(spec, cpu_fingerprint())
     assert not verdicts["flashinfer_nvlink_one_sided"].ok  # bf16 is illegal on one-sided on every arch
     assert "needs nvfp4 activations" in verdicts["flashinfer_nvlink_one_sided"].reasons[0]
@@ -279,7 +279,7 @@ def test_without_an_arch_nvfp4_one_sided_is_legal_and_reaches_the_adapter():
     from autoselect.hardware import cpu_fingerprint
     from bench.sweep import legality
 
-    verdicts = legality(_spec(["flashinfer_nvlink_one_sided"], dtype="nvfp4"), cpu_fingerprint())
+    verdicts = legality(_spec(["flashinfer_nvlink_one_sided"], activation_dtype="nvfp4"), cpu_fingerprint())
     assert verdicts["flashinfer_nvlink_one_sided"].ok
 
 
@@ -289,14 +289,14 @@ def test_each_backend_moves_the_dtype_vllm_sends_through_it():
     from autoselect.hardware import cpu_fingerprint
     from bench.sweep import _job, wires
 
-    spec = _spec(["deepep_high_throughput", "deepep_low_latency", "allgather_reducescatter"], dtype="nvfp4",
+    spec = _spec(["deepep_high_throughput", "deepep_low_latency", "allgather_reducescatter"], activation_dtype="nvfp4",
                  hidden=7168, top_k=8, experts=256, gpu_arch="sm100", vllm_version="0.33.0")
     sent = wires(spec, cpu_fingerprint())
     assert {b: w.dtype for b, w in sent.items()} == {
         "deepep_high_throughput": "bf16", "deepep_low_latency": "bf16", "allgather_reducescatter": "nvfp4"}
     assert _job(spec, [4], sent["deepep_low_latency"].dtype).wire_dtype == "bf16"
     assert _job(spec, [4]).wire_dtype == "nvfp4"
-    opted = _spec(["deepep_low_latency"], dtype="nvfp4", hidden=7168, top_k=8, experts=256, gpu_arch="sm100",
+    opted = _spec(["deepep_low_latency"], activation_dtype="nvfp4", hidden=7168, top_k=8, experts=256, gpu_arch="sm100",
                   env={"VLLM_DEEPEPLL_NVFP4_DISPATCH": "1"})
     assert wires(opted, cpu_fingerprint())["deepep_low_latency"].dtype == "nvfp4"
 
@@ -305,7 +305,7 @@ def test_a_sweep_says_which_backend_moves_another_dtype_and_files_the_row_under_
     from bench.events import WireConverted
 
     events = []
-    (row,) = run_sweep(_spec(["deepep_high_throughput"], dtype="nvfp4", gpu_arch="sm100"), progress=events.append)
+    (row,) = run_sweep(_spec(["deepep_high_throughput"], activation_dtype="nvfp4", gpu_arch="sm100"), progress=events.append)
     (converted,) = [e for e in events if isinstance(e, WireConverted)]
     assert (converted.backend, converted.activation, converted.wire) == ("deepep_high_throughput", "nvfp4", "bf16")
     assert "quantizes after the dispatch" in converted.why

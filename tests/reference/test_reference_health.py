@@ -68,7 +68,7 @@ def test_check_results_reads_ok_cuda_rows_of_a_reference_system_only():
 
 
 def test_bench_prints_the_ratio_and_the_flag_in_text_and_json():
-    spec = SweepSpec(backends=[LL, AGRS], tokens=[128], hidden=7168, top_k=8, experts=256, dtype="bf16",
+    spec = SweepSpec(backends=[LL, AGRS], tokens=[128], hidden=7168, top_k=8, experts=256, activation_dtype="bf16",
                      world_size=8)
     report = BenchReport(spec, [_result(LL, 128, 400.0), _result(AGRS, 128, 150.0)], {}, 3, "/tmp/x.db",
                          h200_host("gpu-a"))
