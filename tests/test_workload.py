@@ -48,7 +48,7 @@ def test_the_four_options_make_a_shape_all_or_nothing():
         Shape.from_options(hidden=7168, top_k=8, experts=None, dtype=None)
 
 
-def test_a_models_shape_is_its_dispatch_dtype_on_the_arch():
+def test_a_models_shape_is_its_activation_dtype_on_the_arch():
     v3 = load_profile(str(MODELS / "deepseek-v3"))
     assert Shape.of(v3, "sm90") == Shape(hidden=7168, top_k=8, experts=256, dtype=v3.activation_dtype("sm90"))
     assert Shape.of(v3, "sm90").key() == f"h7168-k8-e256-{v3.activation_dtype('sm90')}"

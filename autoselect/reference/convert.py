@@ -291,10 +291,10 @@ def _vllm_points(t: _Table, skipped: list) -> list[dict]:
             raw["transmit_notify_us"] = split
         point = dict(
             system=t.system, backend=backend, world_size=ep, nodes=nodes, hidden=hidden, top_k=top_k,
-            experts=experts, dispatch_dtype=DTYPE_NAMES[comm_dtype], combine_dtype="bf16", tokens_per_rank=tokens,
+            experts=experts, wire_dtype=DTYPE_NAMES[comm_dtype], combine_dtype="bf16", tokens_per_rank=tokens,
             routing=ROUTING_RANDOM, prepare_us=None, dispatch_us=latency["dispatch"], combine_us=latency["combine"],
             extra={}, raw=raw)
-        ident = (backend, ep, hidden, top_k, experts, point["dispatch_dtype"], tokens)
+        ident = (backend, ep, hidden, top_k, experts, point["wire_dtype"], tokens)
         other = points.get(ident)
         if other is not None:
             # deepep_v2 has an eager (context) and a CUDA-graph (generation) population; where both
@@ -343,7 +343,7 @@ def _trtllm_points(t: _Table) -> list[dict]:
             extra["combine_low_precision_us"] = us["alltoall_combine_low_precision"]
         points.append(dict(
             system=t.system, backend=backend, world_size=ep, nodes=math.ceil(ep / gpn), hidden=hidden, top_k=top_k,
-            experts=experts, dispatch_dtype=DTYPE_NAMES[moe_dtype], combine_dtype="bf16", tokens_per_rank=tokens,
+            experts=experts, wire_dtype=DTYPE_NAMES[moe_dtype], combine_dtype="bf16", tokens_per_rank=tokens,
             routing=ROUTING_BALANCED, prepare_us=us.get("alltoall_prepare"), dispatch_us=us["alltoall_dispatch"],
             combine_us=us["alltoall_combine"], extra=_json(extra),
             raw=_json({"unit": "ms", "kernel_source": kernel, "moe_dtype": moe_dtype, "distribution": "balanced",
@@ -382,7 +382,7 @@ def _collectives(t: _Table, skipped: list) -> list[dict]:
 
 
 _POINT_COLUMNS = ("source_id", "system", "backend", "world_size", "nodes", "hidden", "top_k", "experts",
-                  "dispatch_dtype", "combine_dtype", "tokens_per_rank", "routing", "latency_us", "prepare_us",
+                  "wire_dtype", "combine_dtype", "tokens_per_rank", "routing", "latency_us", "prepare_us",
                   "dispatch_us", "combine_us", "extra", "raw")
 _COLLECTIVE_COLUMNS = ("source_id", "system", "op", "nccl_dtype", "num_gpus", "message_size", "message_bytes",
                        "latency_us", "raw_latency_ms")
@@ -469,7 +469,7 @@ def _write(conn, records) -> None:
             all_points += [dict(p, source_id=source_id, latency_us=_round_trip(p)) for p in points]
             all_colls += [dict(c, source_id=source_id) for c in colls]
         all_points.sort(key=lambda p: (order[p["system"]], p["backend"], p["hidden"], p["top_k"], p["experts"],
-                                       p["dispatch_dtype"], p["world_size"], p["tokens_per_rank"]))
+                                       p["wire_dtype"], p["world_size"], p["tokens_per_rank"]))
         all_colls.sort(key=lambda c: (order[c["system"]], c["op"], c["nccl_dtype"], c["num_gpus"], c["message_size"]))
         conn.executemany(
             f"INSERT INTO points ({', '.join(_POINT_COLUMNS)}) VALUES ({', '.join('?' * len(_POINT_COLUMNS))})",

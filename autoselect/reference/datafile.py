@@ -30,7 +30,8 @@ FILENAME = "aiconfigurator-0.12.0.sqlite"
 DEFAULT_PATH = DATA_DIR / FILENAME
 
 #: Bump when the schema or the meaning of a column changes (the converter writes it to meta).
-SCHEMA_VERSION = 1
+#: 2: ``points.dispatch_dtype`` is ``points.wire_dtype`` (the dtype that crossed the all2all).
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE meta (
@@ -74,7 +75,7 @@ CREATE TABLE points (
     hidden          INTEGER NOT NULL,
     top_k           INTEGER NOT NULL,
     experts         INTEGER NOT NULL,
-    dispatch_dtype  TEXT NOT NULL,
+    wire_dtype      TEXT NOT NULL,
     combine_dtype   TEXT NOT NULL,
     tokens_per_rank INTEGER NOT NULL,
     routing         TEXT NOT NULL,
@@ -84,7 +85,7 @@ CREATE TABLE points (
     combine_us      REAL NOT NULL,
     extra           TEXT NOT NULL,
     raw             TEXT NOT NULL,
-    UNIQUE (system, backend, hidden, top_k, experts, dispatch_dtype, world_size, tokens_per_rank)
+    UNIQUE (system, backend, hidden, top_k, experts, wire_dtype, world_size, tokens_per_rank)
 );
 CREATE TABLE collectives (
     id             INTEGER PRIMARY KEY,

@@ -129,7 +129,7 @@ def source_line(source: Source, backend: str, world_size: int, ref: ReferenceCla
 
 
 _POINT_SQL = (
-    "SELECT backend, world_size, hidden, top_k, experts, dispatch_dtype, combine_dtype, tokens_per_rank, routing, "
+    "SELECT backend, world_size, hidden, top_k, experts, wire_dtype, combine_dtype, tokens_per_rank, routing, "
     "latency_us, dispatch_us, combine_us, prepare_us, source_id, extra, raw FROM points WHERE system = ?")
 
 
@@ -187,7 +187,7 @@ class ReferenceData:
         ref = get_class(ref_class)
         sql, args = _POINT_SQL + " AND world_size <= ?", [ref.system.key, ref.max_world_size]
         for col, val in (("backend", backend), ("hidden", hidden), ("top_k", top_k), ("experts", experts),
-                         ("dispatch_dtype", dtype), ("world_size", world_size)):
+                         ("wire_dtype", dtype), ("world_size", world_size)):
             if val is not None:
                 sql += f" AND {col} = ?"
                 args.append(val)
@@ -195,7 +195,7 @@ class ReferenceData:
             tokens = sorted(set(tokens))
             sql += f" AND tokens_per_rank IN ({', '.join('?' * len(tokens))})"
             args += tokens
-        sql += " ORDER BY backend, hidden, top_k, experts, dispatch_dtype, world_size, tokens_per_rank"
+        sql += " ORDER BY backend, hidden, top_k, experts, wire_dtype, world_size, tokens_per_rank"
         sources = self.sources()
         out = []
         for (b, ws, h, k, e, dd, cd, t, routing, lat, disp, comb, prep, sid, extra, raw) in self.conn.execute(sql, args):
@@ -320,10 +320,10 @@ class ReferenceData:
         with its token counts, plus the world sizes AGRS can be derived at."""
         ref = get_class(ref_class)
         rows = self.conn.execute(
-            "SELECT backend, hidden, top_k, experts, dispatch_dtype, world_size, GROUP_CONCAT(tokens_per_rank), "
+            "SELECT backend, hidden, top_k, experts, wire_dtype, world_size, GROUP_CONCAT(tokens_per_rank), "
             "MIN(routing) FROM points WHERE system = ? AND world_size <= ? "
-            "GROUP BY backend, hidden, top_k, experts, dispatch_dtype, world_size "
-            "ORDER BY backend, hidden, top_k, experts, dispatch_dtype, world_size",
+            "GROUP BY backend, hidden, top_k, experts, wire_dtype, world_size "
+            "ORDER BY backend, hidden, top_k, experts, wire_dtype, world_size",
             (ref.system.key, ref.max_world_size)).fetchall()
         out = [{"backend": b, "hidden": h, "top_k": k, "experts": e, "dtype": d, "world_size": ws,
                 "tokens": sorted(int(x) for x in toks.split(",")), "routing": r, "evidence": PUBLISHED}

@@ -31,7 +31,7 @@ ROOT = REPO
 FIXTURE = ROOT / "tests" / "fixtures" / "aiconfigurator"
 SLICE_SYSTEMS = ("h100_sxm", "h200_sxm", "gb200")
 SCRIPT = ROOT / "scripts" / "convert_aiconfigurator.py"
-POINT_KEY = ("system", "backend", "hidden", "top_k", "experts", "dispatch_dtype", "world_size", "tokens_per_rank")
+POINT_KEY = ("system", "backend", "hidden", "top_k", "experts", "wire_dtype", "world_size", "tokens_per_rank")
 
 
 def rows(path: Path, table: str) -> list[dict]:

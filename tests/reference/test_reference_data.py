@@ -188,7 +188,7 @@ def test_one_sided_rows_are_nvfp4_only(ref, name):
 
 def test_published_dtypes_are_autoselect_activation_dtypes(ref):
     conn = connect()
-    dtypes = {r[0] for r in conn.execute("SELECT DISTINCT dispatch_dtype FROM points")}
+    dtypes = {r[0] for r in conn.execute("SELECT DISTINCT wire_dtype FROM points")}
     combine = {r[0] for r in conn.execute("SELECT DISTINCT combine_dtype FROM points")}
     conn.close()
     assert dtypes == {"bf16", "fp8", "nvfp4"} and dtypes <= set(payload.ACTIVATION_DTYPES)
