@@ -438,12 +438,10 @@ def _before_dispatch(tree: ast.Module, line: int, dispatch_line: dict[int, int],
     return any(orders) if orders else None
 
 
-_PREPARE_FINALIZE = {
-    "deepep_ht": "deepep_high_throughput", "deepep_ll": "deepep_low_latency", "deepep_v2": "deepep_v2",
-    "flashinfer_nvlink_one_sided": "flashinfer_nvlink_one_sided",
-    "flashinfer_nvlink_two_sided": "flashinfer_nvlink_two_sided", "naive_dp_ep": "allgather_reducescatter",
-    "nixl_ep": "nixl_ep", "mori": "mori", "mori_epv2": "mori (EPv2)", "moonep": "moonep",
-}
+#: prepare/finalize module -> what it is: each backend's own (its registry row's
+#: ``prepare_finalize``), and MoRI's second one (EPv2, chosen by ``mori`` from 0.34.0)
+_PREPARE_FINALIZE = {c.prepare_finalize: c.backend for c in rules.BACKENDS.values() if c.prepare_finalize} | {
+    "mori_epv2": "mori (EPv2)"}
 
 
 def read_quantize_before_dispatch(release: Release) -> Fact:

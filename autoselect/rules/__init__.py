@@ -2,10 +2,12 @@
 
 One module per table, each row with the upstream source that backs it:
 
-* :mod:`~autoselect.rules.backends` — :data:`BACKENDS`, one :class:`Capability` row per
-  ``--all2all-backend`` value: accepted activation dtypes, expert / top-k / hidden-size
-  constraints, world-size limit, the DeepEP kernel limits, hardware and package requirements,
-  ``--enable-dbo`` support, the vLLM versions that know the value and how it is spelled there.
+* :mod:`~autoselect.rules.backends` — the backend registry: :data:`BACKENDS`, one
+  :class:`Capability` row per ``--all2all-backend`` value (its benchmark adapter, accepted
+  activation dtypes, expert / top-k / hidden-size constraints, world-size limit, the DeepEP
+  kernel limits, hardware and package requirements, the vLLM versions that know the value and
+  how it is spelled there), the benchmark-only :data:`BASELINES`, and :data:`ADAPTERS`, every
+  built-in adapter (what ``bench.backends`` and the entry points register).
 * :mod:`~autoselect.rules.limits` — the DeepEP kernel limits (:class:`Limit` rows).
 * :mod:`~autoselect.rules.one_sided` — :data:`ONE_SIDED_ERAS`, what upstream vLLM does with a
   non-nvfp4 model on ``flashinfer_nvlink_one_sided`` in each version range. autoselect keeps
@@ -42,9 +44,11 @@ named steps; the rules on a model's shape and the EP size are its table :data:`S
 
 from autoselect.lazy import lazy_exports
 from autoselect.rules.backends import (
+    ADAPTERS,
     ALIASES,
     ALL_FLAG_VALUES,
     BACKENDS,
+    BASELINES,
     DEFAULT_BACKEND,
     HIDDEN_VALUES,
     BackendUnknownToVersion,
@@ -104,7 +108,7 @@ _LAZY = {"moe_backends": ("MOE_BACKENDS", "Binding", "dispatching_moe_backend", 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
-    "ALIASES", "ALL_FLAG_VALUES", "BACKENDS", "CUDA", "DBO_SUPPORT", "DEEPEP_HT_MAX_LOCAL_EXPERTS",
+    "ADAPTERS", "ALIASES", "ALL_FLAG_VALUES", "BACKENDS", "BASELINES", "CUDA", "DBO_SUPPORT", "DEEPEP_HT_MAX_LOCAL_EXPERTS",
     "DEEPEP_HT_ROW_BYTES", "DEEPEP_HT_WORLD_SIZES", "DEEPEP_LL_TOKENS_PER_RANK", "DEEPEP_NVL_PEERS",
     "DEFAULT_BACKEND", "DISPATCH_BUDGETS", "ENV_VAR_REMOVED_IN", "EPLB_RULES", "FLAG_SINCE", "HIDDEN_VALUES",
     "MOE_BACKENDS", "NEWEST_VLLM", "OLDEST_CHECKED", "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "ORIGIN_DEFAULT",

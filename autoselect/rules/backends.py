@@ -1,4 +1,14 @@
-"""The capability table: one row per ``--all2all-backend`` value, and the queries on it.
+"""The backend registry: one row per ``--all2all-backend`` value, and the queries on it.
+
+A row (:class:`Capability`) is the one place a backend is declared: its name, how each release
+spells it, its built-in benchmark adapter (``adapter``, the ``autoselect.backends`` entry point:
+:data:`ADAPTERS` is what ``bench.backends.BUILTIN`` and pyproject.toml register), the vLLM
+module whose prepare step decides what it sends (``prepare_finalize``), and every limit
+``rules.legal`` checks. The per-backend tables that live beside the facts they hold
+(``rules/wire.py``'s wire dtypes, required for every backend with an adapter; optional rows in
+knobs, budgets, reports, emit, the report's style and, for a published backend, the reference)
+are held to this one by ``tests/test_backend_registry.py``, which names what is missing.
+:data:`BASELINES` are the benchmark-only exchanges (``reference_*``), which vLLM does not have.
 
 Every version below was verified in the released vLLM wheels/sdists from PyPI
 (``vllm/config/parallel.py``, ``vllm/envs.py``, ``vllm/engine/arg_utils.py`` and
@@ -45,12 +55,17 @@ class Spelling(NamedTuple):
 
 
 class Capability(NamedTuple):
-    """Everything autoselect checks about one all2all backend."""
+    """One all2all backend: its names, its benchmark adapter and everything autoselect checks about it."""
 
     backend: str
     mechanism: str
     spellings: tuple[Spelling, ...]
-    recommendable: bool = True  # autoselect benchmarks it and may recommend it
+    #: the built-in benchmark adapter, ``module:Class`` (its ``autoselect.backends`` entry point);
+    #: None: known to vLLM, checked, never benchmarked nor recommended (:attr:`recommendable`)
+    adapter: str | None = None
+    #: the module of vLLM's ``fused_moe/prepare_finalize/`` (0.32.0 on) whose prepare step decides what
+    #: the backend sends (the wire dtype): what ``scripts/read_release.py`` reads for it
+    prepare_finalize: str | None = None
     activation_dtypes: frozenset | None = None  # None: vLLM's prepare step adapts to any dtype
     experts_divisible_by_ep: bool = False
     experts_multiple_of: int | None = None
@@ -74,6 +89,11 @@ class Capability(NamedTuple):
     removed_in: str | None = None
     removal_source: str = ""
 
+    @property
+    def recommendable(self) -> bool:
+        """autoselect benchmarks it (it has an adapter) and so may recommend it."""
+        return self.adapter is not None
+
     def spelling(self, vllm_version: str) -> Spelling | None:
         """The spelling vLLM ``vllm_version`` uses for this backend, or None if it has none."""
         for s in self.spellings:
@@ -96,6 +116,8 @@ BACKENDS: dict[str, Capability] = {
             "allgather_reducescatter",
             "all-gather for dispatch, reduce-scatter for combine (vLLM's default)",
             (Spelling("allgather_reducescatter", FLAG_SINCE, None, _FLAG),),
+            adapter="bench.backends.allgather_reducescatter:AllgatherReducescatter",
+            prepare_finalize="naive_dp_ep",
         ),
         Capability(
             "flashinfer_nvlink_one_sided",
@@ -103,6 +125,8 @@ BACKENDS: dict[str, Capability] = {
             "flashinfer.moe_ep NVLinkOneSidedAlltoAll from v0.33)",
             (Spelling("flashinfer_nvlink_one_sided", "0.18.0", None,
                       "PR #36022 (merged 2026-03-04; first in v0.18.0) added it, nvfp4-only"),),
+            adapter="bench.backends.flashinfer_nvlink_one_sided:FlashinferNvlinkOneSided",
+            prepare_finalize="flashinfer_nvlink_one_sided",
             activation_dtypes=frozenset({"nvfp4"}),
             top_k_allowed=frozenset({1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 22}),
             max_world_size=64,
@@ -121,6 +145,8 @@ BACKENDS: dict[str, Capability] = {
                 Spelling("flashinfer_nvlink_two_sided", "0.18.0", None,
                          "PR #36022 (merged 2026-03-04; first in v0.18.0) renamed it"),
             ),
+            adapter="bench.backends.flashinfer_nvlink_two_sided:FlashinferNvlinkTwoSided",
+            prepare_finalize="flashinfer_nvlink_two_sided",
             experts_divisible_by_ep=True,
             experts_multiple_of=4,
             top_k_max=32,
@@ -133,6 +159,8 @@ BACKENDS: dict[str, Capability] = {
             "deepep_high_throughput",
             "DeepEP normal (high-throughput) kernels",
             (Spelling("deepep_high_throughput", FLAG_SINCE, None, _FLAG),),
+            adapter="bench.backends.deepep_high_throughput:DeepepHighThroughput",
+            prepare_finalize="deepep_ht",
             # fp16 models fail: vLLM asserts a bf16 expert output before Buffer.combine (deepep_ht.py
             # _finalize); every other dtype crosses as bf16 or (block fp8) fp8 + fp32 scales.
             activation_dtypes=frozenset({"bf16", "fp8", "fp8_block128", "nvfp4", "mxfp8", "mxfp4"}),
@@ -150,6 +178,8 @@ BACKENDS: dict[str, Capability] = {
             "deepep_low_latency",
             "DeepEP low-latency kernels (masked layout, CUDA-graph friendly)",
             (Spelling("deepep_low_latency", FLAG_SINCE, None, _FLAG),),
+            adapter="bench.backends.deepep_low_latency:DeepepLowLatency",
+            prepare_finalize="deepep_ll",
             # fp16 models fail: low_latency_dispatch asserts bf16 input (csrc/legacy/buffer.hpp).
             activation_dtypes=frozenset({"bf16", "fp8", "fp8_block128", "nvfp4", "mxfp8", "mxfp4"}),
             experts_divisible_by_ep=True,
@@ -166,11 +196,11 @@ BACKENDS: dict[str, Capability] = {
         ),
         # Known to vLLM 0.33.0 but not benchmarked by autoselect: checked, never recommended.
         Capability("deepep_v2", "DeepEP v2", (Spelling("deepep_v2", "0.24.0", None, _PARSER.format("0.24.0")),),
-                   recommendable=False, package="deep_ep", install_hint=_DEEPEP_HINT),
+                   prepare_finalize="deepep_v2", package="deep_ep", install_hint=_DEEPEP_HINT),
         Capability("nixl_ep", "NIXL EP kernels", (Spelling("nixl_ep", "0.18.0", None, _PARSER.format("0.18.0")),),
-                   recommendable=False),
+                   prepare_finalize="nixl_ep"),
         Capability("moonep", "MoonEP balanced EP (NVLink)", (Spelling("moonep", "0.31.0", None, _PARSER.format("0.31.0")),),
-                   recommendable=False),
+                   prepare_finalize="moonep"),
         # MoRI is ROCm's (AMD Instinct): vLLM builds its manager only on gfx942/gfx950
         # (0.34.0 distributed/device_communicators/all2all.py:986-988); a CUDA GPU fails at start-up.
         Capability("mori", "MoRI EP (ROCm): one value before the v0.23.0 split, and again from v0.34.0, where it "
@@ -179,26 +209,47 @@ BACKENDS: dict[str, Capability] = {
                     Spelling("mori", "0.34.0", None, "0.34.0 vllm/config/parallel.py:54 (All2AllBackend), :239-242 "
                                                      "(docstring); resolved by resolve_mori_all2all, parallel.py:"
                                                      "1296-1324, from platforms/rocm.py:1232-1242")),
-                   recommendable=False, archs=_ROCM),
+                   prepare_finalize="mori", archs=_ROCM),
         Capability("mori_high_throughput", "MoRI EP (ROCm; InterNodeV1 across nodes)",
-                   (Spelling("mori_high_throughput", "0.23.0", None, _PARSER.format("0.23.0")),), recommendable=False,
-                   archs=_ROCM),
+                   (Spelling("mori_high_throughput", "0.23.0", None, _PARSER.format("0.23.0")),), archs=_ROCM),
         Capability("mori_low_latency", "MoRI EP low latency (ROCm; InterNodeV1LL across nodes)",
-                   (Spelling("mori_low_latency", "0.23.0", None, _PARSER.format("0.23.0")),), recommendable=False,
-                   archs=_ROCM),
+                   (Spelling("mori_low_latency", "0.23.0", None, _PARSER.format("0.23.0")),), archs=_ROCM),
         # Removed upstream: still accepted by the parser, silently replaced.
         Capability(
             "pplx", "pplx-kernels (removed)", (Spelling("pplx", FLAG_SINCE, None, _FLAG),),
-            recommendable=False, replaced_by="allgather_reducescatter", removed_in="0.17.0",
+            replaced_by="allgather_reducescatter", removed_in="0.17.0",
             removal_source="PR #33724 removed pplx (first release without it: v0.17.0)",
         ),
         Capability(
             "naive", "broadcast-based all2all (removed)", (Spelling("naive", FLAG_SINCE, None, _FLAG),),
-            recommendable=False, replaced_by="allgather_reducescatter", removed_in="0.19.0",
+            replaced_by="allgather_reducescatter", removed_in="0.19.0",
             removal_source="PR #33728 maps naive to allgather_reducescatter (first in v0.19.0)",
         ),
     )
 }
+
+class Baseline(NamedTuple):
+    """A benchmark-only exchange measured beside vLLM's backends: no flag value, never recommended."""
+
+    name: str  # reference_*: resolve() passes the prefix through, flag_value() refuses it
+    mechanism: str
+    adapter: str  # module:Class, as Capability.adapter
+
+
+#: name -> :class:`Baseline`.
+BASELINES: dict[str, Baseline] = {
+    b.name: b
+    for b in (
+        Baseline("reference_all_to_all", "all_to_all_single with per-rank splits (runs on gloo and NCCL)",
+                 "bench.backends.reference_all_to_all:ReferenceAllToAll"),
+    )
+}
+
+#: Every built-in benchmark adapter, name -> ``module:Class``: the backends with one in table
+#: order, then the baselines. ``bench.backends.BUILTIN`` is this; pyproject.toml's
+#: ``autoselect.backends`` entry points must list the same (tests/test_backend_registry.py).
+ADAPTERS: dict[str, str] = {c.backend: c.adapter for c in BACKENDS.values() if c.adapter is not None} | {
+    b.name: b.adapter for b in BASELINES.values()}
 
 #: Old flag values that name a current backend: value -> (backend, deprecated since, source).
 ALIASES = {

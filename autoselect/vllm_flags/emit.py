@@ -19,9 +19,10 @@ DEFAULT_MAX_WORKSPACE_GIB = 2.0
 #: `arg_utils.py`; 0.34.0 :3010-3040): (minimum GiB, tokens), largest first; backends that lower it (batched DP
 #: MoE) are in :data:`BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS`.
 VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = ((160, 16384), (70, 8192), (0, 8192))
-#: The lowered defaults of the newest release (per release: :func:`autoselect.rules.lowered_batch_default`).
+#: The lowered defaults of the newest release, for every backend whose dispatch buffer sets one
+#: (per release: :func:`autoselect.rules.lowered_batch_default`, from rules/budgets.py's rows).
 BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS = {
-    b: t for b in ("deepep_low_latency", "nixl_ep") if (t := lowered_batch_default(b, NEWEST_VLLM)) is not None}
+    b: t for b in rules.BACKENDS if (t := lowered_batch_default(b, NEWEST_VLLM)) is not None}
 
 #: Backends whose workspace grows with `--max-num-batched-tokens` and is sized from it.
 WORKSPACE_SIZED_BACKENDS = ("flashinfer_nvlink_one_sided",)

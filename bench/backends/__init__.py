@@ -27,9 +27,12 @@ Adapters never time, check or print: ``bench/measure/`` does that. Optional pack
 imported inside ``unavailable_reason``/``setup``.
 
 Registration is one path for everyone: the ``autoselect.backends`` entry-point group
-(``pyproject.toml``; third-party packages add their own). Only when autoselect's own
-package metadata is absent (a source checkout on ``PYTHONPATH``, not pip-installed) does
-:func:`available` fall back to :data:`BUILTIN`.
+(``pyproject.toml``; third-party packages add their own). The built-in adapters are declared
+once, in the backend registry (``autoselect.rules.ADAPTERS``: each backend's row in
+``autoselect/rules/backends.py``); pyproject.toml's entry points list the same
+(``tests/test_backend_registry.py``). Only when autoselect's own package metadata is absent (a
+source checkout on ``PYTHONPATH``, not pip-installed) does :func:`available` fall back to
+:data:`BUILTIN`.
 """
 
 from __future__ import annotations
@@ -38,19 +41,13 @@ from dataclasses import dataclass
 from importlib import import_module
 
 from autoselect.errors import UnknownBackend
+from autoselect.rules import ADAPTERS
 
 ENTRY_POINT_GROUP = "autoselect.backends"
 
-#: The built-in adapters, exactly as pyproject.toml registers them; used only when
-#: autoselect is not installed (no package metadata).
-BUILTIN: dict[str, str] = {
-    "allgather_reducescatter": "bench.backends.allgather_reducescatter:AllgatherReducescatter",
-    "reference_all_to_all": "bench.backends.reference_all_to_all:ReferenceAllToAll",
-    "flashinfer_nvlink_one_sided": "bench.backends.flashinfer_nvlink_one_sided:FlashinferNvlinkOneSided",
-    "flashinfer_nvlink_two_sided": "bench.backends.flashinfer_nvlink_two_sided:FlashinferNvlinkTwoSided",
-    "deepep_high_throughput": "bench.backends.deepep_high_throughput:DeepepHighThroughput",
-    "deepep_low_latency": "bench.backends.deepep_low_latency:DeepepLowLatency",
-}
+#: The built-in adapters (name -> ``module:Class``), as the registry declares them and
+#: pyproject.toml registers them; used only when autoselect is not installed (no package metadata).
+BUILTIN: dict[str, str] = dict(ADAPTERS)
 
 
 @dataclass

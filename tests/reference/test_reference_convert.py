@@ -88,7 +88,7 @@ def test_conversion_is_deterministic(tmp_path, sliced):
 
 
 def test_deepep_v2_is_mapped_once_the_rules_can_judge_it(tmp_path, monkeypatch):
-    judged = rules.BACKENDS["deepep_v2"]._replace(recommendable=True)
+    judged = rules.BACKENDS["deepep_v2"]._replace(adapter="bench.backends.deepep_v2:DeepepV2")  # benchmarked, judged
     monkeypatch.setitem(rules.BACKENDS, "deepep_v2", judged)
     out = tmp_path / "v2.sqlite"
     conv.convert(out, FIXTURE, systems=("h100_sxm",))
