@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from autoselect.rules import ADAPTERS  # noqa: E402
 from autoselect.selector import STALENESS_KEYS  # noqa: E402
 from db import queries  # noqa: E402
 from db.rows import RESULT_COLUMNS, dumps  # noqa: E402
@@ -49,8 +50,8 @@ HOST_CLASSES = {
     "gb200x4-tray": ("NVIDIA GB200", 4, 4, (2, 4), 6),
     "h200x1-pcie": ("NVIDIA H200", 1, 2, (1,), 2),
 }
-BACKENDS = ("allgather_reducescatter", "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided",
-            "deepep_high_throughput", "deepep_low_latency", "reference_all_to_all")
+#: every built-in benchmark adapter (the registry's, in its order): a class measures the first n
+BACKENDS = tuple(ADAPTERS)
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 HIDDEN = (1024, 1536, 2048, 2560, 2880, 3072, 3584, 4096, 5120, 6144, 7168, 8192)
 EXPERTS_TOPK = ((8, 2), (32, 4), (64, 6), (128, 4), (128, 8), (160, 8), (256, 8), (384, 8), (512, 10))

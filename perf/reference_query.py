@@ -36,13 +36,15 @@ sys.path.insert(0, str(ROOT))
 
 from goals import Goals, add_quick  # noqa: E402
 
+#: the reference classes a recommend-sized lookup reads, each at a dtype it publishes
+CLASSES = (("ref-h200_sxm-x8", "bf16"), ("ref-gb200-x4", "nvfp4"))
+
 LOOKUP = """
 from autoselect.reference import ReferenceData
 ref = ReferenceData()
 n = 0
-for cls, dtype in (("ref-h200_sxm-x8", "bf16"), ("ref-gb200-x4", "nvfp4")):
-    for backend in ("deepep_high_throughput", "deepep_low_latency", "flashinfer_nvlink_one_sided",
-                    "flashinfer_nvlink_two_sided", "allgather_reducescatter"):
+for cls, dtype in {classes!r}:
+    for backend in {backends!r}:
         n += len(ref.query(cls, backend, hidden=7168, top_k=8, experts=256, dtype=dtype))
 assert n > 50, n
 """
@@ -50,14 +52,27 @@ assert n > 50, n
 #: what recommend imports before it answers: the selector and the results store reader (sqlite3, json)
 RECOMMEND_IMPORTS = "import json, autoselect.selector, db.queries"
 
-CASES = {
-    "python -c pass": "pass",
-    "import click": "import click",
-    "import autoselect.reference": "import autoselect.reference",
-    "open + lookup (2 classes, 5 backends)": LOOKUP,
-    "import autoselect.selector (recommend's library)": RECOMMEND_IMPORTS,
-    "selector + reference open + lookup": RECOMMEND_IMPORTS + "\n" + LOOKUP,
-}
+
+def reference_backends() -> tuple[str, ...]:
+    """Every backend :data:`CLASSES` have rows for, published or derived (the default), as the
+    reference data itself lists them: the lookup reads what an answer for those classes reads."""
+    from autoselect.reference import ReferenceData
+
+    ref = ReferenceData()
+    return tuple(dict.fromkeys(row["backend"] for cls, _ in CLASSES for row in ref.available(cls)))
+
+
+def cases(backends: tuple[str, ...]) -> dict[str, str]:
+    """Name -> the code one fresh process runs."""
+    lookup = LOOKUP.format(classes=CLASSES, backends=backends)
+    return {
+        "python -c pass": "pass",
+        "import click": "import click",
+        "import autoselect.reference": "import autoselect.reference",
+        f"open + lookup ({len(CLASSES)} classes, {len(backends)} backends)": lookup,
+        "import autoselect.selector (recommend's library)": RECOMMEND_IMPORTS,
+        "selector + reference open + lookup": RECOMMEND_IMPORTS + "\n" + lookup,
+    }
 
 
 def fresh(code: str, env: dict) -> tuple[float, float]:
@@ -81,12 +96,14 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     # as installed: bytecode cached (a PYTHONDONTWRITEBYTECODE shell would recompile every module)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    for code in CASES.values():
+    backends = reference_backends()
+    codes = cases(backends)
+    for code in codes.values():
         fresh(code, env)
-    times = {k: [] for k in CASES}
-    cpu = {k: [] for k in CASES}
+    times = {k: [] for k in codes}
+    cpu = {k: [] for k in codes}
     for _ in range(args.runs):
-        for name, code in CASES.items():
+        for name, code in codes.items():
             wall, used = fresh(code, env)
             times[name].append(wall)
             cpu[name].append(used)
@@ -94,9 +111,8 @@ def main() -> int:
     from autoselect.reference import ReferenceData
 
     def lookup(ref):
-        for cls, dtype in (("ref-h200_sxm-x8", "bf16"), ("ref-gb200-x4", "nvfp4")):
-            for backend in ("deepep_high_throughput", "deepep_low_latency", "flashinfer_nvlink_one_sided",
-                            "flashinfer_nvlink_two_sided", "allgather_reducescatter"):
+        for cls, dtype in CLASSES:
+            for backend in backends:
                 ref.query(cls, backend, hidden=7168, top_k=8, experts=256, dtype=dtype)
 
     cold, warm = [], []

@@ -18,11 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoselect import bridge  # noqa: E402
+from autoselect import bridge, rules  # noqa: E402
 from goals import EXACT, Goals, add_quick  # noqa: E402
 
-BACKENDS = ("allgather_reducescatter", "deepep_low_latency", "deepep_high_throughput",
-            "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided", "pplx", "naive", "nixl_ep")
+#: every --all2all-backend value some release accepted (the registry's): lines vLLM takes as they
+#: are, rewrites (a removed value) or refuses, whose verdicts must agree batched or one by one
+BACKENDS = tuple(sorted(rules.ALL_FLAG_VALUES))
 
 
 def argvs(n: int) -> list[list[str]]:
