@@ -39,10 +39,10 @@ from recommend_latency import timed  # noqa: E402  (the same fresh-process timer
 
 RECOMMEND_PATH = "import autoselect.cli.recommend_cmd, autoselect.selector"
 #: Modules recommend's import path has no use for (loaded only by --validate, check, inspect, an answer
-#: from the published reference, tune, fleet, report).
+#: from the published reference, the regret study's given points, tune, fleet, report).
 MUST_NOT_LOAD = ("autoselect.bridge.client", "autoselect.bridge.protocol", "autoselect.bridge.quant",
                  "autoselect.bridge.verdicts", "autoselect.rules.moe_backends", "autoselect.reference.",
-                 "autoselect.tune", "autoselect.fleet", "autoselect.report")
+                 "autoselect.selector.given", "autoselect.tune", "autoselect.fleet", "autoselect.report")
 
 #: Run in a fresh process: count and time every dataclass the recommend path creates.
 PROBE = f"""

@@ -78,12 +78,14 @@ from autoselect import rules, vllm_flags  # noqa: E402
 from autoselect.payload import all2all_bytes_per_token  # noqa: E402
 from autoselect.reference import AGRS, CLASSES, default, transfer_points  # noqa: E402
 from autoselect.rules.wire import wire_dtype  # noqa: E402
-from autoselect.selector import estimate_latency, recommend  # noqa: E402
-from autoselect.selector.decide import BOUND_RULES, DEFAULT_POLICY, TIE_RULES, DecisionPolicy  # noqa: E402
-from autoselect.selector.answer import DERIVED, PUBLISHED, TRANSFERRED  # noqa: E402
-from autoselect.selector.estimate import ESTIMATE_FLOOR  # noqa: E402
-from autoselect.selector.evidence import BackendEvidence  # noqa: E402
-from autoselect.selector.reference_evidence import reference_point  # noqa: E402
+from autoselect.selector import (  # noqa: E402
+    BOUND_RULES,
+    DEFAULT_POLICY,
+    TIE_RULES,
+    DecisionPolicy,
+    estimate_given,
+    recommend_given,
+)
 from autoselect.workload import WORKLOAD_TABLE, Deployment, Shape, WorkloadSpec  # noqa: E402
 from goals import DATASET, EXACT, Goals, add_quick  # noqa: E402
 
@@ -153,29 +155,6 @@ class Tally:
     excluded: dict = field(default_factory=lambda: defaultdict(int))
 
 
-class Given:
-    """An evidence source over given reference points (the hold-out's view of the reference)."""
-
-    kind = PUBLISHED
-
-    def __init__(self, curves: dict, estimate_errors: dict | None = None):
-        self.curves = curves  # backend -> [ReferencePoint]
-        self.estimate_errors = estimate_errors or {}  # backend -> the band of a value estimated between points
-
-    @property
-    def considered(self) -> int:
-        return sum(len(c) for c in self.curves.values())
-
-    def for_backend(self, backend: str) -> BackendEvidence:
-        curve = self.curves.get(backend)
-        if not curve:
-            return BackendEvidence(backend, kind=self.kind, missing="held out")
-        points = tuple(reference_point(p) for p in sorted(curve, key=lambda p: p.tokens_per_rank))
-        kind = max((p.kind for p in points), key=[PUBLISHED, DERIVED, TRANSFERRED].index)
-        return BackendEvidence(backend, kind=kind, source=f"{kind} (hold-out)", points=points,
-                               estimate_error=self.estimate_errors.get(backend, ESTIMATE_FLOOR))
-
-
 def cases(systems: set[str] | None, vllm_version: str) -> list[Case]:
     """Every (class, world size, shape, activation dtype) where a published backend has an exact truth."""
     ref = default()
@@ -242,9 +221,9 @@ def weighted_truth(case: Case, spec: WorkloadSpec, factor: float) -> dict[str, f
 def decide(case: Case, spec: WorkloadSpec, curves: dict, vllm_version: str, policy: DecisionPolicy,
            estimate_errors: dict | None = None):
     """recommend() over ``curves`` for the case's reference class: the pick, the legal backends, what it saw."""
-    rec = recommend(case.shape.profile(), conn=None, deployment=Deployment(dp=case.world_size, tp=1),
-                    host_class=case.ref_class, vllm_version=vllm_version, workload=spec,
-                    evidence=lambda target: [Given(curves, estimate_errors)], policy=policy)
+    rec = recommend_given(case.shape.profile(), curves, estimate_errors=estimate_errors,
+                          deployment=Deployment(dp=case.world_size, tp=1), host_class=case.ref_class,
+                          vllm_version=vllm_version, workload=spec, policy=policy)
     return (rec.backend, {c.backend for c in rec.candidates}, {c.backend: c.weighted_us for c in rec.candidates},
             {c.backend: c.halfwidth_us for c in rec.candidates})
 
@@ -279,8 +258,8 @@ def token_holdout(case: Case, tally: Tally, version: str, policy: DecisionPolicy
         key = (case.ref_class, case.world_size, b, shape.hidden, shape.top_k, shape.experts, case.wire[b])
         nbytes = all2all_bytes_per_token(case.wire[b], shape.hidden, shape.top_k)
         for h, p in curve.items():
-            rest = [reference_point(q) for t, q in sorted(curve.items()) if t != h]
-            est = estimate_latency(rest, h, nbytes).latency_us
+            rest = [q for t, q in sorted(curve.items()) if t != h]
+            est = estimate_given(rest, h, nbytes).latency_us
             if est is not None:
                 tally.errors["token counts"][key + (h,)] = (b, abs(est / p.latency_us - 1))
 

@@ -19,17 +19,27 @@ The decision is a pipeline of short steps over a frozen target (``pipeline.py`` 
    and the ``autoselect bench`` command that would settle an open answer.
 8. **Checks** (``e2e.py``): stored end-to-end results and, on request, vLLM's own parser.
 
-``answer.py`` holds the dataclasses that are the JSON document; ``render.py`` the text forms.
+``answer.py`` holds the dataclasses that are the JSON document; ``render.py`` the text forms;
+``given.py`` decides from reference points a caller gives (the hold-outs of
+``perf/regret_reference.py``), with any :class:`DecisionPolicy` of ``decide.py``'s rules.
 Fast path: the standard library and autoselect's pure-Python modules only (no torch, numpy,
 sqlite_utils or optuna); the database is read with stdlib ``sqlite3``.
 """
 
+from autoselect.lazy import lazy_exports
+from autoselect.selector.decide import BOUND_RULES, DEFAULT_POLICY, TIE_RULES, DecisionPolicy
 from autoselect.selector.estimate import MeasuredPoint, estimate_latency
 from autoselect.selector.pipeline import recommend, recommend_for, target_host
 from autoselect.selector.render import render_args, render_env, render_text
 from autoselect.selector.target import STALENESS_KEYS
 
+#: Re-exports loaded on first use (:mod:`autoselect.lazy`): only the regret study decides from
+#: given reference points; an answer never builds them.
+_LAZY = {"given": ("GivenReference", "estimate_given", "recommend_given")}
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+
 __all__ = [
-    "STALENESS_KEYS", "MeasuredPoint", "estimate_latency", "recommend", "recommend_for", "render_args",
-    "render_env", "render_text", "target_host",
+    "BOUND_RULES", "DEFAULT_POLICY", "STALENESS_KEYS", "TIE_RULES", "DecisionPolicy", "GivenReference",
+    "MeasuredPoint", "estimate_given", "estimate_latency", "recommend", "recommend_for", "recommend_given",
+    "render_args", "render_env", "render_text", "target_host",
 ]

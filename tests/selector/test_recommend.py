@@ -418,14 +418,16 @@ for host_class in ({B200!r}, "ref-b200_sxm-x8"):
     assert result.exit_code == 0, result.output
 unused = ("autoselect.bridge.client", "autoselect.bridge.protocol", "autoselect.bridge.quant",
           "autoselect.bridge.verdicts", "autoselect.bridge.hooks", "autoselect.vllm_flags.command",
-          "autoselect.vllm_flags.serve_args", "autoselect.rules.moe_backends", "autoselect.tune", "autoselect.fleet",
-          "autoselect.report")
+          "autoselect.vllm_flags.serve_args", "autoselect.rules.moe_backends", "autoselect.selector.given",
+          "autoselect.tune", "autoselect.fleet", "autoselect.report")
 stdlib = ("hashlib", "socket", "subprocess")
 print(",".join(sorted(m for m in sys.modules if m.startswith(unused) or m in stdlib)))
 import autoselect.bridge, autoselect.rules, autoselect.vllm_flags
 assert autoselect.bridge.FlagValidation.__module__ == "autoselect.bridge.verdicts"
 assert autoselect.rules.Binding.__module__ == "autoselect.rules.moe_backends"
 assert autoselect.vllm_flags.read_command.__module__ == "autoselect.vllm_flags.command"
+import autoselect.selector
+assert autoselect.selector.recommend_given.__module__ == "autoselect.selector.given"
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
     assert out.returncode == 0, out.stderr
