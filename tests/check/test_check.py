@@ -113,7 +113,7 @@ def test_one_sided_with_nvfp4_on_blackwell_passes():
 
 
 def test_nvfp4_checkpoint_on_cpu_host_is_checked_per_arch_and_fails_on_hopper(monkeypatch):
-    monkeypatch.setattr("autoselect.check._local_gpu_arch", lambda: None)
+    monkeypatch.setattr("autoselect.check.serve_line._local_gpu_arch", lambda: None)
     r = check_serve_command(["vllm", "serve", NVFP4, "-dp", "8", "-ep", "--all2all-backend",
                              "flashinfer_nvlink_one_sided"], vllm_version="0.33.0")
     assert (r.gpu_archs, r.gpu_arch_source) == (["sm90", "sm100"], "no GPU: both archs")

@@ -1,0 +1,200 @@
+"""The one judge of a `vllm serve` line: what the target release runs, and every finding about it.
+
+:func:`check_serve_command` reads the command line (:mod:`autoselect.vllm_flags`: launchers,
+pasted blocks, old option names), resolves the backend the target vLLM release would actually
+run from ``--all2all-backend``, ``VLLM_ALL2ALL_BACKEND`` and its default
+(:func:`autoselect.rules.effective_backend`), reads the model's profile (:mod:`autoselect.model`)
+and runs the legality rules (:mod:`autoselect.rules`) for each GPU architecture in question.
+Every problem becomes a :class:`Finding` with a severity; any ``error`` makes the exit status 1.
+
+GPU architecture: ``--gpu-arch`` when given; otherwise the local GPUs' arch when
+:func:`autoselect.hardware.local_gpu_arch` finds one; otherwise (a CPU host) both ``sm90`` and
+``sm100`` are checked and reported separately, because the same checkpoint dispatches
+different dtypes on them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoselect import bridge, rules
+from autoselect.bridge import VllmPythonInvalid, target_version, vllm_python
+from autoselect.check.findings import (FLAG, MOE_BACKEND, SEVERITIES, VARIABLE, Finding, deployment_findings,
+                                       flag_value_findings, model_findings, moe_backend_findings, option_findings,
+                                       unknown_origin, variable_findings)
+from autoselect.hardware import local_gpu_arch
+from autoselect.model import GPU_ARCHS, DenseModel, MoeProfile, load_profile, normalize_arch
+from autoselect.vllm_flags import ServeArgs, parse_serve_argv
+from autoselect.workload import check_role
+
+@dataclass
+class CheckReport:
+    """The outcome of checking one `vllm serve` command line."""
+
+    args: ServeArgs
+    vllm_version: str
+    vllm_version_source: str  # "--vllm-version", "the line's image", "installed vllm", ..., "newest known"
+    gpu_archs: list[str]
+    gpu_arch_source: str  # "--gpu-arch", "local GPUs", "no GPU: both archs"
+    profile: MoeProfile | None
+    backend: str | None  # the backend vLLM would run, as named; None: vLLM refuses the line's choice
+    backend_origin: str  # "--all2all-backend", "VLLM_ALL2ALL_BACKEND", "vLLM's default" or "--moe-backend"
+    effective: rules.EffectiveBackend
+    role: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    vllm_version_warning: str | None = None  # the version is newer than every release the rules know
+    moe_binding: rules.Binding | None = None  # a --moe-backend that dispatches and combines itself
+
+    @property
+    def redundant_experts(self) -> int:
+        """The EPLB redundant experts the release runs with: the line's, else its default."""
+        routed = self.profile.num_experts if self.profile else 0
+        return rules.redundant_experts(routed, self.args.redundant_given, self.args.world_size, self.vllm_version,
+                                       enable_eplb=self.args.enable_eplb)
+
+    @property
+    def exit_code(self) -> int:
+        """1 when any finding is an error, else 0."""
+        return 1 if any(f.severity == "error" for f in self.findings) else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON ``check --format json`` prints."""
+        return {
+            "schema_version": 1,
+            "ok": self.exit_code == 0,
+            "model": self.args.model,
+            "vllm_version": self.vllm_version,
+            "vllm_version_source": self.vllm_version_source,
+            "vllm_version_warning": self.vllm_version_warning,
+            "gpu_archs": self.gpu_archs,
+            "gpu_arch_source": self.gpu_arch_source,
+            "backend": self.backend,
+            "backend_origin": self.backend_origin,
+            "backend_given": self.args.all2all_backend,
+            "backend_selection": self.effective.to_dict(),
+            "moe_backend_binding": self.moe_binding.to_dict() if self.moe_binding else None,
+            "role": self.role,
+            "world_size": self.args.world_size,
+            "uses_all2all": self.args.uses_all2all,
+            "physical_experts": (self.profile.num_experts + self.redundant_experts) if self.profile else None,
+            "activation_dtype": (
+                {a: self.profile.activation_dtype(a) for a in self.gpu_archs} if self.profile else None
+            ),
+            "findings": [f.to_dict() for f in self.findings],
+            "args": self.args.to_dict(),
+        }
+
+
+def _local_gpu_arch() -> str | None:
+    """The arch of the local GPUs, or None (no NVML, a CPU host)."""
+    try:
+        return local_gpu_arch()
+    except Exception:  # NVML trouble must not break a static check; fall back to both archs
+        return None
+
+
+def _ask_vllm(serve_words) -> tuple[Any, list]:
+    """:func:`autoselect.bridge.serve_command_check` when there is a vLLM to ask (or a
+    ``$AUTOSELECT_VLLM_PYTHON`` to complain about); without one, no answer and no finding, and the
+    bridge's client (its worker protocol, a dozen dataclasses, subprocess) is never imported."""
+    try:
+        if vllm_python() is None:
+            return None, []
+    except VllmPythonInvalid:
+        pass  # serve_command_check turns it into a warning
+    return bridge.serve_command_check(serve_words)
+
+
+def check_serve_command(argv: list[str], *, gpu_arch: str | None = None, vllm_version: str | None = None,
+                        environ: dict | None = None, role: str | None = None) -> CheckReport:
+    """Check a `vllm serve MODEL [flags...]` command line and return every finding.
+
+    :param argv: the command line, as words (``["vllm", "serve", "MODEL", "-dp", "8", ...]``) or as
+        one pasted string (continuations, comments and ``export`` lines are read as a shell would).
+    :param gpu_arch: the target arch (any spelling); default: the local GPUs', else both archs.
+    :param vllm_version: the vLLM that will run it; default: the release the line's
+        ``vllm/vllm-openai`` image tag names, else the version the vLLM that checked the flags
+        reported (``$AUTOSELECT_VLLM_PYTHON`` or this environment's), else the package metadata
+        of ``$AUTOSELECT_VLLM_PYTHON``'s environment, else this environment's, else the newest
+        known (:func:`autoselect.bridge.target_version`, shared with ``recommend``).
+    :param environ: the environment the line runs in (default ``os.environ``); the line's own
+        ``VAR=value`` words and ``env -u`` / ``env -i`` apply on top.
+    :param role: ``prefill``, ``decode`` or ``both`` (what this instance serves, for reports that
+        concern one side of prefill/decode disaggregation); default: the line's
+        ``--kv-transfer-config`` kv_role, else unknown.
+    :raises UserError: an unreadable command line, model, version, arch or role (exit status 2).
+    """
+    if vllm_version:
+        rules.parse_version(vllm_version)  # a bad --vllm-version is refused before vLLM starts
+    check_role(role)
+    if gpu_arch:
+        archs, arch_source = [normalize_arch(gpu_arch)], "--gpu-arch"
+    else:
+        local = _local_gpu_arch()
+        archs, arch_source = (([normalize_arch(local)], "local GPUs") if local
+                              else (list(GPU_ARCHS), "no GPU: both archs"))
+    args = parse_serve_argv(argv)
+    # vLLM's own parser, when vLLM is installed (a subprocess; see autoselect/bridge/),
+    # sees the words `vllm serve` receives; the version it reports is the one the rules judge
+    # the line against, unless --vllm-version or the line's image tag name another.
+    answered, vllm_findings = _ask_vllm(args.serve_words)
+    # the same resolution as recommend and every other command (the line's image tag comes second)
+    target = target_version(vllm_version, answered,
+                            image=(args.image_version, args.image) if args.image_version else None)
+    version, version_source = target
+    serving = args.serving_environ(dict(os.environ if environ is None else environ))
+    role = role or args.role
+    effective = rules.effective_backend(version, args.all2all_backend, serving.get(VARIABLE))
+    unknown = unknown_origin(args, effective)
+    if unknown or (effective.origin == FLAG and not rules.value_known_to(effective.backend, version)):
+        # vllm serve exits at parse time (an invalid-choice or unknown-value error says so), or
+        # the backend is a shell expansion's value, which only the shell knows
+        effective = rules.EffectiveBackend(None, effective.origin, effective.era, effective.flag, effective.variable,
+                                           effective.overridden, effective.variable_ignored, effective.variable_refused)
+    # the rules judge only values the line states: one a shell expands is left to vLLM's default
+    serving = {k: v for k, v in serving.items() if k not in args.unexpanded or k == VARIABLE}
+    binding = (rules.moe_backend_binding(args.moe_backend, rules.acted_on(effective.backend, version), version)
+               if effective.backend is not None else None)
+    findings = [Finding(sev, code, msg) for sev, code, msg in args.notes]
+    findings += option_findings(args, version)
+    if unknown:
+        findings.append(Finding("warning", "backend-unknown",
+                                f"{unknown} is a shell expansion, read here literally: the backend vLLM {version} "
+                                f"runs is its value, which only the shell knows; pass the line the shell ran "
+                                f"(expand it, e.g. with echo) to check the backend"))
+    if "--all2all-backend" not in args.unexpanded:
+        findings += flag_value_findings(args, version, effective)
+    findings += variable_findings(args, version, effective)
+    findings += moe_backend_findings(args, version, binding)
+    findings += [Finding(sev, code, msg) for sev, code, msg in vllm_findings]
+    if version_source == "newest known":
+        why = "vLLM did not answer" if vllm_findings else "no vLLM installed"
+        findings.append(Finding("info", "assumed-version",
+                                f"{why} and no --vllm-version: assuming vLLM {version}"))
+    if not rules.version_in(version, rules.OLDEST_CHECKED, None):
+        findings.append(Finding("warning", "untested-version",
+                                f"vLLM {version} is older than anything autoselect's version tables were checked "
+                                f"against ({rules.OLDEST_CHECKED}): it is judged as {rules.OLDEST_CHECKED}"))
+    hazard = rules.install_hazard(version)
+    if hazard and not args.image_version:  # a vllm/vllm-openai image ships its FlashInfer
+        findings.append(Finding("info", "install-hazard", hazard))
+    try:
+        profile = load_profile(args.model)
+    except DenseModel as e:
+        findings.append(Finding("warning", "dense-model", str(e)))
+        profile = None
+    findings += deployment_findings(args, version, effective, profile, serving, binding)
+    runs, origin = effective.backend, effective.origin
+    if binding is not None:  # vLLM binds passthrough (or refuses to start)
+        runs, origin = binding.backend, MOE_BACKEND
+    report = CheckReport(args, version, version_source, archs, arch_source, profile, runs, origin, effective, role,
+                         findings, target.warning, binding)
+    if profile is not None and effective.backend is not None and binding is None:
+        for arch in archs:
+            findings += model_findings(profile, args, effective.backend, version, arch, serving, role,
+                                        report.redundant_experts)
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    findings.sort(key=lambda f: order[f.severity])
+    return report
