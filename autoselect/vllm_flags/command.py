@@ -17,6 +17,7 @@ from pathlib import PurePosixPath
 
 from autoselect.dataclass_methods import DataclassMethods
 from autoselect.errors import UserError
+from autoselect.vllm_flags.launchers import WRAPPERS, container_environment
 
 
 class InvalidServeCommand(UserError):
@@ -46,6 +47,10 @@ _ENV_VALUE_OPTIONS = ("-C", "--chdir", "-S", "--split-string")
 _BROKEN_CONTINUATION = r"(?<!\\)\\[ \t]+(#.*)?$"
 #: `vllm` subcommands (0.33.0 vllm/entrypoints/cli/): only `serve` starts the server.
 _SUBCOMMANDS = frozenset({"serve", "bench", "chat", "complete", "collect-env", "run-batch", "launch"})
+#: The note a line that uses shell variables leaves (read literally, not judged).
+SHELL_VARIABLES = "shell-variables"
+#: The note a line whose output a shell redirects leaves (read without it).
+REDIRECTION = "shell-redirection"
 #: What a shell expands in a word: ``$NAME``, ``${...}`` (with its default, ``${X:-v}``), ``$1``,
 #: ``$@`` and the like, ``$(...)`` / ``$((...))``, and backquotes. A word holding one has a value
 #: only the shell that runs the line knows.
@@ -67,6 +72,8 @@ class Command(DataclassMethods):
     notes: list = field(default_factory=list)  # (severity, code, message): what reading the line did
     words: list = field(default_factory=list)  # every shell word of the line (`export` assignments first)
     start: int | None = None  # index in words of the program that starts the server; None: the line names none
+    redirections: list = field(default_factory=list)  # what a shell would redirect (`> log`), taken out of words
+    inherit: list = field(default_factory=list)  # names a container takes from the environment (`docker run -e NAME`)
 
     @property
     def program(self) -> str | None:
@@ -145,7 +152,7 @@ def _logical_lines(text: str, notes: list) -> list[tuple[int, str]]:
     return out
 
 
-def split_words(argv: list[str]) -> tuple[list[str], list]:
+def split_words(argv: list[str]) -> tuple[list[str], list, list[str]]:
     """Shell words of one command: ``argv`` as given, or the one pasted string split as a shell would.
 
     ``export VAR=value`` lines of a pasted block written before the command become leading
@@ -156,19 +163,13 @@ def split_words(argv: list[str]) -> tuple[list[str], list]:
     notes: list = []
     argv = list(argv)
     if len(argv) != 1 or not argv[0].strip() or (" " not in argv[0].strip() and "\n" not in argv[0]):
-        return argv, notes
+        return argv, notes, []
     exported: dict[str, str] = {}  # the environment the lines before the command build, as bash does
     shell: dict[str, str] = {}  # variables set without export: the shell's own, not the command's
     marked: set[str] = set()  # `export NAME` of a name with no value yet
     commands, late, unexported = [], [], []
-    for number, line in _logical_lines(argv[0], notes):
-        try:
-            words = shlex.split(line, comments=True)
-        except ValueError as e:
-            raise InvalidServeCommand(f"cannot split line {number} of the command: {e}; quote it as a shell would") \
-                from None
-        if not words:
-            continue
+    redirections: list[str] = []
+    for number, words in _line_commands(argv[0], notes, redirections):
         if words[0] == "export" and all(_ENV_ASSIGNMENT.match(w) or re.match(_NAME, w) for w in words[1:]):
             if commands:  # an export reaches only the commands after it
                 late.append((number, words[1:]))
@@ -207,21 +208,108 @@ def split_words(argv: list[str]) -> tuple[list[str], list]:
                       f"line {number}: {names} set without `export` (shell variables): the command's environment "
                       f"does not get them; read here without them"))
     exports = [f"{name}={value}" for name, value in exported.items()]
-    for _, words in commands:
-        while words and words[-1] in ("&", ";"):  # a shell control operator, not an argument
-            words.pop()
     if len(commands) > 1:
         starts = ", ".join(str(n) for n, _ in commands)
-        raise InvalidServeCommand(f"the text holds {len(commands)} commands (lines {starts}); pass one "
-                                  f"`vllm serve` command at a time")
+        shown = "; ".join(f"`{shlex.join(words[:3])}{' ...' if len(words) > 3 else ''}`" for _, words in commands)
+        raise InvalidServeCommand(f"the text holds {len(commands)} commands (lines {starts}: {shown}); pass one "
+                                  f"`vllm serve` command at a time (a shell runs the others: `&&`, `;`, `|` and "
+                                  f"`&` end a command)")
+    if redirections:
+        notes.append(("warning", REDIRECTION,
+                      f"the shell redirects the command's input or output ({' '.join(redirections)}): read here "
+                      f"without it (launch starts the server itself, and no shell redirects it)"))
     if not commands:
         raise InvalidServeCommand("no command in the text; pass `vllm serve MODEL [flags...]`")
-    return exports + commands[0][1], notes
+    return exports + commands[0][1], notes, redirections
+
+
+def _line_commands(text: str, notes: list, redirections: list[str]):
+    """``(line number, words)`` of each command of a pasted block: its logical lines, each split at
+    the shell's control operators (``;``, ``&&``, ``||``, ``|``, ``&``) outside quotes and
+    substitutions, its redirections (``> log``, ``2>&1``) taken out into ``redirections``.
+
+    :raises InvalidServeCommand: a command a shell could not split (an unbalanced quote).
+    """
+    for number, line in _logical_lines(text, notes):
+        for piece in _control_split(line, redirections):
+            try:
+                words = shlex.split(piece, comments=True)
+            except ValueError as e:
+                raise InvalidServeCommand(f"cannot split line {number} of the command: {e}; quote it as a shell "
+                                          f"would") from None
+            if words:
+                yield number, words
+
+
+#: A redirection where a word starts: optional fd digits, the operator, and a glued ``&N`` / ``&-``.
+_REDIRECTION = r"\d*(?:&>>|&>|>>|>\||>&|<<<|<<|<&|<>|>|<)(?:&?[0-9]+-?|&-)?"
+#: The shell's control operators, longest first.
+_CONTROL = ("&&", "||", ";;", ";", "|", "&")
+
+
+def _redirection_at(line: str, i: int) -> str | None:
+    """The redirection operator at ``line[i]`` (outside quotes), or None: any ``<`` or ``>``, ``&>``,
+    and fd digits right before one where a word starts (``2>&1``)."""
+    rest = line[i:]
+    word_start = i == 0 or line[i - 1].isspace() or line[i - 1] in ";&|"
+    if rest[0] in "<>" or rest.startswith("&>") or (word_start and re.match(r"\d+[<>]", rest)):
+        return re.match(_REDIRECTION, rest).group(0)
+    return None
+
+
+def _control_split(line: str, redirections: list[str]) -> list[str]:
+    """``line`` cut at its control operators into commands, the redirections taken out, as a shell
+    scans it: nothing inside quotes, ``$(...)``, ``${...}`` or backquotes is an operator."""
+    pieces, current = [], []
+    i, quote, depth = 0, None, 0
+    while i < len(line):
+        c = line[i]
+        if quote == "'":
+            quote = None if c == "'" else quote
+        elif c == "\\":
+            current.append(line[i:i + 2])
+            i += 2
+            continue
+        elif quote in ('"', "`"):
+            quote = None if c == quote else quote
+        elif c in "'\"`":
+            quote = c
+        elif line.startswith(("$(", "${"), i):
+            depth += 1
+            current.append(line[i:i + 2])
+            i += 2
+            continue
+        elif depth and c in "({":
+            depth += 1
+        elif depth and c in ")}":
+            depth -= 1
+        elif depth == 0 and c == "#" and (i == 0 or line[i - 1].isspace()):
+            break  # a comment
+        elif depth == 0 and (m := _redirection_at(line, i)):
+            j = i + len(m)
+            target = "" if m[-1].isdigit() or m.endswith("-") else re.match(r"\s*[^\s;&|<>]*", line[j:]).group(0)
+            redirections.append(f"{m} {target.strip()}".strip())
+            i = j + len(target)
+            continue
+        elif depth == 0 and (op := next((o for o in _CONTROL if line.startswith(o, i)), None)):
+            pieces.append("".join(current))
+            current = []
+            i += len(op)
+            continue
+        current.append(c)
+        i += 1
+    pieces.append("".join(current))
+    return [p for p in pieces if p.strip()]
 
 
 def _names(assignments: list[str]) -> list[str]:
     """The variable names of ``NAME=value`` words."""
     return [w.partition("=")[0] for w in assignments]
+
+
+def shell_expansions(texts) -> list[str]:
+    """Every shell expansion in ``texts`` (``$X``, ``${X:-v}``, ``$(...)``, backquotes), sorted, once each."""
+    return sorted({m.group(0) for text in texts for m in _SHELL_VARIABLE.finditer(text)})
 
 
 def has_shell_expansion(text: str) -> bool:
@@ -278,10 +366,16 @@ def _serve_start(words: list[str]) -> tuple[int, int, str, str | None] | None:
 
 
 def _environment(words: list[str], command: Command) -> None:
-    """Apply the launcher's environment changes (leading assignments, `env` words) to ``command``."""
+    """Apply the launcher's environment changes (leading assignments, `env` words) to ``command``;
+    behind ``docker run`` / ``podman run``, the container's own environment replaces them
+    (:func:`autoselect.vllm_flags.launchers.container_environment`)."""
     i = 0
     while i < len(words):
         word = words[i]
+        wrapper = WRAPPERS.get(PurePosixPath(word).name)
+        if wrapper is not None and wrapper.image and words[i + 1:i + 2] == ["run"]:
+            _container(words[i + 2:], command)
+            return
         if _ENV_ASSIGNMENT.match(word):
             key, _, value = word.partition("=")
             command.env[key] = value
@@ -308,6 +402,22 @@ def _environment(words: list[str], command: Command) -> None:
         i += 1
 
 
+def _container(options: list[str], command: Command) -> None:
+    """The container's environment: only what ``-e`` / ``--env`` give it (``-e NAME`` passes the
+    client's value); what the client's own environment held stays outside."""
+    env, inherit, files = container_environment(options)
+    client = command.env  # the leading assignments and `env` words: the client's environment
+    outside = [name for name in inherit if name not in client]
+    command.env = {**{name: client[name] for name in inherit if name in client}, **env}
+    command.inherit = [] if command.clear_env else [n for n in outside if n not in command.unset]
+    command.unset = []
+    command.clear_env = True
+    if files:
+        command.notes.append(("warning", "env-file-unread",
+                              f"--env-file {', '.join(files)}: the variables it gives the container are not "
+                              f"read here (pass them with -e NAME=value to have them judged)"))
+
+
 def read_command(argv: list[str]) -> Command:
     """The server command in ``argv``: its words, the environment the launcher gives it, and notes.
 
@@ -320,8 +430,8 @@ def read_command(argv: list[str]) -> Command:
     :raises InvalidServeCommand: a block with several commands, a launcher with no server command
         after it, ``vllm`` with another subcommand.
     """
-    words, notes = split_words(argv)
-    command = Command(serve_words=[], notes=notes, words=list(words))
+    words, notes, redirections = split_words(argv)
+    command = Command(serve_words=[], notes=notes, words=list(words), redirections=redirections)
     found = _serve_start(words)
     if found is None:
         lead = 0
@@ -353,10 +463,9 @@ def read_command(argv: list[str]) -> Command:
                               + (f" (its tag names vLLM {command.image_version})" if command.image_version else "")))
     # the serve words and the environment the command gets are read alike: a shell expansion is
     # kept as written, and a value holding one is not judged as if it were the value the shell makes
-    texts = [*command.serve_words, *command.env.values()]
-    variables = sorted({m.group(0) for w in texts for m in _SHELL_VARIABLE.finditer(w)})
+    variables = shell_expansions([*command.serve_words, *command.env.values()])
     if variables:
-        command.notes.append(("warning", "shell-variables",
+        command.notes.append(("warning", SHELL_VARIABLES,
                               f"the line uses shell variables ({', '.join(variables)}), read here literally: "
                               f"a value that holds one is not judged; pass the line the shell ran (expand them, "
                               f"e.g. with echo) for a full check"))

@@ -97,7 +97,7 @@ def test_export_lines_of_a_pasted_block_are_the_commands_environment():
 
 
 def test_a_block_with_two_commands_is_refused_naming_their_lines():
-    with pytest.raises(InvalidServeCommand, match=r"the text holds 2 commands \(lines 2, 4\); pass one"):
+    with pytest.raises(InvalidServeCommand, match=r"the text holds 2 commands \(lines 2, 4: `vllm serve org/m ...`; `vllm serve org/m ...`\); pass one"):
         parse_serve_argv(["# node 0\nvllm serve org/m -dp 16\n# node 1\nvllm serve org/m -dp 16 --headless\n"])
 
 
