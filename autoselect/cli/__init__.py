@@ -34,6 +34,7 @@ from autoselect import __version__
 from autoselect.errors import UserError
 from autoselect.options import parse_int, parse_number
 from autoselect.stopping import STOPPING
+from autoselect.redact import redacted_text
 from autoselect.text import SQLITE_NOT_UTF8, check_argv, one_line
 
 
@@ -43,7 +44,7 @@ class InputError(click.ClickException):
     exit_code = 2
 
     def format_message(self) -> str:
-        return one_line(self.message)  # a message that quotes its input stays one line
+        return shown(self.message)
 
 
 class _StrictNumber(click.ParamType):
@@ -169,7 +170,7 @@ class LazyGroup(click.Group):
         try:  # text enters here: every argument, before click reads any (autoselect/text.py)
             check_argv(sys.argv[1:] if args is None else list(args), dict(os.environ))
         except UserError as e:
-            click.echo(f"Error: {one_line(str(e))}", err=True)
+            click.echo(f"Error: {shown(str(e))}", err=True)
             sys.exit(InputError.exit_code)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -217,6 +218,12 @@ class LazyGroup(click.Group):
             warnings.showwarning = previous
 
 
+def shown(message: str) -> str:
+    """What an ``Error:`` or ``Warning:`` line prints of ``message``: one line (control characters it
+    quotes escaped) with the secrets it quotes out (:mod:`autoselect.redact`)."""
+    return one_line(redacted_text(message))
+
+
 def _one_line(text: str) -> str:
     """click's own (multi-line) message as one line, control characters it quotes escaped."""
     return one_line(" ".join(part.strip() for part in str(text).splitlines() if part.strip()))
@@ -226,7 +233,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
     """The project's own warnings (a reader skipped rows that break the schema, ...) as one
     ``Warning: ...`` line on stderr; anything else as Python prints it."""
     if issubclass(category, UserWarning) and category.__module__.split(".")[0] in ("autoselect", "db", "bench", "deploy"):
-        click.echo(f"Warning: {one_line(str(message))}", err=True)
+        click.echo(f"Warning: {shown(str(message))}", err=True)
         return
     _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
 
@@ -257,7 +264,7 @@ def warn_newer_vllm(warning: str | None) -> None:
     rules know (:attr:`autoselect.bridge.version.TargetVersion.warning`); the JSON carries the
     same text as ``vllm_version_warning``."""
     if warning:
-        click.echo(f"Warning: {one_line(warning)}", err=True)
+        click.echo(f"Warning: {shown(warning)}", err=True)
 
 
 def run() -> None:

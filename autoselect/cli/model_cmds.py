@@ -157,6 +157,8 @@ def check_cmd(gpu_arch, vllm_version, role, fmt, command):
       autoselect check --gpu-arch sm90 --vllm-version 0.19.1 -- vllm serve Qwen/Qwen3-30B-A3B -dp 4 -ep
     """
     from autoselect.check import check_serve_command
+    from autoselect.redact import redacted_text
+    from autoselect.text import one_line
 
     report = check_serve_command(list(command), gpu_arch=gpu_arch, vllm_version=vllm_version, role=role)
     warn_newer_vllm(report.vllm_version_warning)
@@ -165,7 +167,7 @@ def check_cmd(gpu_arch, vllm_version, role, fmt, command):
     else:
         dtype = ("   ".join(f"{a}: {report.profile.activation_dtype(a)}" for a in report.gpu_archs)
                  if report.profile else "-")
-        click.echo(f"model      {report.args.model}")
+        click.echo(f"model      {one_line(redacted_text(report.args.model))}")
         click.echo(f"vLLM       {report.vllm_version} ({report.vllm_version_source})")
         click.echo(f"GPU arch   {', '.join(report.gpu_archs)} ({report.gpu_arch_source})")
         origin = {"--all2all-backend": "", "vLLM's default": " (vLLM default)"}.get(
@@ -176,7 +178,7 @@ def check_cmd(gpu_arch, vllm_version, role, fmt, command):
         click.echo(f"dispatch   {dtype}")
         for f in report.findings:
             where = f" [{f.gpu_arch}]" if f.gpu_arch else ""
-            click.echo(f"{f.severity.upper():<7} {f.code}{where}: {f.message}")
+            click.echo(f"{f.severity.upper():<7} {f.code}{where}: {one_line(redacted_text(f.message))}")
         errors = sum(f.severity == "error" for f in report.findings)
         click.echo(f"{'FAIL' if errors else 'OK'}: {errors} error(s), "
                    f"{sum(f.severity == 'warning' for f in report.findings)} warning(s)")

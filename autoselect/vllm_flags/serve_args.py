@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from autoselect.dataclass_methods import DataclassMethods
+from autoselect.redact import redacted_env, redacted_json, redacted_text, redacted_words
 from autoselect.text import check_json
 from autoselect.vllm_flags.command import Command, InvalidServeCommand, has_shell_expansion, read_command
 
@@ -59,42 +60,9 @@ FLAG_OPTIONS = {
 _LONG_OPTIONS = sorted(o for o in (*VALUE_OPTIONS, *FLAG_OPTIONS) if o.startswith("--"))
 #: argparse also takes `--eplb-config.num_redundant_experts 2` (dotted keys of a JSON option).
 _DOTTED = re.compile(r"^(--eplb-config|--kv-transfer-config)\.([a-z_]+)$")
-#: `-word-word`: a long option typed with one dash, which vLLM's parser does not know (this pattern
-#: and _SECRET are strings, compiled on first use by re's cache: most lines never need them).
+#: `-word-word`: a long option typed with one dash, which vLLM's parser does not know (a string,
+#: compiled on first use by re's cache: most lines never need it).
 _SINGLE_DASH_LONG = r"^-[a-z][a-z0-9]*(?:-[a-z0-9]+)+$"
-#: Names whose values are secrets (``HF_TOKEN``, ``--api-key``): reports show ``<redacted>`` instead.
-_SECRET = r"(?i)TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL"
-REDACTED = "<redacted>"
-#: The words of an option name that make its value a secret (``--api-key``, ``--hf-token``; not
-#: ``--max-num-batched-tokens``).
-_SECRET_OPTION_WORDS = frozenset({"token", "key", "secret", "password", "credential", "credentials", "apikey"})
-
-
-def _secret_option(option: str) -> bool:
-    return bool(_SECRET_OPTION_WORDS & set(re.split(r"[-_.]+", option.lstrip("-").lower())))
-
-
-def redacted_env(env: dict) -> dict:
-    """``env`` with the value of every secret-looking name replaced by ``<redacted>``."""
-    return {k: (REDACTED if re.search(_SECRET, k) else v) for k, v in env.items()}
-
-
-def redacted_words(words: list[str]) -> list[str]:
-    """Shell words with the secrets out: ``VAR=value`` of a secret-looking name, the value of an
-    option named like one (``--api-key X``, ``--hf-token=X``)."""
-    out: list[str] = []
-    hide_next = False
-    for word in words:
-        name, eq, _ = word.partition("=")
-        secret = _secret_option(name) if name.startswith("-") else bool(re.search(_SECRET, name)) and name.isidentifier()
-        if hide_next and not word.startswith("-"):
-            out.append(REDACTED)
-        elif eq and secret:
-            out.append(f"{name}={REDACTED}")
-        else:
-            out.append(word)
-        hide_next = word.startswith("-") and not eq and secret
-    return out
 #: kv_role of --kv-transfer-config -> the serving role of the instance.
 KV_ROLES = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}
 #: The file types vLLM's ``--config`` takes (``FlexibleArgumentParser.load_config_file``).
@@ -126,7 +94,8 @@ class ServeArgs(DataclassMethods):
     config: str | None = None  # --config FILE.yaml: its keys are read as options the line's own flags override
     env: dict = field(default_factory=dict)  # VAR=value assignments before the command
     unset: list = field(default_factory=list)  # names `env -u` removes from the environment
-    clear_env: bool = False  # `env -i`
+    clear_env: bool = False  # `env -i`, or a container: the server starts without the launcher's environment
+    inherit: list = field(default_factory=list)  # names it still takes from that environment (`docker run -e NAME`)
     unknown: list = field(default_factory=list)  # every other argument, in order
     given: list = field(default_factory=list)  # the fields the command line set explicitly
     options: list = field(default_factory=list)  # the option spellings the line used, as vLLM reads them
@@ -180,14 +149,21 @@ class ServeArgs(DataclassMethods):
 
     def serving_environ(self, environ: dict) -> dict:
         """The environment the server starts with: ``environ`` after the launcher's changes."""
-        base = {} if self.clear_env else {k: v for k, v in environ.items() if k not in self.unset}
+        if self.clear_env:
+            base = {k: environ[k] for k in self.inherit if k in environ}
+        else:
+            base = {k: v for k, v in environ.items() if k not in self.unset}
         return {**base, **self.env}
 
     def to_dict(self) -> dict:
         """A JSON-ready dict, with the derived world size and all2all use."""
         d = asdict(self)
         d["env"] = redacted_env(self.env)
-        d["notes"] = [{"severity": s, "code": c, "message": m} for s, c, m in self.notes]
+        for name in ("serve_words", "unknown", "launcher"):
+            d[name] = redacted_words(d[name])
+        for name in ("kv_transfer_config", "eplb_config"):
+            d[name] = redacted_json(d[name])
+        d["notes"] = [{"severity": s, "code": c, "message": redacted_text(m)} for s, c, m in self.notes]
         d["world_size"] = self.world_size
         d["uses_all2all"] = self.uses_all2all
         d["redundant_experts"] = self.redundant_experts
@@ -456,6 +432,7 @@ def serve_args_of(command: Command) -> ServeArgs:
     if redundant is not None:  # refused now, as vLLM's config validation would
         _count("--eplb-config num_redundant_experts", redundant)
     return ServeArgs(model=model, env=command.env, unset=command.unset, clear_env=command.clear_env,
+                     inherit=command.inherit,
                      unknown=reading.unknown, given=list(dict.fromkeys(reading.given)),
                      options=list(dict.fromkeys(reading.options)), launcher=command.launcher,
                      entrypoint=command.entrypoint, image=command.image, image_version=command.image_version,
