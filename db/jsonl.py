@@ -28,16 +28,14 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import sqlite3
-import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import IO, Any
 
-from autoselect.atomic import replacing
+from autoselect.atomic import check_output_file, database_files, output_file
 from autoselect.text import check_json
 from db import default_path
 from db.errors import BadImportRecord, ImportFileNotFound, ImportFormatTooNew, OutputNotWritable
@@ -402,60 +400,19 @@ class ImportFile:
 
 #: export format -> writer
 EXPORTERS = {"jsonl": write_jsonl, "csv": write_csv}
-#: the files SQLite keeps beside a database: an export must never replace them
-SIDECARS = ("", "-wal", "-shm", "-journal")
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
-
-
 def check_output(output, db_path) -> Path:
-    """Refuse an export destination that is the database itself, one of its sidecar files, or
-    a directory; returns the path the export will write (symbolic links resolved)."""
-    output = Path(output)
-    db = os.path.realpath(db_path if db_path is not None else default_path())
-    target = os.path.realpath(output)
-    for suffix in SIDECARS:
-        if _same_file(target, db + suffix) or target == db + suffix:
-            what = "the database itself" if not suffix else f"the database's {suffix} file"
-            raise OutputNotWritable(f"--output {output} is {what}; writing it would destroy the database, "
-                                    "pass another file")
-    if os.path.isdir(target):
-        raise OutputNotWritable(f"--output {output} is a directory; pass a file name")
-    if not os.path.exists(target) and not os.path.isdir(os.path.dirname(target) or "."):
-        raise OutputNotWritable(f"cannot write {output}: no directory {os.path.dirname(target)}; "
-                                "create it or pass another --output")
-    return Path(target)
+    """Refuse an export destination that is the database itself, one of its side files, or a
+    directory; returns the path the export will write (symbolic links resolved). The one check of
+    every output option (:func:`autoselect.atomic.check_output_file`)."""
+    db = db_path if db_path is not None else default_path()
+    return check_output_file(output, option="--output", error=OutputNotWritable, protected=database_files(db))
 
 
 @contextmanager
 def open_output(output: Path, shown) -> Iterator[IO[str]]:
-    """A text stream onto ``output`` (from :func:`check_output`), committed only if the block succeeds.
-
-    A regular file (or a new one) is written beside itself and renamed over the old one, so a
-    failed export leaves the old file as it was; anything else -- a device such as /dev/null, a
-    FIFO, a socket -- is written in place, never replaced. Any OS error (an unwritable
-    directory, a full device) is :class:`OutputNotWritable`, and the partial file is removed.
-    """
-    try:
-        st = os.stat(output)
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise OutputNotWritable(f"cannot write {shown} ({e.strerror}); pass another --output") from None
-    try:
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            with open(output, "w", newline="") as f:
-                yield f
-            return
-        with replacing(output, newline="") as f:
-            yield f
-    except OSError as e:
-        raise OutputNotWritable(f"cannot write {shown} ({e.strerror or e}); pass another --output") from None
+    """A text stream onto ``output`` (from :func:`check_output`): :func:`autoselect.atomic.output_file`."""
+    with output_file(output, option="--output", error=OutputNotWritable) as f:
+        yield f
 
 
 def export_to(db_path, fmt: str, out: IO[str] | None = None, output=None) -> dict[str, int]:
