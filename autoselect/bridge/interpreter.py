@@ -138,9 +138,10 @@ def _write_cache(data: dict) -> None:
         pass
 
 
-def interpreter_paths(python: str) -> tuple[list[str], str] | None:
+def interpreter_paths(python: str, *, ask: bool = True) -> tuple[list[str], str] | None:
     """``(sys.path, how)`` of another interpreter, ``how`` ``"cached"`` or ``"asked"``; None if it
-    cannot say (not a Python, crashed, timed out).
+    cannot say (not a Python, crashed, timed out), or, with ``ask`` False, when no cached answer
+    holds (the interpreter is then never run: ``launch --dry-run`` runs nothing of the line).
 
     The answer is cached; a cached one is used only while its stamp (see the module docstring)
     still matches, which costs a few ``stat`` calls.
@@ -151,6 +152,8 @@ def interpreter_paths(python: str) -> tuple[list[str], str] | None:
     if isinstance(entry, dict) and isinstance(entry.get("path"), list):
         if entry.get("stamp") == _stamp(key, entry["path"], entry.get("user_site")):
             return entry["path"], "cached"
+    if not ask:
+        return None
     import subprocess  # ~2.5 ms to import: only on a cache miss, never on recommend's warm path
 
     try:

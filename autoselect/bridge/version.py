@@ -60,7 +60,8 @@ def _orderable(version: str | None) -> bool:
 
 
 def target_version(explicit: str | None = None, answered=None, problems: list[str] | None = None,
-                   python: str | None = None, *, image: tuple[str, str] | None = None) -> TargetVersion:
+                   python: str | None = None, *, image: tuple[str, str] | None = None,
+                   run_python: bool = True) -> TargetVersion:
     """``(version, where it came from)``: the vLLM version flags are spelled and judged for.
 
     :param explicit: ``--vllm-version`` (validated: :class:`autoselect.rules.InvalidVllmVersion`).
@@ -69,6 +70,8 @@ def target_version(explicit: str | None = None, answered=None, problems: list[st
         ``python``) that could not be used (not executable, not answering, no vllm installed there).
     :param python: the Python the command line runs (``launch``); its vllm comes before the others.
     :param image: ``(release, image)`` of a ``vllm/vllm-openai`` image the checked line runs.
+    :param run_python: False: ``python`` is never run (``launch --dry-run``); its ``sys.path`` comes
+        from the cache only, and without one the version comes from the next source.
     :returns: a :class:`TargetVersion`: the version and one of :data:`SOURCE_FLAG`, the line's
         image, :data:`SOURCE_LINE`, :data:`SOURCE_ENV_PYTHON`, :data:`SOURCE_INSTALLED`,
         :data:`SOURCE_NEWEST`; the order is the module docstring's. Its ``warning`` says when the
@@ -82,7 +85,13 @@ def target_version(explicit: str | None = None, answered=None, problems: list[st
     if answered is not None and _orderable(answered.version):
         return TargetVersion(answered.version,
                              SOURCE_INSTALLED if answered.python == sys.executable else SOURCE_ENV_PYTHON)
-    if python is not None:
+    if python is not None and not run_python and python != sys.executable \
+            and interpreter_paths(python, ask=False) is None:
+        if problems is not None:
+            problems.append(f"--dry-run runs nothing of the line, and the sys.path of its Python {python} is not "
+                            f"cached: its vLLM version is not read; the target vLLM version comes from the next "
+                            f"source (--vllm-version overrides)")
+    elif python is not None:
         version = _version_of(python)
         if _orderable(version):
             return TargetVersion(version, SOURCE_LINE)  # type: ignore[arg-type]

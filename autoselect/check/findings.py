@@ -129,17 +129,20 @@ def flag_value_findings(args: ServeArgs, version: str, effective: rules.Effectiv
     return out
 
 
-def unknown_origin(args: ServeArgs, effective: rules.EffectiveBackend) -> str | None:
+def unknown_origin(args: ServeArgs, effective: rules.EffectiveBackend, unexpanded: frozenset) -> str | None:
     """``--all2all-backend $X`` or ``VLLM_ALL2ALL_BACKEND=$X`` when the backend vLLM runs (or
-    whether it starts at all) depends on that value, which the line leaves to the shell; else None."""
-    if effective.origin == FLAG and "--all2all-backend" in args.unexpanded:
+    whether it starts at all) depends on that value, which the line leaves to the shell
+    (``unexpanded``: :attr:`ServeArgs.unexpanded`, or nothing where the words reach vLLM as they
+    are); else None."""
+    if effective.origin == FLAG and "--all2all-backend" in unexpanded:
         return f"--all2all-backend {args.all2all_backend}"
-    if VARIABLE in args.unexpanded and (effective.origin == VARIABLE or effective.variable_refused):
+    if VARIABLE in unexpanded and (effective.origin == VARIABLE or effective.variable_refused):
         return f"{VARIABLE}={effective.variable}"
     return None
 
 
-def variable_findings(args: ServeArgs, version: str, effective: rules.EffectiveBackend) -> list[Finding]:
+def variable_findings(args: ServeArgs, version: str, effective: rules.EffectiveBackend,
+                      unexpanded: frozenset) -> list[Finding]:
     """Findings about VLLM_ALL2ALL_BACKEND: whether this release reads it, and what to write instead.
 
     A value the shell expands is not judged: the release's handling of the variable is said,
@@ -148,7 +151,7 @@ def variable_findings(args: ServeArgs, version: str, effective: rules.EffectiveB
     if value is None:
         return []
     era = effective.era
-    if VARIABLE in args.unexpanded:
+    if VARIABLE in unexpanded:
         if effective.origin == VARIABLE or effective.variable_refused:
             return []  # the backend-unknown finding says it
         effective = rules.EffectiveBackend(effective.backend, effective.origin, era, effective.flag, value,
@@ -214,8 +217,10 @@ def moe_backend_findings(args: ServeArgs, version: str, binding: rules.Binding |
 
 
 def deployment_findings(args: ServeArgs, version: str, effective: rules.EffectiveBackend,
-                         profile: MoeProfile | None, serving: dict, binding: rules.Binding | None) -> list[Finding]:
-    """Findings about -ep/-dp/-tp, EPLB, DBO and the batch defaults that do not depend on the dtype."""
+                        profile: MoeProfile | None, serving: dict, binding: rules.Binding | None,
+                        platform: str | None = None) -> list[Finding]:
+    """Findings about -ep/-dp/-tp, EPLB, DBO and the batch defaults that do not depend on the dtype
+    (``platform``: None on GPUs; DBO's backend assert is the CUDA platform's)."""
     out: list[Finding] = []
     backend = effective.backend
     bound = binding is not None and binding.backend is not None  # passthrough: no all2all backend runs
@@ -255,7 +260,7 @@ def deployment_findings(args: ServeArgs, version: str, effective: rules.Effectiv
     for note in rules.eplb_notes(acted_on, version, args.eplb_config, enable_eplb=args.enable_eplb):
         out.append(Finding("info", "eplb-forced-sync", note))
     dbo_known = rules.SERVE_OPTIONS["--enable-dbo"].accepted_by(version)
-    if args.enable_dbo and dbo_known and backend is not None and not (binding and binding.refused):
+    if args.enable_dbo and dbo_known and backend is not None and not (binding and binding.refused) and platform is None:
         canonical = binding.backend if bound else rules.resolve(backend)
         supported = rules.dbo_backends(version)
         if canonical not in supported:
@@ -292,14 +297,15 @@ def _settings(args: ServeArgs, version: str) -> dict:
             "eplb_async": rules.eplb_is_async(version, args.eplb_config, enable_eplb=args.enable_eplb)}
 
 
-def model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version: str, arch: str,
-                    serving: dict, role: str | None, redundant: int) -> list[Finding]:
+def model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version: str, arch: str | None,
+                   serving: dict, role: str | None, redundant: int, platform: str | None = None) -> list[Finding]:
     """Findings from the legality rules for one arch.
 
     The rules see the line's ``--max-num-batched-tokens`` and environment (``NVSHMEM_QP_DEPTH``,
     ``VLLM_MOE_DP_CHUNK_SIZE``): which of them sizes a batched backend's buffer depends on the
     release (:func:`autoselect.rules.dispatch_budget`); the EPLB redundant experts count as
-    experts; TP size and role select the upstream reports that apply.
+    experts; TP size and role select the upstream reports that apply. On a platform without GPUs
+    (``platform``, ``arch`` None) that platform's row decides (:data:`autoselect.rules.PLATFORMS`).
     """
     out: list[Finding] = []
     if not args.uses_all2all:
@@ -312,17 +318,16 @@ def model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version: 
               "redundant_experts": redundant}
     verdict = rules.legal(backend, profile, None, args.world_size, version, gpu_arch=arch,
                           tensor_parallel_size=args.tensor_parallel_size, role=role,
-                          settings=_settings(args, version), **limits)
-    dtype = profile.activation_dtype(arch)
+                          settings=_settings(args, version), platform=platform, **limits)
     alternatives = None
     for reason in verdict.reasons:
         if "has no --all2all-backend value" in reason:
             continue  # the option findings said it: vllm serve would not start
         if alternatives is None:
             alternatives = rules.legal_alternatives(profile, None, args.world_size, version, gpu_arch=arch,
-                                                    exclude=(canonical,), **limits)
+                                                    exclude=(canonical,), platform=platform, **limits)
         code = ("illegal-dtype" if "activations;" in reason else "illegal-arch" if " does not run on " in reason
-                else "illegal-shape")
+                else "illegal-platform" if platform is not None and "platform" in reason else "illegal-shape")
         alt = (f"; legal here: {', '.join(rules.flag_value(b, version) for b in alternatives)}"
                if alternatives else "")
         out.append(Finding("error", code, reason + alt, arch))
@@ -335,7 +340,8 @@ def model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version: 
             out.append(Finding("warning" if certain else "info", "upstream-report", warning, arch))
         else:
             out.append(Finding("info", "note", warning, arch))
-    if verdict.ok and canonical == "flashinfer_nvlink_one_sided":
+    if verdict.ok and canonical == "flashinfer_nvlink_one_sided" and arch is not None:
         out.append(Finding("info", "one-sided-ok",
-                           f"{profile.model} dispatches {dtype} on {arch}: one-sided is legal", arch))
+                           f"{profile.model} dispatches {profile.activation_dtype(arch)} on {arch}: one-sided is "
+                           f"legal", arch))
     return out

@@ -387,11 +387,11 @@ def _platform_verdict(backend: str, canonical: str, profile, world_size: int, ve
 
 
 def legal_alternatives(profile, host, world_size, vllm_version, *, gpu_arch=None, exclude=(),
-                       max_num_batched_tokens=None, environ=None, redundant_experts=0) -> list[str]:
+                       max_num_batched_tokens=None, environ=None, redundant_experts=0, platform=None) -> list[str]:
     """The recommendable backends that :func:`legal` accepts, in table order."""
     return [
         b for b in recommendable_backends(vllm_version)
         if b not in exclude and legal(b, profile, host, world_size, vllm_version, gpu_arch=gpu_arch,
                                       max_num_batched_tokens=max_num_batched_tokens, environ=environ,
-                                      redundant_experts=redundant_experts).ok
+                                      redundant_experts=redundant_experts, platform=platform).ok
     ]
