@@ -29,3 +29,26 @@ def lazy_exports(package: str, table: Mapping[str, tuple[str, ...]]) -> tuple[Ca
         return sorted(set(vars(importlib.import_module(package))) | set(owner))
 
     return __getattr__, __dir__
+
+
+class LazyModule:
+    """A module imported on first attribute access: ``local = lazy_module("pkg.local")`` at module level,
+    then ``local.answer(...)`` inside a function. For a sibling a fast path never touches, without
+    importing one's own package for its ``_LAZY`` re-exports; tests/test_layering.py reads every
+    ``lazy_module("...")`` call as a module-level import."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(importlib.import_module(self._name), attr)
+
+    def __repr__(self) -> str:
+        return f"<lazy module {self._name}>"
+
+
+def lazy_module(name: str) -> LazyModule:
+    """The module ``name``, imported when one of its attributes is first read (:class:`LazyModule`)."""
+    return LazyModule(name)

@@ -3,8 +3,8 @@
 The flow is model -> rules -> bench -> db -> selector -> flags; the table below is that flow as
 data. Every module of ``autoselect``, ``bench`` and ``db`` is parsed (``ast``, nothing imported) and
 every import of a project module, at module level or inside a function, is judged (a package's
-``_LAZY`` table of re-exports loaded on first use, :mod:`autoselect.lazy`, counts as module-level
-imports of its submodules):
+``_LAZY`` table of re-exports loaded on first use, and a ``lazy_module("...")`` of :mod:`autoselect.lazy`,
+count as module-level imports):
 
 * :data:`MAY_IMPORT`: a component imports only the components its row names (``db`` nothing above
   autoselect's vocabulary; ``bench`` never the selector, tune, fleet, report or cli; nothing but
@@ -161,6 +161,13 @@ class _Imports(ast.NodeVisitor):
             for key in node.value.keys:
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
                     self.found.append((key.lineno, f"{self.package}.{key.value}", False))
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        """``lazy_module("pkg.mod")`` (:func:`autoselect.lazy.lazy_module`) at module level: a module-level import."""
+        if (not self.depth and isinstance(node.func, ast.Name) and node.func.id == "lazy_module" and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            self.found.append((node.lineno, node.args[0].value, False))
         self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
@@ -344,6 +351,16 @@ def test_the_checker_reads_a_table_of_lazy_re_exports_as_module_level_imports(tr
     assert imports_of(planted)["db.planted"] == [(1, "autoselect.lazy", False), (3, "db.queries", False)]
     assert imports_of(planted)["db.lazy_up"] == [(1, "db.lazy_up.selector", False)]
     assert "db/lazy_up/selector.py:1: db must not import selector (autoselect.selector)" in violations(planted)
+
+
+def test_the_checker_reads_a_lazy_module_as_a_module_level_import(tree):
+    choose = {name for _, name, lazy in imports_of(tree)["autoselect.launch.choose"] if not lazy}
+    assert {"autoselect.launch.local", "autoselect.launch.service"} <= choose
+    planted = dict(tree)
+    planted["db.planted"] = ("db/planted.py", 'from autoselect.lazy import lazy_module\n\n'
+                             '_selector = lazy_module("autoselect.selector")\n')
+    assert imports_of(planted)["db.planted"] == [(1, "autoselect.lazy", False), (3, "autoselect.selector", False)]
+    assert "db/planted.py:3: db must not import selector (autoselect.selector)" in violations(planted)
 
 
 #: Module names several packages use, each for the same role in its own package: its mistakes,

@@ -72,5 +72,5 @@ def launch_cmd(command, dry_run, decision_json, **kw):
     from autoselect.launch import LaunchOptions, check_decision_path, plan_launch, run_plan
 
     check_decision_path(decision_json)
-    plan = plan_launch(list(command), LaunchOptions(**kw))
+    plan = plan_launch(list(command), LaunchOptions(dry_run=dry_run, **kw))
     raise SystemExit(run_plan(plan, dry_run=dry_run, decision_json=decision_json))

@@ -3,35 +3,29 @@
 The decision, in order (every refusal is a :class:`autoselect.errors.UserError`: one ``Error:``
 line, exit status 2, nothing written, nothing started):
 
-1. Read the line (:mod:`autoselect.launch.line`); the platform it runs on here
-   (:mod:`autoselect.launch.platform`); the vLLM that will serve it (``--vllm-version``, else the
-   release its image tag names, else the line's own Python's vllm, else as every command resolves
-   it: :func:`autoselect.bridge.target_version`, which also says when that release is newer than
-   every release the rules know); the backend the line itself names, by that
-   release's rules (:func:`autoselect.rules.effective_backend`: ``--all2all-backend``,
-   ``VLLM_ALL2ALL_BACKEND``, ``--config``).
-2. A ``--moe-backend`` that dispatches and combines itself (vLLM 0.32+'s FlashInfer MoE-EP
-   megakernels, :data:`autoselect.rules.MOE_BACKENDS`): vLLM binds ``passthrough`` where the
-   backend is its default or ``allgather_reducescatter`` and refuses any other at start-up, so
-   such a backend is refused and the line otherwise started unchanged: no all2all backend runs.
-3. No all2all group (no ``--enable-expert-parallel``, ``-dp 1``, a dense model): the line is
-   started unchanged.
-4. A backend the line names is judged by the one legality source,
-   :func:`autoselect.candidates.candidate_backends`, with what ``check`` judges it on (model, GPU
-   arch, EP size, release, token budget, environment, EPLB redundant experts; ``--enable-dbo``'s
-   backends; on vLLM's CPU platform, the platform's row): illegal is refused, legal is kept unless
-   ``--override``. The host's packages and NVLinks are not a reason to refuse the user's own
-   choice (check does not judge them either): vLLM fails loudly at start-up there.
-5. Otherwise the pick: on the CPU platform the one backend its communicator builds; on GPUs the
+1. Read the line (:mod:`autoselect.launch.line`): a vLLM server behind the programs launch knows
+   (:func:`autoselect.vllm_flags.start_problem`, the one rule of what launch starts), its
+   ``--config`` readable; the platform it runs on here (:mod:`autoselect.launch.platform`).
+2. Judge it with ``check``'s own judge (:func:`autoselect.check.judge_line`): the release (its
+   ``--vllm-version``, image tag, the line's own Python, else as every command resolves it), the
+   backend it runs, every finding, on the GPU arch it runs on (``--gpu-arch``, the local GPUs, a
+   host class's; vLLM's CPU platform has none). Any error finding refuses the line, worded as
+   check words it; ``--override`` lets a pick replace a line's backend first, and the line the
+   pick makes is judged again. Every warning finding is a ``Warning:`` line.
+3. No all2all group (no ``--enable-expert-parallel``, ``-dp 1``, a dense model), or a
+   ``--moe-backend`` that dispatches and combines itself (vLLM binds ``passthrough``): the line is
+   started unchanged. A backend the line names is kept (the user's word wins) unless ``--override``.
+4. Otherwise the pick: on the CPU platform the one backend its communicator builds; on GPUs the
    selector's answer, from ``--server`` (the fleet's ``autoselect serve``) or, when it cannot
    answer, the local database, else the reference, else none (:mod:`autoselect.launch.service`,
-   :mod:`autoselect.launch.local`). The database is read once, and a host class's arch is taken
-   from the answer rather than looked up before it; on a GPU node the platform probe's fingerprint
-   is the machine the selector answers for (NVML is walked once).
-   An answer with confidence ``none`` keeps vLLM's default and names the ``autoselect bench``
-   command that would settle it (``--require-evidence``: an error). A service's pick is judged
-   again here before it is used.
-6. The pick goes into the line the way the release reads it
+   :mod:`autoselect.launch.local`). An answer is untrusted input: its flags and variables pass
+   :mod:`autoselect.vllm_flags.trusted`'s allow-list, and the line it makes is judged as in 2, on
+   the arch ``--gpu-arch`` or this machine names (a service's own claim never decides): a pick
+   that line refuses is not used. The database is read once; on a GPU node the platform probe's
+   fingerprint is the machine the selector answers for (NVML is walked once). An answer with
+   confidence ``none`` keeps vLLM's default and names the ``autoselect bench`` command that would
+   settle it (``--require-evidence``: an error).
+5. The pick goes into the line the way the release reads it
    (:func:`autoselect.vllm_flags.backend_setting`), with the answer's flags and tuned variables
    where the line does not set them already (the user's values win).
 """
@@ -44,19 +38,24 @@ import os
 from typing import Any, Callable, Mapping, NamedTuple
 
 from autoselect import rules
-from autoselect.bridge import TargetVersion, target_version
-from autoselect.candidates import Target, candidate_backends, legal_backends, resolve_target
+from autoselect.bridge import TargetVersion
+from autoselect.check import CheckReport, LineContext, judge_line
 from autoselect.errors import UserError
 from autoselect.hardware import HostFingerprint
-import autoselect.launch as package  # its lazy names load the selector / an HTTP client on first use
-from autoselect.launch.pick import RULE, Pick, ServiceUnavailable, pick_of
 from autoselect.launch.line import FinalCommand, LaunchLine, has_option, line_python, read_line, rewrite, unchanged
+from autoselect.launch.pick import RULE, Pick, ServiceUnavailable, answer_host_class, pick_of
 from autoselect.launch.platform import CPU, PlatformChoice, line_platform
-from autoselect.model import GPU_ARCHS, DenseModel, load_profile, normalize_arch
+from autoselect.lazy import lazy_module
+from autoselect.model import GPU_ARCHS, normalize_arch
 from autoselect.rules.selection import default_backend
-from autoselect.rules.serve_options import DBO_ASSERT_SOURCE
-from autoselect.vllm_flags import CONFIG_UNREAD, backend_setting, redacted_env, redacted_words
+from autoselect.redact import redacted_env, redacted_text, redacted_words
+from autoselect.vllm_flags import CONFIG_UNREAD, backend_setting
 from autoselect.workload import ROLE_WORKLOAD, check_role, check_workload_kind
+
+#: The siblings only a pick needs, loaded on first use: the selector's side and the service's HTTP
+#: client (a kept backend or the CPU platform never imports them).
+_local = lazy_module("autoselect.launch.local")
+_service = lazy_module("autoselect.launch.service")
 
 #: What launch did with the line.
 INSERT = "insert"  # the line named no backend: the pick is in it now
@@ -67,6 +66,8 @@ UNCHANGED = "unchanged"  # no all2all group: there is nothing to choose
 ACTIONS = (INSERT, KEEP, OVERRIDE, DEFAULT, UNCHANGED)
 #: Seconds the service may take for the whole exchange before the launcher answers locally.
 DEFAULT_SERVER_TIMEOUT_S = 5.0
+#: The longest a launch waits for the service: it stands between a container's start and vLLM's.
+MAX_SERVER_TIMEOUT_S = 600.0
 #: Version of the --decision-json document.
 SCHEMA_VERSION = 1
 
@@ -79,8 +80,8 @@ class BadLaunchOption(UserError):
     "A launch option that cannot work (a timeout, a token without a service, an unwritable decision path)."
 
 
-class IllegalBackend(UserError):
-    "The backend the line names is illegal for its model, GPUs, EP size or vLLM release."
+class LineRefused(UserError):
+    "check finds an error in the line launch would start: vLLM would not start it, or its backend is illegal."
 
 
 class ConfigUnreadable(UserError):
@@ -108,6 +109,7 @@ class LaunchOptions(NamedTuple):
     token_file: str | os.PathLike | None = None
     server_model: str | None = None
     max_workspace_gib: float | None = None
+    dry_run: bool = False  # run nothing of the line (its Python included): the decision is only printed
 
 
 class LaunchPlan(NamedTuple):
@@ -133,6 +135,8 @@ class LaunchPlan(NamedTuple):
     server_problem: str | None = None  # why the service's answer was not used
     warnings: tuple[str, ...] | list[str] = ()
     vllm_version_warning: str | None = None  # the target release is newer than every release the rules know
+    findings: tuple = ()  # check's findings on the line that runs (autoselect.check.Finding)
+    options: LaunchOptions = LaunchOptions()  # what the plan was asked with (run_plan's output check reads it)
 
     @property
     def text(self) -> str:
@@ -141,7 +145,8 @@ class LaunchPlan(NamedTuple):
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--decision-json`` document (docs/launch.md); secrets of the line (``HF_TOKEN=...``,
-        ``--api-key ...``) read ``<redacted>``."""
+        ``--api-key ...``, URL credentials, secret keys inside JSON flags) read ``<redacted>``
+        (:mod:`autoselect.redact`, in every text it holds)."""
         args = self.line.args
         final = FinalCommand(redacted_env(self.final.env), redacted_words(self.final.argv), self.final.unset)
         return {
@@ -151,7 +156,7 @@ class LaunchPlan(NamedTuple):
             "given": self.given,
             "given_origin": self.given_origin,
             "pick": self.pick.to_dict() if self.pick is not None else None,
-            "reason": self.text,
+            "reason": redacted_text(self.text),
             "model": args.model,
             "world_size": args.world_size,
             "data_parallel_size": args.data_parallel_size,
@@ -174,7 +179,8 @@ class LaunchPlan(NamedTuple):
             "env": final.env,
             "unset": list(final.unset),
             "command_line": final.shell(),
-            "warnings": list(self.warnings),
+            "warnings": [redacted_text(w) for w in self.warnings],
+            "findings": [{**f.to_dict(), "message": redacted_text(f.message)} for f in self.findings],
         }
 
 
@@ -198,87 +204,305 @@ def _check_options(argv: list[str], o: LaunchOptions) -> str | None:
         check_workload_kind(o.workload)
     if o.gpu_arch is not None:
         normalize_arch(o.gpu_arch)
-    if not (o.server_timeout_s > 0 and math.isfinite(o.server_timeout_s)):
-        raise BadLaunchOption(f"--server-timeout {o.server_timeout_s} must be a positive number of seconds")
+    if not (0 < o.server_timeout_s <= MAX_SERVER_TIMEOUT_S and math.isfinite(o.server_timeout_s)):
+        raise BadLaunchOption(f"--server-timeout {o.server_timeout_s:g} must be a number of seconds above 0 and at "
+                              f"most {MAX_SERVER_TIMEOUT_S:g}")
     if o.server is None:
         if o.token_file is not None:
             raise BadLaunchOption("--token-file is the service's token: pass it with --server URL")
         if o.server_model is not None:
             raise BadLaunchOption("--server-model names the model to the service: pass it with --server URL")
         return None
-    package.check_server_url(o.server)
-    return package.read_token_file(o.token_file) if o.token_file is not None else None
+    _service.check_server_url(o.server)
+    return _service.read_token_file(o.token_file) if o.token_file is not None else None
 
 
-def _version(line: LaunchLine, o: LaunchOptions, serving: Mapping[str, str],
-             warnings: list[str]) -> TargetVersion:
-    """The vLLM that will serve the line, where that came from, and its warning when it is newer
-    than the rules' tables (see the module docstring)."""
-    args = line.args
-    if o.vllm_version or args.image_version:
-        image = (args.image_version, args.image) if args.image_version else None
-        return target_version(o.vllm_version, problems=warnings, image=image)
-    return target_version(problems=warnings, python=line_python(line, serving))
+def refusal(report: CheckReport, lead: str = "") -> LineRefused:
+    """The one ``Error:`` line for a line check finds errors in: the first, worded as check words it."""
+    errors = report.errors
+    first = errors[0]
+    where = f" [{first.gpu_arch}]" if first.gpu_arch else ""
+    more = (f"; {len(errors) - 1} more error(s) (`autoselect check` lists every finding)" if len(errors) > 1 else "")
+    return LineRefused(f"{lead}{first.message}{where}{more} (nothing was started)")
 
 
-def _unexpanded(args, name: str) -> str:
-    """Why a value only a shell knows (``$B``, ``${B:-x}``) is refused here, where check leaves it unjudged."""
-    if name not in args.unexpanded:
-        return ""
-    return ("; it is a shell expansion, and launch starts the line's words as they are: no shell expands it "
-            "before vLLM reads it; pass the line as the shell expands it (`autoselect launch -- ... $B` unquoted)")
+def warning_lines(report: CheckReport) -> list[str]:
+    """check's warning findings as launch's ``Warning:`` lines: one per message, its archs said."""
+    archs: dict[str, list[str]] = {}
+    for f in report.warnings:
+        archs.setdefault(f.message, []).extend([f.gpu_arch] if f.gpu_arch else [])
+    return [message + (f" [{', '.join(dict.fromkeys(a))}]" if a else "") for message, a in archs.items()]
 
 
-def _one(archs: tuple) -> str | None:
-    """The arch when there is one (None: the CPU platform, or every known arch)."""
-    return archs[0] if len(archs) == 1 else None
+def _final_command(final: FinalCommand) -> list[str]:
+    """The words of the command that runs, for the judge: ``env -u`` for what it must not inherit,
+    its assignments, its program and arguments."""
+    head = ["env", *(w for name in final.unset for w in ("-u", name))] if final.unset else []
+    return head + [f"{k}={v}" for k, v in final.env.items()] + list(final.argv)
 
 
-def _judged(target: Target, backend: str, archs) -> list[tuple[str | None, Any]]:
-    """``[(arch, verdict)]`` of ``backend`` on each arch (one ``None`` entry on the CPU platform)."""
-    return [(arch, candidate_backends(target._replace(gpu_arch=arch), [backend])[backend])
-            for arch in archs]
+class _Planner:
+    """One launch decision in named steps (:func:`plan_launch` runs them in order): the line, what
+    judged it, and what the plan has gathered so far."""
 
+    def __init__(self, line: LaunchLine, o: LaunchOptions, platform: PlatformChoice, environ: dict, serving: dict,
+                 token: str | None):
+        self.line, self.o, self.platform = line, o, platform
+        self.environ, self.serving, self.token = environ, serving, token
+        self.cpu = platform.name == CPU
+        self.gpu_arch = normalize_arch(o.gpu_arch) if o.gpu_arch else None
+        self.warnings: list[str] = []
+        self.extra: dict[str, Any] = {"server": o.server}  # where the pick came from (LaunchPlan fields)
+        self.deferred = False  # a host class's arch comes with the local answer, not looked up first
+        self.report: CheckReport | None = None  # the user's line, judged
+        self.given: str | None = None  # the backend the line names
 
-def _refusal(backend: str, judged, target: Target, version: str) -> str | None:
-    """Why ``backend`` may not run (every arch it is illegal on), or None."""
-    problems = []
-    for arch, verdict in judged:
-        if verdict is None:
-            return (f"--all2all-backend {backend!r} is not a backend vLLM knows; vLLM {version} accepts: "
-                    f"{', '.join(rules.parser_choices(version)) or 'none (it has no --all2all-backend)'}")
-        if not verdict.ok:
-            where = f" on {arch}" if arch else ""
-            problems.append(f"{'; '.join(verdict.reasons)}{where}")
-    if not problems:
-        return None
-    archs = [arch for arch, _ in judged]  # what is legal, judged where the refusal was
-    legal = legal_backends(target._replace(gpu_arch=archs[0]) if len(archs) == 1 else target)
-    tail = f"; legal here: {', '.join(legal)}" if legal else ""
-    return f"{backend} cannot run {target.profile.model} here: {' / '.join(dict.fromkeys(problems))}{tail}"
+    # ---- judging: check's judge on the line, on the archs it runs on ----------------------------
 
+    def judge(self, words, archs: tuple[tuple, str]) -> CheckReport:
+        """``check``'s judge on ``words`` (the user's line or the one a pick makes)."""
+        first = self.report is None
+        o, args = self.o, self.line.args
+        python = (line_python(self.line, self.serving) if first and not (o.vllm_version or args.image_version)
+                  else None)
+        target = None if first else (self.report.vllm_version, self.report.vllm_version_source)
+        context = LineContext(archs[0], archs[1], vllm_version=o.vllm_version, environ=self.environ, role=o.role,
+                              platform=CPU if self.cpu else None, python=python, literal=True, run_python=not o.dry_run,
+                              target=None if target is None else TargetVersion(*target))
+        return judge_line(words, context)
 
-def _moe_backend_binding(args, effective: rules.EffectiveBackend, version: str):
-    """What ``version`` does with the line's backend next to a ``--moe-backend`` that dispatches and
-    combines itself (binds ``passthrough``, or refuses to start), as check judges it; None when the
-    line names no such ``--moe-backend`` (the table is read only when it names one)."""
-    if not args.moe_backend:
-        return None
-    return rules.moe_backend_binding(args.moe_backend, rules.acted_on(effective.backend, version), version)
+    @functools.cached_property
+    def class_archs(self) -> tuple[tuple, str]:
+        """The archs of ``--host-class``: its reference system's, or the local database's newest machine's
+        (every known arch where neither says)."""
+        host_class = self.o.host_class
+        arch = _local.class_arch(host_class, _local.database_state(self.o.db_path))
+        return ((arch,), f"host class {host_class}") if arch else (GPU_ARCHS, f"host class {host_class} (arch unknown "
+                                                                              f"here: every arch)")
 
+    def line_archs(self) -> tuple[tuple, str]:
+        """The archs the user's line is judged on: none on vLLM's CPU platform; ``--gpu-arch``; a host
+        class's (looked up only for a backend the line names: a pick brings its class's arch); the
+        local GPUs'; else every known arch."""
+        if self.cpu:
+            return (None,), "vLLM's CPU platform"
+        if self.gpu_arch:
+            return (self.gpu_arch,), "--gpu-arch"
+        if self.o.host_class:
+            if self.line.args.all2all_backend is not None or rules.VARIABLE in self.serving:
+                return self.class_archs
+            self.deferred = True
+            return GPU_ARCHS, f"host class {self.o.host_class} (its arch comes with the answer)"
+        host = self.platform.host
+        if host is not None and host.gpu_arch:
+            return (normalize_arch(host.gpu_arch),), "local GPUs"
+        return GPU_ARCHS, "no GPU arch known: every arch"
 
-def _dbo_refusal(line: LaunchLine, backend: str, version: str, platform: str) -> str | None:
-    """Why ``--enable-dbo`` cannot run with ``backend`` (vLLM asserts at start-up), or None."""
-    args = line.args
-    if not args.enable_dbo or platform == CPU or not rules.SERVE_OPTIONS["--enable-dbo"].accepted_by(version):
-        return None
-    supported = rules.dbo_backends(version)
-    # passthrough (a --moe-backend's binding) is no flag value: it is judged as vLLM names it
-    if (rules.resolve(backend) if backend in rules.ALL_FLAG_VALUES else backend) in supported:
-        return None
-    return (f"the line enables --enable-dbo, which vLLM {version} runs only with {', '.join(supported)}; with "
-            f"{backend} it fails an assertion at start-up ({DBO_ASSERT_SOURCE}): name one of them "
-            f"with --all2all-backend, or drop --enable-dbo")
+    def pick_archs(self, pick: Pick, local: bool) -> tuple[tuple, str]:
+        """The archs a pick's line is judged on: the user's line's, unless a host class's arch was left to
+        the answer; then a local answer's own (this machine's selector read the class), never a
+        service's claim (its class is looked up here, else every arch)."""
+        if not self.deferred:
+            return tuple(self.report.gpu_archs), self.report.gpu_arch_source
+        arch = (pick.answer or {}).get("gpu_arch") if local else None
+        if isinstance(arch, str) and arch in GPU_ARCHS:
+            return (arch,), f"host class {self.o.host_class}"
+        return self.class_archs
+
+    # ---- the decision ----------------------------------------------------------------------------
+
+    def plan(self) -> LaunchPlan:
+        """Judge the line, then start it unchanged, keep its backend, or put the pick in."""
+        self.report = report = self.judge(self.line.command, self.line_archs())
+        self.warnings += report.version_problems
+        effective = report.effective
+        self.given = effective.backend if effective.origin != rules.ORIGIN_DEFAULT else None
+        if report.errors and not (self.o.override and self.given is not None):
+            raise refusal(report)
+        args = report.args
+        if not args.uses_all2all:
+            why = ("no --enable-expert-parallel" if not args.enable_expert_parallel
+                   else f"--data-parallel-size {args.data_parallel_size}")
+            return self.done(UNCHANGED, report.backend, f"line unchanged: {why}, so vLLM builds no all2all group "
+                                                        f"and no backend matters (EP needs -ep and -dp > 1)", report)
+        binding = report.moe_binding
+        if binding is not None:  # vLLM binds passthrough: no all2all backend runs, none to choose or insert
+            return self.done(UNCHANGED, binding.backend,
+                             f"line unchanged: --moe-backend {binding.row.moe_backend} dispatches and combines "
+                             f"itself, so vLLM {report.vllm_version} binds all2all_backend={binding.backend} and runs "
+                             f"no all2all backend ({binding.row.source})", report)
+        if report.profile is None:
+            dense = next(f.message for f in report.findings if f.code == "dense-model")
+            return self.done(UNCHANGED, effective.backend, f"line unchanged: {dense}", report)
+        if self.given is not None and not self.o.override:
+            where = "vLLM's CPU platform" if self.cpu else " and ".join(report.gpu_archs)
+            return self.done(KEEP, self.given, f"the line's {_how(self.given, effective.origin)} kept (legal for "
+                                               f"{args.model} on {where} at EP {args.world_size}, vLLM "
+                                               f"{report.vllm_version}); --override lets autoselect choose", report)
+        return self.choose()
+
+    def choose(self) -> LaunchPlan:
+        """The pick from the platform's rule, the service or this machine; its line if check accepts it."""
+        report, o = self.report, self.o
+        if self.cpu:
+            return self.cpu_rule()
+        version = report.vllm_version
+        if not rules.version_in(version, rules.FLAG_SINCE, None):
+            return self.without_pick(None, f"vLLM {version} predates --all2all-backend ({rules.FLAG_SINCE}), and "
+                                           f"autoselect picks for releases that have it")
+        if o.server is not None:
+            try:
+                pick = self.service_pick()
+            except ServiceUnavailable as e:
+                self.extra["server_problem"] = str(e)
+            else:
+                planned, why = self.with_pick(pick, local=False)
+                if planned is not None:
+                    return planned
+                self.extra["server_problem"] = f"its pick is illegal here: {why}"
+        pick, no_pick = self.local_pick()
+        if pick is not None and pick.confidence != "none":
+            planned, why = self.with_pick(pick, local=True)
+            if planned is not None:
+                return planned
+            pick, no_pick = None, f"the selector's pick is illegal for this line: {why}"
+        return self.without_pick(pick, no_pick)
+
+    def cpu_rule(self) -> LaunchPlan:
+        """vLLM's CPU platform: the one backend its communicator builds, no selector, no database."""
+        report = self.report
+        legal = [b for b in sorted(rules.PLATFORMS[CPU].backends)
+                 if rules.legal(b, report.profile, None, report.args.world_size, report.vllm_version,
+                                redundant_experts=report.redundant_experts, platform=CPU).ok]
+        if not legal:
+            raise LineRefused(f"no all2all backend runs {report.args.model} on vLLM's CPU platform at EP "
+                              f"{report.args.world_size} (nothing was started)")
+        pick = Pick(legal[0], None, RULE, f"the only all2all manager vLLM's CPU platform builds "
+                                          f"({self.platform.why}); no database read")
+        planned, why = self.with_pick(pick, local=True)
+        if planned is None:
+            raise LineRefused(f"{why} (nothing was started)")
+        return planned
+
+    def service_pick(self) -> Pick:
+        """The service's pick (:class:`ServiceUnavailable` when it cannot be used)."""
+        o, args = self.o, self.line.args
+        model = o.server_model or (os.path.basename(os.path.normpath(args.model)) if os.path.isdir(args.model)
+                                   else args.model)
+        host_class = o.host_class or (self.platform.host.host_class if self.platform.host is not None else None)
+        params = {"model": model, **self.query(), "host_class": host_class}
+        answer = _service.ask_service(o.server, params, token=self.token, timeout_s=o.server_timeout_s)
+        pick = pick_of(answer, "", version=self.report.vllm_version, deployment=self.deployment())
+        return pick._replace(source=f"the service {o.server} ({answer_host_class(answer) or 'its data'})")
+
+    def local_pick(self) -> tuple[Pick | None, str | None]:
+        """This machine's pick: the database read-only, else the reference (``None`` and why: none)."""
+        o, report = self.o, self.report
+        local = _local.local_answer(report.args.model, o.db_path, profile=report.profile,
+                                    this_host=self.platform.host if o.host_class is None else None,
+                                    host_class=o.host_class, **self.query())
+        db, answer = local.database, local.answer
+        self.extra["database"] = db.text
+        if answer is None:
+            return None, f"host class {o.host_class} is unknown without a database ({db.text}): {local.unknown}"
+        try:
+            pick = pick_of(answer, _local.local_source(answer, db), version=report.vllm_version,
+                           deployment=self.deployment())
+        except ServiceUnavailable as e:  # a tuned row of the database outside the allow-list
+            return None, f"this machine's answer is not used: {e}"
+        self.extra["host_class"] = answer_host_class(answer) or o.host_class
+        return pick, None
+
+    def deployment(self) -> dict[str, int]:
+        args = self.line.args
+        return {"tensor_parallel_size": args.tensor_parallel_size, "data_parallel_size": args.data_parallel_size}
+
+    def query(self) -> dict[str, Any]:
+        """What the selector is asked besides the model and host class: the line's deployment."""
+        args, o = self.line.args, self.o
+        workload = o.workload or ROLE_WORKLOAD.get(self.report.role or "both", "mixed")
+        return dict(dp=args.data_parallel_size, tp=args.tensor_parallel_size, gpu_arch=o.gpu_arch,
+                    vllm_version=self.report.vllm_version, workload=workload,
+                    concurrency=args.max_num_seqs * args.data_parallel_size if args.max_num_seqs else None,
+                    max_num_batched_tokens=args.max_num_batched_tokens, max_workspace_gib=o.max_workspace_gib)
+
+    def with_pick(self, pick: Pick, *, local: bool) -> tuple[LaunchPlan | None, str]:
+        """The plan that starts the line the pick makes, when check finds no error in it (else None and why)."""
+        report, given = self.report, self.given
+        try:
+            setting = backend_setting(pick.backend, report.vllm_version, self.serving)
+        except rules.BackendUnknownToVersion as e:  # a release before the flag without a variable value for it
+            return None, str(e)
+        notes: list[str] = []
+        flags, env = _answer_extras(self.line, pick, self.serving, notes)
+        final = rewrite(self.line, setting, flags, env)
+        judged = self.judge(_final_command(final), self.pick_archs(pick, local))
+        if judged.errors:
+            return None, refusal(judged).args[0].removesuffix(" (nothing was started)")
+        self.warnings += notes
+        args = report.args
+        subject = (f"{_setting_words(setting)} replaces the line's {_how(given, report.effective.origin)} "
+                   f"(--override)" if given else f"{_setting_words(setting)} inserted")
+        unused = self.unused()
+        if pick.confidence is None:  # a platform rule, not the selector's call
+            why = f"{subject}: {pick.source}"
+        elif pick.evidence == RULE:  # the selector's only legal candidate
+            why = (f"{subject} for {args.model} at EP {args.world_size} on vLLM {report.vllm_version}: the only "
+                   f"backend the rules allow here (nothing to compare), confidence {pick.confidence}; "
+                   f"{pick.source}{unused}")
+        else:
+            why = (f"{subject} for {args.model} at EP {args.world_size} on vLLM {report.vllm_version}: "
+                   f"{pick.evidence} evidence, confidence {pick.confidence}, from {pick.source}{unused}")
+        return self.done(OVERRIDE if given else INSERT, pick.backend, why, judged, final=final, pick=pick), ""
+
+    def unused(self) -> str:
+        problem = self.extra.get("server_problem")
+        return f" (the service {self.o.server} was not used: {problem})" if problem else ""
+
+    def without_pick(self, pick: Pick | None, no_pick: str | None) -> LaunchPlan:
+        """No usable pick: the line's own backend (``--override`` found nothing), else vLLM's default."""
+        report, given = self.report, self.given
+        if pick is None:
+            why, bench = no_pick or "no pick", None
+        else:
+            why = (f"no evidence: {pick.reasons[0] if pick.reasons else 'nothing measured or published'} "
+                   f"({pick.source})")
+            bench = pick.bench_command
+        why += self.unused()
+        if given is not None and report.errors:
+            raise refusal(report, f"--override found nothing to replace the line's backend with ({why}): ")
+        if self.o.require_evidence:
+            raise NoEvidence(f"--require-evidence: {why}" + (f"; settle it with: {bench}" if bench else "")
+                             + " (nothing was started)")
+        settle = f"; to settle it: {bench}" if bench else ""
+        if given is not None:
+            return self.done(KEEP, given, f"the line's {_how(given, report.effective.origin)} kept: --override has "
+                                          f"nothing to replace it with ({why}){settle}", report, pick=pick)
+        if self.deferred:  # what runs is the line as it stands: judged on the class's own arch
+            judged = self.judge(self.line.command, self.class_archs)
+            if judged.errors:
+                raise refusal(judged, "the line runs vLLM's default, and ")
+            report = self.report = judged
+        default = default_backend(report.vllm_version)
+        return self.done(DEFAULT, default, f"vLLM's default ({default}) kept, nothing inserted: {why}{settle}", report,
+                         pick=pick)
+
+    def done(self, action: str, backend: str | None, why: str, judged: CheckReport, *, final: FinalCommand | None = None,
+             pick: Pick | None = None) -> LaunchPlan:
+        """The plan: what runs, why, and check's warnings on the line that runs."""
+        report, o = self.report, self.o
+        archs = [a for a in judged.gpu_archs if a]
+        warnings = [*self.warnings, *warning_lines(judged)]
+        return LaunchPlan(action=action, backend=backend, given=self.given, given_origin=report.effective.origin,
+                          pick=pick, why=why, line=self.line, final=final or unchanged(self.line),
+                          platform=self.platform, vllm_version=report.vllm_version,
+                          vllm_version_source=report.vllm_version_source, gpu_arch=archs[0] if len(archs) == 1 else None,
+                          host_class=self.extra.get("host_class") or o.host_class,
+                          workload=o.workload or ROLE_WORKLOAD.get(report.role or "both", "mixed"), role=report.role,
+                          database=self.extra.get("database"), server=o.server,
+                          server_problem=self.extra.get("server_problem"), warnings=list(dict.fromkeys(warnings)),
+                          vllm_version_warning=report.vllm_version_warning, findings=tuple(judged.findings),
+                          options=o)
 
 
 def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,  # noqa: B008 (immutable NamedTuple)
@@ -291,228 +515,21 @@ def plan_launch(argv: list[str], options: LaunchOptions = LaunchOptions(), *,  #
     :param environ: the environment the line starts in (default ``os.environ``).
     :param probe: this machine's fingerprint, for the platform and the local GPUs (default
         :func:`autoselect.launch.platform.local_host`: NVML's where an NVIDIA driver is loaded).
-    :raises UserError: bad input, an illegal backend, no evidence under ``--require-evidence``.
+    :raises UserError: bad input, a line check finds an error in, no evidence under ``--require-evidence``.
     """
     environ = dict(os.environ if environ is None else environ)
     token = _check_options(list(argv), options)
     line = read_line(list(argv))
-    args = line.args
-    unread = [m for _, code, m in args.notes if code == CONFIG_UNREAD]
+    unread = [m for _, code, m in line.args.notes if code == CONFIG_UNREAD]
     if unread:
         raise ConfigUnreadable(f"{unread[0]}; vLLM could not start the line either")
-    serving = args.serving_environ(environ)
+    serving = line.args.serving_environ(environ)
     platform = line_platform(serving, gpu_arch=options.gpu_arch, host_class=options.host_class, probe=probe)
-    warnings: list[str] = []
-    if token is not None and package.plain_http_beyond_loopback(options.server):
-        warnings.append(f"the bearer token goes to {options.server} in clear text (plain http beyond this machine); "
-                        f"put a TLS proxy in front of the service and pass its https:// URL")
-    resolved = _version(line, options, serving, warnings)
-    version, version_source = resolved
-    effective = rules.effective_backend(version, args.all2all_backend, serving.get(rules.VARIABLE))
-    if effective.variable_refused:
-        raise IllegalBackend(f"{rules.VARIABLE}={effective.variable}: {effective.variable_refused}"
-                             f"{_unexpanded(args, rules.VARIABLE)} (nothing was started)")
-    if args.all2all_backend and not effective.era.flag:
-        raise IllegalBackend(f"vLLM {version} has no --all2all-backend (it arrived in {rules.FLAG_SINCE}): vllm serve "
-                             f"would exit with 'unrecognized arguments'; set {rules.VARIABLE}={args.all2all_backend} "
-                             f"instead, or pass the vLLM that will run with --vllm-version (nothing was started)")
-    given = effective.backend if effective.origin != rules.ORIGIN_DEFAULT else None
-    if given is not None and effective.origin == rules.ORIGIN_FLAG and not rules.value_known_to(given, version):
-        choices = ", ".join(rules.parser_choices(version))
-        raise IllegalBackend(f"vLLM {version} does not accept --all2all-backend {given}: vllm serve would exit with "
-                             f"'invalid choice'; it accepts: {choices}{_unexpanded(args, '--all2all-backend')} "
-                             f"(nothing was started)")
-    role = options.role or args.role
-    workload = options.workload or ROLE_WORKLOAD.get(role or "both", "mixed")
-    gpu_arch = normalize_arch(options.gpu_arch) if options.gpu_arch else None
-    plan = dict(line=line, platform=platform, vllm_version=version, vllm_version_source=version_source,
-                vllm_version_warning=resolved.warning, gpu_arch=gpu_arch, host_class=options.host_class,
-                workload=workload, role=role, given=given, given_origin=effective.origin, warnings=warnings,
-                server=options.server)
-
-    def done(action, backend, why, final=None, pick=None, **extra):
-        runs = backend or default_backend(version)
-        refusal = _dbo_refusal(line, runs, version, platform.name)
-        if refusal:  # vLLM asserts at start-up, whatever else the line says
-            raise IllegalBackend(f"{refusal} (nothing was started)")
-        plan.update(extra)
-        plan["warnings"] = list(dict.fromkeys(plan["warnings"]))
-        return LaunchPlan(action=action, backend=backend, pick=pick, why=why, final=final or unchanged(line), **plan)
-
-    binding = _moe_backend_binding(args, effective, version)
-    if binding is not None and binding.refused:
-        raise IllegalBackend(f"{binding.refused}: drop {_how(given or effective.backend, effective.origin)} "
-                             f"(nothing was started)")
-    if not args.uses_all2all:
-        why = ("no --enable-expert-parallel" if not args.enable_expert_parallel
-               else f"--data-parallel-size {args.data_parallel_size}")
-        return done(UNCHANGED, binding.backend if binding else effective.backend, f"line unchanged: {why}, so vLLM builds no all2all group and no "
-                                                  f"backend matters (EP needs -ep and -dp > 1)")
-    if binding is not None:  # vLLM binds passthrough: no all2all backend runs, none to choose or insert
-        return done(UNCHANGED, binding.backend,
-                    f"line unchanged: --moe-backend {binding.row.moe_backend} dispatches and combines itself, so vLLM "
-                    f"{version} binds all2all_backend={binding.backend} and runs no all2all backend "
-                    f"({binding.row.source})")
-    try:
-        profile = load_profile(args.model)
-    except DenseModel as e:
-        return done(UNCHANGED, effective.backend, f"line unchanged: {e}")
-    cpu = platform.name == CPU
-
-    @functools.cache
-    def archs() -> tuple:
-        """The GPU archs the line runs on (one ``None`` on the CPU platform; every known arch where
-        nothing says which). A host class's is looked up only when no answer brings it."""
-        if cpu:
-            return (None,)
-        if gpu_arch:
-            return (gpu_arch,)
-        if options.host_class:
-            arch = package.class_arch(options.host_class, package.database_state(options.db_path))
-            return (arch,) if arch else GPU_ARCHS
-        return (normalize_arch(platform.host.gpu_arch),) if platform.host and platform.host.gpu_arch else GPU_ARCHS
-
-    # A pick's answer names the arch of its host class (the newest machine's, which class_arch would
-    # read): on the pick path the class's arch is not looked up first, the pick is judged on the answer's.
-    deferred = options.host_class is not None and not (cpu or gpu_arch)
-    plan["gpu_arch"] = None if deferred else _one(archs())
-    target = resolve_target(profile, world_size=args.world_size, gpu_arch=plan["gpu_arch"], vllm_version=version,
-                            vllm_version_source=version_source, max_num_batched_tokens=args.max_num_batched_tokens,
-                            environ=serving, tensor_parallel_size=args.tensor_parallel_size,
-                            redundant_experts=args.redundant_experts, platform=CPU if cpu else None,
-                            require_flag=False)
-    refusal = None
-    if given is not None:
-        plan["gpu_arch"] = _one(archs())
-        refusal = _refusal(given, _judged(target, given, archs()), target, version) or \
-            _dbo_refusal(line, given, version, platform.name)
-        if refusal and not options.override:
-            raise IllegalBackend(refusal + " (nothing was started)")
-        if not options.override:
-            where = "vLLM's CPU platform" if cpu else (plan["gpu_arch"] or "sm90 and sm100")
-            return done(KEEP, given, f"the line's {_how(given, effective.origin)} kept (legal for {profile.model} on "
-                                     f"{where} at EP {args.world_size}, vLLM {version}); --override lets autoselect "
-                                     f"choose")
-
-    pick, extra = _pick(line, options, target, platform, version, workload, token, archs)
-    no_pick = extra.pop("no_pick", None)
-    plan.update(extra)
-    if pick is not None and pick.confidence not in (None, "none"):
-        # The selector weighs neither the line's environment nor its EPLB experts: its pick is judged
-        # again for this very line, and one the rules refuse here is not used.
-        judged_on = _answer_archs(pick, archs)
-        if deferred and plan["gpu_arch"] is None:
-            plan["gpu_arch"] = _one(judged_on)
-        illegal = _refusal(pick.backend, _judged(target, pick.backend, judged_on), target, version)
-        if illegal:
-            pick, no_pick = None, f"the selector's pick is illegal for this line: {illegal}"
-    unused = (f" (the service {options.server} was not used: {plan['server_problem']})"
-              if plan.get("server_problem") else "")
-    if pick is None or pick.confidence == "none":
-        if pick is None:
-            why, bench = no_pick, None
-        else:
-            why = (f"no evidence: {pick.reasons[0] if pick.reasons else 'nothing measured or published'} "
-                   f"({pick.source})")
-            bench = pick.bench_command
-        why += unused
-        if refusal:
-            raise IllegalBackend(f"{refusal}; --override found nothing to replace it with ({why}) (nothing was "
-                                 f"started)")
-        if options.require_evidence:
-            raise NoEvidence(f"--require-evidence: {why}" + (f"; settle it with: {bench}" if bench else "")
-                             + " (nothing was started)")
-        settle = f"; to settle it: {bench}" if bench else ""
-        if given is not None:
-            return done(KEEP, given, f"the line's {_how(given, effective.origin)} kept: --override has nothing to "
-                                     f"replace it with ({why}){settle}", pick=pick)
-        default = default_backend(version)
-        plan["gpu_arch"] = plan["gpu_arch"] or _one(archs())
-        illegal = _refusal(default, _judged(target, default, archs()), target, version)
-        if illegal:  # what the line runs as it stands is illegal too
-            raise IllegalBackend(f"the line runs vLLM's default, and {illegal}; nothing better is known ({why}) "
-                                 f"(nothing was started)")
-        return done(DEFAULT, default, f"vLLM's default ({default}) kept, nothing inserted: {why}{settle}", pick=pick)
-    try:
-        setting = backend_setting(pick.backend, version, serving)
-    except rules.BackendUnknownToVersion as e:  # a release before the flag without a variable value for it
-        if given is not None:
-            return done(KEEP, given, f"the line's {_how(given, effective.origin)} kept: {e}", pick=pick)
-        default = default_backend(version)
-        return done(DEFAULT, default, f"vLLM's default ({default}) kept, nothing inserted: {e}", pick=pick)
-    flags, env = _answer_extras(line, pick, serving, plan["warnings"])
-    final = rewrite(line, setting, flags, env)
-    subject = (f"{_setting_words(setting)} replaces the line's {_how(given, effective.origin)} (--override)" if given
-               else f"{_setting_words(setting)} inserted")
-    if pick.confidence is None:  # a platform rule, not the selector's call
-        why = f"{subject}: {pick.source}"
-    elif pick.evidence == RULE:  # the selector's only legal candidate
-        why = (f"{subject} for {profile.model} at EP {args.world_size} on vLLM {version}: the only backend the rules "
-               f"allow here (nothing to compare), confidence {pick.confidence}; {pick.source}{unused}")
-    else:
-        why = (f"{subject} for {profile.model} at EP {args.world_size} on vLLM {version}: {pick.evidence} evidence, "
-               f"confidence {pick.confidence}, from {pick.source}{unused}")
-    return done(OVERRIDE if given else INSERT, pick.backend, why, final=final, pick=pick)
-
-
-def _pick(line: LaunchLine, o: LaunchOptions, target: Target, platform: PlatformChoice, version: str,
-          workload: str, token: str | None, archs: Callable[[], tuple]) -> tuple[Pick | None, dict]:
-    """The pick and what the plan records about where it came from (``no_pick``: why there is none).
-
-    ``archs`` is read on first call (``plan_launch``'s): the GPU archs the line runs on."""
-    if platform.name == CPU:
-        legal = legal_backends(target, sorted(rules.PLATFORMS[CPU].backends))
-        if not legal:
-            raise IllegalBackend(f"no all2all backend runs {target.profile.model} on vLLM's CPU platform at EP "
-                                 f"{target.world_size} (nothing was started)")
-        return Pick(legal[0], None, RULE, f"the only all2all manager vLLM's CPU platform builds ({platform.why}); "
-                                          f"no database read"), {}
-    if not rules.version_in(version, rules.FLAG_SINCE, None):
-        return None, {"no_pick": f"vLLM {version} predates --all2all-backend ({rules.FLAG_SINCE}), and autoselect "
-                                 f"picks for releases that have it"}
-    args = line.args
-    kw = dict(dp=args.data_parallel_size, tp=args.tensor_parallel_size, host_class=o.host_class,
-              gpu_arch=o.gpu_arch, vllm_version=version, workload=workload,
-              concurrency=args.max_num_seqs * args.data_parallel_size if args.max_num_seqs else None,
-              max_num_batched_tokens=args.max_num_batched_tokens, max_workspace_gib=o.max_workspace_gib)
-    extra: dict[str, Any] = {}
-    if o.server is not None:
-        try:
-            return _service_pick(line, o, platform, kw, token, target, archs), {"database": None}
-        except ServiceUnavailable as e:
-            extra["server_problem"] = str(e)
-    local = package.local_answer(args.model, o.db_path, profile=target.profile,
-                                 this_host=platform.host if o.host_class is None else None, **kw)
-    db, answer = local.database, local.answer
-    extra["database"] = db.text
-    if answer is None:
-        return None, {**extra, "no_pick": f"host class {o.host_class} is unknown without a database ({db.text}): "
-                                          f"{local.unknown}"}
-    pick = pick_of(answer, package.local_source(answer, db))
-    return pick, {**extra, "gpu_arch": answer.get("gpu_arch"),
-                  "host_class": (answer.get("data_used") or {}).get("host_class") or o.host_class}
-
-
-def _answer_archs(pick: Pick, archs: Callable[[], tuple]) -> tuple:
-    """The archs a pick is judged on: the answer's own GPU arch, else the line's."""
-    arch = (pick.answer or {}).get("gpu_arch")
-    return (arch,) if arch else tuple(archs())
-
-
-def _service_pick(line: LaunchLine, o: LaunchOptions, platform: PlatformChoice, kw: dict, token: str | None,
-                  target: Target, archs: Callable[[], tuple]) -> Pick:
-    """The service's pick, judged again here (:class:`ServiceUnavailable` when it cannot be used)."""
-    model = o.server_model or (os.path.basename(os.path.normpath(line.args.model))
-                               if os.path.isdir(line.args.model) else line.args.model)
-    host_class = o.host_class or (platform.host.host_class if platform.host is not None else None)
-    params = {"model": model, **{k: v for k, v in kw.items() if k != "host_class"}, "host_class": host_class}
-    answer = package.ask_service(o.server, params, token=token, timeout_s=o.server_timeout_s)
-    pick = pick_of(answer, f"the service {o.server} ({(answer.get('data_used') or {}).get('host_class') or 'its data'})")
-    refusal = _refusal(pick.backend, _judged(target, pick.backend, _answer_archs(pick, archs)), target,
-                       target.vllm_version)
-    if refusal:
-        raise ServiceUnavailable(f"its pick is illegal here: {refusal}")
-    return pick
+    planner = _Planner(line, options, platform, environ, serving, token)
+    if token is not None and _service.plain_http_beyond_loopback(options.server):
+        planner.warnings.append(f"the bearer token goes to {options.server} in clear text (plain http beyond this "
+                                f"machine); put a TLS proxy in front of the service and pass its https:// URL")
+    return planner.plan()
 
 
 def _answer_extras(line: LaunchLine, pick: Pick, serving: Mapping[str, str],

@@ -23,11 +23,15 @@ from typing import Mapping, NamedTuple
 
 from autoselect.errors import UserError
 from autoselect.vllm_flags import (BackendSetting, Command, ServeArgs, is_python, leading_assignments, read_command,
-                                   serve_args_of)
+                                   serve_args_of, start_problem)
 
 
 class NoServerProgram(UserError):
     "The line names no program that starts the vLLM server."
+
+
+class NotAServerLine(UserError):
+    "The line starts something other than a vLLM server behind the programs launch knows (a compound shell line)."
 
 
 class CannotRewrite(UserError):
@@ -65,10 +69,16 @@ class LaunchLine(NamedTuple):
 def read_line(argv: list[str]) -> LaunchLine:
     """Read the user's line (as ``check`` reads it) and find its program.
 
-    :raises autoselect.vllm_flags.InvalidServeCommand: a line the reader cannot read, or without a model.
+    :raises autoselect.vllm_flags.InvalidServeCommand: a line the reader cannot read (several
+        commands, a compound shell line pasted as one string), or without a model.
     :raises NoServerProgram: a line of bare arguments (``MODEL -dp 8``): nothing to start.
+    :raises NotAServerLine: anything but a vLLM server behind the programs launch knows
+        (:func:`autoselect.vllm_flags.start_problem`, the one rule of what launch starts).
     """
     command = read_command(argv)
+    why = start_problem(command)
+    if why:
+        raise NotAServerLine(f"launch starts only a vLLM server: {why} (nothing was started)")
     args = serve_args_of(command)
     if command.start is None:
         raise NoServerProgram(

@@ -5,7 +5,9 @@ The answer is the ``recommend --format json`` document (docs/json.md), built on 
 fleet's service (:mod:`autoselect.launch.service`, ``GET /v1/recommend``). :func:`pick_of` keeps
 what launch acts on: the backend, the kind of evidence under it, the confidence, the flags the
 answer adds (the one-sided token budget, tuned knobs), the tuned variables, and the
-``autoselect bench`` command that would settle an open answer.
+``autoselect bench`` command that would settle an open answer. Either way the answer is untrusted
+input: its flags and variables pass the allow-list of :mod:`autoselect.vllm_flags.trusted`, every
+field it keeps is checked for its type, and nothing it says about the GPUs decides what is legal.
 """
 
 from __future__ import annotations
@@ -13,11 +15,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping, NamedTuple
 
-
-#: The flags of an answer that describe the deployment or the backend (launch takes those from the
-#: line and from :func:`autoselect.vllm_flags.backend_setting`): option -> how many values follow.
-DEPLOYMENT_FLAGS = {"--tensor-parallel-size": 1, "--data-parallel-size": 1, "--enable-expert-parallel": 0,
-                    "--all2all-backend": 1}
+from autoselect.vllm_flags import UntrustedAnswer, trusted_answer
 
 
 #: The evidence of a pick the rules alone make (vLLM's CPU platform; the only legal backend).
@@ -54,44 +52,74 @@ class Pick(NamedTuple):
                 "warnings": list(self.warnings)}
 
 
-def _other_flags(vllm_args: list[str]) -> tuple[tuple[str, ...], ...]:
-    """The answer's flags beyond the deployment and the backend, each option with its values."""
-    out: list[list[str]] = []
-    i = 0
-    while i < len(vllm_args):
-        word = vllm_args[i]
-        if word in DEPLOYMENT_FLAGS:
-            i += 1 + DEPLOYMENT_FLAGS[word]
-            continue
-        if word.startswith("-") or not out:
-            out.append([word])
-        else:
-            out[-1].append(word)
-        i += 1
-    return tuple(tuple(f) for f in out)
+#: The longest text of an answer a pick keeps (a source, a reason, a warning, a command).
+MAX_TEXT = 2000
 
 
-def pick_of(answer: Mapping[str, Any], source: str) -> Pick:
-    """The :class:`Pick` in a ``recommend --format json`` document.
+def _text(value: Any, field: str, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        raise ServiceUnavailable(f"the answer's {field} is not a text of at most {MAX_TEXT} characters")
+    return value
 
-    :raises ServiceUnavailable: a document without a backend, a confidence or flags.
+
+def _texts(value: Any, field: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ServiceUnavailable(f"the answer's {field} is not a list")
+    return tuple(_text(v, f"{field} item") for v in value)
+
+
+def _mapping(value: Any, field: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ServiceUnavailable(f"the answer's {field} is not an object")
+    return value
+
+
+def pick_of(answer: Any, source: str, *, version: str, deployment: Mapping[str, int]) -> Pick:
+    """The :class:`Pick` in a ``recommend --format json`` document, its flags and variables through the
+    allow-list of :mod:`autoselect.vllm_flags.trusted` (an answer is untrusted input: the service's,
+    or this machine's selector reading tuned rows of a database).
+
+    :param version: the target vLLM release (the backend's flag value is spelled for it).
+    :param deployment: the line's ``tensor_parallel_size`` and ``data_parallel_size``.
+    :raises ServiceUnavailable: a document that is no recommendation, a field of the wrong type, or
+        a flag or variable outside the allow-list (the message names the field).
     """
-    backend, confidence, args = answer.get("backend"), answer.get("confidence"), answer.get("vllm_args")
-    if not (isinstance(backend, str) and isinstance(confidence, str) and isinstance(args, list)
-            and all(isinstance(a, str) for a in args)):
+    if not isinstance(answer, dict):
+        raise ServiceUnavailable("the answer is not a JSON object")
+    confidence = answer.get("confidence")
+    if not (isinstance(answer.get("backend"), str) and isinstance(confidence, str)
+            and isinstance(answer.get("vllm_args"), list)):
         raise ServiceUnavailable("the answer is not a recommendation (no backend, confidence or vllm_args)")
-    candidates = [c for c in answer.get("candidates") or [] if isinstance(c, dict)]
+    try:
+        trusted = trusted_answer(answer, version=version, deployment=deployment)
+    except UntrustedAnswer as e:
+        raise ServiceUnavailable(f"its answer is refused: {e}") from None
+    backend = answer["backend"]
+    candidates = answer.get("candidates")
+    if candidates is not None and not isinstance(candidates, list):
+        raise ServiceUnavailable("the answer's candidates is not a list")
+    candidates = [c for c in candidates or [] if isinstance(c, dict)]
     chosen = next((c for c in candidates if c.get("backend") == backend), {})
-    measured = chosen.get("fit") is not None
     if confidence == "none":
         evidence = "none"
-    elif measured:
-        evidence = str(chosen.get("evidence", "measured"))
+    elif chosen.get("fit") is not None:
+        evidence = _text(chosen.get("evidence", "measured"), "candidate evidence")
     else:  # the only legal backend: the rules chose it, there was nothing to compare
         evidence = RULE if len(candidates) == 1 and chosen else "none"
-    knobs = answer.get("knobs") or {}
-    env = {str(k): str(v) for k, v in (knobs.get("env") or {}).items()} if isinstance(knobs, dict) else {}
-    return Pick(backend=backend, confidence=confidence, evidence=evidence, source=source, flags=_other_flags(args),
-                env=env, bench_command=answer.get("bench_command"),
-                reasons=tuple(str(r) for r in answer.get("confidence_reasons") or ()),
-                warnings=tuple(str(w) for w in answer.get("warnings") or ()), answer=dict(answer))
+    return Pick(backend=backend, confidence=_text(confidence, "confidence"), evidence=evidence, source=source,
+                flags=trusted.flags, env=trusted.env,
+                bench_command=_text(answer.get("bench_command"), "bench_command", optional=True),
+                reasons=_texts(answer.get("confidence_reasons"), "confidence_reasons"),
+                warnings=_texts(answer.get("warnings"), "warnings"), answer=dict(answer))
+
+
+def answer_host_class(answer: Mapping[str, Any]) -> str | None:
+    """The host class an answer says it is for (``data_used.host_class``), when it is a short text."""
+    value = _mapping(answer.get("data_used"), "data_used").get("host_class")
+    return value if isinstance(value, str) and 0 < len(value) <= 200 else None

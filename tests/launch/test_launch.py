@@ -30,7 +30,7 @@ import autoselect.selector.pipeline as pipeline
 from autoselect.cli import main
 from autoselect.hardware import cpu_fingerprint
 from autoselect.launch import LaunchOptions, plan_launch, run_plan
-from autoselect.launch.choose import IllegalBackend, NoEvidence
+from autoselect.launch.choose import LineRefused, NoEvidence
 from autoselect.launch.pick import Pick
 from autoselect.selector import recommend_for
 
@@ -151,7 +151,6 @@ def test_a_gpu_node_is_fingerprinted_once(fleet_db, monkeypatch):
 def test_a_pick_opens_the_database_once_and_reads_the_model_once(fixture_db, on_cpu, monkeypatch):
     """Launch does not do recommend's work twice: the selector opens the database (no look first),
     the line's model profile is the selector's, and a host class's arch comes from the answer."""
-    import autoselect.launch as launch
     import autoselect.launch.local as local
     import autoselect.selector.pipeline as pipeline
 
@@ -161,12 +160,12 @@ def test_a_pick_opens_the_database_once_and_reads_the_model_once(fixture_db, on_
         monkeypatch.setattr(module, "connect_readonly", lambda path, c=connect: opened.append(path) or c(path))
     load = pipeline.load_profile
     monkeypatch.setattr(pipeline, "load_profile", lambda *a, **k: loads.append(a) or load(*a, **k))
-    monkeypatch.setattr(launch, "class_arch", lambda *a: pytest.fail("the class's arch looked up before the pick"))
+    monkeypatch.setattr(local, "class_arch", lambda *a: pytest.fail("the class's arch looked up before the pick"))
     plan = plan_launch(serve_line(NVFP4), LaunchOptions(db_path=fixture_db, host_class=B200))
     assert (plan.action, plan.gpu_arch, plan.database) == ("insert", "sm100", f"the database {fixture_db}")
     assert (len(opened), loads) == (1, [])
     # a backend the line names is judged before any pick: on the class's arch, looked up
-    monkeypatch.setattr(launch, "class_arch", lambda host_class, db: "sm100")
+    monkeypatch.setattr(local, "class_arch", lambda host_class, db: "sm100")
     plan = plan_launch(serve_line(NVFP4, "--all2all-backend", "flashinfer_nvlink_one_sided"),
                        LaunchOptions(db_path=fixture_db, host_class=B200))
     assert (plan.action, plan.gpu_arch) == ("keep", "sm100")
@@ -187,29 +186,30 @@ def test_an_illegal_backend_in_the_line_is_refused_and_nothing_starts(tmp_path, 
     decision = tmp_path / "decision.json"
     result = dry("--gpu-arch", "sm90", "--decision-json", decision, "--",
                  *serve_line(QWEN, "--all2all-backend", "flashinfer_nvlink_one_sided"))
-    line = refused(result)
-    assert line.startswith(f"Error: flashinfer_nvlink_one_sided cannot run {QWEN} here: flashinfer_nvlink_one_sided "
-                           f"needs nvfp4 activations; {QWEN} dispatches bf16 on sm90")
-    assert line.endswith("(nothing was started)")
+    line = refused(result)  # worded as check words it
+    assert line.startswith(f"Error: flashinfer_nvlink_one_sided needs nvfp4 activations; {QWEN} dispatches bf16 on "
+                           f"sm90")
+    assert line.endswith("; legal here: allgather_reducescatter, flashinfer_nvlink_two_sided, deepep_high_throughput, "
+                         "deepep_low_latency [sm90] (nothing was started)")
     assert not decision.exists()
 
 
 def test_an_illegal_backend_named_by_the_variable_is_refused_too(on_cpu):
-    with pytest.raises(IllegalBackend, match="needs fewer than 8 ranks or a multiple of 8, not 12"):
+    with pytest.raises(LineRefused, match=r"deepep_low_latency needs the 128 experts to divide evenly over EP size 12; "
+                                          r".* 1 more error\(s\) \(`autoselect check` lists every finding\)"):
         plan_launch(["VLLM_ALL2ALL_BACKEND=deepep_low_latency", "vllm", "serve", QWEN, "-dp", "12", "-ep"],
                     LaunchOptions(gpu_arch="sm90", vllm_version="0.14.0"))
-    with pytest.raises(IllegalBackend, match="VLLM_ALL2ALL_BACKEND=deepep_v2"):  # 0.11.1 refuses the value
+    with pytest.raises(LineRefused, match="VLLM_ALL2ALL_BACKEND=deepep_v2"):  # 0.11.1 refuses the value
         plan_launch(serve_line(QWEN), LaunchOptions(gpu_arch="sm90", vllm_version="0.11.1"),
                     environ={"VLLM_ALL2ALL_BACKEND": "deepep_v2"})
 
 
 def test_a_backend_vllm_does_not_know_is_refused_with_the_choices(on_cpu):
-    with pytest.raises(IllegalBackend, match="vLLM 0.33.0 does not accept --all2all-backend flashinfer_one_sided: "
-                                                    "vllm serve would exit with 'invalid choice'; it accepts: "
-                                                    "allgather_reducescatter, "):
+    with pytest.raises(LineRefused, match="--all2all-backend 'flashinfer_one_sided' is not a vLLM choice: vllm serve "
+                                          "would exit with 'invalid choice'; use one of allgather_reducescatter, "):
         plan_launch(serve_line(QWEN, "--all2all-backend", "flashinfer_one_sided"),
                     LaunchOptions(gpu_arch="sm90", vllm_version="0.33.0"))
-    with pytest.raises(IllegalBackend, match="vLLM 0.17.0 does not accept --all2all-backend "
+    with pytest.raises(LineRefused, match="vLLM 0.17.0 does not accept --all2all-backend "
                                                     "flashinfer_nvlink_one_sided"):  # first in 0.18.0
         plan_launch(["vllm", "serve", QWEN, "-dp", "8", "--all2all-backend", "flashinfer_nvlink_one_sided"],
                     LaunchOptions(gpu_arch="sm90", vllm_version="0.17.0"))  # even without an all2all group
@@ -218,10 +218,10 @@ def test_a_backend_vllm_does_not_know_is_refused_with_the_choices(on_cpu):
 def test_a_backend_only_a_shell_would_expand_is_refused_and_said_so(on_cpu):
     """check leaves `$B` unjudged (a script a shell runs); launch starts the words as they are, so
     vLLM would get the literal value: refused, with the reason."""
-    with pytest.raises(IllegalBackend, match=r"does not accept --all2all-backend \$B: .*it is a shell expansion, "
-                                             r"and launch starts the line's words as they are"):
+    with pytest.raises(LineRefused, match=r"--all2all-backend '\$B' is not a vLLM choice: .*; it is a shell expansion: "
+                                          r"launch starts the line's words as they are"):
         plan_launch(serve_line(QWEN, "--all2all-backend", "$B"), LaunchOptions(gpu_arch="sm90", vllm_version="0.33.0"))
-    with pytest.raises(IllegalBackend, match=r"VLLM_ALL2ALL_BACKEND=\$\{B:-pplx\}: .*it is a shell expansion"):
+    with pytest.raises(LineRefused, match=r"VLLM_ALL2ALL_BACKEND=\$\{B:-pplx\}: .*it is a shell expansion"):
         plan_launch(["VLLM_ALL2ALL_BACKEND=${B:-pplx}", *serve_line(QWEN)],
                     LaunchOptions(gpu_arch="sm90", vllm_version="0.14.0"))
     # where the release does not read the variable, its literal value harms nothing: the pick goes in
@@ -230,13 +230,15 @@ def test_a_backend_only_a_shell_would_expand_is_refused_and_said_so(on_cpu):
 
 
 def test_the_flag_on_a_release_before_it_is_refused(on_cpu):
-    with pytest.raises(IllegalBackend, match="vLLM 0.11.0 has no --all2all-backend"):
+    with pytest.raises(LineRefused, match="vLLM 0.11.0 has no --all2all-backend"):
         plan_launch(serve_line(QWEN, "--all2all-backend", "deepep_low_latency"),
                     LaunchOptions(gpu_arch="sm90", vllm_version="0.11.0"))
 
 
 def test_dbo_with_a_backend_it_cannot_run_is_refused(on_cpu):
-    with pytest.raises(IllegalBackend, match="--enable-dbo, which vLLM 0.33.0 runs only with"):
+    with pytest.raises(LineRefused, match="--enable-dbo works only with deepep_low_latency, deepep_high_throughput, "
+                                          "nixl_ep on CUDA in vLLM 0.33.0; with flashinfer_nvlink_two_sided vLLM fails "
+                                          "an assertion at startup"):
         plan_launch(serve_line(QWEN, "--enable-dbo", "--all2all-backend", "flashinfer_nvlink_two_sided"),
                     LaunchOptions(gpu_arch="sm90", vllm_version="0.33.0"))
 
@@ -256,7 +258,8 @@ def test_override_replaces_an_illegal_backend_but_only_with_a_pick(tmp_path, on_
     line = serve_line(QWEN, "--all2all-backend", "flashinfer_nvlink_one_sided")
     plan = plan_launch(line, LaunchOptions(db_path=tmp_path / "none.db", host_class=REFERENCE, override=True))
     assert plan.action == "override" and plan.final.argv[-2:] != ["--all2all-backend", "flashinfer_nvlink_one_sided"]
-    with pytest.raises(IllegalBackend, match="--override found nothing to replace it with"):
+    with pytest.raises(LineRefused, match="--override found nothing to replace the line's backend with .*: "
+                                          "flashinfer_nvlink_one_sided needs nvfp4 activations"):
         plan_launch(line, LaunchOptions(db_path=tmp_path / "none.db", override=True))
 
 
@@ -287,9 +290,8 @@ def test_the_cpu_platform_refuses_a_backend_it_cannot_run(on_cpu):
     result = dry("--vllm-version", "0.32.0", "--", "vllm", "serve", QWEN, "-dp", "2", "-ep", "--all2all-backend",
                  "deepep_low_latency")
     line = refused(result)
-    assert line.startswith(f"Error: deepep_low_latency cannot run {QWEN} here: vLLM's CPU platform runs only "
-                           f"allgather_reducescatter, not deepep_low_latency")
-    assert "legal here: allgather_reducescatter" in line
+    assert line.startswith("Error: vLLM's CPU platform runs only allgather_reducescatter, not deepep_low_latency")
+    assert line.endswith("legal here: allgather_reducescatter (nothing was started)")
 
 
 def test_a_line_that_sets_the_cpu_target_device_is_the_cpu_platform_even_on_a_gpu_host(on_fleet_node):
@@ -396,7 +398,7 @@ def test_a_variable_that_overrides_the_flag_is_unset_when_the_pick_replaces_it(o
 def test_a_config_file_backend_is_the_users_and_is_judged(tmp_path, on_cpu):
     config = tmp_path / "serve.yaml"
     config.write_text("data-parallel-size: 2\nenable-expert-parallel: true\nall2all-backend: deepep_low_latency\n")
-    with pytest.raises(IllegalBackend, match="CPU platform runs only allgather_reducescatter"):
+    with pytest.raises(LineRefused, match="CPU platform runs only allgather_reducescatter"):
         plan_launch(["vllm", "serve", QWEN, "--config", str(config)])
     config.write_text("data-parallel-size: 2\nenable-expert-parallel: true\n")
     plan = plan_launch(["vllm", "serve", QWEN, "--config", str(config)])
@@ -440,9 +442,10 @@ def test_tuned_flags_and_variables_are_added_unless_the_line_sets_them(on_cpu):
     (["--token-file", "t", "--", "vllm", "serve", QWEN], "Error: --token-file is the service's token"),
     (["--server", "ftp://x", "--", "vllm", "serve", QWEN], "Error: --server 'ftp://x' is not an http(s) URL"),
     (["--server", "http://x", "--server-timeout", "0", "--", "vllm", "serve", QWEN],
-     "Error: --server-timeout 0.0 must be a positive number of seconds"),
+     "Error: --server-timeout 0 must be a number of seconds above 0 and at most 600"),
     (["--decision-json", "/nonexistent-dir/d.json", "--", "vllm", "serve", QWEN],
-     "Error: --decision-json /nonexistent-dir/d.json: folder /nonexistent-dir does not exist"),
+     "Error: cannot write /nonexistent-dir/d.json: no directory /nonexistent-dir; create it or pass another "
+     "--decision-json"),
     (["--", "vllm", "serve", QWEN, "-dp", "2", "-ep", "--config", "absent.yaml"],
      "Error: --config absent.yaml cannot be read here (No such file or directory)"),
     (["--", "vllm", "bench", "latency", "--model", QWEN], "Error: `vllm bench` is not `vllm serve`"),
@@ -482,24 +485,25 @@ def test_a_moe_backend_that_dispatches_itself_leaves_the_line_unchanged(on_cpu):
         assert plan.text.startswith("autoselect launch: line unchanged: --moe-backend flashinfer_moe_ep_cutedsl "
                                     "dispatches and combines itself, so vLLM 0.34.0 binds "
                                     "all2all_backend=passthrough and runs no all2all backend (0.32.0 ")
-    # before 0.32.0 it is no megakernel release: the pick goes in as for any line
-    plan = plan_launch(serve_line(QWEN, *MEGAKERNEL), LaunchOptions(gpu_arch="sm100", vllm_version="0.31.0"))
-    assert plan.action == "insert" and "--all2all-backend" in plan.final.argv
+    # before 0.32.0 the value is no choice of --moe-backend: vllm serve exits, as check says
+    with pytest.raises(LineRefused, match="vLLM 0.31.0 has no --moe-backend flashinfer_moe_ep_cutedsl .*'invalid "
+                                          "choice'"):
+        plan_launch(serve_line(QWEN, *MEGAKERNEL), LaunchOptions(gpu_arch="sm100", vllm_version="0.31.0"))
 
 
 def test_an_explicit_backend_next_to_a_self_dispatching_moe_backend_is_refused_as_check_says(on_cpu):
     from autoselect.check import check_serve_command
 
     line = serve_line(QWEN, *MEGAKERNEL, "--all2all-backend", "deepep_low_latency")
-    with pytest.raises(IllegalBackend, match=r"vLLM 0.34.0 refuses to start: --moe-backend flashinfer_moe_ep_cutedsl "
+    with pytest.raises(LineRefused, match=r"vLLM 0.34.0 refuses to start: --moe-backend flashinfer_moe_ep_cutedsl "
                                              r"dispatches and combines itself and cannot be paired with "
                                              r"--all2all-backend deepep_low_latency .*: drop --all2all-backend "
-                                             r"deepep_low_latency \(nothing was started\)"):
+                                             r"\(nothing was started\)"):
         plan_launch(line, LaunchOptions(gpu_arch="sm100", vllm_version="0.34.0"))
     report = check_serve_command([shlex.join(line)], gpu_arch="sm100", vllm_version="0.34.0")
     assert "moe-backend-conflict" in {f.code for f in report.findings if f.severity == "error"}
     # --enable-dbo with the bound passthrough: vLLM's DBO assert, as check reports it
-    with pytest.raises(IllegalBackend, match="--enable-dbo, which vLLM 0.34.0 runs only with .* with passthrough"):
+    with pytest.raises(LineRefused, match="--enable-dbo works only with .* with passthrough vLLM fails an assertion"):
         plan_launch(serve_line(QWEN, *MEGAKERNEL, "--enable-dbo"), LaunchOptions(gpu_arch="sm100",
                                                                                vllm_version="0.34.0"))
 
@@ -594,7 +598,8 @@ def test_the_refusal_path_never_starts_the_server(tmp_path):
                            "-ep", "--all2all-backend", "deepep_low_latency"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith("Error: deepep_low_latency cannot run") and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("Error: vLLM's CPU platform runs only allgather_reducescatter, not "
+                                  "deepep_low_latency") and proc.stderr.count("\n") == 1
 
 
 def test_a_kept_backend_or_the_cpu_platform_loads_no_selector_database_reader_or_http_client():
@@ -611,8 +616,8 @@ for args in (["--", "VLLM_TARGET_DEVICE=cpu", "vllm", "serve", {QWEN!r}, "-dp", 
               "flashinfer_nvlink_one_sided"]):
     result = CliRunner().invoke(main, ["launch", "--dry-run", *args])
     assert result.exit_code in (0, 2), result.output
-unused = ("autoselect.selector", "autoselect.launch.local", "autoselect.launch.service", "autoselect.check",
-          "autoselect.bridge.client", "db.queries", "urllib.request", "pynvml", "http.client")
+unused = ("autoselect.selector", "autoselect.launch.local", "autoselect.launch.service", "autoselect.bridge.client",
+          "db.queries", "urllib.request", "pynvml", "http.client")
 print(",".join(sorted(m for m in sys.modules if m.startswith(unused))))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -635,19 +640,31 @@ def test_the_decision_json_shows_no_secret_of_the_line(tmp_path, on_cpu):
     assert "hf_secret_value" in result.stdout  # the dry run prints the command to run, the user's own words
 
 
-def test_a_pick_the_line_makes_illegal_is_not_used(fixture_db, on_cpu):
-    """The selector does not weigh the line's EPLB experts: 256 + 4 redundant do not divide over EP 8,
-    which two-sided needs, so its pick is refused for this line and vLLM's default stays."""
-    assert recommend_for(DEEPSEEK_V3, db_path=fixture_db, host_class=H200, dp=8).backend == \
-        "flashinfer_nvlink_two_sided"
-    line = serve_line(DEEPSEEK_V3, "--enable-eplb", "--eplb-config", '{"num_redundant_experts": 4}')
-    plan = plan_launch(line, LaunchOptions(db_path=fixture_db, host_class=H200))
+def test_a_pick_the_line_makes_illegal_is_not_used(fixture_db, on_cpu, monkeypatch):
+    """The line a pick makes is judged by check's judge before it starts: an answer whose backend the
+    rules refuse for this line (here another model's answer: one-sided, for a bf16 line) is not used,
+    and vLLM's default stays."""
+    import autoselect.launch.local as local
+
+    real = local.local_answer
+    nvfp4 = real(NVFP4, fixture_db, host_class=B200, dp=8, tp=1, gpu_arch="sm100", vllm_version="0.34.0",
+                 workload="mixed", concurrency=None, max_num_batched_tokens=None, max_workspace_gib=None)
+    assert nvfp4.answer["backend"] == "flashinfer_nvlink_one_sided"
+    monkeypatch.setattr(local, "local_answer", lambda *a, **k: nvfp4)
+    line = serve_line(QWEN)
+    plan = plan_launch(line, LaunchOptions(db_path=fixture_db, host_class=B200, gpu_arch="sm100",
+                                           vllm_version="0.34.0"))
     assert (plan.action, plan.backend, plan.final.argv) == ("default", "allgather_reducescatter", line)
-    assert "the selector's pick is illegal for this line: flashinfer_nvlink_two_sided cannot run" in plan.text
-    assert "260 experts (256 routed + 4 redundant)" in plan.text
+    assert (f"the selector's pick is illegal for this line: flashinfer_nvlink_one_sided needs nvfp4 activations; "
+            f"{QWEN} dispatches bf16 on sm100") in plan.text
 
 
-def test_a_line_whose_default_is_illegal_too_is_refused(on_cpu):
-    with pytest.raises(IllegalBackend, match="the line runs vLLM's default, and allgather_reducescatter cannot "
-                                                    "run .* would hold no expert"):
+def test_a_line_check_finds_an_error_in_is_refused_even_where_vllm_would_run_its_default(on_cpu, fixture_db):
+    """EPLB's 256 + 4 experts do not divide over EP 8: vLLM stops at model load whatever the backend
+    (check's `eplb` error), so launch starts nothing, where it used to keep vLLM's default."""
+    line = serve_line(DEEPSEEK_V3, "--enable-eplb", "--eplb-config", '{"num_redundant_experts": 4}')
+    with pytest.raises(LineRefused, match=r"EPLB spreads 260 physical experts \(256 routed \+ 4 redundant\) over EP "
+                                          r"size 8, which does not divide them"):
+        plan_launch(line, LaunchOptions(db_path=fixture_db, host_class=H200))
+    with pytest.raises(LineRefused, match="EP size 256 is larger than the 128 experts: 128 ranks would hold no expert"):
         plan_launch(["vllm", "serve", QWEN, "-dp", "256", "-ep"], LaunchOptions(gpu_arch="sm90", vllm_version="0.11.0"))

@@ -155,7 +155,8 @@ def test_a_pick_the_rules_refuse_here_is_not_used(stub, tmp_path, on_fleet_node)
               b'"vllm_args": ["--all2all-backend", "flashinfer_nvlink_one_sided"], "candidates": []}')
     url, _ = stub(200, answer)
     plan = plan_launch(LINE, options(url, db_path=tmp_path / "n.db"))
-    assert plan.server_problem.startswith("its pick is illegal here: flashinfer_nvlink_one_sided cannot run")
+    assert plan.server_problem.startswith("its pick is illegal here: flashinfer_nvlink_one_sided needs nvfp4 "
+                                          "activations")
     assert plan.backend != "flashinfer_nvlink_one_sided"
 
 
@@ -171,13 +172,13 @@ def test_the_service_is_asked_for_this_machines_class_and_the_models_name_under_
 
 
 def test_a_token_over_plain_http_beyond_this_machine_is_a_warning(token_file, tmp_path, on_fleet_node, monkeypatch):
-    import autoselect.launch as launch
+    import autoselect.launch.service as service
     from autoselect.launch.pick import ServiceUnavailable
 
     def unreachable(*args, **kw):
         raise ServiceUnavailable("no answer (test)")
 
-    monkeypatch.setattr(launch, "ask_service", unreachable)
+    monkeypatch.setattr(service, "ask_service", unreachable)
     plan = plan_launch(LINE, options("http://autoselect.fleet.example:8765", token_file=token_file,
                                      db_path=tmp_path / "n.db"))
     assert plan.warnings[0] == ("the bearer token goes to http://autoselect.fleet.example:8765 in clear text (plain "
