@@ -16,7 +16,8 @@ Nothing here imports vLLM or torch in the caller's process.
 """
 
 from autoselect.bridge.interpreter import VllmPythonInvalid, vllm_python
-from autoselect.bridge.version import SOURCE_FLAG, SOURCE_NEWEST, TargetVersion, target_version
+from autoselect.bridge.version import (SOURCE_FLAG, SOURCE_NEWEST, TargetVersion, installed_vllm_version, same_release,
+                                       target_version)
 from autoselect.lazy import lazy_exports
 
 #: The re-exports that talk to vLLM, loaded on first use (PEP 562 ``__getattr__``): the module of
@@ -31,7 +32,8 @@ _LAZY = {
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
-    "SOURCE_FLAG", "SOURCE_NEWEST", "FlagValidation", "TargetVersion", "VllmPythonInvalid", "cross_check_model", "ensure_accepted",
+    "SOURCE_FLAG", "SOURCE_NEWEST", "FlagValidation", "TargetVersion", "VllmPythonInvalid", "cross_check_model",
+    "ensure_accepted", "installed_vllm_version", "same_release",
     "require_vllm", "serve_command_check", "target_version", "unavailable_reason", "validate_serve_flags", "vllm_info",
     "vllm_python",
 ]

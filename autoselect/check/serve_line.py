@@ -15,7 +15,9 @@ two callers differ in is what :class:`LineContext` says, never a rule:
   ``sm100``, reported separately, because the same checkpoint dispatches different dtypes on
   them (:func:`check_serve_command`); ``launch`` its own (vLLM's CPU platform included).
 * The release: ``check`` asks the installed vLLM's own parser (a subprocess) and takes the
-  version it reports; ``launch`` reads the version of the line's own Python instead (no
+  version it reports, but only where that vLLM is the target release: a vLLM's parser speaks for
+  its own release, so with ``--vllm-version`` (or an image tag) naming another, it is not asked
+  (:func:`_own_parser`); ``launch`` reads the version of the line's own Python instead (no
   subprocess of vLLM on its start path). Either way :func:`autoselect.bridge.target_version`.
 * Shell expansions: ``check`` reads a script a shell runs, so a value holding ``$X`` is the
   shell's and is not judged; ``launch`` starts the words as they are (``literal``), so vLLM gets
@@ -29,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
 from autoselect import bridge, rules
-from autoselect.bridge import SOURCE_NEWEST, TargetVersion, VllmPythonInvalid, target_version, vllm_python
+from autoselect.bridge import (SOURCE_NEWEST, TargetVersion, VllmPythonInvalid, installed_vllm_version, same_release,
+                               target_version, vllm_python)
 from autoselect.check.findings import (FLAG, MOE_BACKEND, SEVERITIES, VARIABLE, Finding, deployment_findings,
                                        flag_value_findings, model_findings, moe_backend_findings, option_findings,
                                        unknown_origin, variable_findings)
@@ -140,6 +143,7 @@ class LineContext(NamedTuple):
     literal: bool = False  # the words reach vLLM as they are: no shell expands them (launch)
     target: TargetVersion | None = None  # the release, already resolved (launch's final line)
     run_python: bool = True  # False: ``python`` is never run (launch --dry-run): its sys.path only from the cache
+    profile: MoeProfile | None = None  # the line's model, already read (launch's final line)
 
 
 def _ask_vllm(serve_words) -> tuple[Any, list]:
@@ -160,14 +164,43 @@ def _target(args: ServeArgs, context: LineContext) -> tuple[TargetVersion, list,
     problems: list[str] = []
     if context.target is not None:
         return context.target, [], problems
-    # vLLM's own parser, when vLLM is installed (a subprocess; see autoselect/bridge/), sees the
-    # words `vllm serve` receives; the version it reports is the one the rules judge the line
-    # against, unless --vllm-version or the line's image tag name another.
-    answered, vllm_findings = _ask_vllm(args.serve_words) if context.ask_vllm else (None, [])
     image = (args.image_version, args.image) if args.image_version else None
+    named = context.vllm_version or (args.image_version if args.image_version and _orderable(args.image_version)
+                                     else None)
+    answered, vllm_findings = None, []
+    if context.ask_vllm:
+        answered, vllm_findings = _own_parser(args.serve_words, named)
     target = target_version(context.vllm_version, answered, problems, context.python, image=image,
                             run_python=context.run_python)
     return target, vllm_findings, problems
+
+
+def _own_parser(serve_words, named: str | None) -> tuple[Any, list]:
+    """What the installed vLLM's own parser says (:func:`_ask_vllm`), when it speaks for the target
+    release: a vLLM's parser knows its own release only. With a target named (``--vllm-version``,
+    the line's image tag) that another installed release would judge, it is not asked (an INFO
+    says so, naming both); one that answers from another release than its metadata said has its
+    verdict kept as an INFO naming both. Its version then decides nothing."""
+    installed = installed_vllm_version() if named else None
+    if named and installed and _orderable(installed) and not same_release(installed, named):
+        return None, [("info", "vllm-not-asked",
+                       f"the installed vLLM {installed} is not the target release {named}: its own parser speaks "
+                       f"for {installed} only and was not asked (autoselect's tables judge the line for {named})")]
+    answered, findings = _ask_vllm(serve_words)
+    other = answered.version if answered is not None and _orderable(answered.version) else None
+    if named and other and not same_release(other, named):
+        return None, [("info", "vllm-other-release",
+                       f"vLLM {other}, not the target release {named}, answered: {message}")
+                      for severity, code, message in findings if code != "vllm-parsed"]
+    return answered, findings
+
+
+def _orderable(version: str | None) -> bool:
+    try:
+        rules.parse_version(version)
+    except (rules.InvalidVllmVersion, TypeError):
+        return False
+    return bool(version)
 
 
 def _effective(args: ServeArgs, version: str, serving: dict, unexpanded: frozenset):
@@ -250,7 +283,8 @@ def judge_line(line: list[str] | Command, context: LineContext) -> CheckReport:
     findings = _line_findings(args, version, effective, unknown, unexpanded, binding, context.literal)
     findings += _release_findings(args, target, vllm_findings)
     try:
-        profile = load_profile(args.model)
+        known = context.profile
+        profile = known if known is not None and known.model == args.model else load_profile(args.model)
     except DenseModel as e:
         findings.append(Finding("warning", "dense-model", str(e)))
         profile = None
