@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import hmac
 import os
+import stat
 
 from autoselect.errors import UserError
 
 #: Fewest characters a token may have (a short one is guessable; 32 random bytes in hex are 64).
 MIN_TOKEN_CHARS = 16
+#: The most of a token file read: its first line must fit (a token is a few dozen characters).
+MAX_TOKEN_FILE_BYTES = 4096
 #: The HTTP header and scheme it travels in (RFC 6750).
 HEADER = "Authorization"
 SCHEME = "Bearer"
@@ -26,16 +29,35 @@ class BadTokenFile(UserError):
     "A --token-file that cannot be read, or holds no usable token."
 
 
+def _first_line(path: str | os.PathLike) -> str:
+    """The first line of the regular file ``path``, read without waiting: opened non-blocking (a FIFO
+    no writer opens would hang ``open``), refused unless it is a regular file (a FIFO, a device such
+    as /dev/zero: a file that never ends), at most :data:`MAX_TOKEN_FILE_BYTES` read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadTokenFile(f"--token-file {path} is not a regular file (a FIFO, a device or a socket never "
+                               f"ends or never opens); write the token into a file")
+        data = os.read(fd, MAX_TOKEN_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    first, newline, _ = data.partition(b"\n")
+    if not newline and len(data) > MAX_TOKEN_FILE_BYTES:
+        raise BadTokenFile(f"--token-file {path}: its first line is longer than {MAX_TOKEN_FILE_BYTES} bytes; "
+                           f"write the token alone on the first line")
+    return first.decode("utf-8")
+
+
 def read_token_file(path: str | os.PathLike) -> str:
     """The token in ``path``: its first line, stripped.
 
-    :raises BadTokenFile: missing or unreadable file, an empty first line, a token shorter than
+    :raises BadTokenFile: missing or unreadable file, not a regular file, a first line over
+        :data:`MAX_TOKEN_FILE_BYTES`, an empty first line, a token shorter than
         :data:`MIN_TOKEN_CHARS` or with blanks or control characters inside (an HTTP header
         cannot carry them).
     """
     try:
-        with open(path, encoding="utf-8") as f:
-            first = f.readline()
+        first = _first_line(path)
     except (OSError, UnicodeDecodeError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else "not UTF-8 text"
         raise BadTokenFile(f"--token-file {path}: cannot read it ({why}); pass a file that holds the token "

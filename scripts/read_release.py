@@ -36,10 +36,12 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import lzma
 import re
 import sys
 import tarfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -51,10 +53,44 @@ from autoselect.rules import selection  # noqa: E402
 
 
 class NotARelease(Exception):
-    "The path is no vLLM wheel, sdist or installed tree."
+    "The path is no vLLM wheel, sdist or installed tree (or a damaged one, or one past the limits below)."
+
+
+#: The limits of what is read: one source file (vLLM's largest is under 1 MiB), every file read in
+#: all, the members of an archive, and how deep a module's syntax may nest before it is refused.
+MAX_FILE_BYTES = 16 << 20
+MAX_TOTAL_BYTES = 1 << 30
+MAX_MEMBERS = 200_000
+
+
+class _Budget:
+    """What a release has left to read (:data:`MAX_TOTAL_BYTES`); each file is refused past :data:`MAX_FILE_BYTES`."""
+
+    def __init__(self, path: Path):
+        self.path, self.left = path, MAX_TOTAL_BYTES
+
+    def take(self, name: str, size: int) -> None:
+        if size > MAX_FILE_BYTES:
+            raise NotARelease(f"{self.path}: {name} is {size} bytes, more than a source file of vLLM "
+                              f"({MAX_FILE_BYTES >> 20} MiB at most)")
+        self.left -= size
+        if self.left < 0:
+            raise NotARelease(f"{self.path}: its files add up to more than {MAX_TOTAL_BYTES >> 30} GiB")
 
 
 # ---- reading a release: a wheel, an sdist or a directory -----------------------------------
+
+
+def _read_bounded(path: Path, release: Path) -> str:
+    """A file of an installed tree, at most :data:`MAX_FILE_BYTES` (a FIFO or a device is refused)."""
+    if not path.is_file():
+        raise NotARelease(f"{release}: {path} is not a regular file")
+    with open(path, "rb") as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise NotARelease(f"{release}: {path} is larger than a source file of vLLM ({MAX_FILE_BYTES >> 20} MiB "
+                          f"at most)")
+    return data.decode(errors="replace")
 
 
 class Release:
@@ -66,51 +102,90 @@ class Release:
         self._dir: Path | None = None
         self.metadata = ""
         self.requirements = ""  # an sdist's requirements/cuda.txt
-        if path.is_dir():
-            root = path if (path / "vllm" / "__init__.py").is_file() else (
-                path.parent if (path / "config" / "parallel.py").is_file() else None)
-            if root is None:
-                raise NotARelease(f"{path} holds no vllm/ package")
-            self._dir = root
-            meta = sorted(root.glob("vllm*.dist-info/METADATA"))
-            self.metadata = meta[0].read_text(errors="replace") if meta else ""
-        elif zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as z:
-                names = z.namelist()
-                self._files = {n: z.read(n) for n in names if n.startswith("vllm/") and n.endswith(".py")}
-                meta = [n for n in names if re.fullmatch(r"vllm[^/]*\.dist-info/METADATA", n)]
-                self.metadata = z.read(meta[0]).decode(errors="replace") if meta else ""
-        elif path.is_file() and tarfile.is_tarfile(path):
-            with tarfile.open(path) as t:
-                self._files = {}
-                for m in t.getmembers():
-                    parts = PurePosixPath(m.name).parts
-                    rel = "/".join(parts[1:])
-                    if not m.isfile():
-                        continue
-                    if rel.startswith("vllm/") and rel.endswith(".py"):
-                        self._files[rel] = t.extractfile(m).read()
-                    elif rel == "PKG-INFO":
-                        self.metadata = t.extractfile(m).read().decode(errors="replace")
-                    elif rel == "requirements/cuda.txt":
-                        self.requirements = t.extractfile(m).read().decode(errors="replace")
-        else:
-            raise NotARelease(f"{path} is no wheel, sdist or directory")
+        budget = _Budget(path)
+        try:
+            if path.is_dir():
+                self._read_dir(path)
+            elif zipfile.is_zipfile(path):
+                self._read_wheel(path, budget)
+            elif path.is_file() and tarfile.is_tarfile(path):
+                self._read_sdist(path, budget)
+            else:
+                raise NotARelease(f"{path} is no wheel, sdist or directory")
+        except (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, lzma.LZMAError, OSError) as e:
+            raise NotARelease(f"{path} is damaged: {type(e).__name__}: {str(e)[:200]}") from None
         if self.text("vllm/config/parallel.py") is None and self.text("vllm/config.py") is None:
             raise NotARelease(f"{path} has no vllm/config/parallel.py: not a vLLM release")
+
+    def _read_dir(self, path: Path) -> None:
+        root = path if (path / "vllm" / "__init__.py").is_file() else (
+            path.parent if (path / "config" / "parallel.py").is_file() else None)
+        if root is None:
+            raise NotARelease(f"{path} holds no vllm/ package")
+        self._dir = root
+        meta = sorted(root.glob("vllm*.dist-info/METADATA"))
+        self.metadata = _read_bounded(meta[0], self.path) if meta else ""
+
+    def _read_wheel(self, path: Path, budget: _Budget) -> None:
+        with zipfile.ZipFile(path) as z:
+            infos = z.infolist()
+            if len(infos) > MAX_MEMBERS:
+                raise NotARelease(f"{path} holds more than {MAX_MEMBERS} files")
+            self._files = {}
+            for info in infos:
+                name = info.filename
+                wanted = (name.startswith("vllm/") and name.endswith(".py")) or \
+                    re.fullmatch(r"vllm[^/]*\.dist-info/METADATA", name)
+                if not wanted:
+                    continue
+                budget.take(name, info.file_size)  # the declared size: zipfile reads no more than it
+                data = z.read(info)
+                if name.endswith("METADATA"):
+                    self.metadata = self.metadata or data.decode(errors="replace")
+                else:
+                    self._files[name] = data
+
+    def _read_sdist(self, path: Path, budget: _Budget) -> None:
+        with tarfile.open(path) as t:
+            self._files = {}
+            for count, m in enumerate(t, 1):
+                if count > MAX_MEMBERS:
+                    raise NotARelease(f"{path} holds more than {MAX_MEMBERS} files")
+                rel = "/".join(PurePosixPath(m.name).parts[1:])
+                wanted = (rel.startswith("vllm/") and rel.endswith(".py")) or rel in ("PKG-INFO",
+                                                                                     "requirements/cuda.txt")
+                if not m.isfile() or not wanted:
+                    continue
+                budget.take(rel, m.size)
+                data = t.extractfile(m).read()
+                if rel == "PKG-INFO":
+                    self.metadata = data.decode(errors="replace")
+                elif rel == "requirements/cuda.txt":
+                    self.requirements = data.decode(errors="replace")
+                else:
+                    self._files[rel] = data
 
     def text(self, rel: str) -> str | None:
         """The source of ``vllm/...`` as text, or None when the release has no such file."""
         if self._dir is not None:
             p = self._dir / rel
-            return p.read_text(errors="replace") if p.is_file() else None
+            return _read_bounded(p, self.path) if p.is_file() else None
         data = self._files.get(rel)
         return data.decode(errors="replace") if data is not None else None
 
     def tree(self, rel: str) -> ast.Module | None:
-        """The parsed module ``rel`` (None: absent)."""
+        """The parsed module ``rel`` (None: absent).
+
+        :raises NotARelease: source nested too deeply for the parser, or not Python at all.
+        """
         text = self.text(rel)
-        return ast.parse(text) if text is not None else None
+        if text is None:
+            return None
+        try:
+            return ast.parse(text)
+        except (RecursionError, MemoryError, ValueError) as e:  # ValueError: NUL bytes in the source
+            raise NotARelease(f"{self.path}: {rel} cannot be parsed ({type(e).__name__}: nested too deeply or "
+                              f"not Python source)") from None
 
     def names(self, prefix: str) -> list[str]:
         """Every ``.py`` path under ``prefix``."""

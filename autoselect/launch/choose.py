@@ -268,7 +268,8 @@ class _Planner:
         target = None if first else (self.report.vllm_version, self.report.vllm_version_source)
         context = LineContext(archs[0], archs[1], vllm_version=o.vllm_version, environ=self.environ, role=o.role,
                               platform=CPU if self.cpu else None, python=python, literal=True, run_python=not o.dry_run,
-                              target=None if target is None else TargetVersion(*target))
+                              target=None if target is None else TargetVersion(*target),
+                              profile=None if first else self.report.profile)
         return judge_line(words, context)
 
     @functools.cached_property

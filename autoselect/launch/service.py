@@ -24,22 +24,55 @@ MAX_ANSWER_BYTES = 4 * 2**20
 RECOMMEND_ROUTE = "/v1/recommend"
 
 __all__ = ["BadServerUrl", "MAX_ANSWER_BYTES", "RECOMMEND_ROUTE", "ask_service", "check_server_url",
-           "plain_http_beyond_loopback", "read_token_file"]
+           "plain_http_beyond_loopback", "read_token_file", "service_said"]
 
 
 class BadServerUrl(UserError):
     "A --server that is not an http(s) URL."
 
 
-def check_server_url(url: str) -> str:
-    """``url`` when it is an ``http://`` or ``https://`` URL with a host.
+#: A host name's longest form (RFC 1035: 253 characters), and a URL's longest.
+MAX_HOST_CHARS = 253
+MAX_URL_CHARS = 2048
 
-    :raises BadServerUrl: anything else.
+
+def check_server_url(url: str) -> str:
+    """``url`` when it is an ``http://`` or ``https://`` URL with a host (a name, an IPv4 address or
+    a bracketed IPv6 one), an optional port 1-65535 and an optional path: no credentials (the token
+    file carries those), no query, no fragment, no blank or control character.
+
+    :raises BadServerUrl: anything else, said in one line.
     """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadServerUrl(f"--server {url!r} is not an http(s) URL; pass e.g. http://autoselect.fleet:8765")
+    example = "pass e.g. http://autoselect.fleet:8765"
+    if len(url) > MAX_URL_CHARS or not url.isprintable() or any(c.isspace() for c in url):
+        raise BadServerUrl(f"--server {url[:60]!r} is not an http(s) URL (blanks, control characters or over "
+                           f"{MAX_URL_CHARS} characters); {example}")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:  # a bracket left open, a port out of range or not a number
+        raise BadServerUrl(f"--server {url[:80]!r} is not an http(s) URL ({e}); {example}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or len(parts.hostname) > MAX_HOST_CHARS:
+        raise BadServerUrl(f"--server {url[:80]!r} is not an http(s) URL with a host; {example}")
+    if parts.username is not None or parts.password is not None:
+        raise BadServerUrl("--server holds credentials (user@ or user:password@); pass the bearer token with "
+                           "--token-file instead")
+    if parts.query or parts.fragment or port == 0:
+        raise BadServerUrl(f"--server {url[:80]!r} has a query, a fragment or port 0; {example}")
     return url.rstrip("/")
+
+
+#: The most of a service's own error text a launch line quotes.
+MAX_SAID = 200
+
+
+def service_said(text: object) -> str:
+    """A service's own words (its ``error``), as launch quotes them: at most :data:`MAX_SAID`
+    characters, every character that is not printable escaped, quoted, so no text of a service
+    forges a line of its own or sends the terminal a control sequence."""
+    said = str(text)
+    said = said if len(said) <= MAX_SAID else said[:MAX_SAID] + "..."
+    return repr(said)
 
 
 def plain_http_beyond_loopback(url: str) -> bool:
@@ -54,7 +87,8 @@ def ask_service(url: str, params: Mapping[str, Any], *, token: str | None, timeo
 
     :raises ServiceUnavailable: no answer in time, a refusal (its status and sentence), not JSON.
     """
-    import urllib.error  # the client itself only when a service is asked
+    import http.client  # the client itself only when a service is asked
+    import urllib.error
     import urllib.parse
     import urllib.request
 
@@ -72,7 +106,7 @@ def ask_service(url: str, params: Mapping[str, Any], *, token: str | None, timeo
     outcome: dict[str, Any] = {}
 
     def exchange() -> None:
-        try:
+        try:  # the service's answer, whole; anything it does wrong is an outcome, never a traceback
             with opener.open(request, timeout=timeout_s) as response:
                 outcome["body"] = response.read(MAX_ANSWER_BYTES + 1)
         except urllib.error.HTTPError as e:
@@ -80,12 +114,12 @@ def ask_service(url: str, params: Mapping[str, Any], *, token: str | None, timeo
                 said = json.loads(e.read(65536) or b"{}").get("error")
             except (ValueError, AttributeError, OSError):
                 said = None
-            outcome["error"] = f"it answered HTTP {e.code}" + (f": {said}" if said else "")
+            outcome["error"] = f"it answered HTTP {e.code}" + (f": {service_said(said)}" if said else "")
         except ServiceUnavailable as e:
             outcome["error"] = str(e)
-        except (urllib.error.URLError, OSError, ValueError) as e:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
             reason = getattr(e, "reason", e)
-            outcome["error"] = f"no answer ({reason})"
+            outcome["error"] = f"no answer ({service_said(reason)[1:-1]})"
 
     worker = threading.Thread(target=exchange, daemon=True, name="autoselect-launch-service")
     worker.start()

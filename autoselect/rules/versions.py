@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from autoselect.errors import UserError
@@ -24,9 +25,13 @@ class InvalidVllmVersion(UserError):
     "The vLLM version string could not be parsed."
 
 
-_VERSION = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:\.(\d+))?(?:\.?(rc|dev|a|b|post)\.?(\d*))?(?:\+.*)?$")
+#: A component has at most 9 digits: a longer one names no release (and ``int()`` refuses texts over
+#: 4300 digits with a ValueError, not the one-line error).
+_VERSION = re.compile(r"^v?(\d{1,9})(?:\.(\d{1,9}))?(?:\.(\d{1,9}))?(?:\.(\d{1,9}))?(?:\.?(rc|dev|a|b|post)\.?(\d{0,9}))?"
+                      r"(?:\+.*)?$")
 
 
+@functools.lru_cache(maxsize=1024)  # every rule asks for the same few versions, a judged line ~100 times
 def parse_version(v: str) -> tuple:
     """A sortable key for a vLLM version: ``0.11.1`` < ``0.19.1rc1`` < ``0.19.1`` < ``0.19.1.post1``.
 
@@ -35,7 +40,8 @@ def parse_version(v: str) -> tuple:
     """
     m = _VERSION.match(str(v).strip())
     if not m:
-        raise InvalidVllmVersion(f"cannot read vLLM version {v!r}; use a release number such as {NEWEST_VLLM}")
+        shown = repr(v) if len(str(v)) <= 40 else f"{str(v)[:37]!r}..."
+        raise InvalidVllmVersion(f"cannot read vLLM version {shown}; use a release number such as {NEWEST_VLLM}")
     nums = tuple(int(x or 0) for x in m.group(1, 2, 3, 4))
     tag, n = m.group(5), int(m.group(6) or 0)
     # dev < a < b < rc < final < post

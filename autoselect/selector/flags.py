@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 import sqlite3
+import warnings
 from typing import Any, Iterable, NamedTuple
 
 from autoselect import vllm_flags
@@ -25,8 +26,17 @@ class ServeFlags(NamedTuple):
     notes: list[str]  # e.g. --max-num-batched-tokens lowered to fit the one-sided workspace
 
 
+class UntrustedTuned(UserWarning):
+    "A stored tuned configuration with a variable or flag outside the knob table: not used."
+
+
 def tuned_knobs(target: RecommendTarget, conn: sqlite3.Connection | None, backend: str) -> dict[str, Any]:
-    """The newest ``autoselect tune`` configuration with a measured gain for ``backend`` ({} when none)."""
+    """The newest ``autoselect tune`` configuration with a measured gain for ``backend`` ({} when none).
+
+    A stored row is untrusted input (``db import`` takes rows from anywhere): one whose variables
+    or flags fall outside the knob table (:mod:`autoselect.vllm_flags.trusted`: never
+    ``LD_PRELOAD``, never ``--trust-remote-code``) is not used, and a warning says so.
+    """
     if conn is None or target.host_class is None:
         return {}
     p = target.profile
@@ -34,6 +44,12 @@ def tuned_knobs(target: RecommendTarget, conn: sqlite3.Connection | None, backen
                        experts=p.num_experts, activation_dtype=target.activation_dtype, world_size=target.world_size,
                        backend=backend)
     if tuned is None:
+        return {}
+    try:
+        vllm_flags.trusted_env(tuned.env, backend)
+        vllm_flags.trusted_tuned_flags(tuned.flags, backend)
+    except vllm_flags.UntrustedAnswer as e:
+        warnings.warn(UntrustedTuned(f"tuned configuration {tuned.id} for {backend} is not used: {e}"), stacklevel=2)
         return {}
     return {"env": tuned.env, "flags": tuned.flags, "settings": tuned.knobs, "gain": tuned.gain,
             "gain_halfwidth": tuned.gain_halfwidth, "tuned_at": tuned.created_at}

@@ -30,7 +30,7 @@ _LAZY = {
     "command": ("SHELL_VARIABLES", "Command", "has_shell_expansion", "is_python", "leading_assignments", "read_command",
                 "shell_expansions"),
     "launchers": ("WRAPPERS", "start_problem"),
-    "trusted": ("TrustedAnswer", "UntrustedAnswer", "trusted_answer"),
+    "trusted": ("TrustedAnswer", "UntrustedAnswer", "trusted_answer", "trusted_env", "trusted_tuned_flags"),
     "serve_args": ("CONFIG_UNREAD", "ServeArgs", "parse_serve_argv", "serve_args_of"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
@@ -39,5 +39,5 @@ __all__ = [
     "CONFIG_UNREAD", "SHELL_VARIABLES", "WRAPPERS", "BackendSetting", "Command", "ServeArgs", "TrustedAnswer",
     "UntrustedAnswer", "backend_setting", "has_shell_expansion", "is_python", "leading_assignments", "parse_serve_argv",
     "read_command", "serve_args_of", "serve_flags", "shell_expansions",
-    "start_problem", "trusted_answer", "vllm_default_max_num_batched_tokens", "workspace_max_num_batched_tokens",
+    "start_problem", "trusted_answer", "trusted_env", "trusted_tuned_flags", "vllm_default_max_num_batched_tokens", "workspace_max_num_batched_tokens",
 ]

@@ -9,7 +9,9 @@ are kept aside, in order, so nothing the user wrote is lost.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import asdict, dataclass, field
 
 from autoselect.dataclass_methods import DataclassMethods
@@ -347,6 +349,73 @@ def _model(reading: _Reading) -> str:
     return model
 
 
+#: The largest ``--config`` file read (a serve config is a few hundred bytes), its deepest nesting,
+#: and the most values it may expand to once its aliases are followed (a "billion laughs" document
+#: expands a few lines into billions).
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_DEPTH = 32
+MAX_CONFIG_VALUES = 100_000
+
+
+def _config_text(path: str) -> str:
+    """The text of the regular file ``path``, opened without waiting (a FIFO no writer opens would hang
+    ``open``), at most :data:`MAX_CONFIG_BYTES`.
+
+    :raises InvalidServeCommand: a FIFO, a device or a socket (it never opens or never ends), a
+        file over the limit.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidServeCommand(f"--config {path} is not a regular file (a FIFO, a device or a socket never "
+                                      f"ends or never opens); pass a YAML file")
+        data = b""
+        while chunk := os.read(fd, MAX_CONFIG_BYTES + 1 - len(data)):
+            data += chunk
+            if len(data) > MAX_CONFIG_BYTES:
+                raise InvalidServeCommand(f"--config {path} is larger than {MAX_CONFIG_BYTES >> 20} MiB; a serve "
+                                          f"config is a few options")
+    finally:
+        os.close(fd)
+    return data.decode("utf-8")
+
+
+def _config_yaml(path: str, text: str):
+    """``text`` as YAML (``yaml.safe_load``, as vLLM reads it), once its node graph is known to be a
+    tree of bounded depth and size: no alias that refers to itself, no alias bomb.
+
+    :raises InvalidServeCommand: not YAML, nested deeper than :data:`MAX_CONFIG_DEPTH`, more than
+        :data:`MAX_CONFIG_VALUES` values once aliases are expanded, an alias inside itself.
+    """
+    import yaml  # only for a line with --config; vLLM itself reads the file with yaml.safe_load
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        raise InvalidServeCommand(f"--config {path} is not valid YAML ({' '.join(str(e).split())[:300]}); vLLM "
+                                  f"would refuse it too") from None
+    except RecursionError:
+        raise InvalidServeCommand(f"--config {path} is nested deeper than {MAX_CONFIG_DEPTH} levels; a serve "
+                                  f"config is a mapping of options") from None
+    stack, seen = ([(node, 0, ())] if node is not None else []), 0
+    while stack:  # every value as the loader would build it, aliases followed: bounded before building
+        current, depth, ancestors = stack.pop()
+        seen += 1
+        if depth > MAX_CONFIG_DEPTH:
+            raise InvalidServeCommand(f"--config {path} is nested deeper than {MAX_CONFIG_DEPTH} levels; a serve "
+                                      f"config is a mapping of options")
+        if seen > MAX_CONFIG_VALUES:
+            raise InvalidServeCommand(f"--config {path} expands to more than {MAX_CONFIG_VALUES} values through "
+                                      f"its YAML aliases; write the options out")
+        if any(current is a for a in ancestors):
+            raise InvalidServeCommand(f"--config {path} has a YAML alias inside the value it names (a recursive "
+                                      f"anchor): it has no end; write the options out")
+        children = ([c for pair in current.value for c in pair] if isinstance(current, yaml.MappingNode)
+                    else current.value if isinstance(current, yaml.SequenceNode) else [])
+        stack.extend((child, depth + 1, (*ancestors, current)) for child in children)
+    return yaml.safe_load(text)
+
+
 def _config_words(path: str, notes: list) -> list[str]:
     """The options a ``--config`` YAML file gives, as vLLM's parser expands them (0.32.0
     ``vllm/utils/argparse_utils.py`` ``load_config_file``: a true boolean is ``--key``, a false
@@ -359,20 +428,13 @@ def _config_words(path: str, notes: list) -> list[str]:
     if path.rsplit(".", 1)[-1] not in CONFIG_EXTENSIONS:
         raise InvalidServeCommand(f"--config {path}: vLLM reads only .yaml / .yml config files")
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = _config_text(path)
     except (OSError, UnicodeDecodeError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         notes.append(("warning", CONFIG_UNREAD, f"--config {path} cannot be read here ({why}): the options it "
                                                 f"sets are not seen"))
         return []
-    import yaml  # only for a line with --config; vLLM itself reads the file with yaml.safe_load
-
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise InvalidServeCommand(f"--config {path} is not valid YAML ({' '.join(str(e).split())}); vLLM would "
-                                  f"refuse it too") from None
+    config = _config_yaml(path, text)
     if not isinstance(config, dict):
         raise InvalidServeCommand(f"--config {path} must hold a mapping of option names to values, "
                                   f"got {type(config).__name__}")

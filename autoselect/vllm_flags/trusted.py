@@ -144,6 +144,25 @@ def trusted_env(env: Any, backend: str) -> dict[str, str]:
     return out
 
 
+def trusted_tuned_flags(flags: Any, backend: str) -> tuple[str, ...]:
+    """A tuned configuration's flags when each is a knob-table flag of ``backend`` followed by one of
+    its values (``--max-num-batched-tokens 2048``).
+
+    :raises UntrustedAnswer: naming the flag.
+    """
+    if not (isinstance(flags, list) and all(isinstance(f, str) for f in flags)) or len(flags) % 2:
+        raise UntrustedAnswer("knobs.flags is not a list of flag and value pairs")
+    for name, value in zip(flags[::2], flags[1::2]):
+        row = next((k for k in knobs.KNOBS if k.name == name and k.kind == "flag"), None)
+        if row is None or backend not in row.backends:
+            raise UntrustedAnswer(f"knobs.flags: {name[:60]!r} is not a flag knob of {backend} in autoselect's "
+                                  f"knob table")
+        if value not in row.values:
+            raise UntrustedAnswer(f"knobs.flags: {name} {value[:40]!r} is not one of its values "
+                                  f"({', '.join(row.values)})")
+    return tuple(flags)
+
+
 def trusted_backend(backend: Any, version: str) -> str:
     """The answer's ``backend`` when it is a backend the rules know and the release can name.
 

@@ -62,8 +62,8 @@ def test_a_wrong_token_falls_back_to_the_local_database_and_says_so(service, fle
     wrong.write_text("not-the-token-but-long-enough\n")
     plan = plan_launch(LINE, options(service, token_file=wrong, db_path=fleet_db))
     assert plan.action == "insert" and plan.pick.source.startswith(f"the database {fleet_db}")
-    assert plan.server_problem == ("it answered HTTP 401: this service needs a bearer token: send `Authorization: "
-                                   "Bearer <token>` (autoselect launch --token-file)")
+    assert plan.server_problem == ("it answered HTTP 401: 'this service needs a bearer token: send `Authorization: "
+                                   "Bearer <token>` (autoselect launch --token-file)'")
     assert plan.text.endswith(f"(the service {service} was not used: {plan.server_problem})")
     assert "not-the-token" not in plan.text
 
@@ -164,7 +164,7 @@ def test_the_service_is_asked_for_this_machines_class_and_the_models_name_under_
                                                                                         on_fleet_node):
     url, handler = stub(503, b'{"error": "busy"}')
     plan = plan_launch([*LINE, "--max-num-seqs", "16"], options(url, db_path=tmp_path / "n.db"))
-    assert plan.server_problem == "it answered HTTP 503: busy"
+    assert plan.server_problem == "it answered HTTP 503: 'busy'"
     path, auth = handler.seen[0]
     assert path.startswith("/v1/recommend?model=deepseek-v3&") and auth is None
     for part in (f"host_class={HOST_CLASS}", "dp=8", "tp=1", "workload=decode", "concurrency=128", "vllm_version="):
