@@ -67,7 +67,7 @@ def redacted_text(text: str) -> str:
         return text
     text = re.sub(_URL_CREDENTIALS, _url, text)
     # "name": "value" / "name": 123 (JSON, a Python repr's 'name': 'value')
-    text = re.sub(r"""(["']([A-Za-z0-9_.-]+)["']\s*:\s*)("[^"]*"|'[^']*'|[^\s,}\]]+)""",
+    text = re.sub(r"""(["']([A-Za-z0-9_.-]+)["']\s*:\s*)("[^"]*"|'[^']*'|[^\s,{}\[\]"']+)""",
                   lambda m: f"{m.group(1)}{_quoted(m.group(3))}" if is_secret_name(m.group(2)) else m.group(0), text)
     # NAME=value, --name=value, --name value
     text = re.sub(rf"(^|[\s'\"(\[,;])(-{{0,2}}{_NAME})(=)('[^']*'|\"[^\"]*\"|[^\s'\",;)\]]+)",

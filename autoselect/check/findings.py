@@ -259,6 +259,16 @@ def deployment_findings(args: ServeArgs, version: str, effective: rules.Effectiv
     acted_on = rules.acted_on(effective.backend, version)
     for note in rules.eplb_notes(acted_on, version, args.eplb_config, enable_eplb=args.enable_eplb):
         out.append(Finding("info", "eplb-forced-sync", note))
+    return out + runtime_findings(args, version, effective, serving, binding, platform)
+
+
+def runtime_findings(args: ServeArgs, version: str, effective: rules.EffectiveBackend, serving: dict,
+                     binding: rules.Binding | None, platform: str | None = None) -> list[Finding]:
+    """Findings about DBO's backends and the dispatch buffers' token budget (``platform``: None on GPUs;
+    DBO's backend assert is the CUDA platform's)."""
+    out: list[Finding] = []
+    backend = effective.backend
+    bound = binding is not None and binding.backend is not None
     dbo_known = rules.SERVE_OPTIONS["--enable-dbo"].accepted_by(version)
     if args.enable_dbo and dbo_known and backend is not None and not (binding and binding.refused) and platform is None:
         canonical = binding.backend if bound else rules.resolve(backend)

@@ -137,7 +137,7 @@ def _label(wrapper: Wrapper) -> str:
 
 
 def _option_end(wrapper: Wrapper, words: list[str], i: int) -> tuple[int, str | None]:
-    """The index after the option ``words[i]`` (and its value), or why launch refuses it.
+    """The index after the option ``words[i]`` (and its value), and why launch refuses it (None: it does not).
 
     Long options take ``--opt value`` or ``--opt=value``; short ones ``-o value``, ``-ovalue`` or a
     cluster of switches ending in one that takes a value (``-ite X`` is ``-i -t -e X``), as getopt reads them.
@@ -145,16 +145,16 @@ def _option_end(wrapper: Wrapper, words: list[str], i: int) -> tuple[int, str | 
     word = words[i]
     name = word.split("=", 1)[0] if word.startswith("--") else word[:2]
     if word.startswith("--"):
-        if name in wrapper.refused:
-            return i, f"`{_label(wrapper)} {name}`: {wrapper.refused[name]}"
-        return (i + 2 if name in wrapper.value_options and "=" not in word else i + 1), None
+        end = i + 2 if name in wrapper.value_options and "=" not in word else i + 1
+        return end, (f"`{_label(wrapper)} {name}`: {wrapper.refused[name]}" if name in wrapper.refused else None)
+    why = None
     for k, letter in enumerate(word[1:], 1):
         short = f"-{letter}"
-        if short in wrapper.refused:
-            return i, f"`{_label(wrapper)} {short}`: {wrapper.refused[short]}"
+        if short in wrapper.refused and why is None:
+            why = f"`{_label(wrapper)} {short}`: {wrapper.refused[short]}"
         if short in wrapper.value_options:
-            return (i + 1 if k + 1 < len(word) else i + 2), None
-    return i + 1, None
+            return (i + 1 if k + 1 < len(word) else i + 2), why
+    return i + 1, why
 
 
 def _wrapper_end(words: list[str], i: int, start: int) -> tuple[int, str | None]:

@@ -287,7 +287,7 @@ def _read_option(reading: _Reading, args: list[str], i: int) -> int:
 def _keep_unknown(reading: _Reading, args: list[str], i: int, has_eq: str) -> int:
     """Keep the unknown option ``args[i]`` (and its value); the index of the last word kept."""
     arg = args[i]
-    if re.match(_SINGLE_DASH_LONG, arg):
+    if re.match(_SINGLE_DASH_LONG, arg.partition("=")[0]):  # `-word-word=value` too
         reading.notes.append(("error", "single-dash-option",
                               f"{arg} has one dash: vLLM's parser reads it as a short option with a value (-n is "
                               f"--nnodes) or not at all, and `vllm serve` exits with an argument error; write -{arg}"))

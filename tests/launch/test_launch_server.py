@@ -184,3 +184,95 @@ def test_a_token_over_plain_http_beyond_this_machine_is_a_warning(token_file, tm
     assert plan.warnings[0] == ("the bearer token goes to http://autoselect.fleet.example:8765 in clear text (plain "
                                 "http beyond this machine); put a TLS proxy in front of the service and pass its "
                                 "https:// URL")
+
+
+# ---- the service's answer is untrusted input -------------------------------------------------------
+
+
+def _answer(backend="allgather_reducescatter", *extra, **fields) -> bytes:
+    import json
+
+    args = ["--data-parallel-size", "8", "--enable-expert-parallel", "--all2all-backend", backend, *extra]
+    return json.dumps({"backend": backend, "confidence": "high", "vllm_args": args, "candidates": [],
+                       **fields}).encode()
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["--all2all-backend=flashinfer_nvlink_one_sided"], "vllm_args: --all2all-backend appears twice"),
+    (["--all2all_backend", "flashinfer_nvlink_one_sided"], "vllm_args: '--all2all_backend' is not a flag"),
+    (["--trust-remote-code"], "vllm_args: '--trust-remote-code' is not a flag autoselect emits"),
+    (["--host", "0.0.0.0"], "vllm_args: '--host' is not a flag autoselect emits"),
+    (["--api-key", "stolen"], "vllm_args: '--api-key' is not a flag autoselect emits"),
+    (["--config", "/tmp/x.yaml"], "vllm_args: '--config' is not a flag autoselect emits"),
+])
+def test_an_answer_carrying_any_other_flag_is_refused_and_nothing_of_it_runs(extra, field, stub, tmp_path,
+                                                                           on_fleet_node):
+    url, _ = stub(200, _answer("allgather_reducescatter", *extra))
+    plan = plan_launch(LINE, options(url, db_path=tmp_path / "n.db"))
+    assert plan.server_problem == f"its answer is refused: {field}" or plan.server_problem.startswith(
+        f"its answer is refused: {field}")
+    assert not set(extra) & set(plan.final.argv) and not any(w.startswith(extra[0]) for w in plan.final.argv[6:])
+
+
+@pytest.mark.parametrize("knobs, field", [
+    ({"env": {"LD_PRELOAD": "/tmp/evil.so"}}, "knobs.env: 'LD_PRELOAD' is not a variable of autoselect's knob table"),
+    ({"env": {"NCCL_PROTO": "LL\nEVIL=1"}}, "knobs.env: 'NCCL_PROTO' = 'LL\\nEVIL=1' is not one of its values "
+                                             "(LL, LL128, Simple)"),
+    ({"env": ["NCCL_PROTO=LL"]}, "knobs.env is not an object"),
+    ("LD_PRELOAD=/tmp/x.so", "knobs is not an object"),
+])
+def test_an_answer_with_a_variable_outside_the_knob_table_is_refused(knobs, field, stub, tmp_path, on_fleet_node):
+    url, _ = stub(200, _answer(knobs=knobs))
+    plan = plan_launch(LINE, options(url, db_path=tmp_path / "n.db"))
+    assert plan.server_problem == f"its answer is refused: {field}"
+    assert "LD_PRELOAD" not in plan.final.shell() and "EVIL" not in plan.final.shell()
+
+
+def test_the_pick_is_judged_on_this_machines_gpus_never_on_the_arch_the_answer_claims(stub, tmp_path, on_fleet_node):
+    # this machine is an H200 node (sm90): an NVFP4 model dispatches bf16 here, whatever the answer says
+    nvfp4 = str(MODELS / "deepseek-r1-nvfp4")
+    url, _ = stub(200, _answer("flashinfer_nvlink_one_sided", gpu_arch="sm100",
+                               data_used={"host_class": "b200-claimed"}))
+    plan = plan_launch(["vllm", "serve", nvfp4, "-dp", "8", "-ep"], options(url, db_path=tmp_path / "n.db"))
+    assert plan.server_problem.startswith("its pick is illegal here: flashinfer_nvlink_one_sided needs nvfp4 "
+                                          f"activations; {nvfp4} dispatches bf16 on sm90")
+    assert "flashinfer_nvlink_one_sided" not in plan.final.argv and plan.gpu_arch == "sm90"
+    # --gpu-arch names the GPUs: there it is legal, and it is used
+    plan = plan_launch(["vllm", "serve", nvfp4, "-dp", "8", "-ep"], options(url, db_path=tmp_path / "n.db",
+                                                                            gpu_arch="sm100"))
+    assert (plan.backend, plan.server_problem) == ("flashinfer_nvlink_one_sided", None)
+
+
+@pytest.mark.parametrize("body, problem", [
+    (b"[1, 2]", "its answer is not a JSON object"),
+    (b'{"backend": "allgather_reducescatter", "confidence": 3, "vllm_args": []}',
+     "the answer is not a recommendation (no backend, confidence or vllm_args)"),
+    (_answer(candidates="all"), "the answer's candidates is not a list"),
+    (_answer(confidence_reasons="a string"), "the answer's confidence_reasons is not a list"),
+    (_answer(confidence_reasons=[{"x": 1}]), "the answer's confidence_reasons item is not a text"),
+    (_answer(bench_command=7), "the answer's bench_command is not a text"),
+    (_answer(warnings=["w" * 5000]), "the answer's warnings item is not a text of at most 2000 characters"),
+    (_answer(data_used=["h200"]), "the answer's data_used is not an object"),
+    (_answer(backend_unknown=1, vllm_args="--all2all-backend x"), "the answer is not a recommendation"),
+])
+def test_a_malformed_answer_is_not_used_and_the_launcher_says_why(body, problem, stub, tmp_path, on_fleet_node):
+    url, _ = stub(200, body)
+    plan = plan_launch(LINE, options(url, db_path=tmp_path / "n.db"))
+    assert plan.server_problem.startswith(problem), plan.server_problem
+
+
+def test_a_services_error_text_never_reaches_the_terminal_raw(stub, tmp_path, on_fleet_node):
+    from click.testing import CliRunner
+
+    from autoselect.cli import main
+
+    forged = "busy\nError: your GPUs are on fire\x1b[2J\x1b]0;owned\x07\r" + "x" * 500
+    url, _ = stub(500, ('{"error": %s}' % __import__("json").dumps(forged)).encode())
+    result = CliRunner().invoke(main, ["launch", "--dry-run", "--server", url, "--db", str(tmp_path / "n.db"),
+                                       "--workload", "decode", "--", *LINE])
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert not [ln for ln in lines if ln.startswith("Error")] and "\x1b" not in result.stderr
+    assert "\r" not in result.stderr and "\x07" not in result.stderr
+    assert "it answered HTTP 500: 'busy\\nError: your GPUs are on fire\\x1b[2J" in result.stderr
+    assert "x" * 201 not in result.stderr  # shortened

@@ -132,3 +132,70 @@ def test_a_path_that_is_no_release_is_one_error_line(reader, tmp_path, capsys):
     (tmp_path / "x.whl").write_bytes(b"not a zip")
     assert reader.main([str(tmp_path / "x.whl")]) == 2
     assert capsys.readouterr().err == f"Error: {tmp_path / 'x.whl'} is no wheel, sdist or directory\n"
+
+
+def _tree(root: Path, parallel: str = "x = 1\n") -> Path:
+    """A minimal vLLM tree: vllm/__init__.py, _version.py and config/parallel.py."""
+    (root / "vllm" / "config").mkdir(parents=True)
+    (root / "vllm" / "__init__.py").write_text("")
+    (root / "vllm" / "_version.py").write_text("__version__ = version = '0.34.0'\n")
+    (root / "vllm" / "config" / "parallel.py").write_text(parallel)
+    return root
+
+
+def _wheel(path: Path, files: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return path
+
+
+def test_a_damaged_archive_is_one_error_line(reader, tmp_path, capsys):
+    good = _wheel(tmp_path / "good.whl", {"vllm/config/parallel.py": b"x = 1\n" * 2000, "vllm/__init__.py": b""})
+    data = good.read_bytes()
+    body = data.index(b"x = 1") if b"x = 1" in data else 40
+    damaged = {
+        "truncated.whl": data[: len(data) // 2],  # the central directory is gone
+        "flipped.whl": data[:body] + bytes(b ^ 0xFF for b in data[body:body + 64]) + data[body + 64:],
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        info = tarfile.TarInfo("vllm-0.1/vllm/config/parallel.py")
+        payload = b"x = 1\n" * 5000
+        info.size = len(payload)
+        t.addfile(info, io.BytesIO(payload))
+    damaged["truncated.tar.gz"] = buf.getvalue()[:200]
+    for name, blob in damaged.items():
+        (tmp_path / name).write_bytes(blob)
+        assert reader.main([str(tmp_path / name)]) == 2, name
+        err = capsys.readouterr().err
+        assert err.startswith("Error: ") and err.count("\n") == 1 and "Traceback" not in err, (name, err)
+
+
+@pytest.mark.parametrize("source, said", [
+    ("x = " + "+".join(["1"] * 200_000) + "\n", "vllm/config/parallel.py cannot be parsed (RecursionError"),
+    ("x = " + "a." * 100_000 + "b\n", "vllm/config/parallel.py cannot be parsed (RecursionError"),
+    ("x = " + "-" * 200_000 + "1\n", "vllm/config/parallel.py cannot be parsed (MemoryError"),
+    ("x = " + "(" * 5000 + "1" + ")" * 5000 + "\n", "too many nested parentheses"),
+    ("x = '\0'\0\n", "null bytes"),
+])
+def test_source_too_deep_to_parse_is_one_error_line(reader, tmp_path, capsys, source, said):
+    root = _tree(tmp_path / "deep", source)
+    assert reader.main([str(root)]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1 and err.startswith("Error: "), err
+
+
+def test_sizes_past_the_limits_are_refused_before_they_are_read(reader, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(reader, "MAX_FILE_BYTES", 1000)
+    wheel = _wheel(tmp_path / "big.whl", {"vllm/__init__.py": b"", "vllm/config/parallel.py": b"#" * 5000})
+    assert reader.main([str(wheel)]) == 2
+    assert "vllm/config/parallel.py is 5000 bytes, more than a source file of vLLM" in capsys.readouterr().err
+    monkeypatch.setattr(reader, "MAX_FILE_BYTES", 10_000)
+    monkeypatch.setattr(reader, "MAX_TOTAL_BYTES", 6000)
+    wheel = _wheel(tmp_path / "many.whl", {f"vllm/m{i}.py": b"#" * 1000 for i in range(10)})
+    assert reader.main([str(wheel)]) == 2
+    assert "its files add up to more than" in capsys.readouterr().err
+    root = _tree(tmp_path / "dir", "#" * 20_000)
+    assert reader.main([str(root)]) == 2
+    assert "is larger than a source file of vLLM" in capsys.readouterr().err
