@@ -52,14 +52,17 @@ from autoselect.cli import db_option
 def launch_cmd(command, dry_run, decision_json, **kw):
     """Start a vLLM server line with the fastest legal all2all backend (or refuse an illegal one).
 
-    Reads the line after `--` as check does, picks as recommend does (or asks --server), and
-    puts the pick in the line the way the target release takes it: a line without a backend gets
-    the pick; a line that names one keeps it (--override replaces it), unless the rules call it
-    illegal for the model, GPUs, EP size or release, which is refused (exit 2, nothing started).
-    On a host without GPUs, vLLM's CPU platform runs only allgather_reducescatter. Without
-    evidence, vLLM's default stays and the bench command that would settle it is printed.
-    One line on stderr says what was chosen and why; then this process becomes the server
-    (same PID: signals and the exit status are vLLM's).
+    Reads the line after `--` as check does and judges it with check's own judge: a line check
+    finds an error in (an illegal backend for the model, GPUs, EP size or release, anything vLLM
+    would not start) is refused, as is anything but a vLLM server behind env, nohup, sudo,
+    numactl, uv run, docker run and the like (exit 2, nothing started); check's warnings are
+    Warning: lines. Then it picks as recommend does (or asks --server, whose answer is judged
+    like any untrusted input), and puts the pick in the line the way the target release takes
+    it: a line without a backend gets the pick; a line that names one keeps it (--override
+    replaces it). On a host without GPUs, vLLM's CPU platform runs only allgather_reducescatter.
+    Without evidence, vLLM's default stays and the bench command that would settle it is
+    printed. One line on stderr says what was chosen and why; then this process becomes the
+    server (same PID: signals and the exit status are vLLM's).
 
     \b
     Examples:

@@ -23,8 +23,7 @@ import autoselect.selector.pipeline as pipeline
 from autoselect.cli import main
 from autoselect.hardware import cpu_fingerprint
 from autoselect.launch import LaunchOptions, plan_launch, run_plan
-from autoselect.launch.choose import LineRefused
-from autoselect.launch.run import CannotStart, ProgramNotFound
+from autoselect.launch.run import CannotStart
 
 MODELS = FIXTURES / "models"
 QWEN = str(MODELS / "qwen3-30b-a3b")
