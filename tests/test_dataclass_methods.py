@@ -14,6 +14,7 @@ import pytest
 
 from support.paths import REPO
 
+from autoselect.check import CheckReport
 from autoselect.dataclass_methods import DataclassMethods
 from autoselect.hardware import GpuInfo, HostFingerprint
 from autoselect.vllm_flags.command import Command
@@ -22,7 +23,7 @@ from db.queries import StoredResult
 from db.records import Result
 from db.tuned import TunedConfig
 
-RECORDS = (Result, StoredResult, TunedConfig, GpuInfo, HostFingerprint, ServeArgs, Command)
+RECORDS = (Result, StoredResult, TunedConfig, GpuInfo, HostFingerprint, ServeArgs, Command, CheckReport)
 
 
 def _users() -> set[type]:

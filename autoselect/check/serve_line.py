@@ -36,6 +36,7 @@ from autoselect.bridge import (SOURCE_NEWEST, TargetVersion, VllmPythonInvalid, 
 from autoselect.check.findings import (FLAG, MOE_BACKEND, SEVERITIES, VARIABLE, Finding, deployment_findings,
                                        flag_value_findings, model_findings, moe_backend_findings, option_findings,
                                        unknown_origin, variable_findings)
+from autoselect.dataclass_methods import DataclassMethods
 from autoselect.hardware import local_gpu_arch
 from autoselect.redact import redacted_text
 from autoselect.model import GPU_ARCHS, DenseModel, MoeProfile, load_profile, normalize_arch
@@ -49,8 +50,8 @@ EXPAND_IT = ("launch starts the line's words as they are, so no shell expands it
 #: Error codes about a value vLLM refuses, where a shell expansion read literally is the likely cause.
 VALUE_ERRORS = frozenset({"invalid-choice", "value-unknown-to-version", "env-var-invalid"})
 
-@dataclass
-class CheckReport:
+@dataclass(repr=False, eq=False)  # DataclassMethods: the same methods, not compiled per class
+class CheckReport(DataclassMethods):
     """The outcome of checking one `vllm serve` command line."""
 
     args: ServeArgs

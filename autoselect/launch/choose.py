@@ -318,9 +318,12 @@ class _Planner:
         self.warnings += report.version_problems
         effective = report.effective
         self.given = effective.backend if effective.origin != rules.ORIGIN_DEFAULT else None
-        if report.errors and not (self.o.override and self.given is not None):
-            raise refusal(report)
         args = report.args
+        # only a pick replacing the line's own backend (--override) may mend an error; its line is judged again
+        replaceable = (self.o.override and self.given is not None and args.uses_all2all
+                       and report.moe_binding is None and report.profile is not None)
+        if report.errors and not replaceable:
+            raise refusal(report)
         if not args.uses_all2all:
             why = ("no --enable-expert-parallel" if not args.enable_expert_parallel
                    else f"--data-parallel-size {args.data_parallel_size}")

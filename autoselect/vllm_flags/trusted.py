@@ -25,8 +25,12 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, NamedTuple
 
-from autoselect import knobs, rules
+from autoselect import rules
+from autoselect.lazy import lazy_module
 from autoselect.options import MAX_TOKENS_PER_RANK, MAX_WORLD_SIZE
+
+#: The knob table, read only for an answer that carries tuned knobs (its rows cost a launch ~1 ms to build).
+knobs = lazy_module("autoselect.knobs")
 
 #: The flags autoselect emits (:func:`autoselect.vllm_flags.serve_flags`, the knob table's flag
 #: knobs) -> how many values follow, and the largest a numeric one may be (None: not a number).

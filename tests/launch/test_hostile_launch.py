@@ -89,7 +89,9 @@ def test_a_line_check_reports_an_error_in_is_never_started(flag, code, started):
 
     line = serve(QWEN, flag, *(["deepep_low_latency"] if "all2all" in flag else []))
     assert code in {f.code for f in check_serve_command(line, gpu_arch="sm90", vllm_version="0.34.0").errors}
-    refused(launch("--gpu-arch", "sm90", "--vllm-version", "0.34.0", "--", *line))
+    for dry_run in (["--dry-run"], []):
+        line_said = refused(launch(*dry_run, "--gpu-arch", "sm90", "--vllm-version", "0.34.0", "--", *line))
+        assert "cannot start" not in line_said and "dash" in line_said.lower(), line_said
     assert started == []
 
 
@@ -320,3 +322,17 @@ def test_a_tuned_row_outside_the_knob_table_never_reaches_the_line(tmp_path):
         assert result.exit_code == 0, result.output
         assert "LD_PRELOAD" not in result.stdout and "trust-remote-code" not in result.stdout
         assert "rm -rf" not in result.stdout and "is not used: knobs." in result.stderr
+
+
+@pytest.mark.parametrize("line", [
+    ["vllm", "serve", QWEN, "-dp", "1", "--all2all-backend", "deepep_low_latency", "-enable-eplb"],
+    serve(QWEN, "--moe-backend", "flashinfer_moe_ep_cutedsl", "--all2all-backend", "deepep_low_latency"),
+    ["vllm", "serve", str(MODELS / "llama-3.1-8b"), "-dp", "2", "-ep", "--all2all-backend", "deepep_low_latency",
+     "-enable-dbo"],
+])
+def test_override_mends_no_error_where_there_is_no_backend_to_replace(line, started):
+    """--override lets a pick replace the line's backend; without an all2all group, next to a
+    --moe-backend that binds passthrough or for a dense model there is none, and the error stands."""
+    assert "cannot start" not in refused(launch("--dry-run", "--override", "--gpu-arch", "sm100", "--vllm-version",
+                                                "0.34.0", "--", *line))
+    assert started == []
