@@ -125,7 +125,8 @@ def test_a_real_vllm_starts_through_launch_with_the_pick_and_never_with_an_illeg
     refused = subprocess.run([*launch, *line, "--all2all-backend", "deepep_low_latency"], env=env,
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and refused.stdout == "", refused.stderr
-    assert refused.stderr.startswith("Error: deepep_low_latency cannot run ") and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("Error: vLLM's CPU platform runs only allgather_reducescatter, not "
+                                     "deepep_low_latency") and refused.stderr.count("\n") == 1
     assert not (tmp_path / "decision.json").exists()
     assert not _listening(port)
 
