@@ -311,7 +311,7 @@ def test_a_tuned_row_outside_the_knob_table_never_reaches_the_line(tmp_path):
         with Store(db) as store:  # a row db import would take: text fields that keep the schema
             save_tuned(store, TunedConfig(
                 host_class=host_class, machine_id="m1", hidden=7168, top_k=8, experts=256,
-                dispatch_dtype=clean.dispatch_dtype, world_size=8, device="cuda", backend=clean.backend,
+                activation_dtype=clean.activation_dtype, world_size=8, device="cuda", backend=clean.backend,
                 status="gain", stop="settled", study="s", knobs=env, env=env, flags=flags, gain=0.3,
                 gain_halfwidth=0.01))
         with pytest.warns(UserWarning, match="tuned configuration .* is not used: knobs\\."):
