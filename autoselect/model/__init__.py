@@ -24,9 +24,9 @@ all2all on each GPU architecture. One module per step, in the order :func:`load_
 from autoselect.model.errors import DenseModel, ModelConfigNotFound
 from autoselect.model.formats import MODELOPT_ALGOS
 from autoselect.model.profile import GPU_ARCHS, MoeProfile, load_profile, normalize_arch
-from autoselect.model.source import ModelSource, config_dir, hub_cache_dir
+from autoselect.model.source import ModelSource, config_dir, config_files, hub_cache_dir
 
 __all__ = [
     "GPU_ARCHS", "MODELOPT_ALGOS", "DenseModel", "ModelConfigNotFound", "ModelSource", "MoeProfile", "config_dir",
-    "hub_cache_dir", "load_profile", "normalize_arch",
+    "config_files", "hub_cache_dir", "load_profile", "normalize_arch",
 ]

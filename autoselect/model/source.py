@@ -3,7 +3,8 @@
 :class:`ModelSource` says what a caller accepts (the CLI: a path or a Hub id; ``serve``: Hub ids
 from the cache and names under its model roots); :func:`locate_config` turns a name into the
 config.json (and hf_quant_config.json) to read, fetching a Hub id's into the Hugging Face cache
-(:func:`hub_files`); :func:`read_config_json` reads one as a bounded UTF-8 JSON object, or
+(:func:`hub_files`), and :func:`config_files` names what an answer about it depends on;
+:func:`read_config_json` reads one as a bounded UTF-8 JSON object, or
 raises one clear error naming the file.
 """
 
@@ -102,6 +103,26 @@ def locate_config(model: str, source: ModelSource = CLI_SOURCE) -> tuple[Path, P
         )
     config, quant, notes = hub_files(model, offline=source.offline or hub_offline())
     return config, quant, notes, f"config.json of {model}"
+
+
+def config_files(model: str, source: ModelSource = CLI_SOURCE) -> tuple[str, ...]:
+    """The paths whose change changes what an answer about ``model`` reads: its config.json and
+    hf_quant_config.json, the directory holding them (a quantization file added or removed changes
+    it), ``root/name`` under every model root (a link moved, a directory replaced or created under
+    an earlier root), and for a Hub id its ``refs/main`` (which snapshot the cache serves).
+    ``serve`` keeps an answer only while their identity is unchanged.
+
+    :raises ModelConfigNotFound: as :func:`locate_config` does.
+    """
+    config, quant, _, _ = locate_config(model, source)
+    files = [str(config), str(config.parent)]
+    if quant is not None:
+        files.append(str(quant))
+    if source.roots and re.match(_ROOT_NAME, model):
+        files += [os.path.join(root, model) for root in source.roots]
+    if config.parent.parent.name == "snapshots":  # the Hub cache: models--org--name/snapshots/<commit>/
+        files.append(str(config.parent.parent.parent / "refs" / "main"))
+    return tuple(files)
 
 
 def _under_root(root: Path, name: str) -> tuple[Path, Path | None, list[str], str] | None:

@@ -323,3 +323,98 @@ def test_a_query_number_is_refused_where_the_command_line_refuses_it(fleet_db, n
                        f"--{name.replace('_', '-')}={value}"))
     assert r.status_code == 400
     assert r.json()["error"] == line[len("Error: "):].replace(f"--{name.replace('_', '-')}", name, 1)
+
+
+@pytest.mark.parametrize("name", ["data", "expert", "parallel", "allgather_reducescatter", "serve", "deepseek-v3"])
+def test_a_model_root_given_as_a_relative_name_never_rewrites_answer_text(tmp_path, fleet_db, monkeypatch, name):
+    # the root's name is also a word of the answer (--data-parallel-size, --enable-expert-parallel,
+    # the backend, the vllm serve command, the model): only the path it resolves to is scrubbed
+    shutil.copytree(MODELS / "deepseek-v3", tmp_path / name / "deepseek-v3")
+    monkeypatch.chdir(tmp_path)
+    relative = TestClient(create_app(fleet_db, model_roots=[name]))
+    absolute = TestClient(create_app(fleet_db, model_roots=[MODELS]))
+    params = {"model": "deepseek-v3", "host_class": HOST_CLASS, "dp": "8"}
+    r = relative.get("/v1/recommend", params=params)
+    assert r.status_code == 200, r.text
+    assert r.json() == absolute.get("/v1/recommend", params=params).json()
+    assert "--data-parallel-size" in r.text and "<model root>" not in r.text
+    assert str(tmp_path) not in r.text
+
+
+def test_the_scrubber_replaces_whole_paths_only(tmp_path):
+    from autoselect.fleet.service.answers import Scrubber
+
+    root = tmp_path / "data"
+    scrub = Scrubber(tmp_path / "fleet.db", (root,))
+    assert scrub(f"no config.json in {root}/x") == "no config.json in <model root>/x"
+    assert scrub(f'"path": "{root}"') == '"path": "<model root>"'
+    assert scrub(f"{root}2/x and {root}.old") == f"{root}2/x and {root}.old"  # other names that start alike
+    assert scrub(f"/elsewhere{root}") == f"/elsewhere{root}"  # a path that ends alike
+    assert scrub("--data-parallel-size data data/x") == "--data-parallel-size data data/x"
+
+
+def _two_class_db(path: Path) -> Path:
+    """The fleet database plus one machine of a second class."""
+    from support.db import make_result
+    from support.fleet import h200_host
+
+    from db.store import Store
+
+    db = build_fleet_db(path, fleet_runs=("f1",))
+    with Store(db) as store, store.run(h200_host("lab-x", host_class="h200x8-lab")) as run:
+        store.add_result(run.id, make_result())
+    return db
+
+
+def test_a_recommendation_without_host_class_never_describes_the_server(tmp_path, fleet_db, monkeypatch):
+    import autoselect.selector.pipeline as pipeline
+
+    def no_fingerprint(*a, **kw):
+        raise AssertionError("serve took the server's own fingerprint")
+
+    monkeypatch.setattr(pipeline, "fingerprint", no_fingerprint)
+    one = TestClient(create_app(fleet_db, model_roots=[MODELS]))
+    r = one.get("/v1/recommend", params={"model": "deepseek-v3"})
+    named = one.get("/v1/recommend", params={"model": "deepseek-v3", "host_class": HOST_CLASS})
+    assert r.status_code == 200 and r.json() == named.json()  # the database's one class
+    assert socket.gethostname() not in r.text
+
+    two = TestClient(create_app(_two_class_db(tmp_path / "two.db"), model_roots=[MODELS]))
+    r = two.get("/v1/recommend", params={"model": "deepseek-v3", "workload": "decode"})
+    assert r.status_code == 400
+    assert r.json() == {"error": "this service answers for the host classes of its database (h200x8-fleet, "
+                                 "h200x8-lab): name one with host_class= (/v1/hosts lists them)"}
+    assert two.get("/v1/recommend", params={"model": "deepseek-v3", "host_class": "h200x8-lab"}).status_code == 200
+
+
+def _replace_with(db: Path, how: str) -> None:
+    data = db.read_bytes()
+    for extra in ("-wal", "-shm"):
+        Path(f"{db}{extra}").unlink(missing_ok=True)
+    db.unlink()
+    if how == "garbage":
+        db.write_bytes(b"not a database at all" * 100)
+    elif how == "truncated":
+        db.write_bytes(data[: len(data) // 3])
+    elif how == "directory":
+        db.mkdir()
+    elif how == "foreign":
+        import sqlite3
+
+        with sqlite3.connect(db) as c:
+            c.execute("CREATE TABLE t (x)")
+
+
+@pytest.mark.parametrize("how", ["deleted", "garbage", "truncated", "directory", "foreign"])
+def test_a_database_that_turns_unreadable_is_503_on_every_route_never_500(tmp_path, how):
+    db = build_fleet_db(tmp_path / "fleet.db", fleet_runs=("f1",))
+    client = TestClient(create_app(db, model_roots=[MODELS]), raise_server_exceptions=False)
+    routes = [("/v1/recommend", {"model": "deepseek-v3", "host_class": HOST_CLASS, "workload": "prefill"}),
+              ("/v1/hosts", {}), ("/v1/drift", {}), ("/healthz", {})]
+    assert [client.get(r, params=p).status_code for r, p in routes] == [200] * 4
+    _replace_with(db, how)
+    routes[0][1]["workload"] = "decode"  # a question not answered before: it must read the database
+    for route, params in routes:
+        r = client.get(route, params=params)
+        assert r.status_code == 503, (route, r.status_code, r.text)
+        assert str(tmp_path) not in r.text

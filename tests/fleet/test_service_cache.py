@@ -1,8 +1,12 @@
 """``serve``'s kept answers: a request answered before never reaches the app again (its front
-answers from the cache), two spellings of one question are computed once, errors are never
-kept, and every kept answer is dropped when the database changes."""
+answers from the one cache), errors are never kept, every kept answer is dropped when the
+database changes, and an answer about a model when its files change or go."""
 
 from __future__ import annotations
+
+import json
+import os
+import shutil
 
 import pytest
 
@@ -61,12 +65,13 @@ def test_a_request_answered_before_does_not_reach_the_app(served):
     assert len(calls) == 1 and computed == ["deepseek-v3"]
 
 
-def test_two_spellings_of_one_question_are_computed_once(served):
+def test_each_spelling_of_a_question_is_kept_under_the_request_as_it_arrived(served):
     client, calls, computed, _ = served
-    a = client.get("/v1/recommend?model=deepseek-v3&host_class=h200x8-fleet&workload=decode")
-    b = client.get("/v1/recommend?workload=decode&host_class=h200x8-fleet&model=deepseek-v3")
-    assert a.status_code == b.status_code == 200 and a.content == b.content
-    assert len(calls) == 2 and computed == ["deepseek-v3"]  # the app parsed both; the selector ran once
+    a = "/v1/recommend?model=deepseek-v3&host_class=h200x8-fleet&workload=decode"
+    b = "/v1/recommend?workload=decode&host_class=h200x8-fleet&model=deepseek-v3"
+    answers = [client.get(target) for target in (a, b, a, b)]
+    assert {r.status_code for r in answers} == {200} and len({r.content for r in answers}) == 1
+    assert len(calls) == 2 and computed == ["deepseek-v3", "deepseek-v3"]  # one cache: one entry per spelling
 
 
 def test_errors_are_never_kept(served):
@@ -108,15 +113,91 @@ def test_a_query_string_too_long_is_refused_before_the_app(served):
     assert calls == []
 
 
-def test_the_cache_keeps_at_most_size_answers_per_kind(tmp_path):
+def test_the_cache_keeps_at_most_size_answers(tmp_path):
     db = build_fleet_db(tmp_path / "fleet.db", fleet_runs=("f1",))
     cache = AnswerCache(db, size=2)
     state = cache.current()
     for i in range(3):
-        cache.store(("k", i), state, b"%d" % i)
-        cache.remember(("/p", b"%d" % i), state, b"%d" % i)
-    assert cache.lookup(("k", 0))[0] is None and cache.lookup(("k", 2))[0] == b"2"
-    assert cache.answered(("/p", b"0"))[0] is None and cache.answered(("/p", b"1"))[0] == b"1"
+        cache.put(("/p", b"%d" % i), state, b"%d" % i)
+    assert len(cache) == 2
+    assert cache.get(("/p", b"0"))[0] is None and cache.get(("/p", b"1"))[0] == b"1"
     stale = state[:-1] + (("changed", 0),)
-    cache.store(("k", 9), stale, b"9")  # computed against another database state: not kept
-    assert cache.lookup(("k", 9))[0] is None
+    cache.put(("/p", b"9"), stale, b"9")  # computed against another database state: not kept
+    assert cache.get(("/p", b"9"))[0] is None
+
+
+@pytest.fixture
+def model_root(tmp_path):
+    """A model root holding a copy of the DeepSeek-V3 fixture (bf16 on Hopper: fp8 block weights)."""
+    root = tmp_path / "models"
+    root.mkdir()
+    shutil.copytree(MODELS / "deepseek-v3", root / "deepseek-v3")
+    return root
+
+
+def _counted(db, root, monkeypatch):
+    front = create_app(db, model_roots=[root])
+    front.app = inner = Counted(front.app)
+    return TestClient(front), inner.calls
+
+
+def _nvfp4(config: dict) -> dict:
+    """``config`` as a ModelOpt NVFP4 checkpoint's (what a re-quantized checkpoint's config.json says)."""
+    return {**config, "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4",
+                                              "group_size": 16, "kv_cache_quant_algo": None}}
+
+
+@pytest.mark.parametrize("how", ["rewritten", "replaced"])
+def test_a_changed_checkpoint_is_answered_anew(tmp_path, model_root, monkeypatch, how):
+    db = build_fleet_db(tmp_path / "fleet.db", fleet_runs=("f1",))
+    client, calls = _counted(db, model_root, monkeypatch)
+    params = {**RECOMMEND, "gpu_arch": "sm100"}
+    before = client.get("/v1/recommend", params=params)
+    assert before.status_code == 200 and client.get("/v1/recommend", params=params).content == before.content
+    assert len(calls) == 1
+    config = model_root / "deepseek-v3" / "config.json"
+    text = json.dumps(_nvfp4(json.loads(config.read_text())))
+    if how == "rewritten":  # in place: same inode, new size and mtime
+        config.write_text(text)
+    else:  # a new file renamed over the old one, as a download or a copy does
+        (config.parent / "config.json.new").write_text(text)
+        os.replace(config.parent / "config.json.new", config)
+    after = client.get("/v1/recommend", params=params)
+    assert after.status_code == 200 and len(calls) == 2
+    assert (before.json()["profile"]["weight_quant"], after.json()["profile"]["weight_quant"]) == ("fp8_block128",
+                                                                                                  "nvfp4")
+
+
+def test_a_deleted_checkpoint_is_an_unknown_model_at_once(tmp_path, model_root, monkeypatch):
+    db = build_fleet_db(tmp_path / "fleet.db", fleet_runs=("f1",))
+    client, calls = _counted(db, model_root, monkeypatch)
+    assert client.get("/v1/recommend", params=RECOMMEND).status_code == 200
+    shutil.rmtree(model_root / "deepseek-v3")
+    r = client.get("/v1/recommend", params=RECOMMEND)
+    assert r.status_code == 404 and len(calls) == 2
+
+
+def test_a_quantization_file_added_beside_the_config_is_read(tmp_path, model_root, monkeypatch):
+    db = build_fleet_db(tmp_path / "fleet.db", fleet_runs=("f1",))
+    client, calls = _counted(db, model_root, monkeypatch)
+    params = {**RECOMMEND, "gpu_arch": "sm100"}
+    first = client.get("/v1/recommend", params=params)
+    assert first.status_code == 200 and first.json()["profile"]["weight_quant"] == "fp8_block128"
+    config = model_root / "deepseek-v3" / "config.json"
+    plain = {k: v for k, v in json.loads(config.read_text()).items() if k != "quantization_config"}
+    config.write_text(json.dumps(plain))  # bf16 weights ...
+    assert client.get("/v1/recommend", params=params).json()["profile"]["weight_quant"] != "nvfp4"
+    # ... until a legacy ModelOpt quantization file appears beside it
+    shutil.copy(MODELS / "deepseek-r1-nvfp4" / "hf_quant_config.json", model_root / "deepseek-v3")
+    again = client.get("/v1/recommend", params=params)
+    assert len(calls) == 3 and again.status_code == 200 and again.json()["profile"]["weight_quant"] == "nvfp4"
+
+
+def test_an_unchanged_checkpoint_is_answered_from_the_cache(tmp_path, model_root, monkeypatch):
+    db = build_fleet_db(tmp_path / "fleet.db", fleet_runs=("f1",))
+    client, calls = _counted(db, model_root, monkeypatch)
+    first = client.get("/v1/recommend", params=RECOMMEND)
+    (model_root / "deepseek-v3" / "config.json").read_text()  # reading changes nothing kept
+    for _ in range(3):
+        assert client.get("/v1/recommend", params=RECOMMEND).content == first.content
+    assert len(calls) == 1

@@ -1,23 +1,35 @@
-"""What leaves the server: answers cached per database state, and scrubbed of the server's paths."""
+"""What leaves the server: answers kept while what they were computed from is unchanged, and
+scrubbed of the server's paths."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 from autoselect.model import hub_cache_dir
 
-#: answers kept per database state
+#: answers kept (the least recently asked goes first)
 CACHE_SIZE = 256
+#: characters a path component may continue with: a match that runs on into one of them is part of
+#: a longer name (``/data`` in ``/database``), never the path itself
+_NAME_CHAR = r"[\w.~+-]"
 
 
 class Scrubber:
     """Replaces the server's own paths in a message or an answer by placeholders, longest first:
     an answer tells a client what it asked (or what is wrong with its request), never where the
-    server keeps its files (a fleet run's meta may name a model by its path under a root)."""
+    server keeps its files (a fleet run's meta may name a model by its path under a root).
+
+    Only absolute paths are replaced, and only where they stand as a whole path: at the start of
+    the text or after a character that cannot be inside a path name, and followed by ``/`` or by
+    such a character. A root the operator passed as a relative name (``--model-root data``) is
+    scrubbed as the absolute path it resolves to; the word itself is answer text
+    (``--data-parallel-size`` stays what it is).
+    """
 
     def __init__(self, db_path: Path, roots: tuple[Path, ...]):
         pairs = [(db_path, "<database>"), *((r, "<model root>") for r in roots)]
@@ -25,25 +37,54 @@ class Scrubber:
         pairs += [(Path(hub), "<hub cache>"), (Path(os.path.expanduser("~")), "<home>")]
         seen: dict[str, str] = {}
         for path, word in pairs:
-            for form in (str(path), os.path.abspath(path), os.path.realpath(path)):
-                if len(form) > 1:
+            for form in {os.path.abspath(path), os.path.realpath(path)}:
+                if len(form) > 1:  # "/" alone is in every path
                     seen.setdefault(form, word)
                     seen.setdefault(json.dumps(form)[1:-1], word)  # as it reads inside a JSON answer
         self.pairs = sorted(seen.items(), key=lambda kv: -len(kv[0]))
+        self._words = dict(self.pairs)
+        alternatives = "|".join(re.escape(path) for path, _ in self.pairs)
+        self._pattern = re.compile(rf"(?<!{_NAME_CHAR})(?:{alternatives})(?!{_NAME_CHAR})") if self.pairs else None
 
     def __call__(self, text: str) -> str:
-        for path, word in self.pairs:
-            text = text.replace(path, word)
-        return text
+        if self._pattern is None:
+            return text
+        return self._pattern.sub(lambda m: self._words[m.group(0)], text)
+
+
+def identity(paths: tuple[str, ...]) -> tuple:
+    """What says that the files at ``paths`` are the ones seen before: (device, inode, mtime_ns, size)
+    of each (None where there is none). One ``stat`` per path: a file replaced (a new inode), written
+    (a new mtime or size) or removed reads differently."""
+    out = []
+    for name in paths:
+        try:
+            st = os.stat(name)
+        except (OSError, ValueError):
+            out.append(None)
+            continue
+        out.append((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+class Kept(NamedTuple):
+    """One kept answer: its JSON bytes, and the files besides the database it was computed from
+    (a model's config files) with their :func:`identity` when it was computed."""
+
+    body: bytes
+    files: tuple[str, ...]
+    identity: tuple
 
 
 class AnswerCache:
-    """JSON answers kept per database state: dropped whenever the database or its WAL changes.
+    """The one cache of ``serve``'s answers: the bytes of each 200 answer, kept under the request as
+    it arrived (path and raw query string), so a request answered before is found without parsing
+    anything (the front's lookup, :class:`~autoselect.fleet.service.front.Front`).
 
-    Two small LRUs share the bodies: ``answers`` by the route's parsed parameters (so two spellings
-    of one question are computed once) and ``requests`` by the request as it arrived, path and raw
-    query string (so a request answered before is found without parsing anything: the front's
-    lookup, :class:`~autoselect.fleet.service.front.Front`). Used from the event loop only (the
+    An answer stays while what it was computed from is unchanged: every kept answer is dropped when
+    the database or its WAL changes (any commit changes their size or mtime), and an answer about a
+    model also when that model's files change or go (:func:`identity` of the files it named when it
+    was kept: a few ``stat`` calls per request, no reading). Used from the event loop only (the
     thread pool computes, the loop stores), so no lock.
     """
 
@@ -52,59 +93,44 @@ class AnswerCache:
         self.size = size
         self._files = (os.fspath(db_path), f"{db_path}-wal")
         self._state: tuple | None = None
-        self._answers: OrderedDict = OrderedDict()
-        self._requests: OrderedDict = OrderedDict()
+        self._kept: OrderedDict[tuple, Kept] = OrderedDict()
 
-    def state(self) -> tuple:
-        """(mtime_ns, size) of the database and its WAL: any commit changes it."""
-        out = []
-        for name in self._files:
-            try:
-                st = os.stat(name)
-                out.append((st.st_mtime_ns, st.st_size))
-            except OSError:
-                out.append(None)
-        return tuple(out)
+    def __len__(self) -> int:
+        return len(self._kept)
 
     def current(self) -> tuple:
-        """The database state now; every kept answer is dropped if it changed."""
-        state = self.state()
+        """The database's state now (the :func:`identity` of it and its WAL); every kept answer is
+        dropped if it changed."""
+        state = identity(self._files)
         if state != self._state:
-            self._answers.clear()
-            self._requests.clear()
+            self._kept.clear()
             self._state = state
         return state
 
-    def lookup(self, key: tuple) -> tuple[Any, tuple]:
-        """(the answer for the parsed parameters ``key``, or None; the database state it must belong to)."""
+    def get(self, request: tuple) -> tuple[bytes | None, tuple]:
+        """(the answer kept for ``request`` (path, raw query string), or None; the database state
+        an answer computed now belongs to)."""
         state = self.current()
-        return _get(self._answers, key), state
+        kept = self._kept.get(request)
+        if kept is None:
+            return None, state
+        if kept.files and identity(kept.files) != kept.identity:
+            del self._kept[request]  # the model's files changed: computed again
+            return None, state
+        self._kept.move_to_end(request)
+        return kept.body, state
 
-    def store(self, key: tuple, state: tuple, value: Any) -> None:
-        """Keep ``value`` for ``key`` unless the database changed while it was computed."""
-        if state == self._state:
-            _put(self._answers, key, value, self.size)
+    def put(self, request: tuple, state: tuple, body: bytes, files: tuple[str, ...] = (),
+            files_identity: tuple = ()) -> None:
+        """Keep ``body`` for ``request`` unless the database changed since ``state`` was read.
 
-    def answered(self, request: tuple) -> tuple[Any, tuple]:
-        """(the answer given before to ``request`` (path, raw query string), or None; the database state)."""
-        state = self.current()
-        return _get(self._requests, request), state
-
-    def remember(self, request: tuple, state: tuple, value: Any) -> None:
-        """Keep the answer to ``request`` unless the database changed while it was answered."""
-        if state == self._state:
-            _put(self._requests, request, value, self.size)
-
-
-def _get(lru: OrderedDict, key) -> Any:
-    value = lru.get(key)
-    if value is not None:
-        lru.move_to_end(key)
-    return value
-
-
-def _put(lru: OrderedDict, key, value, size: int) -> None:
-    lru[key] = value
-    lru.move_to_end(key)
-    while len(lru) > size:
-        lru.popitem(last=False)
+        :param files: the files besides the database the answer was computed from;
+            ``files_identity`` their :func:`identity`, taken before the answer was computed (so a
+            change while it was computed is seen at the next request).
+        """
+        if state != self._state:
+            return
+        self._kept[request] = Kept(body, tuple(files), tuple(files_identity))
+        self._kept.move_to_end(request)
+        while len(self._kept) > self.size:
+            self._kept.popitem(last=False)

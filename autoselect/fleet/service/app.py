@@ -19,6 +19,8 @@ from autoselect.errors import UnknownHostClass, UserError
 from autoselect.fleet.service.answers import AnswerCache, Scrubber
 from autoselect.model import ModelConfigNotFound, ModelSource
 from db import default_path
+from db.errors import (DatabaseDamaged, DatabaseLocked, DatabaseNeedsUpgrade, DatabaseNotFound, DatabaseNotReadable,
+                       DatabaseTooNew, ForeignDatabase, NotADatabase)
 from db.queries import connect_readonly
 
 #: the longest query string a request may carry (every parameter's grammar is far shorter)
@@ -28,6 +30,10 @@ UNKNOWN_MODEL = ("unknown model: this server answers for Hugging Face model ids 
                  "under its --model-root directories")
 #: the mistakes that mean "no such thing here" (404) rather than a bad parameter (400)
 NOT_FOUND = (ModelConfigNotFound, UnknownHostClass)
+#: the server's database can no longer be read as one (gone, replaced, damaged, locked too long):
+#: 503 with the reason, as /healthz says; the server answers from nothing else
+UNREADABLE_DATABASE = (DatabaseNotFound, NotADatabase, ForeignDatabase, DatabaseTooNew, DatabaseNeedsUpgrade,
+                       DatabaseNotReadable, DatabaseDamaged, DatabaseLocked)
 
 
 class ServeUnavailable(UserError):
@@ -36,6 +42,10 @@ class ServeUnavailable(UserError):
 
 class BadServeOption(UserError):
     "A serve option that cannot work (port, workers)."
+
+
+class HostClassNeeded(UserError):
+    "A recommendation asked without host_class of a service whose database holds no single class."
 
 
 def model_source(model_roots=()) -> Any:
@@ -62,7 +72,9 @@ class Served:
         path = Path(db_path) if db_path is not None else default_path()
         conn = connect_readonly(path)  # refuse a missing / foreign / too-new database before serving
         conn.close()
-        roots = tuple(Path(r) for r in model_roots)
+        # absolute from here on: what the server reads, and the paths its answers are scrubbed of, never
+        # depend on a relative name (``--model-root data``) that may also be a word of an answer
+        roots = tuple(Path(os.path.abspath(r)) for r in model_roots)
         for root in roots:
             if not root.is_dir():
                 raise BadServeOption(f"--model-root {root} is not a directory; pass a directory of checkpoint "

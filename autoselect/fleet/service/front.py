@@ -1,13 +1,15 @@
 """The front of the app: a request answered before is answered again from the event loop.
 
 A pure ASGI layer in front of the FastAPI app (no middleware stack, no parameter parsing). Every
-answer of this read-only API depends only on the request and the database, so the body of a 200
-answer is kept under the request as it arrived (path and raw query string) until the database
-changes (:class:`~autoselect.fleet.service.answers.AnswerCache`): the next identical request is
-one ``stat`` of the database files, a dictionary lookup and a write. Everything else (a request
-not answered before, an error, another method) goes to the app, which validates it; a query string
-longer than any parameter needs, or one not answered before whose text is not UTF-8 (Starlette
-would read it as U+FFFD), is refused here, before anything parses it.
+answer of this read-only API depends only on the request, the database and (for a recommendation)
+the model's files, so the body of a 200 answer is kept under the request as it arrived (path and
+raw query string) while they are unchanged (:class:`~autoselect.fleet.service.answers.AnswerCache`,
+the service's one cache): the next identical request is a few ``stat`` calls, a dictionary lookup
+and a write. Everything else (a request not answered before, an error, another method) goes to the
+app, which validates it; a query string longer than any parameter needs, or one not answered
+before whose text is not UTF-8 (Starlette would read it as U+FFFD), is refused here, before
+anything parses it. A handler names the files its answer was computed from in the request's scope
+(:data:`FILES`), and the front keeps them with the answer.
 
 When the service has a bearer token (``serve --token-file``), the front asks for it first, before
 the kept answers: a request to any route but :data:`OPEN_ROUTES` without the right token gets
@@ -34,6 +36,8 @@ OPEN_ROUTES = frozenset({"/healthz"})
 UNAUTHORIZED = "this service needs a bearer token: send `Authorization: Bearer <token>` (autoselect launch --token-file)"
 _UNAUTHORIZED = json.dumps({"error": UNAUTHORIZED}, separators=(",", ":")).encode()
 _HEADER = HEADER.lower().encode()
+#: The scope key under which a handler leaves (files, their identity) of the answer it computed.
+FILES = "autoselect.files"
 
 
 def _start(status: int, body: bytes, extra: tuple = ()) -> dict:
@@ -75,7 +79,7 @@ class Front:
             await self.app(scope, receive, send)
             return
         request = (scope["path"], query)
-        body, state = self.cache.answered(request)
+        body, state = self.cache.get(request)
         if body is not None:
             await send(_start(200, body))
             await send({"type": "http.response.body", "body": body})
@@ -88,23 +92,26 @@ class Front:
             await send({"type": "http.response.body", "body": body})
             return
         if scope["method"] == "GET":  # a HEAD answer's body may be left out: keep GET's only
-            send = _Keep(send, self.cache, request, state)
+            send = _Keep(send, self.cache, request, state, scope)
         await self.app(scope, receive, send)
 
 
 class _Keep:
     """``send`` for a request not answered before: passes every message on and keeps the body
-    of a 200 answer sent in one piece (every answer of the API is one JSON body)."""
+    of a 200 answer sent in one piece (every answer of the API is one JSON body), with the files
+    the handler named in the scope (:data:`FILES`)."""
 
-    __slots__ = ("send", "cache", "request", "state", "ok")
+    __slots__ = ("send", "cache", "request", "state", "scope", "ok")
 
-    def __init__(self, send, cache: AnswerCache, request: tuple, state: tuple):
-        self.send, self.cache, self.request, self.state, self.ok = send, cache, request, state, False
+    def __init__(self, send, cache: AnswerCache, request: tuple, state: tuple, scope):
+        self.send, self.cache, self.request, self.state, self.scope = send, cache, request, state, scope
+        self.ok = False
 
     async def __call__(self, message) -> None:
         kind = message["type"]
         if kind == "http.response.start":
             self.ok = message["status"] == 200
         elif kind == "http.response.body" and self.ok and not message.get("more_body", False):
-            self.cache.remember(self.request, self.state, bytes(message.get("body", b"")))
+            files, identity = self.scope.get(FILES, ((), ()))
+            self.cache.put(self.request, self.state, bytes(message.get("body", b"")), files, identity)
         await self.send(message)
