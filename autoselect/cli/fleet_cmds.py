@@ -353,5 +353,4 @@ def serve_cmd(db_path, host, port, workers, model_roots, token_file):
     """
     from autoselect.fleet.service import serve
 
-    serve(db_path, host=host, port=port, workers=workers, model_roots=model_roots, token_file=token_file,
-          on_warning=lambda message: click.echo(f"Warning: {message}", err=True))
+    serve(db_path, host=host, port=port, workers=workers, model_roots=model_roots, token_file=token_file)

@@ -19,12 +19,14 @@ have asked for it (:mod:`autoselect.bearer`: compared in constant time, never lo
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from autoselect.bearer import HEADER, SCHEME, presented_token, token_matches
 from autoselect.errors import UserError
 from autoselect.fleet.service.answers import AnswerCache
 from autoselect.fleet.service.app import MAX_QUERY
+from autoselect.fleet.service.descriptors import at_start
 from autoselect.text import check_query
 
 #: the methods whose 200 answers are kept (HEAD is answered like GET; the server drops its body)
@@ -62,7 +64,9 @@ class Front:
         self.token = token
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":  # lifespan: the app's own
+        if scope["type"] != "http":  # lifespan: the app's own, once the loop's errors are serve's to word
+            if scope["type"] == "lifespan":
+                at_start(asyncio.get_running_loop())
             await self.app(scope, receive, send)
             return
         if self.token is not None and scope["path"] not in OPEN_ROUTES \

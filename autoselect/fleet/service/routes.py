@@ -23,6 +23,7 @@ from autoselect import __version__
 from autoselect.errors import UserError
 from autoselect.fleet.drift import analyze_at
 from autoselect.fleet.service.answers import identity
+from autoselect.fleet.service.descriptors import EXHAUSTED, fd_exhausted
 from autoselect.fleet.service.app import NOT_FOUND, UNKNOWN_MODEL, UNREADABLE_DATABASE, HostClassNeeded, Served
 from autoselect.fleet.service.front import FILES, Front
 from autoselect.fleet.service.params import read_params
@@ -47,6 +48,7 @@ def assemble(served: Served) -> Front:
     app.add_exception_handler(StarletteHTTPException, api.http_error)
     app.add_exception_handler(RequestValidationError, api.bad_params)
     app.add_exception_handler(sqlite3.DatabaseError, api.damaged)
+    app.add_exception_handler(OSError, api.out_of_descriptors)
     for route, name in ROUTES.items():
         app.api_route(route, methods=["GET", "HEAD"])(getattr(api, name))
     return Front(app, served.cache, token=served.token)
@@ -104,6 +106,14 @@ class Api:
                                     "`autoselect db check`")
         return self.unavailable(f"the service cannot read its database: {str(exc).rstrip('.')}; its operator can see "
                                 "why with `autoselect db check`")
+
+    async def out_of_descriptors(self, request: Request, exc: OSError) -> JSONResponse:
+        """The process ran out of file descriptors while it computed an answer: 503, and the log's one
+        warning (:func:`~autoselect.fleet.service.descriptors.fd_exhausted`). Any other OSError is a bug."""
+        if exc.errno not in EXHAUSTED:
+            raise exc
+        fd_exhausted(f"computing an answer failed: {exc.strerror}")
+        return JSONResponse({"error": "the service is out of file descriptors; try again"}, status_code=503)
 
     # -- routes ------------------------------------------------------------------------------------
 

@@ -1,4 +1,8 @@
-"""Running the API: the listening socket (one clear error for a taken port), uvicorn, its workers."""
+"""Running the API: the listening socket (one clear error for a taken port), uvicorn, its workers.
+
+uvicorn runs with :func:`uvicorn_config`: serve's HTTP protocol (:mod:`~.connections`: a deadline
+for every request head, room kept for new clients as descriptors run out) and its log
+(:mod:`~.log`: every line through one function, no access log)."""
 
 from __future__ import annotations
 
@@ -24,6 +28,28 @@ class PortInUse(UserError):
 ROOTS_ENV = "AUTOSELECT_SERVE_MODEL_ROOTS"
 #: environment variable carrying the token file's path (never the token) to uvicorn workers
 TOKEN_FILE_ENV = "AUTOSELECT_SERVE_TOKEN_FILE"
+
+
+def uvicorn_options(*, head_timeout_s: float | None = None, max_connections: int | None = None) -> dict:
+    """The options serve gives uvicorn (``uvicorn.Config`` and ``uvicorn.run`` take the same).
+
+    :param head_timeout_s: seconds a connection may take to send a whole request head
+        (default :data:`autoselect.fleet.service.connections.HEAD_TIMEOUT_S`).
+    :param max_connections: open connections kept before the one idle longest is closed
+        (default: what the descriptor limit leaves room for).
+    """
+    from autoselect.fleet.service import connections, log
+
+    protocol = connections.guarded(connections.HEAD_TIMEOUT_S if head_timeout_s is None else head_timeout_s,
+                                   max_connections)
+    return {"http": protocol, "log_config": log.log_config(), "log_level": "warning", "access_log": False}
+
+
+def uvicorn_config(app, *, head_timeout_s: float | None = None, max_connections: int | None = None):
+    """The ``uvicorn.Config`` serve runs ``app`` with (:func:`uvicorn_options`)."""
+    import uvicorn
+
+    return uvicorn.Config(app, **uvicorn_options(head_timeout_s=head_timeout_s, max_connections=max_connections))
 
 
 def app_from_env():
@@ -75,7 +101,7 @@ def serve(db_path: str | os.PathLike | None = None, *, host: str = "127.0.0.1", 
     :param token_file: see :func:`create_app`.
     :param on_warning: told (one sentence) when the address is reachable from other machines:
         without a token anyone can read it; with one, the token travels in clear text unless a
-        TLS proxy fronts the service.
+        TLS proxy fronts the service. Default: the service's log (:func:`autoselect.fleet.service.log.warning`).
     """
     if not 0 < port < 65536:
         raise BadServeOption(f"--port {port} is not a TCP port; use 1-65535")
@@ -85,9 +111,13 @@ def serve(db_path: str | os.PathLike | None = None, *, host: str = "127.0.0.1", 
         import uvicorn
     except ImportError:
         raise ServeUnavailable("uvicorn is not installed; pip install 'autoselect[serve]'") from None
+    from autoselect.fleet.service import descriptors, log
+
+    on_warning = on_warning or log.warning
     app = create_app(db_path, model_roots=model_roots, token_file=token_file)
     sock = bind(host, port)
-    if not is_loopback(host) and on_warning is not None:
+    descriptors.raise_fd_limit()  # what an unprivileged process may: more clients before any is turned away
+    if not is_loopback(host):
         if token_file is None:
             on_warning(f"serving on {host}:{port}, reachable from other machines, without authentication: anyone "
                        "who reaches it can read every recommendation and host class in the database; pass "
@@ -97,12 +127,12 @@ def serve(db_path: str | os.PathLike | None = None, *, host: str = "127.0.0.1", 
                        "travel in clear text; put a TLS-terminating proxy in front (docs/launch.md)")
     try:
         if workers == 1:
-            uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+            uvicorn.Server(uvicorn_config(app)).run(sockets=[sock])
             return
         os.environ[DB_ENV] = str(Path(db_path) if db_path is not None else default_path())
-        os.environ[ROOTS_ENV] = os.pathsep.join(str(r) for r in model_roots)
+        os.environ[ROOTS_ENV] = os.pathsep.join(os.path.abspath(r) for r in model_roots)
         os.environ[TOKEN_FILE_ENV] = str(token_file) if token_file is not None else ""
         uvicorn.run(f"{__name__}:app_from_env", factory=True, fd=sock.fileno(), workers=workers,
-                    log_level="warning")
+                    **uvicorn_options())
     finally:
         sock.close()
