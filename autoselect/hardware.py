@@ -18,6 +18,7 @@ Two keys identify a host:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -53,6 +54,31 @@ REFERENCE_CLASS_PREFIX = "ref-"
 def is_reference_class(name: str | None) -> bool:
     """True for a host class in the reserved reference namespace (``ref-...``, known or not)."""
     return bool(name) and name.startswith(REFERENCE_CLASS_PREFIX)
+
+
+#: What a measured host class is made of: autoselect's fingerprints name every class in ASCII
+#: letters, digits and ``-`` (``h200x8-9a4f2b61``, ``cpu-amd-epycx2-…``), the reference systems add
+#: ``_``. A name with any other character (a letter of another script that looks like r, e or f, a
+#: full-width form that NFKC folds to ASCII, a space, an invisible character) is no class a
+#: fingerprint gave, and could pass for one: refused whole, rather than compared against a table
+#: of look-alikes that is never complete.
+_CLASS_NAME = r"[A-Za-z0-9][A-Za-z0-9._+-]*\Z"
+#: ``ref`` in any case followed by any separator a class name may hold reads as the reserved prefix
+_READS_AS_REFERENCE = r"ref[._+-]"
+
+
+@functools.lru_cache(maxsize=1024)  # readers judge every row, and a database holds few classes
+def measured_class_problem(name: str) -> str | None:
+    """Why ``name`` cannot be the host class of a measurement (None: it can): the one rule every
+    writer of hosts, runs, results and tuned configurations applies (``db/fields.py``), so no
+    measurement passes for the published reference, whatever case, script or spacing spells it."""
+    if not re.match(_CLASS_NAME, name):
+        return (f"{name[:40]!r} is not a host class name (ASCII letters, digits, '.', '_', '+', '-', as fingerprints "
+                "name classes)")
+    if re.match(_READS_AS_REFERENCE, name, re.IGNORECASE):
+        return (f"{name[:40]!r} reads as the reserved {REFERENCE_CLASS_PREFIX} namespace of NVIDIA's published "
+                "reference systems (read-only, in any case)")
+    return None
 
 
 #: compute capability major -> arch family used by the rules ("sm90" Hopper, "sm100" Blackwell)

@@ -14,7 +14,8 @@ record as a sentence, or None; the callers decide what it means:
 
 One rule keeps a namespace read-only: a host class starting with ``ref-`` names NVIDIA's published
 reference systems (:data:`autoselect.hardware.REFERENCE_CLASS_PREFIX`), so no host, run, result
-or tuned configuration may carry one. Import, merge and every store writer refuse it, ``db check``
+or tuned configuration may carry one, nor a name that reads as one (another case, another
+script's letters, spaces: :func:`autoselect.hardware.measured_class_problem`). Import, merge and every store writer refuse it, ``db check``
 reports it in an older file, and the readers skip such rows: measurements never pass for the
 published reference.
 
@@ -25,11 +26,12 @@ also what :func:`db.rows.row_to_result_dict` and its siblings return for a store
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
-from autoselect.hardware import is_reference_class
+from autoselect.hardware import measured_class_problem
 # MAX_NAME: identifiers (backend, host class, machine id, run uid, dtypes) are short printable text
 from autoselect.options import MAX_DURATION_S, MAX_EXPERTS, MAX_HIDDEN, MAX_NAME, MAX_TOKENS_PER_RANK, MAX_WORLD_SIZE
 from db.errors import ReservedHostClass
@@ -62,18 +64,41 @@ def _is_number(v: Any) -> bool:
 
 
 def _is_measured_class(v: Any) -> bool:
-    """A host class a measurement may carry: a name outside the reserved ``ref-`` namespace."""
-    return _is_name(v) and not is_reference_class(v)
+    """A host class a measurement may carry (:func:`autoselect.hardware.measured_class_problem`):
+    ASCII, and nothing that reads as the reserved ``ref-`` namespace."""
+    return _is_name(v) and measured_class_problem(v) is None
+
+
+#: A stored time may lie ahead of this machine's clock by the clock differences of a fleet's machines
+#: and by a time zone written without its offset (hours): a date more than this many days after
+#: today's (UTC) is no time a record was written, and ordered as "newest" it would stay newest for
+#: ever (every later measurement of its point ignored, a run that never looks stale).
+FUTURE_DAYS = 2
+
+
+class _Latest:
+    """The latest date a stored time may carry, recomputed each minute (readers judge every row)."""
+
+    until = 0.0
+    date: Any = None
+
+
+def latest_date():
+    """Today's date (UTC) plus :data:`FUTURE_DAYS`."""
+    now = time.monotonic()
+    if now >= _Latest.until:
+        _Latest.until, _Latest.date = now + 60, (datetime.now(timezone.utc) + timedelta(days=FUTURE_DAYS)).date()
+    return _Latest.date
 
 
 def _is_timestamp(v: Any) -> bool:
     if not isinstance(v, str) or not 10 <= len(v) <= 40:
         return False
     try:
-        datetime.fromisoformat(v)
+        when = datetime.fromisoformat(v)
     except ValueError:
         return False
-    return True
+    return when.date() <= latest_date()
 
 
 def _is_name(v: Any) -> bool:
@@ -158,10 +183,12 @@ KIND_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "text": (lambda v: isinstance(v, str), "a string"),
     "name": (_is_name, f"a non-empty printable string of at most {MAX_NAME} characters"),
     "host_class": (_is_measured_class, "a measured host class: ref-... names NVIDIA's published reference "
-                                       "systems and is read-only"),
-    "timestamp": (_is_timestamp, "an ISO-8601 timestamp"),
+                                       "systems and is read-only, in any case or script (a class is ASCII "
+                                       "letters, digits, '.', '_', '+', '-')"),
+    "timestamp": (_is_timestamp, f"an ISO-8601 timestamp, at most {FUTURE_DAYS} days after today"),
     # a result written by an old or foreign writer may be undated: its run's start dates it
-    "result_time": (lambda v: v == "" or _is_timestamp(v), "an ISO-8601 timestamp (or empty: dated by its run)"),
+    "result_time": (lambda v: v == "" or _is_timestamp(v),
+                    f"an ISO-8601 timestamp, at most {FUTURE_DAYS} days after today (or empty: dated by its run)"),
     "object": (lambda v: isinstance(v, dict), "a JSON object"),
     "text_map": (_is_text_map, "a JSON object of strings"),
     "text_list": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),

@@ -178,18 +178,28 @@ def _tuned_keys(store: Store, tuned: dict) -> set[str]:
     rows = [dict(zip(names, r)) for r in cur.fetchall()]
     return {tuned_key(row["run_uid"], row_to_tuned_dict(row)) for row in rows}
 
+def imported_status(status: str) -> str:
+    """The status an imported run is stored with: a run its source still calls ``running`` is
+    ``interrupted`` here. Its writer writes another file: nothing will add to it in this one, and
+    its host name and pid say nothing about a process here (``db drop-run`` must never wait for, or
+    advise killing, a process of this machine that happens to carry that pid). A later import of
+    the finished run replaces the status."""
+    return "interrupted" if status == "running" else status
+
+
 def _ensure_run(store: Store, machine_id: str, run: dict, summary: ImportSummary) -> int:
     row = store.conn.execute("SELECT id, status, updated_at FROM runs WHERE uid = ?", (run["uid"],)).fetchone()
     if row is None:
         summary.runs_added += 1
         return store.db["runs"].insert(
-            {**{k: run[k] for k in RUN_COLUMNS}, "machine_id": machine_id, "meta": dumps(run.get("meta") or {})}
+            {**{k: run[k] for k in RUN_COLUMNS}, "status": imported_status(run["status"]), "machine_id": machine_id,
+             "meta": dumps(run.get("meta") or {})}
         ).last_pk
     run_id, status, updated_at = row
     # a fleet copy may have seen the run finish after this one last heard of it
     if run["updated_at"] > updated_at:
         store.conn.execute(
             "UPDATE runs SET status = ?, finished_at = ?, updated_at = ? WHERE id = ?",
-            (run["status"], run["finished_at"], run["updated_at"], run_id),
+            (imported_status(run["status"]), run["finished_at"], run["updated_at"], run_id),
         )
     return run_id

@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from autoselect.hardware import HostFingerprint, is_reference_class
+from autoselect.hardware import HostFingerprint, measured_class_problem
 from db import default_path
 from db.errors import DatabaseNeedsUpgrade, DatabaseNotFound
 from db.fields import RESULT_RULES, SkippedRows, fast_check, host_problem, result_problem, run_problem
@@ -139,9 +139,9 @@ class _Decoder:
         if run is None:  # its run or the run's host is missing (foreign keys were off)
             self.skipped.append(f"result {d['id']}: its run {d['run_id']} or that run's host is missing")
             return None
-        if is_reference_class(run["host_class"]):  # an older autoselect imported it: never evidence
+        if measured_class_problem(run["host_class"]):  # an older autoselect imported it: never evidence
             self.skipped.append(f"result {d['id']} (run {d['run_id']}): host class {run['host_class']!r} is in the "
-                                "reserved ref- namespace of the published reference")
+                                "reserved ref- namespace of the published reference, or reads as it")
             return None
         d.update(run)
         d["illegal"] = stored_bool(d["illegal"])
@@ -319,8 +319,8 @@ def host_classes(conn: sqlite3.Connection) -> list[dict]:
     )
     out = [dict(r) for r in rows]
     warn_skipped("hosts", [f"host class {d['host_class']!r}: in the reserved ref- namespace of the published "
-                           "reference" for d in out if is_reference_class(d["host_class"])])
-    return [d for d in out if not is_reference_class(d["host_class"])]
+                           "reference, or reads as it" for d in out if measured_class_problem(d["host_class"])])
+    return [d for d in out if not measured_class_problem(d["host_class"])]
 
 
 def newest_host(conn: sqlite3.Connection, host_class: str):

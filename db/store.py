@@ -120,14 +120,30 @@ class Store:
             raise
 
     def _migrate(self) -> None:
-        for m in migrations():
-            with self.transaction():
-                current = self.conn.execute("PRAGMA user_version").fetchone()[0]
-                if current >= m.version:
-                    continue  # another process migrated while we waited for the lock
-                for stmt in statements(m.sql):
-                    self.conn.execute(stmt)
-                self.conn.execute(f"PRAGMA user_version = {m.version}")
+        pending = [m for m in migrations() if m.version > self.schema_version]
+        if not pending:
+            return
+        # A migration may rebuild a table others reference (SQLite's way to change a column): with
+        # foreign keys on, dropping the old table would delete, or refuse to delete, every row that
+        # points at it. Off while migrations run (outside a transaction, where SQLite honours it),
+        # and no reference may break in a migration (checked before it commits).
+        self.conn.execute("PRAGMA foreign_keys = OFF")
+        try:
+            for m in pending:
+                with self.transaction():
+                    current = self.conn.execute("PRAGMA user_version").fetchone()[0]
+                    if current >= m.version:
+                        continue  # another process migrated while we waited for the lock
+                    before = len(self.conn.execute("PRAGMA foreign_key_check").fetchall())  # an older file's own
+                    for stmt in statements(m.sql):
+                        self.conn.execute(stmt)
+                    after = self.conn.execute("PRAGMA foreign_key_check").fetchall()
+                    if len(after) > before:
+                        raise RuntimeError(f"migration {m.name} broke {len(after) - before} references "
+                                           f"(one: {tuple(after[0])}); the database is unchanged")
+                    self.conn.execute(f"PRAGMA user_version = {m.version}")
+        finally:
+            self.conn.execute("PRAGMA foreign_keys = ON")
 
     @property
     def schema_version(self) -> int:

@@ -90,11 +90,28 @@ def test_import_refuses_a_record_in_the_reference_namespace_and_writes_nothing(t
     assert file_state(db) == before
 
 
-def test_a_class_that_only_resembles_the_namespace_is_an_ordinary_class(tmp_path):
-    for name in ("REF-h200", "reference-h200", "xref-h200", "ref_h200"):
-        src = _write(tmp_path / f"{name}.jsonl", _records(lambda d: [d[p].update(host_class=name)  # noqa: B023 (called at once)
-                                                                    for p in ("host", "run") if p in d]))
-        assert cli("db", "import", src, "--db", tmp_path / f"{name}.db").exit_code == 0
+def _relabelled(tmp_path: Path, name: str) -> Path:
+    return _write(tmp_path / f"{len(name)}-{abs(hash(name))}.jsonl",
+                  _records(lambda d: [d[p].update(host_class=name) for p in ("host", "run") if p in d]))
+
+
+def test_a_class_that_only_starts_like_the_namespace_is_an_ordinary_class(tmp_path):
+    for name in ("reference-h200", "xref-h200", "refh200", "re-f-h200"):
+        assert cli("db", "import", _relabelled(tmp_path, name), "--db", tmp_path / f"{name}.db").exit_code == 0
+
+
+@pytest.mark.parametrize("name", [
+    "REF-h200", "Ref-h200", "ref_h200", "ref.h200", "rEf+h200",  # case, and the other separators a class may hold
+    "r\u0435f-h200", "\u0433ef-h200",  # Cyrillic ie and ghe for e and r
+    "\uff52\uff45\uff46-h200", "\U0001d42b\U0001d41e\U0001d41f-h200",  # full-width and bold letters (NFKC: ref)
+    " ref-h200", "ref -h200", "ref\u200b-h200", "\u200dref-h200", "ref\u2010h200", "ref\u2212h200",  # spaces, invisibles, dashes
+])
+def test_a_class_that_reads_as_the_namespace_is_refused_and_writes_nothing(tmp_path, name):
+    db = filled_db(tmp_path / "a.db")
+    before = file_state(db)
+    line = refused(cli("db", "import", _relabelled(tmp_path, name), "--db", db))
+    assert "host_class is " in line and "not a measured host class" in line
+    assert file_state(db) == before
 
 
 def _smuggled(tmp_path: Path) -> Path:
@@ -440,3 +457,116 @@ def test_an_import_that_fills_the_disk_says_the_first_batches_stay(tmp_path, mon
            "skipped)" in line
     monkeypatch.undo()
     assert cli("db", "import", RESULTS / "h200.jsonl", "--db", db).exit_code == 0  # the rest, once there is room
+
+
+# --- an imported run never passes for a live one; no record is dated in the future ----------------
+
+
+def _first_run_id(db: Path) -> int:
+    with sqlite3.connect(db) as c:
+        return c.execute("SELECT MIN(id) FROM runs").fetchone()[0]
+
+
+@pytest.mark.parametrize("updated_at", ["now", "2026-01-01T00:00:00+00:00"])
+def test_a_run_imported_while_running_is_interrupted_here_and_can_be_dropped(tmp_path, updated_at):
+    # its writer's host name is this host's and its pid is alive (1): nothing here writes it all the same
+    now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+    src = _write(tmp_path / "in.jsonl", _records(lambda d: d["run"].update(
+        status="running", finished_at=None, hostname=socket.gethostname(), pid=1,
+        updated_at=now if updated_at == "now" else updated_at)))
+    db = tmp_path / "a.db"
+    assert cli("db", "import", src, "--db", db).exit_code == 0
+    with sqlite3.connect(db) as c:
+        assert {s for (s,) in c.execute("SELECT status FROM runs")} == {"interrupted"}
+    r = cli("db", "drop-run", str(_first_run_id(db)), "--yes", "--db", db)
+    assert r.exit_code == 0 and "kill" not in r.output + r.stderr
+
+
+@pytest.mark.parametrize("part,field", [("run", "updated_at"), ("run", "started_at"), ("run", "finished_at"),
+                                        ("result", "created_at"), ("host", "last_seen")])
+@pytest.mark.parametrize("when", ["2999-01-01T00:00:00+00:00", "days:3", "29991231"])
+def test_a_record_dated_in_the_future_is_refused_and_writes_nothing(tmp_path, part, field, when):
+    if when.startswith("days:"):
+        when = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() + 86400 * int(when[5:])))
+    src = _write(tmp_path / "in.jsonl", _records(lambda d: d[part].update({field: when})))
+    db = filled_db(tmp_path / "a.db")
+    before = file_state(db)
+    line = refused(cli("db", "import", src, "--db", db))
+    assert f"{part}.{field} is " in line and "at most 2 days after today" in line
+    assert file_state(db) == before
+
+
+def test_a_record_a_day_ahead_of_this_clock_is_accepted(tmp_path):
+    ahead = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() + 86400))
+    src = _write(tmp_path / "in.jsonl", _records(lambda d: d["run"].update(updated_at=ahead)))
+    assert cli("db", "import", src, "--db", tmp_path / "a.db").exit_code == 0
+
+
+def test_a_stored_run_dated_in_the_future_no_longer_blocks_drop_run_or_wins_as_newest(tmp_path):
+    """A file an older autoselect imported: a running run and a result dated in the year 2999."""
+    db = tmp_path / "old.db"
+    import_file(db, RESULTS / "h200.jsonl")
+    with sqlite3.connect(db) as c:
+        run = c.execute("SELECT MIN(id) FROM runs").fetchone()[0]
+        c.execute("UPDATE runs SET status = 'running', hostname = ?, pid = 1, updated_at = '2999-01-01T00:00:00+00:00'"
+                  " WHERE id = ?", (socket.gethostname(), run))
+        c.execute("UPDATE results SET created_at = '2999-01-01T00:00:00+00:00' WHERE run_id = ?", (run,))
+    check = cli("db", "check", "--db", db)
+    assert "2999-01-01" in check.output
+    from db.queries import all_results, connect_readonly
+
+    conn = connect_readonly(db)
+    try:
+        with pytest.warns(UserWarning, match="at most 2 days after today"):
+            assert all(r.run_id != run for r in all_results(conn, host_class=H200))  # never the newest of its point
+    finally:
+        conn.close()
+    r = cli("db", "drop-run", str(run), "--yes", "--db", db)
+    assert r.exit_code == 0 and "kill" not in r.output + r.stderr
+
+
+# --- run ids ----------------------------------------------------------------------------------------
+
+
+def _one_run(store: Store, machine: str = "node-a") -> int:
+    with store.run(hgx_host(machine)) as run:
+        store.add_result(run.id, make_result())
+    return run.id
+
+
+def test_a_dropped_run_s_id_is_never_given_again(tmp_path):
+    db = tmp_path / "a.db"
+    with Store(db) as store:
+        first, second = _one_run(store), _one_run(store)
+        store.drop_run(second)
+        third = _one_run(store)
+        store.drop_run(third)
+        store.drop_run(first)
+        fourth = _one_run(store)
+    assert (first, second, third, fourth) == (1, 2, 3, 4)
+
+
+def test_an_older_database_keeps_its_run_ids_and_never_reuses_one_after_upgrading(tmp_path):
+    from db.schema import migrations, statements
+
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as c:  # a database at schema 2, as the previous autoselect wrote it
+        for m in migrations()[:2]:
+            for stmt in statements(m.sql):
+                c.execute(stmt)
+        c.execute("PRAGMA user_version = 2")
+    with sqlite3.connect(db) as c:
+        c.execute("INSERT INTO hosts (machine_id, hostname, host_class, device, gpu_name, gpu_count, gpu_arch,"
+                  " all_nvlinks_up, nvlink_peak_gbps, gpus, nvlink_matrix, versions, first_seen, last_seen)"
+                  " SELECT 'm1', 'h', 'h200x8-old', 'cuda', 'NVIDIA H200', 8, 'sm90', 1, 450.0, '[]', '[]', '{}',"
+                  " '2026-11-01T00:00:00+00:00', '2026-11-01T00:00:00+00:00'")
+        for i, uid in ((5, "a"), (9, "b")):
+            c.execute("INSERT INTO runs (id, uid, machine_id, host_class, started_at, updated_at, status, \"trigger\","
+                      " hostname, pid, autoselect_version, meta) VALUES (?, ?, 'm1', 'h200x8-old',"
+                      " '2026-11-01T00:00:00+00:00', '2026-11-01T00:00:00+00:00', 'complete', 'bench', 'h', 1, '0',"
+                      " '{}')", (i, uid))
+    with Store(db) as store:
+        assert store.schema_version >= 3
+        assert [r for (r,) in store.conn.execute("SELECT id FROM runs ORDER BY id")] == [5, 9]
+        store.drop_run(9)
+        assert _one_run(store) == 10
