@@ -82,8 +82,12 @@ def check_header(path: Path) -> int | None:
     Returns the ``user_version`` stored in the header, or None for an empty (0-byte) file,
     which SQLite treats as a new database.
     """
-    with open(path, "rb") as f:
-        header = f.read(100)
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+    except OSError as e:  # this user may not read it (launch takes --db unread by click), or the device fails
+        raise DatabaseNotReadable(f"{path} cannot be read ({e.strerror}); make it readable to this user, or pass "
+                                  "--db with another path") from None
     if not header:
         return None
     if len(header) < 100 or not header.startswith(SQLITE_MAGIC):

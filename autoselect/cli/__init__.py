@@ -287,18 +287,23 @@ def run() -> None:
         gc.freeze()
 
 
-def db_option(f):
-    """The ``--db PATH`` option every command that reads or writes the store shares."""
-    return click.option(
+def db_option(f=None, *, readable: bool = True):
+    """The ``--db PATH`` option every command that reads or writes the store shares (``@db_option``).
+
+    ``@db_option(readable=False)``: a file this user cannot read is not click's usage error but
+    the command's to judge (``launch`` says so on its line and answers without it).
+    """
+    option = click.option(
         "--db",
         "db_path",
         envvar="AUTOSELECT_DB",
         show_envvar=True,
         metavar="PATH",
-        type=click.Path(dir_okay=False),
+        type=click.Path(dir_okay=False, readable=readable),
         default=None,
         help="Results database (default: the platform's user data dir, autoselect/results.db).",
-    )(f)
+    )
+    return option if f is None else option(f)
 
 
 def stopping_rule_options(f):

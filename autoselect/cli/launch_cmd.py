@@ -44,7 +44,7 @@ from autoselect.cli import db_option
 @click.option("--server-model", default=None, metavar="NAME",
               help="The model's name on the service (default: the line's model; for a local directory, its name "
                    "under the service's --model-root).")
-@db_option
+@db_option(readable=False)  # an unreadable file is said on the line, and launch answers without it
 @click.option("--decision-json", default=None, metavar="PATH", type=click.Path(dir_okay=False),
               help="Also write the decision as JSON to PATH (docs/launch.md) before starting.")
 @click.option("--dry-run", is_flag=True, help="Print the final command line (shell-quoted) instead of running it.")
