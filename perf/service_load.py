@@ -6,7 +6,8 @@ Goals (this 2-core machine, cached answers, measured side by side in one run):
   (the server process's user + system time over the load, divided by the requests: steadier than
   wall time on a shared machine);
 * the first (computed) answer of each distinct request, one at a time: p50 <= 15 ms;
-* exact: zero errors, and every answer under load byte-identical to the first (computed) one.
+* exact: zero errors, every answer under load byte-identical to the first (computed) one, and
+  every request under load answered from the kept answers (the front: FastAPI never sees it).
 
 The server runs as its own process (``autoselect serve`` on 127.0.0.1, a free port) over a
 database holding the shipped example measurements (``tests/fixtures/results/*.jsonl``, 8-GPU
@@ -15,8 +16,20 @@ workloads x host classes), ``/v1/hosts``, ``/v1/drift`` and ``/healthz``. Each d
 is first sent once, one at a time (computed: the first answer); then ``--clients`` keep-alive
 HTTP/1.1 connections, driven by a minimal asyncio client (httpx's async pool costs more CPU than
 the server), send requests back to back until ``--requests`` are done or ``--seconds`` have
-passed. The output names the server's HTTP parser and event loop (uvicorn takes httptools and
-uvloop when installed, the ``serve`` extra; else h11 and asyncio) and the machine's load.
+passed.
+
+What decides the numbers is printed with them, because each changes them several-fold:
+
+* the interpreter (version, build: a distribution's Python is built with PGO/LTO, pyenv's by
+  default is not) and whether it is a virtual environment;
+* the server's HTTP parser and event loop, as uvicorn picks them in the server's interpreter
+  (httptools and uvloop, the ``serve`` extra, else h11 and asyncio: about 3x the CPU per request);
+* whether the load was answered by the front (the server's own count, from its log as it
+  stops): a request that reaches FastAPI costs about 6x the CPU;
+* how much of one core the server and the load generator each used: the two processes share
+  the 2 cores with everything else on the machine, so when neither is near 100 % the requests/s
+  and the latencies measure the machine's load (printed before and after), and the CPU per
+  request is the number that compares across runs.
 
 Run: ``python perf/service_load.py [--clients 50] [--requests 20000] [--seconds 60] [--quick]``
 """
@@ -30,6 +43,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -86,20 +100,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(db: Path, port: int) -> subprocess.Popen:
+def start_server(db: Path, port: int, log: Path) -> tuple[subprocess.Popen, int]:
+    """``autoselect serve`` in this interpreter, its log (stderr) into ``log``; and how many
+    requests waiting for it to answer took (each that got an answer reached the server)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen([sys.executable, "-m", "autoselect", "serve", "--db", str(db), "--port", str(port),
-                             "--model-root", str(FIXTURES / "models")],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "autoselect", "serve", "--db", str(db), "--port", str(port),
+                                 "--model-root", str(FIXTURES / "models")],
+                                env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
     import httpx
 
     deadline = time.monotonic() + 60
+    answered = 0
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"server exited: {proc.stderr.read()}")
+            raise SystemExit(f"server exited: {log.read_text()}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
+            status = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code
+            answered += 1
+            if status == 200:
+                return proc, answered
         except httpx.HTTPError:
             time.sleep(0.1)
     proc.kill()
@@ -198,13 +218,41 @@ async def load(port: int, bodies: dict[str, bytes], clients: int, total: int, se
     return latencies, errors, differ, time.perf_counter() - t0
 
 
-def server_stack() -> str:
-    """What uvicorn's defaults ("auto") run in this interpreter: its HTTP parser and event loop."""
-    from importlib.util import find_spec
+#: what uvicorn's defaults run in an interpreter: its HTTP protocol class and event loop (serve's
+#: protocol subclasses uvicorn's auto choice)
+_STACK = ("from autoselect.fleet.service.connections import GuardedProtocol as P\n"
+          "import importlib.util as u\n"
+          "print(P.__mro__[1].__name__, 'uvloop' if u.find_spec('uvloop') else 'asyncio')")
 
-    parser = "httptools" if find_spec("httptools") else "h11 (pure Python; the serve extra installs httptools)"
-    loop = "uvloop" if find_spec("uvloop") else "asyncio (the serve extra installs uvloop)"
-    return f"HTTP parser {parser}, event loop {loop}"
+
+def server_stack() -> str:
+    """The HTTP parser and event loop the server runs with, asked of the server's interpreter."""
+    out = subprocess.run([sys.executable, "-c", _STACK], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        return f"unknown ({out.stderr.strip().splitlines()[-1:]})"
+    protocol, loop = out.stdout.split()
+    parser = {"HttpToolsProtocol": "httptools", "H11Protocol": "h11 (pure Python; the serve extra installs "
+              "httptools)"}.get(protocol, protocol)
+    return f"HTTP parser {parser}, event loop {loop}" + ("" if loop == "uvloop" else
+                                                         " (the serve extra installs uvloop)")
+
+
+def interpreter() -> str:
+    """This interpreter: version, build flags that change its speed, virtual environment or not."""
+    flags = sysconfig.get_config_var("CONFIG_ARGS") or ""
+    build = [name for name, flag in (("PGO", "--enable-optimizations"), ("LTO", "--with-lto")) if flag in flags]
+    venv = "a virtual environment" if sys.prefix != sys.base_prefix else "no virtual environment"
+    return (f"Python {sys.version.split()[0]} ({sys.implementation.name}, built "
+            f"{'with ' + ' and '.join(build) if build else 'without PGO or LTO'}), {venv}")
+
+
+def kept_answers(log: Path) -> tuple[int, int] | None:
+    """(requests, answered from the kept answers) of the server's last line as it stopped."""
+    for line in reversed(log.read_text().splitlines()):
+        if line.startswith("serve: stopped after "):
+            words = line.split()
+            return int(words[3]), int(words[5])
+    return None
 
 
 def main() -> int:
@@ -218,30 +266,42 @@ def main() -> int:
     total = args.requests or (500 if args.quick else 20000)
     goals = Goals(args.quick)
 
+    stack = server_stack()
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "results.db"
         build_db(db)
         mix = request_mix(host_classes(db))
         port = free_port()
-        server = start_server(db, port)
+        log = Path(tmp) / "serve.log"
+        server, probes = start_server(db, port, log)
         base = f"http://127.0.0.1:{port}"
         try:
             first, bodies = asyncio.run(first_answers(base, mix))
             load0 = os.getloadavg()[0]
-            cpu0 = process_cpu_s(server.pid)
+            cpu0, client0 = process_cpu_s(server.pid), time.process_time()
             latencies, errors, differ, wall = asyncio.run(load(port, bodies, clients, total, args.seconds))
-            server_cpu = process_cpu_s(server.pid) - cpu0
+            server_cpu, client_cpu = process_cpu_s(server.pid) - cpu0, time.process_time() - client0
         finally:
             server.terminate()
             server.wait(timeout=30)
+        counted = kept_answers(log)
 
     done = len(latencies) + len(errors)
     rps = done / wall
     cpu_ms = server_cpu / max(done, 1) * 1e3
+    # the requests that reached the app: at most the start-up probes and the first answers, if the
+    # front answered the whole load from the kept answers
+    reached = counted[0] - counted[1] if counted else None
+    before = probes + len(mix)
     print(f"machine: {os.cpu_count()} CPUs, load average {load0:.1f} before the load, {os.getloadavg()[0]:.1f} after "
-          f"(other processes compete for the same cores); server: {server_stack()}")
+          f"(other processes compete for the same cores)")
+    print(f"interpreter: {interpreter()}; server: {stack}; load generator: asyncio streams in this process")
     print(f"service load: {len(mix)} distinct requests, {clients} concurrent clients, {done} requests in "
-          f"{wall:.2f} s; the server used {server_cpu / wall:.0%} of one core")
+          f"{wall:.2f} s; the server used {server_cpu / wall:.0%} of one core ({cpu_ms:.3f} ms per request), the "
+          f"load generator {client_cpu / wall:.0%} ({client_cpu / max(done, 1) * 1e3:.3f} ms per request)")
+    if max(server_cpu, client_cpu) / wall < 0.8:
+        print("  neither process kept a core busy: the rest of the time both waited for a CPU, so requests/s and the "
+              "latencies here measure the machine's load more than the server; CPU per request compares across runs")
     print(f"  first answer (computed), one at a time: p50 {statistics.median(first):7.2f} ms   "
           f"p99 {pct(first, 0.99):7.2f} ms   max {max(first):7.2f} ms")
     if latencies:
@@ -258,6 +318,10 @@ def main() -> int:
     goals.check("errors", f"{len(errors)}" + (f" (first: {errors[0]})" if errors else ""), "0", not errors, EXACT)
     goals.check("answers under load that differ from the first answer",
                 f"{len(differ)}" + (f" (first: {differ[0]})" if differ else ""), "0", not differ, EXACT)
+    goals.check("requests that reached the app, not the kept answers (the server's count as it stopped)",
+                f"{reached} of {counted[0]}" if counted else "unknown (the server said nothing as it stopped)",
+                f"<= {before} (the start-up probes and the first answers; none of the load)",
+                reached is not None and reached <= before, EXACT)
     return goals.finish()
 
 

@@ -174,4 +174,5 @@ def test_serve_out_of_descriptors_answers_its_clients_and_says_it_once(fleet_db,
         proc.terminate()
         proc.wait(timeout=30)
     lines = err.read_text().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Warning: serve is out of file descriptors ("), lines
+    assert len(lines) == 2 and lines[0].startswith("Warning: serve is out of file descriptors ("), lines
+    assert lines[1].startswith("serve: stopped after ")

@@ -201,3 +201,12 @@ def test_an_unchanged_checkpoint_is_answered_from_the_cache(tmp_path, model_root
     for _ in range(3):
         assert client.get("/v1/recommend", params=RECOMMEND).content == first.content
     assert len(calls) == 1
+
+
+def test_the_log_says_at_the_end_how_many_requests_the_kept_answers_served(tmp_path, capsys):
+    db = build_fleet_db(tmp_path / "fleet.db", fleet_runs=("f1",))
+    with TestClient(create_app(db, model_roots=[MODELS])) as client:  # the lifespan runs: start and stop
+        for _ in range(3):
+            assert client.get("/v1/hosts").status_code == 200
+        assert client.get("/v1/nothing").status_code == 404
+    assert capsys.readouterr().err.splitlines()[-1] == "serve: stopped after 4 requests, 2 answered from the kept answers"

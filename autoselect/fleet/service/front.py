@@ -24,6 +24,7 @@ import json
 
 from autoselect.bearer import HEADER, SCHEME, presented_token, token_matches
 from autoselect.errors import UserError
+from autoselect.fleet.service import log
 from autoselect.fleet.service.answers import AnswerCache
 from autoselect.fleet.service.app import MAX_QUERY
 from autoselect.fleet.service.descriptors import at_start
@@ -62,13 +63,17 @@ class Front:
         self.app = app
         self.cache = cache
         self.token = token
+        #: requests answered from the kept answers, and all requests (the log's line at the end)
+        self.kept = self.requests = 0
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":  # lifespan: the app's own, once the loop's errors are serve's to word
             if scope["type"] == "lifespan":
                 at_start(asyncio.get_running_loop())
+                send = self._saying_the_end(send)
             await self.app(scope, receive, send)
             return
+        self.requests += 1
         if self.token is not None and scope["path"] not in OPEN_ROUTES \
                 and not token_matches(_presented(scope), self.token):
             await send(_start(401, _UNAUTHORIZED, ((b"www-authenticate", SCHEME.encode()),)))
@@ -85,6 +90,7 @@ class Front:
         request = (scope["path"], query)
         body, state = self.cache.get(request)
         if body is not None:
+            self.kept += 1
             await send(_start(200, body))
             await send({"type": "http.response.body", "body": body})
             return
@@ -98,6 +104,19 @@ class Front:
         if scope["method"] == "GET":  # a HEAD answer's body may be left out: keep GET's only
             send = _Keep(send, self.cache, request, state, scope)
         await self.app(scope, receive, send)
+
+
+    def _saying_the_end(self, send):
+        """``send`` of the lifespan, which says in the log, as the server stops, how many requests
+        it answered and how many of them from the kept answers (whether the front did its work)."""
+
+        async def lifespan_send(message) -> None:
+            if message["type"] == "lifespan.shutdown.complete":
+                log.write(f"serve: stopped after {self.requests} requests, {self.kept} answered from the kept "
+                          "answers")
+            await send(message)
+
+        return lifespan_send
 
 
 class _Keep:

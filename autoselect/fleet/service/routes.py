@@ -10,6 +10,7 @@ the service's one cache), with the model files a recommendation was computed fro
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from typing import Any, Callable
 
@@ -148,7 +149,8 @@ class Api:
                           "max_workspace_gib": max_workspace_gib})
 
         def compute() -> dict:
-            connect_readonly(self.path).close()  # a database gone since the start is 503, not "no measurements"
+            if not os.path.exists(self.path):
+                connect_readonly(self.path)  # raises: a database gone since the start is 503, not "no measurements"
             files = config_files(model, self.served.source)
             request.scope[FILES] = (files, identity(files))  # before reading them: a change during is seen next time
             if kw["host_class"] is None:
