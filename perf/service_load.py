@@ -221,8 +221,8 @@ async def load(port: int, bodies: dict[str, bytes], clients: int, total: int, se
 #: what uvicorn's defaults run in an interpreter: its HTTP protocol class and event loop (serve's
 #: protocol subclasses uvicorn's auto choice)
 _STACK = ("from autoselect.fleet.service.connections import GuardedProtocol as P\n"
-          "import importlib.util as u\n"
-          "print(P.__mro__[1].__name__, 'uvloop' if u.find_spec('uvloop') else 'asyncio')")
+          "try:\n    import uvloop  # noqa: F401\n    loop = 'uvloop'\nexcept ImportError:\n    loop = 'asyncio'\n"
+          "print(P.__mro__[1].__name__, loop)")
 
 
 def server_stack() -> str:

@@ -122,7 +122,7 @@ def config_files(model: str, source: ModelSource = CLI_SOURCE) -> tuple[str, ...
         files += [os.path.join(root, model) for root in source.roots]
     if config.parent.parent.name == "snapshots":  # the Hub cache: models--org--name/snapshots/<commit>/
         files.append(str(config.parent.parent.parent / "refs" / "main"))
-    return tuple(files)
+    return tuple(dict.fromkeys(files))  # once each: root/name is often the directory itself
 
 
 def _under_root(root: Path, name: str) -> tuple[Path, Path | None, list[str], str] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 
 import pytest
 
@@ -135,9 +136,11 @@ def model_root(tmp_path):
     return root
 
 
-def _counted(db, root, monkeypatch):
+def _counted(db, root, monkeypatch, recheck_s: float = 0.0):
+    """(a client, the requests reaching the app); the model files are looked at again after ``recheck_s``."""
     front = create_app(db, model_roots=[root])
     front.app = inner = Counted(front.app)
+    front.cache.files_recheck_s = recheck_s
     return TestClient(front), inner.calls
 
 
@@ -210,3 +213,21 @@ def test_the_log_says_at_the_end_how_many_requests_the_kept_answers_served(tmp_p
             assert client.get("/v1/hosts").status_code == 200
         assert client.get("/v1/nothing").status_code == 404
     assert capsys.readouterr().err.splitlines()[-1] == "serve: stopped after 4 requests, 2 answered from the kept answers"
+
+
+def test_a_kept_answer_looks_at_its_model_files_at_most_once_per_interval(tmp_path, model_root, monkeypatch):
+    import autoselect.fleet.service.answers as answers
+
+    db = build_fleet_db(tmp_path / "fleet.db", fleet_runs=("f1",))
+    client, calls = _counted(db, model_root, monkeypatch, recheck_s=0.5)
+    stats = []
+    identity = answers.identity
+    monkeypatch.setattr(answers, "identity", lambda paths: stats.append(paths) or identity(paths))
+    first = client.get("/v1/recommend", params=RECOMMEND)
+    stats.clear()
+    for _ in range(20):
+        assert client.get("/v1/recommend", params=RECOMMEND).content == first.content
+    assert all("config.json" not in " ".join(p) for p in stats)  # the database's state only: no model file
+    shutil.rmtree(model_root / "deepseek-v3")
+    time.sleep(0.6)
+    assert client.get("/v1/recommend", params=RECOMMEND).status_code == 404 and len(calls) == 2

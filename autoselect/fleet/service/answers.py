@@ -6,14 +6,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import NamedTuple
 
 from autoselect.model import hub_cache_dir
 
 #: answers kept (the least recently asked goes first)
 CACHE_SIZE = 256
+#: seconds a kept answer's model files are taken as unchanged after they were last seen so: a
+#: ``stat`` costs several microseconds here (a cached answer costs about 40), so the files are
+#: looked at again at most once a second per answer, and a changed checkpoint is answered anew
+#: within a second (perf/service_load.py measured both)
+FILES_RECHECK_S = 1.0
 #: characters a path component may continue with: a match that runs on into one of them is part of
 #: a longer name (``/data`` in ``/database``), never the path itself
 _NAME_CHAR = r"[\w.~+-]"
@@ -67,13 +72,15 @@ def identity(paths: tuple[str, ...]) -> tuple:
     return tuple(out)
 
 
-class Kept(NamedTuple):
-    """One kept answer: its JSON bytes, and the files besides the database it was computed from
-    (a model's config files) with their :func:`identity` when it was computed."""
+class Kept:
+    """One kept answer: its JSON bytes, the files besides the database it was computed from (a
+    model's config files) with their :func:`identity` when it was computed, and when they were
+    last seen unchanged (``time.monotonic``)."""
 
-    body: bytes
-    files: tuple[str, ...]
-    identity: tuple
+    __slots__ = ("body", "files", "identity", "seen")
+
+    def __init__(self, body: bytes, files: tuple[str, ...], identity: tuple, seen: float):
+        self.body, self.files, self.identity, self.seen = body, files, identity, seen
 
 
 class AnswerCache:
@@ -82,15 +89,17 @@ class AnswerCache:
     anything (the front's lookup, :class:`~autoselect.fleet.service.front.Front`).
 
     An answer stays while what it was computed from is unchanged: every kept answer is dropped when
-    the database or its WAL changes (any commit changes their size or mtime), and an answer about a
-    model also when that model's files change or go (:func:`identity` of the files it named when it
-    was kept: a few ``stat`` calls per request, no reading). Used from the event loop only (the
-    thread pool computes, the loop stores), so no lock.
+    the database or its WAL changes (any commit changes their size or mtime: two ``stat`` calls per
+    request), and an answer about a model also when that model's files change or go
+    (:func:`identity` of the files it named when it was kept, looked at again at most every
+    ``files_recheck_s`` seconds: no reading, no hashing). Used from the event loop only (the thread
+    pool computes, the loop stores), so no lock.
     """
 
-    def __init__(self, db_path: Path, size: int = CACHE_SIZE):
+    def __init__(self, db_path: Path, size: int = CACHE_SIZE, files_recheck_s: float = FILES_RECHECK_S):
         self.db_path = db_path
         self.size = size
+        self.files_recheck_s = files_recheck_s
         self._files = (os.fspath(db_path), f"{db_path}-wal")
         self._state: tuple | None = None
         self._kept: OrderedDict[tuple, Kept] = OrderedDict()
@@ -114,9 +123,13 @@ class AnswerCache:
         kept = self._kept.get(request)
         if kept is None:
             return None, state
-        if kept.files and identity(kept.files) != kept.identity:
-            del self._kept[request]  # the model's files changed: computed again
-            return None, state
+        if kept.files:
+            now = time.monotonic()
+            if now - kept.seen >= self.files_recheck_s:
+                if identity(kept.files) != kept.identity:
+                    del self._kept[request]  # the model's files changed: computed again
+                    return None, state
+                kept.seen = now
         self._kept.move_to_end(request)
         return kept.body, state
 
@@ -130,7 +143,7 @@ class AnswerCache:
         """
         if state != self._state:
             return
-        self._kept[request] = Kept(body, tuple(files), tuple(files_identity))
+        self._kept[request] = Kept(body, tuple(files), tuple(files_identity), time.monotonic())
         self._kept.move_to_end(request)
         while len(self._kept) > self.size:
             self._kept.popitem(last=False)
