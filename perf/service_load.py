@@ -26,6 +26,8 @@ What decides the numbers is printed with them, because each changes them several
   (httptools and uvloop, the ``serve`` extra, else h11 and asyncio: about 3x the CPU per request);
 * whether the load was answered by the front (the server's own count, from its log as it
   stops): a request that reaches FastAPI costs about 6x the CPU;
+* what one system call costs (a ``stat``: a sandboxed or virtualised kernel makes it several
+  times dearer, and every request makes several);
 * how much of one core the server and the load generator each used: the two processes share
   the 2 cores with everything else on the machine, so when neither is near 100 % the requests/s
   and the latencies measure the machine's load (printed before and after), and the CPU per
@@ -246,6 +248,19 @@ def interpreter() -> str:
             f"{'with ' + ' and '.join(build) if build else 'without PGO or LTO'}), {venv}")
 
 
+def stat_us(path: Path, n: int = 2000) -> float:
+    """The median time of one ``os.stat`` of ``path`` (µs): what a system call costs here (a
+    sandboxed or virtualised kernel makes each several times dearer), and each cached answer makes
+    a few (the database's state, its model's files) besides the socket's own."""
+    name = os.fspath(path)
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        os.stat(name)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
 def kept_answers(log: Path) -> tuple[int, int] | None:
     """(requests, answered from the kept answers) of the server's last line as it stopped."""
     for line in reversed(log.read_text().splitlines()):
@@ -277,6 +292,7 @@ def main() -> int:
         base = f"http://127.0.0.1:{port}"
         try:
             first, bodies = asyncio.run(first_answers(base, mix))
+            stat_cost = stat_us(db)
             load0 = os.getloadavg()[0]
             cpu0, client0 = process_cpu_s(server.pid), time.process_time()
             latencies, errors, differ, wall = asyncio.run(load(port, bodies, clients, total, args.seconds))
@@ -295,7 +311,8 @@ def main() -> int:
     before = probes + len(mix)
     print(f"machine: {os.cpu_count()} CPUs, load average {load0:.1f} before the load, {os.getloadavg()[0]:.1f} after "
           f"(other processes compete for the same cores)")
-    print(f"interpreter: {interpreter()}; server: {stack}; load generator: asyncio streams in this process")
+    print(f"interpreter: {interpreter()}; server: {stack}; load generator: asyncio streams in this process; "
+          f"one stat() {stat_cost:.1f} µs")
     print(f"service load: {len(mix)} distinct requests, {clients} concurrent clients, {done} requests in "
           f"{wall:.2f} s; the server used {server_cpu / wall:.0%} of one core ({cpu_ms:.3f} ms per request), the "
           f"load generator {client_cpu / wall:.0%} ({client_cpu / max(done, 1) * 1e3:.3f} ms per request)")

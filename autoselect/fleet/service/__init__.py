@@ -43,7 +43,10 @@ The modules: :mod:`~.app` (what the app answers from, checked before serving, an
 :func:`create_app`), :mod:`~.routes` (the handlers and the assembly; the only one importing
 FastAPI), :mod:`~.front` (the pure ASGI layer answering requests answered before),
 :mod:`~.params` (the parameters' grammar), :mod:`~.answers` (the one answer cache, the files'
-identity and the path scrubber), :mod:`~.server` (the socket and uvicorn: :func:`serve`).
+identity and the path scrubber), :mod:`~.server` (the socket and uvicorn: :func:`serve`),
+:mod:`~.connections` (uvicorn's HTTP protocol with a deadline for every request head and room kept
+for new clients), :mod:`~.descriptors` (the file-descriptor limit, and running out said once),
+:mod:`~.log` (every line of the service's log, through one function).
 """
 
 from autoselect.fleet.service.server import serve
