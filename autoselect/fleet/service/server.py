@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from autoselect.errors import UserError
+from autoselect.fleet.service import descriptors, log
 from autoselect.fleet.service.app import BadServeOption, ServeUnavailable, create_app
 from db import default_path
 
@@ -38,7 +39,7 @@ def uvicorn_options(*, head_timeout_s: float | None = None, max_connections: int
     :param max_connections: open connections kept before the one idle longest is closed
         (default: what the descriptor limit leaves room for).
     """
-    from autoselect.fleet.service import connections, log
+    from autoselect.fleet.service import connections  # imports uvicorn
 
     protocol = connections.guarded(connections.HEAD_TIMEOUT_S if head_timeout_s is None else head_timeout_s,
                                    max_connections)
@@ -111,8 +112,6 @@ def serve(db_path: str | os.PathLike | None = None, *, host: str = "127.0.0.1", 
         import uvicorn
     except ImportError:
         raise ServeUnavailable("uvicorn is not installed; pip install 'autoselect[serve]'") from None
-    from autoselect.fleet.service import descriptors, log
-
     on_warning = on_warning or log.warning
     app = create_app(db_path, model_roots=model_roots, token_file=token_file)
     sock = bind(host, port)
