@@ -21,7 +21,7 @@ the command line's grammar (``dp=1_0`` is refused as ``--dp 1_0`` is; :mod:`~.pa
 whose text is not UTF-8 is refused before anything reads it. The database is opened read-only per
 computed answer. Answers are kept as JSON bytes in one cache, under the request as it arrived, while
 the database file and its WAL are unchanged and, for a recommendation, the model's files too (a
-``stat`` of each): a request answered before is answered by the front from the event loop (a few
+``stat`` of each, the model's at most once a second): a request answered before is answered by the front from the event loop (a few
 ``stat`` calls, a dictionary lookup, a write: FastAPI never sees it); a new one is validated by
 FastAPI and computed in the thread pool.
 
