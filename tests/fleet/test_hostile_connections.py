@@ -176,3 +176,21 @@ def test_serve_out_of_descriptors_answers_its_clients_and_says_it_once(fleet_db,
     lines = err.read_text().splitlines()
     assert len(lines) == 2 and lines[0].startswith("Warning: serve is out of file descriptors ("), lines
     assert lines[1].startswith("serve: stopped after ")
+
+
+def test_the_service_log_never_shows_a_secret(capsys):
+    import logging
+
+    from autoselect.fleet.service import log
+
+    log.warning("serving with HF_TOKEN=hf_abcdefghijklmnopqrstuvwx and https://user:pa55word@example.com/x")
+    handler = log.Handler()
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    try:
+        raise RuntimeError("--api-key sk-abcdefghijklmnopqrstuvwx failed")
+    except RuntimeError:
+        handler.emit(logging.LogRecord("uvicorn.error", logging.ERROR, __file__, 1, "Exception in ASGI application",
+                                       None, sys.exc_info()))
+    err = capsys.readouterr().err
+    assert "hf_abcdefghijklmnopqrstuvwx" not in err and "pa55word" not in err and "sk-abcdefghij" not in err
+    assert err.startswith("Warning: serving with HF_TOKEN=<redacted>") and "Traceback" in err

@@ -3,8 +3,10 @@
 The server's own sentences (:func:`warning`: a bind beyond loopback, the file-descriptor limit
 reached) and everything uvicorn and asyncio log (their loggers are routed to :class:`Handler` by
 :func:`log_config`, which ``serve`` gives uvicorn) leave through the one function, so what a log
-line may show is decided in one place. No request is logged (uvicorn's access log is off): a
-query string is the client's, and the bearer token is never written anywhere.
+line may show is decided in one place: the secrets it quotes are redacted there
+(:mod:`autoselect.redact`, the rule every line that quotes argv or env follows). No request is
+logged (uvicorn's access log is off): a query string is the client's, and the bearer token is
+never written anywhere.
 """
 
 from __future__ import annotations
@@ -12,9 +14,14 @@ from __future__ import annotations
 import logging
 import sys
 
+from autoselect.redact import redacted_text
+
 
 def write(text: str) -> None:
-    """Write ``text`` (one line, or a traceback) to the service's log: the one way out."""
+    """Write ``text`` (one line, or a traceback) to the service's log: the one way out, with every
+    secret it quotes redacted (:func:`autoselect.redact.redacted_text`: a traceback may quote an
+    argument, an exception a URL with its password)."""
+    text = redacted_text(text)
     sys.stderr.write(text if text.endswith("\n") else text + "\n")
     sys.stderr.flush()
 
