@@ -127,6 +127,9 @@ def check_argv(args: list[str], environ: dict[str, str]) -> None:
     for i, arg in enumerate(args, 1):
         if not is_unicode(arg):
             check_text(arg, f"argument {i}", from_bytes=True)
+        if "\0" in arg:  # no exec can pass one; a caller in-process can, and os.stat() raises on it
+            raise NotUnicode(f"argument {i} {shown(arg)} holds a NUL character (position {arg.index(chr(0)) + 1}), "
+                             "which no command line can carry; retype it")
     for name, value in environ.items():
         if name.startswith("AUTOSELECT_") and not is_unicode(value):
             check_text(value, f"${name}", from_bytes=True)

@@ -83,6 +83,17 @@ def test_an_autoselect_variable_that_is_not_utf8_is_refused(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("argv", [["db", "import", "a\0b"], ["recommend", "--model", "deepseek-v3\0"],
+                                  ["inspect", "--model", "\0", "--gpu-arch", "sm90"]])
+def test_an_argument_holding_a_nul_is_one_error_line_before_anything_reads_it(fixture_db, argv):
+    # no exec passes a NUL, but an in-process caller can, and os.stat() raises ValueError on one
+    before = tree_state(fixture_db.parent)
+    line = refused(cli(*argv, "--db", fixture_db))
+    assert line.startswith(f"Error: argument {argv.index(next(a for a in argv if chr(0) in a)) + 1} ")
+    assert "holds a NUL character" in line and "\\x00" in line
+    assert tree_state(fixture_db.parent) == before
+
+
 def test_valid_non_ascii_text_passes_the_door(fixture_db):
     result = cli("recommend", "--model", MODELS / "deepseek-v3", "--host-class", "hôte-ü", "--db", fixture_db)
     assert "not valid Unicode" not in result.stderr
