@@ -28,6 +28,8 @@ One module per table, each row with the upstream source that backs it:
 * :mod:`~autoselect.rules.agrs_collectives` — :data:`AGRS_COLLECTIVES`, the NCCL calls behind
   vLLM's default (one all_gather per gathered tensor in one group, per-rank broadcasts and reduces
   with unequal DP sizes), per release.
+* :mod:`~autoselect.rules.graph_capture` — whether vLLM runs a step's dispatch and combine from a
+  CUDA graph (the largest captured step per release and arch; DeepEP high-throughput turns graphs off).
 * :mod:`~autoselect.rules.moe_backends` — :data:`MOE_BACKENDS`, the ``--moe-backend`` values that
   dispatch and combine themselves (vLLM binds ``passthrough`` and refuses any other backend).
 * :mod:`~autoselect.rules.flashinfer` — which FlashInfer each release pins, what each FlashInfer
