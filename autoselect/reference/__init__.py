@@ -21,11 +21,12 @@ _LAZY = {
     "systems": ("CLASSES", "ReferenceClass", "get_class", "match_host"),
     "host": ("GENERIC_REQUIREMENT", "REQUIREMENTS", "reference_host"),
     "transfer": ("transfer_error", "transfer_points"),
+    "footing": ("Footed", "on_common_footing", "summary"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
-    "AGRS", "CLASSES", "DERIVED", "GENERIC_REQUIREMENT", "REQUIREMENTS", "ReferenceClass",
-    "ReferenceData", "ReferencePoint", "default", "get_class", "is_reference_class", "match_host", "reference_host",
-    "transfer_error", "transfer_points",
+    "AGRS", "CLASSES", "DERIVED", "Footed", "GENERIC_REQUIREMENT", "REQUIREMENTS", "ReferenceClass",
+    "ReferenceData", "ReferencePoint", "default", "get_class", "is_reference_class", "match_host", "on_common_footing",
+    "reference_host", "summary", "transfer_error", "transfer_points",
 ]

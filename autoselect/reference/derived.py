@@ -18,13 +18,20 @@ latency floor: below the smallest size (512 B) the smallest size's time is used;
 largest (512 MiB) the time grows at the largest size's bandwidth, up to :data:`MAX_EXTRAPOLATION`
 times that size; further out there is no number.
 
-A grouped set of calls shares one launch, so it costs between one latency floor and the sum of
-the calls' own times. The derived value is that range, until a multi-GPU measurement of vLLM's
-own path calibrates it:
+A grouped set of calls shares one launch (NCCL runs a group's calls in a single launch), so the
+dispatch costs one fused all_gather of the summed bytes plus a per-tensor term for each gathered
+tensor beyond the first: between nothing and what a separately launched small gather adds in vLLM
+(:data:`autoselect.reference.footing.EXTRA_TENSOR`, in the all_gather's latency floor, its
+smallest measured size's time). That range is the derived value on the nccl-tests footing:
 
-    lower   = t_AG(sum of the gathered bytes) + t_RS      # perfectly fused: one floor
-    upper   = sum over tensors of t_AG(tensor bytes) + t_RS  # every call pays its own floor
-    central = (lower + upper) / 2                          # the value the selector compares
+    lower   = t_AG(sum of the gathered bytes) + t_RS                     # one launch per group
+    upper   = lower + (tensors - 1) * EXTRA_TENSOR_high * t_AG(floor)      # each extra tensor at most
+    central = (lower + upper) / 2
+
+What vLLM's layer pays over nccl-tests' pipelined loop per NCCL launch (two: the dispatch's group
+and the reduce_scatter) is the footing's correction (:mod:`autoselect.reference.footing`), not the
+derivation's. Each call's own nccl-tests time is kept in the derivation (``calls``) as what it
+would cost launched alone.
 
 Not priced (said in every derivation): unequal token counts per rank (vLLM then issues one
 ncclBroadcast / ncclReduce per rank, which the published tables do not time), NCCL
@@ -45,17 +52,20 @@ from bisect import bisect_left
 from typing import NamedTuple
 
 from autoselect.payload import COMBINE_DTYPE, activation_bytes, dispatch_bytes_per_token, dispatch_tensor_bytes
+from autoselect.reference.footing import EXTRA_TENSOR, EXTRA_TENSOR_EVIDENCE
 from autoselect.rules.agrs_collectives import ALL_GATHER, AgrsCollectives, Call, agrs_calls
 
 FORMULA = ("dispatch: one ncclAllGather per gathered tensor (hidden_states, scales, topk_weights, topk_ids: "
-           "N*T*bytes per token each) in one NCCL group; combine: one ncclReduceScatter of N*T*2*H bytes; "
-           "lower = t_AG(summed bytes) + t_RS, upper = sum of t_AG(tensor bytes) + t_RS, central = (lower + upper) / 2 "
-           "(NCCL half rows at N GPUs, linear in bytes)")
+           "N*T*bytes per token each) in one NCCL group, one launch; combine: one ncclReduceScatter of N*T*2*H bytes; "
+           "lower = t_AG(summed bytes) + t_RS, upper = lower + (tensors - 1) * {high:g} * t_AG(floor), "
+           "central = (lower + upper) / 2 (NCCL half rows at N GPUs, linear in bytes; nccl-tests footing)"
+           ).format(high=EXTRA_TENSOR[1])
 BOUND_FORMULA = ("lower bound: t_AG(S_AG * (N-1)/N * n/(n-1)) + t_RS(S_RS * (N-1)/N * n/(n-1)) read from the NCCL "
                  "rows at n GPUs (the same bytes on each rank through fewer ranks); fused, one floor")
 #: Why the range is a range (shown with every derived number).
-RANGE_RULE = ("the grouped all_gathers cost between one NCCL latency floor (lower) and the sum of their own "
-              "times (upper) until a multi-GPU measurement of vLLM's path calibrates it; central = midpoint")
+RANGE_RULE = ("the group's calls run in one NCCL launch; each gathered tensor beyond the first adds between "
+              "nothing and {high:g} of the all_gather's latency floor (what a separately launched small gather adds "
+              "in vLLM); central = midpoint").format(high=EXTRA_TENSOR[1])
 
 #: How far past the largest measured message a time is extrapolated (at that size's bandwidth).
 MAX_EXTRAPOLATION = 16.0
@@ -138,9 +148,10 @@ class PricedCall(NamedTuple):
 class AgrsEstimate(NamedTuple):
     """A derived AGRS round trip (a range, or a lower bound) and everything it was derived from.
 
-    ``all_gather`` / ``reduce_scatter``: the fused readings (the lower end); ``calls``: every
-    call priced alone (empty for a bound); ``bound``: the NCCL rows are for ``rows_gpus`` GPUs,
-    not the deployment's, and the value is a lower bound only.
+    ``all_gather`` / ``reduce_scatter``: the fused readings (the lower end); ``floor``: the
+    all_gather's latency floor (its smallest measured size), the unit of the per-tensor term;
+    ``calls``: every call priced alone (empty for a bound); ``bound``: the NCCL rows are for
+    ``rows_gpus`` GPUs, not the deployment's, and the value is a lower bound only.
     """
 
     messages: AgrsMessages
@@ -151,18 +162,37 @@ class AgrsEstimate(NamedTuple):
     read: bool  # the collectives row was read for the target release
     rows_gpus: int
     bound: bool = False
+    floor: Reading | None = None
+
+    @property
+    def extra_tensors(self) -> int:
+        """Gathered tensors beyond the first (each adds the per-tensor term)."""
+        return max(0, sum(p.call.count for p in self.calls if p.call.phase == "dispatch") - 1)
+
+    @property
+    def launches(self) -> int:
+        """NCCL launches of the round trip: one for the dispatch's group, one per combine call."""
+        if self.bound or not self.collectives.grouped:
+            return 2 if self.bound else len(self.calls)
+        return 1 + sum(p.call.count for p in self.calls if p.call.phase == "combine")
+
+    @property
+    def extra_us(self) -> tuple[float, float]:
+        """The per-tensor term of the whole dispatch: (least, most)."""
+        unit = self.floor.time_us if self.floor is not None else 0.0
+        return (self.extra_tensors * EXTRA_TENSOR[0] * unit, self.extra_tensors * EXTRA_TENSOR[1] * unit)
 
     @property
     def lower_us(self) -> float:
-        """Perfectly fused: one all_gather of the summed bytes, then the reduce_scatter."""
-        return self.all_gather.time_us + self.reduce_scatter.time_us
+        """One launch per group: one all_gather of the summed bytes, then the reduce_scatter."""
+        return self.all_gather.time_us + self.reduce_scatter.time_us + (0.0 if self.bound else self.extra_us[0])
 
     @property
     def upper_us(self) -> float | None:
-        """Every call at its own time (None for a bound: it has no upper end)."""
+        """Each extra tensor at its most (None for a bound: it has no upper end)."""
         if self.bound:
             return None
-        return sum(p.reading.time_us * p.call.count for p in self.calls)
+        return self.all_gather.time_us + self.reduce_scatter.time_us + self.extra_us[1]
 
     @property
     def latency_us(self) -> float:
@@ -175,8 +205,7 @@ class AgrsEstimate(NamedTuple):
         """The dispatch's share of the central value."""
         if self.bound:
             return self.all_gather.time_us
-        upper = sum(p.reading.time_us * p.call.count for p in self.calls if p.call.phase == "dispatch")
-        return (self.all_gather.time_us + upper) / 2
+        return self.latency_us - self.reduce_scatter.time_us  # the fused gather and the middle of the per-tensor term
 
     def derivation(self) -> dict:
         """JSON-ready account: formula, vLLM source lines, message sizes, the calls and the NCCL points read."""
@@ -194,10 +223,16 @@ class AgrsEstimate(NamedTuple):
             "reduce_scatter_read": {"how": self.reduce_scatter.how,
                                     "points": [list(p) for p in self.reduce_scatter.neighbours]},
             "calls": [p.to_dict() for p in self.calls],
+            "launches": self.launches,
+            "extra_tensors": self.extra_tensors,
+            "floor_us": self.floor.time_us if self.floor is not None else None,
+            "extra_tensor_floors": list(EXTRA_TENSOR),
+            "extra_tensor_evidence": list(EXTRA_TENSOR_EVIDENCE),
             "lower_us": self.lower_us,
             "upper_us": self.upper_us,
             "central_us": self.latency_us,
             "range_rule": RANGE_RULE,
+            "footing": "nccl-tests",
             "not_priced": list(row.not_modelled),
         }
         if self.bound:
@@ -232,7 +267,8 @@ def agrs_estimate(all_gather: Collective, reduce_scatter: Collective, *, hidden:
         if reading is None:
             return None
         priced.append(PricedCall(call, size, reading))
-    return AgrsEstimate(m, ag, rs, tuple(priced), collectives, read, world_size)
+    floor = read_time(all_gather, all_gather.sizes[0])
+    return AgrsEstimate(m, ag, rs, tuple(priced), collectives, read, world_size, floor=floor)
 
 
 def agrs_bound(all_gather: Collective, reduce_scatter: Collective, *, hidden: int, top_k: int, dtype: str,

@@ -8,7 +8,9 @@ that shape, else the backend's other shapes transferred by bytes per token
 from NCCL timings. A ratio above :data:`SLOWER_LIMIT` on a published or transferred number flags
 the row (:data:`SLOWER`): far more than another harness and other versions explain. A derived
 number is shown but never flags: it leaves out vLLM's quantize and top-k reduction kernels around
-the collectives, so a healthy host measures above it.
+the collectives, so a healthy host measures above it. Every reference number is put on vLLM's
+footing first (:mod:`autoselect.reference.footing`: graph-captured where vLLM captures the step,
+the framework's per-launch cost on the derived default), as ``bench`` measures vLLM's path.
 
 Pure functions over results (``bench`` prints them, ``fleet drift`` uses them as a baseline);
 stdlib only.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, NamedTuple
 
+from autoselect.reference.footing import on_common_footing
 from autoselect.reference.query import AGRS, DERIVED, PUBLISHED, ReferenceData, default
 from autoselect.reference.systems import ReferenceClass, ReferenceWorldSizeUnavailable, match_host
 from autoselect.reference.transfer import TRANSFERRED
@@ -114,7 +117,7 @@ def compare(measured: Iterable[Measured], ref_class: ReferenceClass, data: Refer
         if hit is None and m.backend == AGRS:  # derived at any token count
             points = data.derived_agrs(ref_class, hidden=m.hidden, top_k=m.top_k, experts=m.experts, dtype=m.activation_dtype,
                                        world_size=m.world_size, tokens=[m.tokens_per_rank])
-            hit = (points[0].latency_us, DERIVED, points[0].source_line) if points else None
+            hit = (_footed(points[0]), DERIVED, points[0].source_line) if points else None
         if hit is not None and hit[0] > 0:
             out.append(Comparison(m, *hit))
     return out
@@ -132,7 +135,12 @@ def _numbers(data: ReferenceData, ref: ReferenceClass, backend: str, hidden: int
         points = data.transferred(ref, backend, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype,
                                   world_size=world_size).points
         kind = TRANSFERRED
-    return {p.tokens_per_rank: (p.latency_us, kind, p.source_line) for p in points}
+    return {p.tokens_per_rank: (_footed(p), kind, p.source_line) for p in points}
+
+
+def _footed(p) -> float:
+    """A reference number on vLLM's footing (``footing.py``): what a measurement of vLLM's path is compared with."""
+    return on_common_footing(p, p.arch).latency_us
 
 
 def check_results(results: Iterable[Any], host: Any, data: ReferenceData | None = None) -> ReferenceCheck | None:

@@ -16,12 +16,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
-from autoselect.reference import datafile, derived
+from autoselect.reference import crosssystem, datafile, derived
 from autoselect.rules.agrs_collectives import collectives_for
 from autoselect.rules.versions import NEWEST_VLLM
-from autoselect.reference.systems import ReferenceClass, get_class
+from autoselect.reference.systems import CLASSES, SYSTEMS, ReferenceClass, ReferenceSystem, get_class
 from autoselect.reference.tables import FIDELITY
-from autoselect.reference.transfer import Transfer, transfer_points
+from autoselect.reference.transfer import TRANSFERRED, Transfer, transfer_error, transfer_points
 
 PUBLISHED = "published"
 DERIVED = "derived"
@@ -98,6 +98,12 @@ class ReferencePoint(NamedTuple):
     raw: dict | None = None  # published rows: the table's latencies as published, in its unit
     range_us: tuple[float, float] | None = None  # derived rows: (lower, upper); latency_us is the central value
     bound: bool = False  # derived rows: latency_us is a lower bound only (no NCCL rows at this world size)
+    band: float | None = None  # a transferred row's relative band where it is not its backend's shape-transfer error
+
+    @property
+    def arch(self) -> str:
+        """The arch of the row's system (what vLLM's CUDA-graph ceiling depends on)."""
+        return SYSTEMS[self.system].arch if self.system in SYSTEMS else "sm90"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (sources as dicts)."""
@@ -314,6 +320,68 @@ class ReferenceData:
             ref = get_class(ref_class)
             return Transfer([], (), None, f"no published {backend} rows on {ref.system.label} at EP {world_size}")
         return transfer_points(sources, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype)
+
+    def across_systems(self, ref_class: str | ReferenceClass, backend: str, *, hidden: int, top_k: int,
+                       experts: int, dtype: str, world_size: int) -> Transfer:
+        """``backend``'s rows at ``world_size`` from another system of the class's NVLink generation
+        (:mod:`autoselect.reference.crosssystem`): that system's published rows of the shape, else its
+        other shapes transferred; labelled ``transferred``, the source system named, each with the
+        measured cross-system error as its band (plus the shape transfer's error when there was one).
+        Nothing for a backend :data:`~autoselect.reference.crosssystem.FAMILY` does not carry, or for a
+        system of another generation (the refusal says why)."""
+        ref = get_class(ref_class)
+        target = ref.system
+        if backend not in crosssystem.FAMILY:
+            return Transfer([], (), None, f"{backend}'s rows are not carried across systems")
+        having = [r[0] for r in self.conn.execute(
+            "SELECT DISTINCT system FROM points WHERE backend = ? AND world_size = ? ORDER BY system",
+            (backend, world_size))]
+        if not having:
+            return Transfer([], (), None, f"no system publishes {backend} at EP {world_size}")
+        family, why = crosssystem.FAMILY[backend]
+        for source in crosssystem.sources_for(target, having):
+            error = crosssystem.cross_system_error(self.conn, source.key, target.key, family)
+            if error is None:
+                continue
+            src_class = next(c for c in CLASSES.values() if c.system.key == source.key
+                             and c.max_world_size >= world_size and (world_size > source.gpus_per_node) == (c.domain == "nvl72"))
+            shape = dict(hidden=hidden, top_k=top_k, experts=experts, dtype=dtype, world_size=world_size)
+            points, shape_error = self.published(src_class, backend, **shape), 0.0
+            if not points:
+                moved = self.transferred(src_class, backend, **shape)
+                points, shape_error = moved.points, transfer_error(backend)
+            if not points:
+                continue
+            line = (f"transferred from {source.label} ({points[0].source_line}) to {target.label}, one NVLink "
+                    f"generation ({target.nvlink}); band: {error.describe()}")
+            extra = {"method": "across systems", "from_system": source.key, "to_system": target.key,
+                     "family": family, "why_family": why, "cross_system_error": error.error,
+                     "shape_transfer_error": shape_error, "cross_system": error._asdict(),
+                     "support": f"{crosssystem.SUPPORT.says} ({crosssystem.SUPPORT.source})"}
+            out = [p._replace(ref_class=ref.name, system=target.key, evidence=TRANSFERRED, source_line=line,
+                              band=error.error + shape_error,
+                              derivation={**extra, "source_evidence": p.evidence, "source_derivation": p.derivation},
+                              raw=None) for p in points]
+            return Transfer(out, (f"{source.label} EP {world_size}",), "across systems", None)
+        others = ", ".join(SYSTEMS[k].label for k in having if k in SYSTEMS)
+        return Transfer([], (), None, (
+            f"no published {backend} rows on {target.label} at EP {world_size}; those of {others} are not carried "
+            f"to {target.label}: " + "; ".join(self._why_not_carried(target, having))))
+
+    def _why_not_carried(self, target: ReferenceSystem, having: list[str]) -> list[str]:
+        out = []
+        for k in having:
+            s = SYSTEMS.get(k)
+            if s is None or k == target.key:
+                continue
+            if not crosssystem.same_generation(s, target):
+                error = crosssystem.cross_system_error(self.conn, k, target.key)
+                measured = f" (their NCCL rows differ by {error.describe()})" if error is not None else ""
+                out.append(f"{s.label} is {s.nvlink}, {target.label} {target.nvlink}: another NVLink generation"
+                           + measured)
+            else:
+                out.append(f"{s.label} and {target.label} publish no NCCL rows in common to measure the error on")
+        return out
 
     def available(self, ref_class: str | ReferenceClass) -> list[dict[str, Any]]:
         """What the class has published rows for: one dict per (backend, shape, dtype, world size)
