@@ -96,7 +96,10 @@ class BucketValue(_Document):
     published reference, the line naming it (``AIConfigurator 0.12.0, vLLM 0.24.0 DeepEP on
     8×H200, collected 2026-08-31``; derived and transferred values say so in it). ``range_us``: a
     derived value's ``[lower, upper]`` (``latency_us`` is its central value; omitted otherwise);
-    ``bound``: the value is only a lower bound (written only when true).
+    ``bound``: the value is only a lower bound (written only when true). ``footing``: for a value
+    resting on the reference, how it was put on vLLM's footing (its harness's footing, whether vLLM
+    runs this step under a CUDA graph, the number as published and each correction applied:
+    ``autoselect.reference.footing``; an estimate carries its nearest point's).
     """
 
     tokens_per_rank: int
@@ -109,6 +112,7 @@ class BucketValue(_Document):
     reference: str | None = field(default=None, metadata=OMIT_NONE)
     range_us: tuple[float, float] | None = field(default=None, metadata={**OMIT_NONE, "round": 3})
     bound: bool = field(default=False, metadata=OMIT_DEFAULT)
+    footing: Any = field(default=None, metadata=OMIT_NONE)
 
     @property
     def estimated(self) -> bool:
@@ -261,6 +265,41 @@ class ReferenceUsed(_Document):
     requirements: list[str]
     caveats: list[str]
     points: int  # reference points read (published, derived and transferred)
+    #: the footings and corrections the numbers were put on vLLM's footing with, each with its source
+    #: (``autoselect.reference.footing``): {"common": ..., "footings": {...}, "corrections": {...}, "evidence": {...}}
+    footing: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ExpectedEffect(_Document):
+    """What the pick's all2all difference is expected to be end to end (JSON ``expected_effect``).
+
+    ``kernel_change``: the pick's weighted all2all latency over ``versus``'s, minus one (negative:
+    the pick is faster), central and ``[low, high]`` from both bands; ``e2e_change``: the expected
+    change of end-to-end step time, that change divided by 10 to 3 (end-to-end differences are 3-10x
+    smaller than kernel differences: ``basis``).
+    """
+
+    versus: str
+    kernel_change: float = field(metadata=_rounded(4))
+    kernel_change_range: tuple[float, float] = field(metadata=_rounded(4))
+    e2e_change_range: tuple[float, float] = field(metadata=_rounded(4))
+    basis: str
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TieAnswer(_Document):
+    """Backends the answer's numbers cannot tell apart (JSON ``tie``): ``kept`` (first in
+    ``backends``) is the one that needs the least beyond vLLM (``needs``: backend -> what it needs;
+    ``why``), and ``settle_command`` the ``autoselect bench`` row that would decide between them;
+    ``expected_effect``: what choosing the best other one instead would change, kernel and end to end."""
+
+    backends: list[str]
+    kept: str
+    why: str
+    needs: dict[str, str]
+    settle_command: str
+    expected_effect: ExpectedEffect | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(kw_only=True, repr=False)
@@ -303,6 +342,8 @@ class Recommendation(_Document):
     data_used: DataUsed
     bench_command: str | None
     reference: ReferenceUsed | None = field(default=None, metadata=OMIT_NONE)
+    tie: TieAnswer | None = field(default=None, metadata=OMIT_NONE)
+    expected_effect: ExpectedEffect | None = field(default=None, metadata=OMIT_NONE)
     e2e: E2eEvidence | None = field(default=None, metadata=OMIT_NONE)
     vllm_validation: bridge.FlagValidation | None = field(default=None, metadata=OMIT_NONE)
 

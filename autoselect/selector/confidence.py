@@ -77,8 +77,8 @@ CONFIDENCE_CAPS: tuple[ConfidenceCap, ...] = (
                   "(allgather_reducescatter), not a measured all2all", lambda f: DERIVED in f.decisive_kinds),
     ConfidenceCap("bound", "reference", "a decisive latency is only a lower bound of vLLM's default (no NCCL "
                   "timings at this EP size)", lambda f: f.decisive_bound),
-    ConfidenceCap("transferred", "reference", "a decisive latency is transferred from another shape's published "
-                  "rows by bytes per token", lambda f: TRANSFERRED in f.decisive_kinds),
+    ConfidenceCap("transferred", "reference", "a decisive latency is transferred from another shape's (by bytes "
+                  "per token) or another system's published rows", lambda f: TRANSFERRED in f.decisive_kinds),
     ConfidenceCap("synthetic", "low", "the answer rests on synthetic example data (made up, not measured on any "
                   "machine)", lambda f: SYNTHETIC in (f.decisive_kinds | f.candidate_kinds)),
     ConfidenceCap("default_unmeasured", "low", "vLLM's default has no data for every bucket of this workload, "

@@ -2,27 +2,30 @@
 
 Every candidate's workload-weighted latency ``L`` carries its band ``H``; a candidate beats the
 default only when ``L_c + H_c < L_d - H_d`` (:func:`autoselect.noise.band_compare`: the bands do
-not overlap). Of those that beat it the fastest is picked (a close call when another that
-also beats the default ties with it). Without a measured default nothing can be compared and
-the default stays; a single legal backend is the answer without comparison.
+not overlap). Without a measured default nothing can be compared and the default stays; a single
+legal backend is the answer without comparison.
 
-Two exceptions, for a default whose value is **derived** from NCCL timings (the reference
-classes): a model of vLLM's collectives that leaves costs out (unequal DP sizes, the quantization
-and memory passes around the collectives), so the real path is at or above its central value and
-its error is one-sided. Both rules were chosen by measured regret over NVIDIA's published tables,
-with the default's truth at x1.0, x1.25 and x1.5 of its central value
-(``perf/regret_reference.py --policies``; docs/recommend.md "The tie rule" has the table):
+**Ties keep what needs nothing extra.** Where bands overlap the numbers cannot say which backend
+is faster, so the answer keeps the one that asks the least of the serving host (:data:`NEEDS`:
+vLLM's default needs nothing, not even a flag; the FlashInfer backends need flashinfer-python,
+which vLLM pins; DeepEP needs a source build), and records the tie (:class:`Tie`: every backend in
+it, what each needs) so the answer can name them and the ``autoselect bench`` row that settles it.
+That holds between a candidate and the default (the default stays) and between candidates that
+both beat the default (the one needing less is kept; among equals, the faster).
 
-* **the tie rule** (:data:`DecisionPolicy.tie_rule`, one of :data:`TIE_RULES`): a candidate with
-  evidence of its own beats the derived default when its value is below 1.2 times the default's
-  central value (``L_c < 1.2 L_d``; a transferred candidate's value counts with its band,
-  ``L_c + H_c``, its transfer error; a value estimated between published token counts does not:
-  counting its measured interpolation error moves regret from x1.0 to x1.5, ``margin-est-1.2``);
-* **the bound rule** (:data:`DecisionPolicy.bound_rule`, one of :data:`BOUND_RULES`), where the
-  default has only a lower bound (no NCCL rows at the EP size): a candidate that clears the bound
-  beats the default; any other is ``undecided`` (the default may be slower still), and the pick
-  is the fastest candidate with a number (``fastest-priced``), at confidence ``none``
-  (``confidence.py``), with the comparison it could not make said in the decision.
+**A derived default** (the reference classes: vLLM's collectives priced from NCCL timings and put
+on vLLM's footing, ``autoselect.reference.footing``) is compared by the tie rule
+(:data:`DecisionPolicy.tie_rule`, one of :data:`TIE_RULES`), chosen by measured regret over the
+published tables with the default's truth between x0.75 and x1.5 of its central value in each
+phase, decode-sized (CUDA-graph) steps and prefill-sized (eager) steps apart
+(``perf/regret_reference.py --policies``; docs/recommend.md "The tie rule" has the table), among
+the rules that keep a tie (:data:`KEEPS_TIES`). Recommend's, ``bands-1-0.85``: the candidate's band
+must clear the default's lower end with the default's graph-captured buckets taken as they are and
+its eager ones at 0.85 of their value (an eager prefill chunk's derived cost is a bandwidth reading
+the regret over x0.75..x1.5 says not to leave on less than a 15 % lead). Where the default has only a
+**lower bound** (no NCCL rows at the EP size: the bound rule, :data:`DecisionPolicy.bound_rule`), a
+candidate that clears the bound beats the default; any other is ``undecided`` and the pick is the
+fastest candidate with a number (``fastest-priced``), at confidence ``none``.
 """
 
 from __future__ import annotations
@@ -30,48 +33,81 @@ from __future__ import annotations
 from typing import Callable, NamedTuple, Sequence
 
 from autoselect.noise import FASTER, SLOWER, TIE, band_compare
-from autoselect.rules import DEFAULT_BACKEND
+from autoselect.rules import BACKENDS, DEFAULT_BACKEND
+from autoselect.rules.graph_capture import EAGER, GRAPH
 from autoselect.selector.answer import DERIVED, MEASURED, TRANSFERRED, Candidate
 
 #: A candidate above a default that is only a lower bound: it cannot be compared.
 UNDECIDED = "undecided"
 
+#: What a backend asks of the serving host beyond vLLM, by the package it needs
+#: (``rules.BACKENDS[backend].package``): (rank, words); rank 0 needs nothing. The default needs no flag.
+NEEDS = {
+    DEFAULT_BACKEND: (0, "nothing: vLLM's default, no flag"),
+    "flashinfer": (1, "flashinfer-python, which vLLM pins (installed with vLLM)"),
+    "deep_ep": (2, "a source build of DeepEP (not a vLLM dependency)"),
+}
+_OTHER_NEED = (1, "its package")
 
-Rule = Callable[[Candidate, Candidate], bool]
+
+def needs(backend: str) -> tuple[int, str]:
+    """``(rank, words)``: what ``backend`` needs on the serving host beyond vLLM (:data:`NEEDS`)."""
+    if backend == DEFAULT_BACKEND:
+        return NEEDS[DEFAULT_BACKEND]
+    cap = BACKENDS.get(backend)
+    package = cap.package if cap is not None else None
+    return NEEDS.get(package, _OTHER_NEED) if package else _OTHER_NEED
 
 
-def _estimated(c: Candidate) -> bool:
-    """Some bucket of ``c`` is the latency model's estimate, not a point of its evidence."""
-    return any(b.source in ("interpolated", "extrapolated") for b in c.buckets)
+Rule = Callable[[Candidate, Candidate, Sequence[float]], bool]
 
 
-def _margin(m: float, transfers: bool = True, estimates: bool = False) -> Rule:
-    """``c`` beats ``d`` when its value is below ``m`` times the default's central value; the
-    candidate's band counts against it when it is transferred (``transfers``) or estimated at a
-    token count its evidence lacks (``estimates``)."""
-    def rule(c: Candidate, d: Candidate) -> bool:
-        counted = (transfers and c.evidence == TRANSFERRED) or (estimates and _estimated(c))
-        return c.weighted_us + (c.halfwidth_us if counted else 0.0) < m * d.weighted_us
+def phase_split(c: Candidate, weights: Sequence[float], band: bool = False) -> dict[str, float]:
+    """``{GRAPH: sum of w_i * v_i over its graph-captured buckets, EAGER: ...}`` (``band``: of the
+    bands ``w_i * h_i``); a value with no footing (a measurement of the host, already on vLLM's
+    footing) counts as graph-captured, and so does a candidate with no buckets (its weighted value)."""
+    if not c.buckets:
+        return {GRAPH: (c.halfwidth_us if band else c.weighted_us) or 0.0, EAGER: 0.0}
+    out = {GRAPH: 0.0, EAGER: 0.0}
+    for w, b in zip(weights, c.buckets):
+        mode = b.footing.capture if b.footing is not None else GRAPH
+        out[EAGER if mode == EAGER else GRAPH] += w * ((b.halfwidth_us if band else b.latency_us) or 0.0)
+    return out
+
+
+def _rule(graph: float = 1.0, eager: float = 1.0, k_graph: float = 0.0, k_eager: float = 0.0,
+          own_band: bool = True) -> Rule:
+    """``c`` beats ``d`` when its value, plus its band (``own_band``; otherwise only when it is
+    transferred), is below the default's value taken ``graph`` times on its graph-captured buckets and
+    ``eager`` times on its eager ones, less ``k_graph`` / ``k_eager`` times its band there."""
+    def rule(c: Candidate, d: Candidate, weights: Sequence[float]) -> bool:
+        value, band = phase_split(d, weights), phase_split(d, weights, band=True)
+        own = c.weighted_us + (c.halfwidth_us if own_band or c.evidence == TRANSFERRED else 0.0)
+        return own < (graph * value[GRAPH] + eager * value[EAGER] - k_graph * band[GRAPH] - k_eager * band[EAGER])
     return rule
 
 
 #: How a candidate with evidence of its own compares with a derived default: name -> the test that
-#: makes candidate ``c`` faster than default ``d`` (``d.weighted_us`` the range's central value).
+#: makes candidate ``c`` faster than default ``d`` (its central value on vLLM's footing), given the
+#: workload's weights. ``bands``: the bands do not overlap (the rule for measured data); ``central``:
+#: the candidate's band clears the default's central value; ``margin-G-E``: the candidate's value
+#: (with its band when transferred) is below G x the default on graph-captured buckets and E x on
+#: eager ones; ``bands-G-E``: its band clears the default's lower end, the default taken G x / E x.
 TIE_RULES: dict[str, Rule] = {
-    # the bands must not overlap: the candidate clears the default's lower end (the measured-data rule)
-    "default-stays": lambda c, d: c.weighted_us + c.halfwidth_us < d.weighted_us - d.halfwidth_us,
-    # the candidate's band clears the default's central value
-    "central": lambda c, d: c.weighted_us + c.halfwidth_us < d.weighted_us,
-    # the candidate's band clears the default's upper end (every call at its own latency floor)
-    "upper": lambda c, d: c.weighted_us + c.halfwidth_us < d.weighted_us + d.halfwidth_us,
-    # the candidate's value (plus its band when transferred) is below the central value times a margin
-    **{f"margin-{m:g}": _margin(m) for m in (1.0, 1.1, 1.15, 1.2, 1.25)},
-    # the same with a transfer's band not counted against it
-    "margin-1.2-bare": _margin(1.2, transfers=False),
-    # the same with the band of a value estimated between published token counts counted too (its
-    # band is the measured interpolation error where the evidence knows it: BackendEvidence.estimate_error)
-    **{f"margin-est-{m:g}": _margin(m, estimates=True) for m in (1.2, 1.25, 1.3)},
+    "bands": _rule(k_graph=1.0, k_eager=1.0),
+    "bands-0.5": _rule(k_graph=0.5, k_eager=0.5),
+    "central": _rule(),
+    **{f"margin-{g:g}-{e:g}": _rule(g, e, own_band=False) for g in (0.8, 0.9, 1.0, 1.1, 1.2)
+       for e in (0.75, 0.9, 1.0, 1.1)},
+    **{f"bands-{g:g}-{e:g}": _rule(g, e, 1.0, 1.0) for g in (0.9, 1.0, 1.1, 1.2)
+       for e in (0.75, 0.8, 0.85, 0.9, 0.95, 1.0) if (g, e) != (1.0, 1.0)},
+    **{f"central-{g:g}-{e:g}": _rule(g, e) for g in (1.0, 1.1, 1.2) for e in (0.75, 0.9, 1.0) if (g, e) != (1.0, 1.0)},
 }
+#: The rules that never let a candidate leave the default while their bands overlap (the default
+#: weighed at most 1x, its whole band counted): the ones that keep a tie with what needs nothing extra.
+KEEPS_TIES = frozenset(name for name in TIE_RULES
+                       if name == "bands" or (name.startswith("bands-") and name.count("-") == 2
+                                              and all(float(x) <= 1.0 for x in name.split("-")[1:])))
 #: What happens when no candidate clears a default that is only a lower bound.
 BOUND_RULES = ("default-stays", "fastest-priced")
 
@@ -79,12 +115,26 @@ BOUND_RULES = ("default-stays", "fastest-priced")
 class DecisionPolicy(NamedTuple):
     """How candidates are compared with a derived default (see the module docstring)."""
 
-    tie_rule: str = "margin-1.2"
+    tie_rule: str = "bands-1-0.85"
     bound_rule: str = "fastest-priced"
 
 
 #: The policy recommend uses.
 DEFAULT_POLICY = DecisionPolicy()
+
+
+class Tie(NamedTuple):
+    """Backends the bands cannot tell apart: the one kept first, then the others, and what each
+    needs on the serving host beyond vLLM."""
+
+    kept: str
+    others: tuple[str, ...]
+    needs: dict  # backend -> words (NEEDS)
+    why: str  # why ``kept`` was kept
+
+    @property
+    def backends(self) -> list[str]:
+        return [self.kept, *self.others]
 
 
 class Decision(NamedTuple):
@@ -93,7 +143,8 @@ class Decision(NamedTuple):
     ``runner_up``: the best other candidate a decisive comparison involved (the default when a
     candidate beat it); ``compared``: the default was measured, so candidates were compared
     with it; ``close``: candidates that also beat the default and tie with the pick;
-    ``undecided``: the pick could not be compared with the default (a lower bound only).
+    ``undecided``: the pick could not be compared with the default (a lower bound only);
+    ``tie``: the backends the bands could not tell apart from the pick, and why the pick was kept.
     """
 
     pick: Candidate
@@ -104,6 +155,7 @@ class Decision(NamedTuple):
     compared: bool
     close: Sequence[Candidate] = ()
     undecided: bool = False
+    tie: Tie | None = None
 
     @property
     def decisive(self) -> list[Candidate]:
@@ -115,13 +167,15 @@ class Decision(NamedTuple):
         """The warning of a close call, None when the pick stood alone."""
         if not self.close:
             return None
-        return (f"{self.pick.backend} and {', '.join(c.backend for c in self.close)} are tied within the noise; "
-                f"{self.pick.backend} has the lowest expected latency")
+        why = self.tie.why if self.tie is not None else f"{self.pick.backend} has the lowest expected latency"
+        return f"{self.pick.backend} and {', '.join(c.backend for c in self.close)} are tied within the noise; {why}"
 
 
-def decide(candidates: list[Candidate], policy: DecisionPolicy = DEFAULT_POLICY) -> Decision:
+def decide(candidates: list[Candidate], policy: DecisionPolicy = DEFAULT_POLICY,
+           weights: Sequence[float] | None = None) -> Decision:
     """Pick among ``candidates`` (at least one) and set each one's status (pick, default, faster,
-    tie, slower, undecided; unmeasured ones keep theirs)."""
+    tie, slower, undecided; unmeasured ones keep theirs). ``weights``: the workload's bucket weights
+    (a per-phase tie rule splits the default's value with them; default: equal)."""
     if policy.tie_rule not in TIE_RULES or policy.bound_rule not in BOUND_RULES:
         raise ValueError(f"unknown decision policy {policy}")
     default = next((c for c in candidates if c.backend == DEFAULT_BACKEND), None)
@@ -134,17 +188,22 @@ def decide(candidates: list[Candidate], policy: DecisionPolicy = DEFAULT_POLICY)
         pick = default if default is not None else candidates[0]
         return Decision(pick, default, None, "no comparison possible: vLLM's default" + _fastest_other(candidates, pick),
                         single=False, compared=False)
-    return _against_default(candidates, default, policy)
+    if weights is None:
+        weights = [1.0 / len(default.buckets)] * len(default.buckets) if default.buckets else []
+    return _against_default(candidates, default, policy, weights)
 
 
-def versus_default(c: Candidate, default: Candidate, tie_rule: str = DEFAULT_POLICY.tie_rule) -> str:
+def versus_default(c: Candidate, default: Candidate, tie_rule: str = DEFAULT_POLICY.tie_rule,
+                   weights: Sequence[float] | None = None) -> str:
     """``c``'s verdict against the default: FASTER, SLOWER, TIE or UNDECIDED (see the module docstring)."""
     lc, hc, ld, hd = c.weighted_us, c.halfwidth_us, default.weighted_us, default.halfwidth_us
     if default.evidence != DERIVED or c.evidence in (DERIVED, MEASURED):
         return band_compare(lc, hc, ld, hd)
     if default.bound:
         return FASTER if lc + hc < ld - hd else UNDECIDED
-    if TIE_RULES[tie_rule](c, default):
+    if weights is None:
+        weights = [1.0 / len(default.buckets)] * len(default.buckets) if default.buckets else []
+    if TIE_RULES[tie_rule](c, default, weights):
         return FASTER
     return SLOWER if lc - hc > ld + hd else TIE
 
@@ -159,25 +218,38 @@ def _fastest_other(candidates: list[Candidate], pick: Candidate) -> str:
     return f"; the fastest {best.evidence} backend is {best.backend} ({best.weighted_us:.1f} us)"
 
 
-def _against_default(candidates: list[Candidate], default: Candidate, policy: DecisionPolicy) -> Decision:
+def _tie(kept: Candidate, others: Sequence[Candidate], why: str) -> Tie:
+    return Tie(kept.backend, tuple(c.backend for c in others),
+               {c.backend: needs(c.backend)[1] for c in (kept, *others)}, why)
+
+
+def _against_default(candidates: list[Candidate], default: Candidate, policy: DecisionPolicy,
+                     weights: Sequence[float]) -> Decision:
     complete = [c for c in candidates if c.weighted_us is not None]
     for c in complete:
         if c is not default:
-            c.status = versus_default(c, default, policy.tie_rule)
+            c.status = versus_default(c, default, policy.tie_rule, weights)
     winners = sorted((c for c in complete if c.status == FASTER), key=lambda c: c.weighted_us)
     undecided = sorted((c for c in complete if c.status == UNDECIDED), key=lambda c: c.weighted_us)
     bound = f"vLLM's default has only a lower bound here ({default.weighted_us:.1f} us)"
+    tie = None
     if winners:
-        pick = winners[0]
-        close = [c for c in winners[1:]
-                 if band_compare(pick.weighted_us, pick.halfwidth_us, c.weighted_us, c.halfwidth_us) == TIE]
+        fastest = winners[0]
+        tied = [c for c in winners
+                if band_compare(fastest.weighted_us, fastest.halfwidth_us, c.weighted_us, c.halfwidth_us) == TIE]
+        pick = min(tied, key=lambda c: (needs(c.backend)[0], c.weighted_us))
+        close = [c for c in tied if c is not pick]
+        if close:
+            why = (f"{pick.backend} is the fastest of them" if pick is fastest else
+                   f"{pick.backend} needs the least ({needs(pick.backend)[1]})")
+            tie = _tie(pick, close, why)
         if default.bound:
             text = "faster than the default's lower bound beyond the noise"
         elif band_compare(pick.weighted_us, pick.halfwidth_us, default.weighted_us, default.halfwidth_us) == FASTER:
             text = "faster than the default beyond the noise"
         else:
-            text = (f"beats the derived default by the tie rule ({policy.tie_rule}: the derivation leaves costs out, "
-                    "so vLLM's real default is at or above its central value)")
+            text = (f"beats the derived default by the tie rule ({policy.tie_rule}, chosen by measured regret over "
+                    "the default's range)")
         runner_up = default
     elif undecided and policy.bound_rule == "fastest-priced":
         pick = undecided[0]
@@ -190,11 +262,14 @@ def _against_default(candidates: list[Candidate], default: Candidate, policy: De
                         single=False, compared=False)
     else:
         pick, close = default, []
-        ties = [c for c in complete if c.status == TIE]
-        text = (f"tie within the noise with {', '.join(c.backend for c in ties)}: vLLM's default stays"
-                if ties else "the default is fastest")
+        ties = sorted((c for c in complete if c.status == TIE), key=lambda c: c.weighted_us)
+        if ties:
+            text = f"tie within the noise with {', '.join(c.backend for c in ties)}: vLLM's default stays"
+            tie = _tie(default, ties, f"{default.backend} needs nothing extra ({needs(default.backend)[1]})")
+        else:
+            text = "the default is fastest"
         others = sorted((c for c in complete if c is not default), key=lambda c: c.weighted_us)
         runner_up = others[0] if others else None
     default.status = "default" if pick is not default else "pick"
     pick.status = "pick"
-    return Decision(pick, default, runner_up, text, single=False, compared=True, close=close)
+    return Decision(pick, default, runner_up, text, single=False, compared=True, close=close, tie=tie)

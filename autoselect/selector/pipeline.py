@@ -31,6 +31,7 @@ from autoselect.selector.provenance import data_used
 from autoselect.selector.reference_evidence import ReferenceEvidence
 from autoselect.selector.sources import sources_for
 from autoselect.selector.target import RecommendTarget, gpu_memory_mib, resolve
+from autoselect.selector.ties import expected_effect, tie_answer
 from autoselect.workload import (BadWorkloadOption, Deployment, WorkloadSpec, check_deployment_flags,
                                  check_workload_kind, resolve_deployment, workload_from_kind, workload_from_tokens)
 from db import default_path
@@ -98,7 +99,7 @@ def recommend(
     if not candidates:
         raise _no_legal_backend(target, rejected)
     used = {rid: row for j in judged for rid, row in j.rows.items()}
-    decision = decide(candidates, policy)
+    decision = decide(candidates, policy, [w for _, w in target.workload.buckets])
     final = verdicts[decision.pick.backend]
     # Belt and braces: the one-sided nvfp4 rule (and every other) is the rules table's call.
     assert final is not None and final.ok, f"selector picked an illegal backend {decision.pick.backend}"
@@ -120,6 +121,9 @@ def recommend(
         data_used=data_used(target, used, notes.stale, sum(s.considered for s in sources)),
         bench_command=settle(target, candidates, decision.default),
         reference=ref_used,
+        tie=tie_answer(target, decision, candidates),
+        expected_effect=(expected_effect(decision.pick, decision.default)
+                         if decision.default is not None and decision.pick is not decision.default else None),
     )
 
 

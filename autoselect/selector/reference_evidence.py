@@ -59,20 +59,23 @@ __all__ = ["REFERENCE_BAND", "ReferenceChoice", "ReferenceEvidence", "choose_ref
            "reference_band", "reference_point"]
 
 
-def reference_band(p: reference.ReferencePoint) -> float:
-    """The relative half-width of one reference point (see the module docstring)."""
+def reference_band(p: reference.ReferencePoint, footed: reference.Footed | None = None) -> float:
+    """The relative half-width of one reference point on the common footing (see the module docstring)."""
+    band = REFERENCE_BAND
     if p.evidence == TRANSFERRED:
-        return max(reference.transfer_error(p.backend), REFERENCE_BAND)
-    if p.evidence == DERIVED and p.range_us is not None and p.latency_us:
-        low, high = p.range_us
-        return (high - low) / 2 / p.latency_us + REFERENCE_BAND
-    return REFERENCE_BAND
+        band = max(p.band if p.band is not None else reference.transfer_error(p.backend), REFERENCE_BAND)
+    f = footed if footed is not None else reference.on_common_footing(p, p.arch)
+    if not p.bound and f.latency_us and f.high_us > f.low_us:
+        band += (f.high_us - f.low_us) / 2 / f.latency_us
+    return band
 
 
-def reference_point(p: reference.ReferencePoint) -> MeasuredPoint:
-    """One reference row as the selector's point: its value, band, kind, range and bound."""
-    return MeasuredPoint(p.tokens_per_rank, p.latency_us, reference_band(p), None, p.evidence, range_us=p.range_us,
-                         bound=p.bound)
+def reference_point(p: reference.ReferencePoint, vllm_version: str | None = None) -> MeasuredPoint:
+    """One reference row as the selector's point, on the common footing of ``vllm_version``: its
+    corrected value, band, kind, range, bound and how it was corrected (``autoselect.reference.footing``)."""
+    f = reference.on_common_footing(p, p.arch, vllm_version)
+    return MeasuredPoint(p.tokens_per_rank, f.latency_us, reference_band(p, f), None, p.evidence, range_us=f.range_us,
+                         bound=p.bound, footing=f.footing)
 
 
 class ReferenceChoice(NamedTuple):
@@ -147,13 +150,19 @@ class ReferenceEvidence:
             if not points:
                 moved = self.data.transferred(ref, backend, **shape, world_size=ws)
                 points, kind, missing = moved.points, TRANSFERRED, moved.refused
+            if not points and not self.data.published(ref, backend, world_size=ws):
+                # the system has no rows of the backend at all: another system of its NVLink generation may
+                across = self.data.across_systems(ref, backend, **shape, world_size=ws)
+                points, kind = across.points, TRANSFERRED
+                missing = across.refused if across.refused and "not carried across" not in across.refused else missing
         if not points:
             return BackendEvidence(backend, kind=kind, source="NVIDIA's published reference",
                                    missing=f"no reference evidence: {missing}")
         line = points[0].source_line
         if wire is not None and wire.converts:
             line += f"; {sent} rows: {wire.describe()}"
-        return BackendEvidence(backend, kind=kind, source=line, points=tuple(reference_point(r) for r in points))
+        return BackendEvidence(backend, kind=kind, source=line,
+                               points=tuple(reference_point(r, t.vllm_version) for r in points))
 
     def used(self, candidates: list[Candidate]) -> ReferenceUsed:
         """What the answer took from the reference, per candidate backend (JSON ``reference``)."""
@@ -171,9 +180,12 @@ class ReferenceEvidence:
             requirements = [said.get(pkg, reference.GENERIC_REQUIREMENT).format(package=pkg, hint=hints[pkg])
                             for pkg in needed]
         ref = self.choice.ref_class
+        footings = [p.footing for c in candidates for p in self.for_backend(c.backend).points]
+        derived = any(self.for_backend(c.backend).kind == DERIVED and self.for_backend(c.backend).points
+                      for c in candidates)
         return ReferenceUsed(host_class=ref.name, system=ref.describe(), why=self.choice.why, backends=backends,
                              requirements=requirements, caveats=list(self.choice.caveats) + self._not_read(candidates),
-                             points=self.considered)
+                             points=self.considered, footing=reference.summary(footings, derived))
 
     def _not_read(self, candidates: list[Candidate]) -> list[str]:
         """What the answer says when the target release's wire dtypes or AGRS collectives were not read."""

@@ -105,6 +105,12 @@ def _reference(ref: ReferenceUsed | None) -> list[str]:
     for (kind, line), backends in by_line.items():
         lines.append(f"            {kind.ljust(width)}  {', '.join(backends)}: {line}")
     lines += [f"            serving host: {r}" for r in ref.requirements]
+    fixes = ref.footing.get("corrections") if ref.footing else None
+    if ref.footing:
+        lines.append("footing     every number as vLLM's layer pays it (CUDA graph up to the largest captured step, "
+                     "eager above); corrections: " + (", ".join(f"{k} {v['effect']} [{', '.join(v['evidence'])}]"
+                                                        for k, v in fixes.items()) if fixes else "none")
+                     + " (--explain and the JSON give each number's)")
     return lines
 
 
@@ -135,9 +141,10 @@ def _ranges(candidates: list[Candidate], activation_dtype: str) -> list[str]:
     for c in candidates:
         if c.range_us is not None and c.weighted_us is not None:
             lo, hi = c.range_us
-            lines.append(f"{c.backend}: derived, between {_fmt_us(lo)} and {_fmt_us(hi)} us (the grouped NCCL "
-                         f"calls between one latency floor and the sum of their own times); {_fmt_us(c.weighted_us)}, "
-                         "the middle, is compared")
+            why = ("one launch per NCCL group plus a per-tensor term, and the framework's per-launch cost"
+                   if c.evidence == "derived" else "the footing corrections' range")
+            lines.append(f"{c.backend}: {c.evidence}, between {_fmt_us(lo)} and {_fmt_us(hi)} us on vLLM's footing "
+                         f"({why}); {_fmt_us(c.weighted_us)}, the middle, is compared")
         elif c.bound and c.weighted_us is not None:
             lines.append(f"{c.backend}: >= {_fmt_us(c.weighted_us)} us is only a lower bound (no NCCL timings at "
                          "this EP size): a backend below it is faster, one above it cannot be compared")
@@ -182,6 +189,15 @@ def render_explain(rec: Recommendation) -> str:
     if sources:
         lines.append("sources of the numbers that are not measured here:")
         lines += [f"  [{n}] {line}" for line, n in sources.items()]
+    footing = rec.reference.footing if rec.reference is not None else {}
+    if footing:
+        lines.append(f"footing: every number is put on one footing: {footing['common']}")
+        lines += [f"  {k}: {v}" for k, v in footing["footings"].items()]
+        if footing.get("derived_default"):
+            lines.append(f"  the derived default: {footing['derived_default']}")
+        lines += [f"  correction {k} ({', '.join(v['backends'])}): {v['effect']}: {v['what']} [{', '.join(v['evidence'])}]"
+                  for k, v in footing["corrections"].items()]
+        lines += [f"  [{k}] {v}" for k, v in footing["evidence"].items()]
     for i, (tokens, weight) in enumerate(rec.workload.buckets):
         lines.append(f"{tokens} tokens/rank (weight {weight:.0%}):")
         lines += _bucket_rows(rec.candidates, i, sources)
@@ -219,6 +235,8 @@ def _bucket_rows(candidates: list[Candidate], i: int, sources: dict[str, int]) -
             origin += f", range {_fmt_us(b.range_us[0])}..{_fmt_us(b.range_us[1])}"
         if b.bound:
             origin += ", a lower bound"
+        if b.footing is not None:
+            origin += f"; {b.footing.describe()}"
         rows.append(["  " + c.backend, _fmt_us(b.latency_us), _pm(b.halfwidth_us), origin])
     lines = _table(rows, right={1, 2}) if rows else []
     for c in candidates:

@@ -173,9 +173,11 @@ def test_missing_local_data_on_a_reference_system_answers_from_the_reference_wit
 
 def test_unmeasured_world_size_is_missing_local_data(fixture_db):
     r = rec(fixture_db, "deepseek-r1-nvfp4", host_class=B200, world_size=4, workload="decode")
-    assert (r.backend, r.confidence) == ("allgather_reducescatter", "reference")  # AGRS derived at 4 GPUs
-    assert r.data_used.results == 0
-    assert "--world-size 4" in r.bench_command
+    # the reference answers: AGRS derived at 4 GPUs, one- and two-sided carried from GB200's EP 4 rows
+    assert (r.backend, r.confidence) == ("flashinfer_nvlink_one_sided", "reference")
+    assert {c.backend: c.evidence for c in r.candidates}["flashinfer_nvlink_two_sided"] == "transferred"
+    assert r.data_used.results == 0 and r.reference is not None
+    assert r.bench_command is None  # every legal backend has a number from the reference
 
 
 def test_unmeasured_token_counts_are_estimated_and_marked(fixture_db):
@@ -236,6 +238,7 @@ JSON_KEYS = {
     "schema_version", "model", "profile", "deployment", "gpu_arch", "activation_dtype", "vllm_version",
     "vllm_version_source", "workload", "backend", "decision", "vllm_args", "command", "env", "knobs", "confidence",
     "confidence_reasons", "candidates", "rejected", "estimated", "warnings", "data_used", "bench_command",
+    "expected_effect",
 }
 
 

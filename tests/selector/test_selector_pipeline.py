@@ -68,7 +68,7 @@ def test_the_json_keys_are_the_recommendation_fields_in_order():
     rec = recommend(PROFILE, **ASK, rows=[_row(AGRS, 100.0, 1)])
     fields = [f.name for f in dataclasses.fields(Recommendation)]
     assert list(rec.to_dict()) == [f for f in fields if f not in ("reference", "e2e", "vllm_validation",
-                                                                   "vllm_version_warning")]
+                                                                   "vllm_version_warning", "tie", "expected_effect")]
 
 
 def test_confidence_is_the_lowest_cap_of_the_rules_that_apply_and_no_data_stands_alone():
