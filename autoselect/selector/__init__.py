@@ -27,7 +27,7 @@ sqlite_utils or optuna); the database is read with stdlib ``sqlite3``.
 """
 
 from autoselect.lazy import lazy_exports
-from autoselect.selector.decide import BOUND_RULES, DEFAULT_POLICY, TIE_RULES, DecisionPolicy
+from autoselect.selector.decide import BOUND_RULES, DEFAULT_POLICY, KEEPS_TIES, TIE_RULES, DecisionPolicy
 from autoselect.selector.estimate import MeasuredPoint, estimate_latency
 from autoselect.selector.pipeline import recommend, recommend_for, target_host
 from autoselect.selector.render import render_args, render_env, render_text
@@ -35,11 +35,11 @@ from autoselect.selector.target import STALENESS_KEYS
 
 #: Re-exports loaded on first use (:mod:`autoselect.lazy`): only the regret study decides from
 #: given reference points; an answer never builds them.
-_LAZY = {"given": ("GivenReference", "estimate_given", "recommend_given")}
+_LAZY = {"given": ("GivenReference", "decide_again", "estimate_given", "recommend_given")}
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
-    "BOUND_RULES", "DEFAULT_POLICY", "STALENESS_KEYS", "TIE_RULES", "DecisionPolicy", "GivenReference",
-    "MeasuredPoint", "estimate_given", "estimate_latency", "recommend", "recommend_for", "recommend_given",
+    "BOUND_RULES", "DEFAULT_POLICY", "KEEPS_TIES", "STALENESS_KEYS", "TIE_RULES", "DecisionPolicy", "GivenReference",
+    "MeasuredPoint", "decide_again", "estimate_given", "estimate_latency", "recommend", "recommend_for", "recommend_given",
     "render_args", "render_env", "render_text", "target_host",
 ]
