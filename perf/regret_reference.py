@@ -518,7 +518,7 @@ def cross_system_lines(systems: set[str] | None) -> list[str]:
             rows = conn.execute(
                 "SELECT a.latency_us, b.latency_us FROM points a JOIN points b ON a.backend = b.backend AND "
                 "a.world_size = b.world_size AND a.hidden = b.hidden AND a.top_k = b.top_k AND a.experts = b.experts "
-                "AND a.dispatch_dtype = b.dispatch_dtype AND a.tokens_per_rank = b.tokens_per_rank "
+                "AND a.wire_dtype = b.wire_dtype AND a.tokens_per_rank = b.tokens_per_rank "
                 "WHERE a.system = ? AND b.system = ? AND a.backend = ?", (a, b, backend)).fetchall()
             errors = [abs(y / x - 1) for x, y in rows if x > 0]
             if errors:
