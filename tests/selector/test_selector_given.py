@@ -40,4 +40,5 @@ def test_a_backend_without_points_is_held_out_and_a_held_out_count_is_estimated(
     nbytes = all2all_bytes_per_token("bf16", DSV3.hidden, DSV3.top_k)
     assert bucket.latency_us == pytest.approx(estimate_given(low_latency, 64, nbytes).latency_us)
     published = next(p for p in points[LL] if p.tokens_per_rank == 64)
-    assert estimate_given(points[LL], 64, nbytes).latency_us == published.latency_us  # a given count is as given
+    # a given count is as given, on vLLM's footing (DeepEP low-latency graph-captured: x0.68..x1.00 of its row)
+    assert estimate_given(points[LL], 64, nbytes).latency_us == pytest.approx(0.84 * published.latency_us)
