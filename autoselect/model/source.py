@@ -2,7 +2,8 @@
 
 :class:`ModelSource` says what a caller accepts (the CLI: a path or a Hub id; ``serve``: Hub ids
 from the cache and names under its model roots); :func:`locate_config` turns a name into the
-config.json (and hf_quant_config.json) to read, fetching a Hub id's into the Hugging Face cache
+config.json (and hf_quant_config.json) to read: a Hub id this package ships the config of
+(:func:`shipped_files`) from the package, any other Hub id's fetched into the Hugging Face cache
 (:func:`hub_files`), and :func:`config_files` names what an answer about it depends on;
 :func:`read_config_json` reads one as a bounded UTF-8 JSON object, or
 raises one clear error naming the file.
@@ -101,6 +102,11 @@ def locate_config(model: str, source: ModelSource = CLI_SOURCE) -> tuple[Path, P
         raise ModelConfigNotFound(
             f"no such directory {model!r}; pass a checkpoint directory or a Hugging Face model id (org/name)"
         )
+    shipped = shipped_files(model)
+    if shipped is not None:
+        config, quant = shipped
+        return config, quant, [f"config.json of {model}: the copy shipped with autoselect (read offline)"], \
+            f"config.json of {model} (shipped with autoselect)"
     config, quant, notes = hub_files(model, offline=source.offline or hub_offline())
     return config, quant, notes, f"config.json of {model}"
 
@@ -123,6 +129,24 @@ def config_files(model: str, source: ModelSource = CLI_SOURCE) -> tuple[str, ...
     if config.parent.parent.name == "snapshots":  # the Hub cache: models--org--name/snapshots/<commit>/
         files.append(str(config.parent.parent.parent / "refs" / "main"))
     return tuple(dict.fromkeys(files))  # once each: root/name is often the directory itself
+
+
+#: The config files of a few Hub models, shipped as package data (hub_configs/ORG/NAME/; its
+#: SOURCES.md says where each comes from): their ids answer without the network or the Hub cache.
+SHIPPED_CONFIGS = Path(__file__).parent / "hub_configs"
+
+
+def shipped_files(repo_id: str) -> tuple[Path, Path | None] | None:
+    """(config.json, hf_quant_config.json or None) of ``repo_id`` when this package ships them, else None.
+
+    ``repo_id`` has matched the Hub id pattern: one or two components, each starting with a letter
+    or digit, so the join stays inside :data:`SHIPPED_CONFIGS`."""
+    directory = SHIPPED_CONFIGS / repo_id
+    config = directory / "config.json"
+    if "/" not in repo_id or not config.is_file():
+        return None
+    quant = directory / "hf_quant_config.json"
+    return config, (quant if quant.is_file() else None)
 
 
 def _under_root(root: Path, name: str) -> tuple[Path, Path | None, list[str], str] | None:

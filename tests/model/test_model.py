@@ -12,6 +12,7 @@ from support.paths import FIXTURES
 from autoselect.errors import InvalidShape
 from autoselect.model import DenseModel, ModelConfigNotFound, MoeProfile, load_profile, normalize_arch
 from autoselect.model.errors import ModelConfigInvalid, MoeFieldsMissing, UnknownGpuArch, UnsupportedQuantization
+from autoselect.model.source import SHIPPED_CONFIGS
 
 MODELS = FIXTURES / "models"
 
@@ -133,16 +134,39 @@ def test_hub_id_is_read_from_the_cache_offline(tmp_path, monkeypatch):
 
 def test_hub_id_with_cached_absence_of_hf_quant_config_has_no_note(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    _cache_model(tmp_path / "hf", "Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b", quant_missing_marker=True)
-    profile = load_profile("Qwen/Qwen3-30B-A3B")
+    _cache_model(tmp_path / "hf", "Qwen/Qwen3-30B-A3B-Base", "qwen3-30b-a3b", quant_missing_marker=True)
+    profile = load_profile("Qwen/Qwen3-30B-A3B-Base")
     assert (profile.hidden_size, profile.weight_quant, profile.notes) == (2048, "bf16", ())
 
 
 def test_hub_id_without_cached_hf_quant_config_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    _cache_model(tmp_path / "hf", "Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b", quant_missing_marker=False)
-    profile = load_profile("Qwen/Qwen3-30B-A3B")
+    _cache_model(tmp_path / "hf", "Qwen/Qwen3-30B-A3B-Base", "qwen3-30b-a3b", quant_missing_marker=False)
+    profile = load_profile("Qwen/Qwen3-30B-A3B-Base")
     assert len(profile.notes) == 1 and "hf_quant_config.json is not in the cache" in profile.notes[0]
+
+
+@pytest.mark.parametrize("repo_id, fixture", [("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
+                                              ("deepseek-ai/DeepSeek-V3", "deepseek-v3")])
+def test_a_shipped_hub_id_answers_offline_without_the_cache_from_the_fixtures_copy(repo_id, fixture, tmp_path,
+                                                                                  monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf"))  # nothing cached, HF_HUB_OFFLINE set (conftest)
+    shipped = SHIPPED_CONFIGS / repo_id
+    assert sorted(f.name for f in shipped.iterdir()) == sorted(f.name for f in (MODELS / fixture).iterdir())
+    for f in shipped.iterdir():
+        assert f.read_bytes() == (MODELS / fixture / f.name).read_bytes(), f"{f} differs from the fixture"
+    profile = load_profile(repo_id)
+    assert profile.model == repo_id
+    assert profile.to_dict() | {"model": None, "notes": None} == \
+        load_profile(str(MODELS / fixture)).to_dict() | {"model": None, "notes": None}
+    assert profile.notes == (f"config.json of {repo_id}: the copy shipped with autoselect (read offline)",)
+
+
+def test_a_local_directory_named_like_a_shipped_hub_id_comes_first(tmp_path, monkeypatch):
+    (tmp_path / "Qwen" / "Qwen3-30B-A3B").mkdir(parents=True)
+    shutil.copy(MODELS / "mixtral-8x7b" / "config.json", tmp_path / "Qwen" / "Qwen3-30B-A3B" / "config.json")
+    monkeypatch.chdir(tmp_path)
+    assert load_profile("Qwen/Qwen3-30B-A3B").num_experts == load_profile(str(MODELS / "mixtral-8x7b")).num_experts
 
 
 def test_unknown_hub_id_offline_is_refused():
