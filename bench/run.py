@@ -22,7 +22,7 @@ from bench import launch
 from bench.backends import available
 from bench.events import BackendSkipped, WireConverted
 from bench.launch import WorkerGroups
-from bench.sweep import SweepSpec, run_sweep, spec_meta, spec_target, validate
+from bench.sweep import SweepSpec, check_harness, run_sweep, spec_meta, spec_target, validate
 from db.records import Result
 from db.store import Store
 
@@ -109,6 +109,7 @@ def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=Non
     comma lists (default: every registered adapter; the decode grid 1..256). Each backend
     runs in one worker group, started once (:class:`bench.launch.WorkerGroups`).
     """
+    check_harness()
     host = fingerprint()
     hidden, top_k, experts, dtype, gpu_arch = resolve_shape(
         host, model=model, gpu_arch=gpu_arch, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype)

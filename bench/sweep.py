@@ -17,6 +17,7 @@ run's meta keeps it (``harness_failures``).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -54,6 +55,33 @@ class BadSweep(UserError):
 
 class NotEnoughGpus(UserError):
     "The world size asks for more GPUs than this host has."
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a finder that refuses the name, a broken package
+        return False
+
+
+class HarnessNotInstalled(UserError):
+    "A package the benchmark workers import (torch, numpy; optuna for tune) is not installed."
+
+
+#: what every benchmark worker imports (bench/launch/zygote.py preloads them), the `bench` extra
+HARNESS_PACKAGES = ("torch", "numpy")
+
+
+def check_harness(command: str = "autoselect bench", extra: str = "bench",
+                  packages: tuple[str, ...] = HARNESS_PACKAGES) -> None:
+    """Raise :class:`HarnessNotInstalled` naming every one of ``packages`` not importable here (found,
+    not imported: torch costs seconds), before a worker starts or a row is written."""
+    missing = [name for name in packages if not _importable(name)]
+    if missing:
+        raise HarnessNotInstalled(
+            f"{command} needs {' and '.join(missing)}, not installed here (a plain `pip install autoselect` "
+            f"answers without them); install the torch build for this machine first (its CUDA's, or the CPU "
+            f"wheel), then pip install 'autoselect[{extra}]'")
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Regenerate autoselect's built-in reference data from aiconfigurator-core 0.12.0.
 
-Reads the installed package (``pip install --no-deps aiconfigurator-core==0.12.0 pyarrow
-pyyaml``: it is located through its metadata, never imported) or an unpacked wheel
+Reads the installed package (``pip install --no-deps aiconfigurator-core==0.12.0``, with pyarrow
+from the ``reference-build`` extra: it is located through its metadata, never imported) or an unpacked wheel
 (``--from DIR``), never the network, and writes the SQLite file autoselect ships
 (``autoselect/reference/data/aiconfigurator-0.12.0.sqlite``, see docs/reference-data.md).
 

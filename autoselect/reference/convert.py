@@ -120,7 +120,8 @@ def locate(from_dir: Path | str | None = None) -> PackageRoot:
         except importlib.metadata.PackageNotFoundError:
             raise AiconfiguratorNotFound(
                 f"{PACKAGE} is not installed; pip install --no-deps {PACKAGE}=={PACKAGE_VERSION} "
-                "(plus pyarrow pyyaml), or pass --from DIR with the unpacked wheel") from None
+                "(and pip install 'autoselect[reference-build]' for pyarrow), or pass --from DIR with the "
+                "unpacked wheel") from None
         version = dist.version
         d = Path(dist.locate_file(""))
         origin = f"installed at {d}"
@@ -137,7 +138,7 @@ def _imports():
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise ConverterDependencyMissing("pyarrow is not installed; pip install pyarrow (needed only to convert)") from None
+        raise ConverterDependencyMissing("pyarrow is not installed; pip install 'autoselect[reference-build]' (needed only to convert)") from None
     try:
         import yaml
     except ImportError:

@@ -23,6 +23,7 @@ from autoselect.tune.tuner import ProgressFn, Tuner, TuneSpec
 from autoselect.workload import Deployment, Shape, workload_from_kind, workload_from_tokens
 from bench.backends import BenchContext, available, check_names, load
 from bench.launch import WorkerGroups
+from bench.sweep import HARNESS_PACKAGES, check_harness
 from db.schema import check_path
 from db.tuned import TunedConfig, save_tuned
 
@@ -97,6 +98,7 @@ def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens
     ``world_size`` None: every GPU of a CUDA host, 2 ranks on CPU. Returns the spec and the
     backends left out before measuring, each with its reason.
     """
+    check_harness("autoselect tune", "tune", (*HARNESS_PACKAGES, "optuna"))
     budget_s = parse_duration(budget, what="--budget")
     if world_size is not None and world_size < 1:
         raise InvalidWorldSize(f"--world-size {world_size} must be at least 1 (2 or more for a real exchange)")

@@ -24,7 +24,7 @@ from autoselect.reference import datafile
 from autoselect.reference import convert as conv
 from autoselect.reference.datafile import canonical_dump, connect
 
-pytest.importorskip("pyarrow", reason="pyarrow is needed to read the parquet tables (pip install pyarrow)")
+pytest.importorskip("pyarrow", reason="pyarrow is needed to read the parquet tables (the reference-build extra)")
 pytest.importorskip("yaml", reason="pyyaml is needed to read collection_meta.yaml (pip install pyyaml)")
 
 ROOT = REPO
