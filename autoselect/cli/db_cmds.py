@@ -310,11 +310,14 @@ class _progress:
 @click.command("hosts")
 @format_option("text", "json")
 def hosts_cmd(fmt):
-    """Show this machine's fingerprint: GPUs, NVLink topology, host class, versions.
+    """Show this machine's fingerprint (GPUs, NVLink topology, host class, versions) and the reference classes.
 
     Read from NVML (nvidia-ml-py) and installed package metadata; on a machine without
     GPUs it shows the CPU fingerprint. The host class is what results are grouped by:
-    same GPU model, count and topology -> same class.
+    same GPU model, count and topology -> same class. Then the reference host classes
+    (NVIDIA's published measurements, which --host-class ref-... answers from with no
+    database), and the one this machine is, if any. JSON: the fingerprint, with
+    "reference_classes" beside it.
 
     \b
     Example:
@@ -322,11 +325,20 @@ def hosts_cmd(fmt):
     """
     from autoselect.hardware import fingerprint
 
+    from autoselect.reference.systems import CLASSES, match_host
+
     fp = fingerprint()
+    match = match_host(fp)
     if fmt == "json":
-        click.echo(json.dumps(fp.to_dict(), indent=2))
+        click.echo(json.dumps({**fp.to_dict(), "reference_class": match.ref_class.name if match else None,
+                               "reference_classes": [c.to_dict() for c in CLASSES.values()]}, indent=2))
         return
     click.echo(_host_text(fp))
+    click.echo(f"reference     {match.ref_class.name if match else 'none: no published system is this machine'}")
+    click.echo("\nreference host classes (NVIDIA's published measurements; --host-class NAME, no database needed):")
+    width = max(len(name) for name in CLASSES)
+    for name, ref in CLASSES.items():
+        click.echo(f"  {name:<{width}}  {ref.describe()}")
 
 
 def _host_text(fp) -> str:

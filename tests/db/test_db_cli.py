@@ -16,6 +16,7 @@ from support.paths import REPO
 
 from autoselect.cli import main
 from autoselect.hardware import fingerprint
+from autoselect.reference.systems import CLASSES
 from db.schema import latest_version
 from db.store import Store
 
@@ -191,10 +192,21 @@ def test_merge_gathers_fleet_databases_and_is_idempotent(tmp_path):
         "added 0 results (1 already present), 0 runs, 0 hosts\n"]
 
 
-def test_hosts_json_is_this_machines_fingerprint():
+def test_hosts_json_is_this_machines_fingerprint_and_the_reference_classes():
     r = run("hosts", "--format", "json")
     assert r.exit_code == 0
-    assert json.loads(r.stdout) == fingerprint().to_dict()
+    d = json.loads(r.stdout)
+    assert [c["name"] for c in d.pop("reference_classes")] == list(CLASSES)
+    assert d.pop("reference_class") is None  # this test machine is no published system
+    assert d == fingerprint().to_dict()
+
+
+def test_hosts_text_lists_every_reference_class_with_its_system():
+    lines = run("hosts").stdout.splitlines()
+    start = lines.index("reference host classes (NVIDIA's published measurements; --host-class NAME, "
+                        "no database needed):")
+    assert lines[start + 1:] == [f"  {name:<15}  {ref.describe()}" for name, ref in CLASSES.items()]
+    assert "  ref-h200_sxm-x8  8×H200 (sm90, NVLink 4, 450 GB/s per GPU per direction, one NVSwitch domain)" in lines
 
 
 def test_hosts_text_names_the_host_class():
