@@ -7,8 +7,13 @@ the fixtures through ``support.paths`` so it can move between folders unchanged.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections import Counter
+
+import pytest
 
 from support.paths import REPO, TESTS
 
@@ -49,4 +54,17 @@ def test_the_readme_names_every_test_folder():
 
 
 def test_pytest_finds_the_support_package_through_its_configuration():
-    assert 'pythonpath = ["tests"]' in (REPO / "pyproject.toml").read_text()
+    assert 'pythonpath = [".", "tests"]' in (REPO / "pyproject.toml").read_text()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P (no working directory on sys.path) is 3.11's")
+def test_plain_pytest_imports_the_db_and_bench_packages_not_the_test_folders_of_their_names():
+    """``pytest`` as a console script puts no working directory on sys.path (``python -P -m pytest``
+    does the same); tests/db and tests/bench must not stand in for the packages then."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+         "tests/db/test_store.py", "tests/bench/test_bench_groups.py"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "error" not in result.stdout.splitlines()[-1], result.stdout[-2000:]

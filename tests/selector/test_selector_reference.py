@@ -334,7 +334,7 @@ def test_reference_evidence_answers_every_backend_once():
 
 def test_the_readme_quick_start_shows_the_real_reference_answer(monkeypatch):
     readme = (ROOT / "README.md").read_text()
-    command = "autoselect recommend --model tests/fixtures/models/deepseek-v3 --host-class ref-h200_sxm-x8 --workload decode"
+    command = "autoselect recommend --model deepseek-ai/DeepSeek-V3 --host-class ref-h200_sxm-x8 --workload decode"
     block = readme.split(f"```bash\n{command}\n```\n\n```text\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(ROOT)
     r = CliRunner().invoke(main, command.split()[1:], env={"AUTOSELECT_DB": "/nonexistent/x.db",
