@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from support.db import hgx_host
+from support.db import cpu_host, hgx_host
 from support.fleet import DEEPSEEK_V3, HOST_CLASS, build_fleet_db, h200_host
 from support.hostile import refused
 from support.paths import FIXTURES, REPO
@@ -28,7 +28,6 @@ from support.vllm_env import fake_vllm_env
 
 import autoselect.selector.pipeline as pipeline
 from autoselect.cli import main
-from autoselect.hardware import cpu_fingerprint
 from autoselect.launch import LaunchOptions, plan_launch, run_plan
 from autoselect.launch.choose import LineRefused, NoEvidence
 from autoselect.launch.pick import Pick
@@ -62,8 +61,8 @@ def fleet_db(tmp_path_factory) -> Path:
 @pytest.fixture
 def on_cpu(monkeypatch):
     """This machine has no GPU (whatever the test machine has)."""
-    monkeypatch.setattr("autoselect.launch.platform.local_host", cpu_fingerprint)
-    monkeypatch.setattr(pipeline, "fingerprint", cpu_fingerprint)
+    monkeypatch.setattr("autoselect.launch.platform.local_host", cpu_host)
+    monkeypatch.setattr(pipeline, "fingerprint", cpu_host)
 
 
 @pytest.fixture

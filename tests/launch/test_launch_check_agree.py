@@ -24,13 +24,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from support.db import cpu_host
 from support.published_lines import CORPUS, MODELS, command
 
 import autoselect.selector.pipeline as pipeline
 from autoselect import rules
 from autoselect.check import check_serve_command
 from autoselect.errors import UserError
-from autoselect.hardware import cpu_fingerprint
 from autoselect.launch import LaunchOptions, plan_launch
 from autoselect.launch.choose import LineRefused
 from autoselect.rules.versions import RELEASES
@@ -42,7 +42,7 @@ REFERENCE = {"sm90": "ref-h200_sxm-x8", "sm100": "ref-b200_sxm-x8"}
 
 @pytest.fixture(autouse=True)
 def no_gpus_here(monkeypatch):
-    monkeypatch.setattr(pipeline, "fingerprint", cpu_fingerprint)
+    monkeypatch.setattr(pipeline, "fingerprint", cpu_host)
 
 
 def _line(entry: dict, backend: str | None, extra: str = "") -> str:

@@ -9,24 +9,45 @@ from pathlib import Path
 
 from support.nvml import ReplayNvml, load
 
-from autoselect.hardware import HostFingerprint, fingerprint
+from autoselect.hardware import HostFingerprint, cpu_fingerprint, fingerprint
 from db.records import Result
 from db.store import Store
 
 
+#: The software of a recorded GPU node: what :func:`autoselect.hardware.software_versions` would read
+#: there (the torch and NCCL of :func:`make_result`'s rows, a FlashInfer its vLLM pins). A recorded
+#: node's fingerprint carries these, never the packages of the machine running the tests: with the
+#: live ones, an install without flashinfer judged the node's FlashInfer backends unavailable.
+NODE_VERSIONS = {"torch": "2.11.0", "nccl": "2.28.9", "flashinfer": "0.6.6", "vllm": "0.19.1", "autoselect": "0.1.0"}
+
+
 def hgx_host(machine: str = "node-a") -> HostFingerprint:
     """The HGX H200 8-GPU fingerprint, as if taken on the machine named ``machine``."""
-    fp = fingerprint(ReplayNvml(load("hgx_h200_8gpu")))
-    fp.hostname = machine
-    fp.machine_id = hashlib.sha256(machine.encode()).hexdigest()[:32]
-    return fp
+    return _recorded("hgx_h200_8gpu", machine)
 
 
 def single_h200_host(machine: str = "h200-vm") -> HostFingerprint:
     """The 1x H200 (no NVLink) fingerprint, as if taken on ``machine``."""
-    fp = fingerprint(ReplayNvml(load("h200_1gpu_no_nvlink")))
+    return _recorded("h200_1gpu_no_nvlink", machine)
+
+
+#: The software of a CPU machine as the README installs it (torch's CPU build; no FlashInfer, vLLM or
+#: DeepEP), for the tests that answer for "this machine, without a GPU" whatever the test machine has.
+CPU_VERSIONS = {"torch": "2.13.0+cpu", "autoselect": "0.1.0"}
+
+
+def cpu_host() -> HostFingerprint:
+    """This machine's CPU fingerprint with :data:`CPU_VERSIONS`, not the installed packages."""
+    fp = cpu_fingerprint()
+    fp.versions = dict(CPU_VERSIONS)
+    return fp
+
+
+def _recorded(nvml_fixture: str, machine: str) -> HostFingerprint:
+    fp = fingerprint(ReplayNvml(load(nvml_fixture)))
     fp.hostname = machine
     fp.machine_id = hashlib.sha256(machine.encode()).hexdigest()[:32]
+    fp.versions = dict(NODE_VERSIONS)
     return fp
 
 
