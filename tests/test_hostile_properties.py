@@ -98,6 +98,7 @@ def _keeps_the_promise(result) -> None:
     assert result.stdout == ""
 
 
+@pytest.mark.slow  # 300 examples: 5-7 s on 2 cores
 @settings(max_examples=300, **BOUNDED)
 @given(hostile_configs())
 def test_any_config_is_a_profile_or_one_error_line(config):
@@ -493,6 +494,7 @@ def test_any_query_bytes_are_an_answer_or_a_4xx(http_client, route, params):
 NUMBER_PARAMS = ["dp", "tp", "world_size", "concurrency", "max_num_batched_tokens", "max_workspace_gib"]
 
 
+@pytest.mark.slow  # 150 examples, each over the CLI and HTTP: ~5 s on 2 cores
 @settings(max_examples=150, **BOUNDED)
 @given(name=st.sampled_from(NUMBER_PARAMS), value=ARG_TEXT)
 def test_a_number_means_the_same_on_the_command_line_and_over_http(recommend_db, name, value):
