@@ -1,10 +1,12 @@
 """Writing where a user said: replacing a file all at once, and the directory files go into.
 
-``db export -o``, ``launch --decision-json`` and ``fleet deploy --out`` write files a user may
-already have (an older export, an installed unit); a full disk or an interrupted write must leave
-that file as it was, never half of the new one. A file an output option names is checked once
-(:func:`check_output_file`): never the database or its side files, a model's files or a token
-file (:class:`Protected`), and every OS error on the way is one line. ``report --out`` and ``fleet deploy --out`` name a directory:
+``db export -o``, ``fleet deploy --out``, ``report``'s page, ``launch --decision-json``, the bridge's
+cache of a vLLM's paths and a worker's exit status all replace files someone may read at any
+moment, or already has (an older export, an installed unit): a full disk, an interrupted write or
+a crash must leave the file as it was, never half of the new one. :func:`replacing` is the one
+way they do it. A file an output option names is checked once (:func:`check_output_file`): never
+the database or its side files, a model's files or a token file (:class:`Protected`), and every
+OS error on the way is one line. ``report --out`` and ``fleet deploy --out`` name a directory:
 :func:`output_directory` checks it once, turning every OS error (a name longer than the file
 system allows, a component that is a file, no permission) into the caller's one-line error
 before anything is written. Stdlib only.
@@ -22,12 +24,17 @@ from typing import IO, NamedTuple
 
 
 @contextmanager
-def replacing(path: Path, *, mode: int | None = None, newline: str | None = None) -> Iterator[IO[str]]:
+def replacing(path: Path, *, mode: int | None = None, newline: str | None = None,
+              durable: bool = True) -> Iterator[IO[str]]:
     """A text stream onto a temporary file beside ``path``, renamed over ``path`` when the block
     returns and removed when it raises. Any OS error propagates (the caller words it).
 
     :param mode: the permission bits of the new file; default: the old file's, else what a new
         file gets under the process umask.
+    :param durable: flush the new file to disk before the rename and the directory entry after
+        it, so that a crash or power loss leaves the old file or the whole new one (a rename is
+        atomic for readers at once, but on disk only once both are synced). False for a file only
+        running processes read (a worker's exit status), where the two fsyncs buy nothing.
     """
     path = Path(path)
     if mode is None:
@@ -41,6 +48,9 @@ def replacing(path: Path, *, mode: int | None = None, newline: str | None = None
     try:
         with os.fdopen(fd, "w", newline=newline, encoding="utf-8") as f:
             yield f
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
@@ -49,6 +59,24 @@ def replacing(path: Path, *, mode: int | None = None, newline: str | None = None
         except OSError:
             pass
         raise
+    if durable:
+        sync_directory(path.parent)
+
+
+def sync_directory(directory: Path) -> None:
+    """fsync ``directory``, so that a rename or a new entry in it survives a crash. Where a
+    directory cannot be opened or synced (Windows; some network file systems refuse with EINVAL),
+    the file's own data was synced already: nothing more can be done, so nothing is raised."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def output_directory(path: str | os.PathLike, *, what: str, error: type[Exception], create: bool) -> Path:

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from autoselect.atomic import replacing
 from autoselect.errors import UserError
 
 #: The environment variable naming the Python of an environment that has vLLM.
@@ -131,9 +132,8 @@ def _write_cache(data: dict) -> None:
     path = _cache_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")
-        tmp.write_text(json.dumps(data, sort_keys=True))
-        os.replace(tmp, path)
+        with replacing(path) as f:
+            f.write(json.dumps(data, sort_keys=True))
     except OSError:
         pass
 

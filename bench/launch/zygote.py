@@ -31,6 +31,7 @@ import threading
 import time
 from pathlib import Path
 
+from autoselect.atomic import replacing
 from bench.launch import worker
 from bench.launch.processes import die_with_parent
 
@@ -159,10 +160,8 @@ def _reap(children: dict, lock: threading.Lock) -> None:
             exit_file = children.pop(pid, None)
         if exit_file is not None:
             # whole or absent, never half-written: the parent may read it at any moment
-            with contextlib.suppress(OSError):
-                partial = exit_file.with_suffix(".exit-partial")
-                partial.write_text(str(code))
-                os.replace(partial, exit_file)
+            with contextlib.suppress(OSError), replacing(exit_file, durable=False) as f:
+                f.write(str(code))
 
 
 def _child(directory: Path, rank: int, leader: int) -> None:
