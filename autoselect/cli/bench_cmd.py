@@ -10,10 +10,11 @@ import json
 import click
 
 from autoselect.cli import db_option, format_option, stopping_rule_options, warn_newer_vllm
+from autoselect.columns import aligned
 from autoselect.options import DEFAULT_TOKENS, SETUP_TIMEOUT_S
 from bench.events import GroupStarted, PointMeasured, PointPhase, SweepStarted
 
-#: The fixed columns: (header, units, width, how to render a Result).
+#: The columns: (header, units, width: at least this wide, negative for left-aligned; how to render a Result).
 COLUMNS = (
     ("backend", "", -28, lambda r: r.backend + (" (illegal)" if r.illegal else "")),
     ("tokens", "(/rank)", 7, lambda r: str(r.tokens_per_rank)),
@@ -33,20 +34,17 @@ def _num(value, fmt):
     return "-" if value is None else fmt.format(value)
 
 
-def _cell(text, width):
-    return text.ljust(-width) if width < 0 else text.rjust(width)
-
-
 def render_text(report) -> str:
     """nccl-tests-like fixed columns: a header, a units row, one row per point, a footer."""
     s = report.spec
     lines = [f"# autoselect bench: hidden {s.hidden}, top_k {s.top_k}, experts {s.experts}, "
              f"dtype {s.activation_dtype}, world size {s.world_size}, device {s.device}, routing {s.routing}"]
     lines.append("#")
-    lines.append(("# " + " ".join(_cell(h, w) for h, _, w, _f in COLUMNS)).rstrip())
-    lines.append(("# " + " ".join(_cell(u, w) for _, u, w, _f in COLUMNS)).rstrip())
-    for r in report.results:
-        lines.append("  " + " ".join(_cell(f(r), w) for _, _, w, f in COLUMNS).rstrip())
+    table = aligned([[h for h, _, _, _ in COLUMNS], [u for _, u, _, _ in COLUMNS]]
+                    + [[f(r) for _, _, _, f in COLUMNS] for r in report.results],
+                    right={i for i, (_, _, w, _) in enumerate(COLUMNS) if w > 0},
+                    min_widths=[abs(w) for _, _, w, _ in COLUMNS], sep=" ")
+    lines += ["# " + line for line in table[:2]] + ["  " + line for line in table[2:]]
     counts = {k: 0 for k in ("ok", "incorrect", "unavailable", "error", "timeout", "harness_error")}
     for r in report.results:
         counts[r.status] = counts.get(r.status, 0) + 1

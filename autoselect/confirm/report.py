@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoselect import rules
+from autoselect.columns import aligned
 from autoselect.confirm.plan import ConfirmPlan
 
 
@@ -102,6 +103,4 @@ def _result_table(report: ConfirmReport) -> list[str]:
                 "-" if r.latency_stdrel is None else f"{r.latency_stdrel:.4f}",
                 r.status + (f" ({r.error})" if r.error else ""),
             ])
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    return ["  ".join(c.rjust(w) if 1 <= i <= 4 else c.ljust(w) for i, (c, w) in enumerate(zip(row[:5], widths)))
-            + "  " + row[5] for row in rows]
+    return aligned(rows, right={1, 2, 3, 4})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 
+from autoselect.columns import aligned
 from autoselect.selector.answer import MEASURED, Candidate, E2eEvidence, Recommendation, ReferenceUsed
 
 _STATUS_WORDS = {
@@ -36,14 +37,6 @@ def _fmt_us(x: float | None) -> str:
 
 def _pm(x: float | None) -> str:
     return "" if x is None else "+-" + _fmt_us(x)
-
-
-def _table(rows: list[list[str]], right: set[int]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))).rstrip()
-        for r in rows
-    ]
 
 
 def render_text(rec: Recommendation, *, explain: bool = False) -> str:
@@ -128,7 +121,7 @@ def _candidates(rec: Recommendation) -> list[str]:
         kind = ([(c.evidence + (" bound" if c.bound else "")) if c.fit is not None else "-"] if kinds else [])
         rows.append([c.backend, _STATUS_WORDS.get(c.status, c.status)] + kind
                     + [(">=" if c.bound else "") + _fmt_us(c.weighted_us), _fmt_us(c.halfwidth_us)] + cells)
-    lines = [""] + _table(rows, right=set(range(first - 2, len(header))))
+    lines = [""] + aligned(rows, right=set(range(first - 2, len(header))))
     if rec.estimated:
         lines.append("(~ interpolated, ~~ extrapolated with the fitted latency model; us = microseconds)")
     lines += _ranges(rec.candidates, rec.activation_dtype)
@@ -176,7 +169,7 @@ def _e2e_table(e2e: E2eEvidence, backend: str) -> list[str]:
     for b in backends:
         rows.append([b + (" *" if b == backend else "")]
                     + ["-" if b not in v else f"{v[b]:.1f}" for v in e2e.latencies.values()])
-    return [""] + _table(rows, right=set(range(1, len(rows[0])))) + ["(us per forward pass; * the recommended backend)"]
+    return [""] + aligned(rows, right=set(range(1, len(rows[0])))) + ["(us per forward pass; * the recommended backend)"]
 
 
 def render_explain(rec: Recommendation) -> str:
@@ -204,7 +197,7 @@ def render_explain(rec: Recommendation) -> str:
     lines.append("weighted over the workload:")
     rows = [["  " + c.backend, _fmt_us(c.weighted_us), _pm(c.halfwidth_us), c.status] for c in rec.candidates]
     if rows:
-        lines += _table(rows, right={1, 2})
+        lines += aligned(rows, right={1, 2})
     fitted = [c for c in rec.candidates if c.fit is not None]
     if fitted:
         lines.append("latency model per backend (latency = a + bytes / bandwidth, all measured points):")
@@ -238,7 +231,7 @@ def _bucket_rows(candidates: list[Candidate], i: int, sources: dict[str, int]) -
         if b.footing is not None:
             origin += f"; {b.footing.describe()}"
         rows.append(["  " + c.backend, _fmt_us(b.latency_us), _pm(b.halfwidth_us), origin])
-    lines = _table(rows, right={1, 2}) if rows else []
+    lines = aligned(rows, right={1, 2}) if rows else []
     for c in candidates:
         b = c.buckets[i]
         if b.note and b.source != "measured" and c.status != "no data":
