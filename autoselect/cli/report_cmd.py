@@ -20,9 +20,11 @@ from autoselect.cli import db_option, format_option
               help="EP size (dp x tp) to draw (default: the largest measured for this shape).")
 @click.option("--gpu-arch", default=None, metavar="ARCH",
               help="GPU arch whose activation dtype applies (sm90, sm100); needed for CPU-host measurements.")
-@click.option("--workload", default="mixed", show_default=True, metavar="KIND|TOKENS",
+@click.option("--workload", default=None, metavar="KIND|TOKENS",
               help="Workload the recommendation is weighted for (as `autoselect recommend`): decode, prefill, "
-                   "mixed, or token counts per rank with optional weights (1,8,64 or 1:0.5,64:0.5).")
+                   "mixed, or token counts per rank with optional weights (1,8,64 or 1:0.5,64:0.5). Default: the "
+                   "token counts measured for the host class and shape, equally weighted (mixed for a reference "
+                   "class, or when nothing was timed).")
 @click.option("--out", "out_dir", type=click.Path(), default="autoselect-report", show_default=True,
               help="Directory for the PNGs and report.html (created when missing).")
 @click.option("--svg", is_flag=True, help="Also write each figure as SVG.")
@@ -64,7 +66,8 @@ def report_cmd(model, host_class, world_size, gpu_arch, workload, out_dir, svg, 
     if terminal:
         click.echo(report.terminal_report(model, colour=sys.stdout.isatty(), **options))
         return
-    files = report.make_report(model, out_dir, svg=svg, **options)
+    files = report.make_report(model, out_dir, svg=svg, progress=lambda line: click.echo(f"report: {line}", err=True),
+                               **options)
     if fmt == "json":
         click.echo(json.dumps(files.to_dict(), indent=2))
         return

@@ -20,6 +20,7 @@ from autoselect.report.nodes import FleetView, fleet_view
 from autoselect.report.reference_curves import ReferenceCurve, ReferenceView, reference_view
 from autoselect.report.series import BackendSeries, build_series
 from autoselect.selector import recommend, target_host
+from autoselect.selector.confidence import CONFIDENCE_LEVELS
 from autoselect.workload import BadDeployment, Deployment, UnknownWorkload, workload_from_kind, workload_from_tokens
 from db import default_path
 from db.queries import connect_readonly, host_classes, results_for
@@ -59,6 +60,26 @@ class ReportData:
     fleet: FleetView | None = None
     reference: ReferenceView | None = None  # NVIDIA's published curves of this shape, when a system matches
     reference_note: str | None = None  # why there are none (no system matches, no reference wanted)
+    workload_note: str | None = None  # which workload the recommendation is weighted for, and why that one
+
+    @property
+    def confidence(self) -> tuple[str | None, str | None]:
+        """(the confidence the page shows, why it is lower than the answer's, or None).
+
+        The answer's own, except that a pick with no weighted value (a bucket no candidate has a
+        value for: ``incomplete``) is shown at most ``low``: the page never claims more than the
+        numbers it draws support."""
+        rec = self.recommendation or {}
+        level = rec.get("confidence")
+        pick = next((c for c in rec.get("candidates") or () if c.get("backend") == self.recommended), None)
+        if level is None or pick is None or pick.get("weighted_us") is not None:
+            return level, None
+        capped = max(level, "low", key=CONFIDENCE_LEVELS.index)
+        if capped == level:
+            return level, None
+        missing = [str(b["tokens_per_rank"]) for b in pick.get("buckets") or () if b.get("latency_us") is None]
+        return capped, (f"the answer says {level}, but its pick has no value at {', '.join(missing) or 'some'} "
+                        "tokens per rank, so no weighted latency")
 
     @property
     def reference_only(self) -> bool:
@@ -154,6 +175,19 @@ def _resolve_host_class(conn, path, profile, host_class: str | None, gpu_arch: s
     return host, arch, dtype, rows
 
 
+def measured_workload(rows) -> tuple[str, str]:
+    """(``--workload`` text, what the page says of it) when none was given: the token counts timed
+    for the host class and shape, equally weighted, so every bucket the answer weighs was measured;
+    with nothing timed, the mixed workload, saying why."""
+    timed = sorted({r.tokens_per_rank for r in rows if r.status == "ok" and r.latency_us_p50 is not None})
+    if not timed:
+        return "mixed", ("the mixed workload: no point of this shape was timed on this host class "
+                         "(--workload decode|prefill|TOKENS weighs another)")
+    counts = ", ".join(map(str, timed))
+    return ",".join(map(str, timed)), (f"the token counts measured for this host class and shape ({counts} per rank), "
+                                       "equally weighted (--workload decode|prefill|mixed|TOKENS weighs another)")
+
+
 def _workload(text: str, deployment):
     text = text.strip()
     if text[:1].isdigit():
@@ -189,7 +223,7 @@ def collect(
     db_path: os.PathLike | str | None = None,
     host_class: str | None = None,
     world_size: int | None = None,
-    workload: str = "mixed",
+    workload: str | None = None,
     gpu_arch: str | None = None,
     vllm_version: str | None = None,
     fleet_backend: str | None = None,
@@ -205,7 +239,9 @@ def collect(
         reference class (``ref-h200_sxm-x8``) reports the published measurements alone.
     :param world_size: EP size (default: the largest measured for this shape; a reference
         class's own default).
-    :param workload: ``decode``, ``prefill``, ``mixed`` or token counts per rank (``1,8,64``).
+    :param workload: ``decode``, ``prefill``, ``mixed`` or token counts per rank (``1,8,64``); default:
+        the token counts measured for the host class and shape, equally weighted (a report draws
+        what was measured), else ``mixed`` and the page says why.
     :param gpu_arch: the arch whose activation dtype applies (default: the host class's).
     :param fleet_backend: backend of the per-node figure (default: the recommended one).
     :param fleet_tokens: tokens per rank of the per-node figure (default: most measured).
@@ -215,8 +251,12 @@ def collect(
         raise BadDeployment(f"--world-size {world_size} must be at least 1")
     profile = load_profile(model)
     if is_reference_class(host_class):
+        note = None if workload is not None else (
+            "the mixed workload: a reference class has no measurement of its own to weigh "
+            "(--workload decode|prefill|TOKENS weighs another)")
         data = _collect_reference(profile, get_class(host_class), db_path=db_path, world_size=world_size,
-                                  workload=workload, gpu_arch=gpu_arch, vllm_version=vllm_version)
+                                  workload=workload or "mixed", gpu_arch=gpu_arch, vllm_version=vllm_version)
+        data.workload_note = note
         data.fleet = fleet_view([], [], data.recommended, backend=fleet_backend, tokens=fleet_tokens)
         return data
     path = default_path() if db_path is None else Path(db_path)
@@ -226,6 +266,9 @@ def collect(
         hc = host.host_class
         world_size = _world_size(profile, hc, rows, world_size)
         rows = [r for r in rows if r.world_size == world_size]
+        note = None
+        if workload is None:
+            workload, note = measured_workload(rows)
         rec = _recommend(profile, conn, hc, host, arch, world_size, workload, vllm_version)
     finally:
         conn.close()
@@ -233,7 +276,7 @@ def collect(
     series = _series(rows, rec)
     data = _report_data(profile, dtype, world_size, hc, rec, series=series, gpu_name=getattr(host, "gpu_name", None),
                         device=getattr(host, "device", None),
-                        nvlink_peak_gbps=getattr(host, "nvlink_peak_gbps", None))
+                        nvlink_peak_gbps=getattr(host, "nvlink_peak_gbps", None), workload_note=note)
     if reference:
         data.reference, data.reference_note = _matched_reference(data, host, rec)
     else:

@@ -42,14 +42,21 @@ def pyplot():
     return plt
 
 
+#: the bottom of the figure (a fraction of its height) each figure's caption takes: the legend goes
+#: above it, the axes above both
+_CAPTION_HEIGHT: dict[int, float] = {}
+
+
 def _new_figure(ncols: int = 1, *, caption: str | None = None, sharey: bool = False):
     plt = pyplot()
     fig, axes = plt.subplots(1, ncols, figsize=FIGSIZE_IN, dpi=DPI, sharey=sharey, layout="constrained")
+    bottom = 0.0
     if caption:
         lines = 1 + len(caption) // 170  # about 170 characters of 8.5 pt text per line at this width
         bottom = 0.03 + 0.025 * lines
         fig.get_layout_engine().set(rect=(0.0, bottom, 1.0, 1.0 - bottom))
         fig.text(0.5, 0.012, caption, ha="center", va="bottom", fontsize=8.5, wrap=True, color="#333333")
+    _CAPTION_HEIGHT[id(fig)] = bottom
     return fig, axes
 
 
@@ -151,8 +158,25 @@ def latency_figure(data: ReportData):
     ax.set_xlabel("tokens per rank")
     ax.set_ylabel("round-trip latency (µs, log scale)")
     ax.set_title(_title("All2all latency", data), fontsize=12)
-    ax.legend(loc="upper left", fontsize=8.5, framealpha=0.92)
+    legend_below(fig, ax)
     return fig
+
+
+def legend_below(fig, ax) -> None:
+    """The legend of ``ax`` under the axes and above the caption, never over the curves: a label
+    names a backend and what is wrong with it, and a box inside the axes covered the data it
+    explains. Two columns when the labels are short enough to stand side by side; the axes are
+    laid out in what the caption and the legend leave."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    ncols = 2 if len(labels) > 3 and max(len(line) for label in labels for line in label.split("\n")) <= 70 else 1
+    bottom = _CAPTION_HEIGHT.pop(id(fig), 0.0)
+    legend = fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, bottom), ncols=ncols,
+                        fontsize=8.5, frameon=False, borderaxespad=0.2)
+    height = legend.get_window_extent(fig.canvas.get_renderer()).height / fig.bbox.height
+    top = bottom + height + 0.01
+    fig.get_layout_engine().set(rect=(0.0, top, 1.0, 1.0 - top))
 
 
 def reference_caption(data: ReportData) -> str:
@@ -278,7 +302,7 @@ def phases_figure(data: ReportData):
     for ax in axes:
         _log_axes(ax, xs, ys)
     axes[0].set_ylabel("latency (µs, log scale)")
-    axes[0].legend(loc="upper left", fontsize=8.5)
+    legend_below(fig, axes[0])
     fig.suptitle(_title("Dispatch and combine", data), fontsize=12)
     return fig
 
@@ -355,7 +379,7 @@ def bandwidth_figure(data: ReportData):
         ax.set_title(_title("Logical bandwidth in GB/s (CPU host: no NVLink peak)", data), fontsize=12)
     ax.set_xlabel("tokens per rank")
     ax.grid(True, alpha=0.35)
-    ax.legend(loc="upper left", fontsize=8.5)
+    legend_below(fig, ax)
     return fig
 
 

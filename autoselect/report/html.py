@@ -22,7 +22,7 @@ h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.8em;border-bottom:1px solid 
 pre{background:#f4f4f4;padding:.8em;overflow-x:auto;border-radius:4px}
 table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}
 td:first-child,th:first-child,td:last-child,th:last-child,td:nth-child(2){text-align:left}.weights{color:#666;font-size:.85em}.chosen{background:#e8f5e9;font-weight:bold}
-.warn{color:#8a4b00}sup{font-size:.7em;color:#555;margin-left:.15em}.ev-published,.ev-derived,.ev-transferred{font-style:italic}figure{margin:1.2em 0}figcaption{font-size:.85em;color:#555}
+.warn{color:#8a4b00}sup{font-size:.7em;color:#555;margin-left:.15em}.ev-published,.ev-derived,.ev-transferred{font-style:italic}figure{margin:1.2em 0}
 img{max-width:100%;height:auto;border:1px solid #eee}
 """
 
@@ -52,10 +52,9 @@ def render_html(data: ReportData, images: dict[str, bytes]) -> str:
         caption = FIGURE_CAPTIONS.get(name, name)
         if data.reference_curves and name in ("latency", "phases", "bandwidth"):
             caption += " Dashed, open markers: NVIDIA's published reference of this shape (see above)."
-        parts.append(
-            f'<figure id="fig-{name}"><img src="{uri}" alt="{esc(caption)}">'
-            f"<figcaption>{esc(caption)}</figcaption></figure>"
-        )
+        # the image draws its own caption (a PNG is also read alone); the page repeats it only as the
+        # alt text a screen reader or a page without images shows
+        parts.append(f'<figure id="fig-{name}"><img src="{uri}" alt="{esc(caption)}"></figure>')
     parts.append("<h2>Measurements</h2>")
     parts += _series_table(data)
     parts.append("</body></html>")
@@ -67,13 +66,16 @@ def _recommendation(data: ReportData) -> list[str]:
     rec = data.recommendation or {}
     parts = ["<h2>Recommendation</h2>"]
     if data.recommended:
-        conf = rec.get("confidence")
+        conf, capped = data.confidence
+        workload = (f" for {esc(data.workload_note)}" if data.workload_note
+                    else f" for the {esc(data.workload_kind)} workload" if data.workload_kind else "")
         parts.append(
             f"<p>Use <code>--all2all-backend {esc(str(data.recommended))}</code>"
             + (f" (confidence: {esc(str(conf))})" if conf is not None else "")
-            + (f" for the {esc(data.workload_kind)} workload" if data.workload_kind else "")
-            + ".</p>"
+            + workload + ".</p>"
         )
+        if capped:
+            parts.append(f'<p class="warn">⚠ Confidence shown as {esc(str(conf))}: {esc(capped)}.</p>')
     else:
         parts.append(
             f"<p>No recommendation: at world size {data.world_size} vLLM builds no all2all group "
@@ -228,7 +230,8 @@ def _series_table(data: ReportData) -> list[str]:
     for s in data.series:
         tokens = ", ".join(str(t) for t in s.tokens) or "—"
         failed = ", ".join(f"{r.tokens_per_rank}: {r.status}" for r in s.failed) or "—"
-        out.append(f"<tr><td>{esc(s.backend)}</td><td>{esc(EVIDENCE_WORDS['measured'][1])}</td>"
+        kind = EVIDENCE_WORDS["measured"][1] if s.timed else "not measured"
+        out.append(f"<tr><td>{esc(s.backend)}</td><td>{esc(kind)}</td>"
                    f"<td>{esc(s.state)}</td><td>{len(s.timed)}</td><td>{esc(tokens)}</td><td>{esc(failed)}</td></tr>")
     for c in data.reference_curves:
         state = "illegal here" if c.illegal_reasons else "reference"

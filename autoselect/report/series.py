@@ -30,12 +30,14 @@ class BackendSeries:
 
     @property
     def state(self) -> str:
-        """``ok``, ``partial``, ``illegal``, or the failure that kept every point untimed."""
-        if self.illegal_reasons:
-            return "illegal"
-        if self.disqualified_reasons and self.timed:
-            return "disqualified"
+        """``ok``, ``partial``, ``illegal`` or ``disqualified`` (timed, never a candidate), or the
+        failure that kept every point untimed: a backend never timed is not "measured", whatever
+        the rules say of it (the page lists why it is illegal apart)."""
         if self.timed:
+            if self.illegal_reasons:
+                return "illegal"
+            if self.disqualified_reasons:
+                return "disqualified"
             return "partial" if self.failed else "ok"
         statuses = {r.status for r in self.failed}
         for status in FAILURE_ORDER:
@@ -70,7 +72,7 @@ class BackendSeries:
                 detail += f", +{len(self.failed) - 3} more"
         elif state == "unavailable":
             detail = next((r.error for r in self.failed if r.error), None) or "not installed here"
-            detail = detail if len(detail) <= 50 else detail[:47] + "..."
+            detail = detail if len(detail) <= 80 else detail[:77] + "..."
         elif state == "incorrect":
             detail = f"{len(self.failed)} token count{'s' if len(self.failed) != 1 else ''}"
         else:

@@ -35,7 +35,7 @@ STATE_LABEL: dict[str, str] = {
     "disqualified": "{backend} — DISQUALIFIED for this shape ({detail}); never a candidate",
     "illegal": "{backend} — ILLEGAL here ({detail}); measured only, never a candidate",
     "incorrect": "{backend} — INCORRECT: failed the correctness gate ({detail})",
-    "unavailable": "{backend} — unavailable: {detail}",
+    "unavailable": "{backend} — not measured: unavailable here ({detail})",
     "error": "{backend} — error: {detail}",
     "timeout": "{backend} — timed out ({detail})",
 }

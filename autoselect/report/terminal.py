@@ -74,8 +74,11 @@ def _footer(data: ReportData) -> list[str]:
         foot.append("fastest legal backend per workload bucket: " + ", ".join(
             f"T={b.tokens_per_rank}: {b.backend} {_us(b.latency_us)} ({_kind_words(b)})" for b in marks))
     if data.recommended:
-        conf = (data.recommendation or {}).get("confidence")
-        foot.append(f"recommended: --all2all-backend {data.recommended}" + (f" (confidence: {conf})" if conf else ""))
+        conf, capped = data.confidence
+        foot.append(f"recommended: --all2all-backend {data.recommended}" + (f" (confidence: {conf})" if conf else "")
+                    + (f" for {data.workload_note}" if data.workload_note else ""))
+        if capped:
+            foot.append(f"confidence shown as {conf}: {capped}")
     return foot
 
 

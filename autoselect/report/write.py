@@ -7,6 +7,7 @@ directory is created or a file is written.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,19 +45,26 @@ def figure_names(data: ReportData) -> list[str]:
     return [n for n in FIGURES if n != "fleet" or data.fleet is not None]
 
 
-def write_report(data: ReportData, out_dir: os.PathLike | str, *, svg: bool = False) -> ReportFiles:
+def write_report(data: ReportData, out_dir: os.PathLike | str, *, svg: bool = False,
+                 progress: Callable[[str], None] | None = None) -> ReportFiles:
     """Draw every figure to ``out_dir`` as PNG (and SVG), then write ``report.html``.
 
     :param data: what to draw (see :func:`collect`).
     :param out_dir: created when missing.
     :param svg: also write ``<figure>.svg`` beside each PNG.
+    :param progress: called with one line before each step (the first figure pays for importing
+        matplotlib: seconds on a cold start), so a caller can show that the report is being drawn.
     """
     out = output_directory(out_dir, what="--out", error=ReportOutputNotWritable, create=True)
+    say = progress or (lambda _line: None)
+    names = figure_names(data)
+    say(f"drawing {len(names)} figures into {out}")
     plt = pyplot()
     pngs, svgs, images = {}, {}, {}
     page = out / "report.html"
     try:
-        for name in figure_names(data):
+        for i, name in enumerate(names, 1):
+            say(f"drawing {name}.png ({i} of {len(names)})")
             fig = FIGURES[name](data)
             try:
                 path = out / f"{name}.png"
@@ -68,6 +76,7 @@ def write_report(data: ReportData, out_dir: os.PathLike | str, *, svg: bool = Fa
                     fig.savefig(svgs[name], format="svg")
             finally:
                 plt.close(fig)
+        say("writing report.html")
         with replacing(page) as f:  # whole or not at all: the page is what a reader opens
             f.write(render_html(data, images))
     except OSError as e:  # a full disk, the directory removed or made read-only meanwhile
@@ -77,10 +86,11 @@ def write_report(data: ReportData, out_dir: os.PathLike | str, *, svg: bool = Fa
     return ReportFiles(out, pngs, svgs, page)
 
 
-def make_report(model: str, out_dir: os.PathLike | str, *, svg: bool = False, **options) -> ReportFiles:
+def make_report(model: str, out_dir: os.PathLike | str, *, svg: bool = False,
+                progress: Callable[[str], None] | None = None, **options) -> ReportFiles:
     """:func:`collect` then :func:`write_report`: everything is read and checked before a file is written.
 
-    ``options`` are :func:`collect`'s keyword arguments.
+    ``options`` are :func:`collect`'s keyword arguments; ``progress`` as for :func:`write_report`.
     """
-    return write_report(collect(model, **options), out_dir, svg=svg)
+    return write_report(collect(model, **options), out_dir, svg=svg, progress=progress)
 

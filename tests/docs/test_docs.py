@@ -15,6 +15,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from support import browser
 from support.paths import REPO, load_script
 
 from autoselect.cli import COMMANDS, main
@@ -108,15 +109,26 @@ def test_quick_start_deterministic_commands_run():
 
 @pytest.mark.slow
 def test_quick_start_runs_end_to_end_on_cpu(tmp_path, monkeypatch):
-    """inspect -> bench on CPU (real gloo workers) -> recommend, as the README shows it."""
+    """inspect -> bench on CPU (real gloo workers) -> recommend -> report, as the README shows it; the
+    report's page, looked at in headless Chromium, weighs only the token counts bench measured and
+    shows no confidence its pick does not have."""
     monkeypatch.chdir(ROOT)
-    outputs = []
+    outputs = {}
     for argv in _quick_start_commands():
-        argv = [str(tmp_path / a) if a.endswith(".db") else a for a in argv]
+        out = [i + 1 for i, a in enumerate(argv) if a == "--out"]
+        argv = [str(tmp_path / a) if a.endswith(".db") or i in out else a for i, a in enumerate(argv)]
         result = CliRunner().invoke(main, argv, catch_exceptions=False)
         assert result.exit_code == 0, (argv, result.output)
-        outputs.append(result.stdout)
-    assert outputs[-1].startswith("--data-parallel-size 2 --enable-expert-parallel --all2all-backend "), outputs[-1]
+        outputs[argv[0] if "args" not in argv else "args"] = result.stdout
+    assert outputs["args"].startswith("--data-parallel-size 2 --enable-expert-parallel --all2all-backend "), outputs
+    assert list(outputs) == ["inspect", "bench", "recommend", "args", "report"]
+    page = tmp_path / "report-cpu" / "report.html"
+    images, dom = browser.loaded(page, tmp_path)
+    assert len(images) == 4 and images[-1] == "true:0x0" and all(s != "true:0x0" for s in images[:-1]), images
+    browser.screenshot(page, tmp_path, tmp_path / "quick-start-report.png")
+    assert re.findall(r"<th>T=(\d+) \(µs\)</th>", dom) == ["1", "16", "256"]
+    [verdict] = re.findall(r'<tr class="chosen"><td>[^<]*</td><td>([^<]*)</td>', dom)
+    assert verdict != "incomplete" or "(confidence: high)" not in dom
 
 
 def test_readme_documents_reproduced_examples():

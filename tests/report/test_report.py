@@ -6,7 +6,6 @@ import base64
 import json
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 
@@ -23,6 +22,7 @@ from autoselect.report.terminal import terminal_chart
 from autoselect.report.write import write_report
 from db.records import Result
 
+from support import browser
 from support import report as h
 from support.hostile import refused, tree_state
 from support.paths import REPO
@@ -33,6 +33,8 @@ FIG_H, FIG_W = int(FIGSIZE_IN[1] * DPI), int(FIGSIZE_IN[0] * DPI)
 def _texts(fig) -> str:
     """Every piece of text a figure shows (titles, labels, legend, annotations, captions)."""
     parts = [t.get_text() for t in fig.texts]
+    for legend in fig.legends:
+        parts += [t.get_text() for t in legend.get_texts()]
     for ax in fig.axes:
         parts += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]
         parts += [t.get_text() for t in ax.texts]
@@ -128,13 +130,47 @@ def test_svg_flag_also_writes_each_figure_as_svg(sweep_db, tmp_path):
     assert all(p.read_text().lstrip().startswith("<?xml") for p in files.svgs.values())
 
 
+def _legend(fig) -> list[str]:
+    [legend] = fig.legends
+    return [t.get_text() for t in legend.get_texts()]
+
+
 def test_latency_legend_names_illegal_incorrect_and_unavailable_backends(sweep_db):
     data = collect(h.QWEN, db_path=sweep_db)
-    legend = [t.get_text() for t in latency_figure(data).axes[0].get_legend().get_texts()]
+    legend = _legend(latency_figure(data))
     assert "allgather_reducescatter" in legend
     assert any(t.startswith("flashinfer_nvlink_one_sided — ILLEGAL here") for t in legend)
     assert any(t.startswith("deepep_low_latency — INCORRECT") for t in legend)
-    assert "nixl_ep — unavailable: nixl_ep not installed" in legend
+    assert "nixl_ep — not measured: unavailable here (nixl_ep not installed)" in legend
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+@pytest.mark.parametrize("figure", [latency_figure, phases_figure, bandwidth_figure])
+def test_the_legend_and_the_caption_stay_off_the_axes_and_off_each_other(sweep_db, figure):
+    fig = figure(collect(h.QWEN, db_path=sweep_db))
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)  # the constrained layout places the axes
+    [legend] = fig.legends
+    box = legend.get_window_extent(renderer)
+    for ax in fig.axes:
+        assert not _overlap(box, ax.get_window_extent(renderer)), (figure.__name__, box, ax.get_window_extent())
+    for caption in fig.texts:
+        assert not _overlap(box, caption.get_window_extent(renderer)), figure.__name__
+    assert box.y0 >= 0 and box.x0 >= 0 and box.x1 <= fig.bbox.width
+
+
+def test_a_backend_never_run_is_not_measured_unavailable_here_not_illegal_measured_only(tmp_path):
+    """The Quick start on CPU: FlashInfer and DeepEP cannot run there; the rules call them illegal
+    for this machine too, but nothing of theirs was measured."""
+    db = h.write_db(tmp_path / "cpu.db", [(h.cpu_host(), h.cpu_quick_start_sweep())])
+    data = collect(h.QWEN, db_path=db, gpu_arch="sm90")
+    legend = _legend(latency_figure(data))
+    assert [t for t in legend if "deepep_low_latency" in t] == [
+        "deepep_low_latency — not measured: unavailable here (needs CUDA GPUs (DeepEP kernels); this run is on CPU)"]
+    assert not any("measured only" in t or "ILLEGAL" in t for t in legend), legend
 
 
 def test_latency_figure_is_log_log_with_a_p10_p90_band_per_timed_backend(sweep_db):
@@ -364,48 +400,54 @@ def test_page_is_self_contained_with_recommendation_command_candidates_and_figur
         assert base64.b64encode(png.read_bytes()).decode() in page
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
-#: Appended to a copy of the page: writes each image's load state into the DOM on load.
-PROBE = (
-    '<script>window.addEventListener("load", function () {'
-    ' var out = [];'
-    ' for (var i = 0; i < document.images.length; i++) {'
-    '   var im = document.images[i]; out.push(im.complete + ":" + im.naturalWidth + "x" + im.naturalHeight); }'
-    ' var pre = document.createElement("pre"); pre.id = "image-probe"; pre.textContent = out.join(" ");'
-    ' document.body.appendChild(pre); });</script>'
-)
-
-
 def test_page_images_load_in_headless_chromium(tmp_path):
-    browser = _chromium()
-    if browser is None:
-        reason = "chromium is not installed and could not be installed (.ci/run installs Debian's chromium)"
-        print(reason)
-        pytest.skip(reason)
     db = _fleet_db(tmp_path)
     files = write_report(collect(h.QWEN, db_path=db), tmp_path / "out")
-    # A broken image as a control: the probe must see it fail, or it proves nothing.
-    broken = '<img id="control" src="data:image/png;base64,bm90IGEgcG5n" alt="control">'
-    probe_page = tmp_path / "probe.html"
-    probe_page.write_text(files.html.read_text().replace("</body>", broken + PROBE + "</body>"))
-    proc = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'chromium-profile'}", "--virtual-time-budget=10000", "--dump-dom",
-         probe_page.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )
-    match = re.search(r'<pre id="image-probe">([^<]*)</pre>', proc.stdout)
-    assert match, f"no probe output; chromium exit {proc.returncode}: {proc.stderr[-2000:]}"
-    states = match.group(1).split()
-    assert states == [f"true:{FIG_W}x{FIG_H}"] * 4 + ["true:0x0"]
+    # the broken control image last: the probe must see it fail, or it proves nothing
+    assert browser.loaded(files.html, tmp_path)[0] == [f"true:{FIG_W}x{FIG_H}"] * 4 + ["true:0x0"]
+
+
+def _quick_start_report(tmp_path, *extra):
+    """The Quick start's report (`report --model ... --gpu-arch sm90 --db example-cpu.db --out
+    report-cpu`) over what its CPU bench stores; (the page, the command's stderr)."""
+    db = h.write_db(tmp_path / "example-cpu.db", [(h.cpu_host(), h.cpu_quick_start_sweep())])
+    out = tmp_path / "report-cpu"
+    result = _run("--model", h.QWEN, "--gpu-arch", "sm90", "--db", str(db), "--out", str(out), *extra)
+    assert result.exit_code == 0, result.output
+    return out / "report.html", result.stderr
+
+
+@pytest.mark.slow  # two headless Chromium starts: 3-11 s on 2 cores
+def test_the_quick_start_report_page_in_chromium_shows_what_was_measured_and_an_honest_confidence(tmp_path):
+    page, stderr = _quick_start_report(tmp_path)
+    # progress while it draws, on stderr
+    assert stderr.splitlines() == [
+        f"report: drawing 3 figures into {tmp_path / 'report-cpu'}", "report: drawing latency.png (1 of 3)",
+        "report: drawing phases.png (2 of 3)", "report: drawing bandwidth.png (3 of 3)", "report: writing report.html"]
+    images, dom = browser.loaded(page, tmp_path)
+    assert images == [f"true:{FIG_W}x{FIG_H}"] * 3 + ["true:0x0"]  # every image loaded (and the control did not)
+    assert mpimg.imread(browser.screenshot(page, tmp_path, tmp_path / "page.png")).shape[:2] == (4000, 1280)
+    # the candidate table weighs exactly the token counts the Quick start measured
+    assert re.findall(r"<th>T=(\d+) \(µs\)</th>", dom) == ["1", "16", "256"]
+    [chosen] = re.findall(r'<tr class="chosen"><td>([^<]*)</td><td>([^<]*)</td>', dom)
+    assert chosen[0] == "allgather_reducescatter" and chosen[1] != "incomplete", chosen  # a weighted value
+    assert "for the token counts measured for this host class and shape (1, 16, 256 per rank)" in dom
+    # a backend never run is "not measured", not "measured here | illegal"
+    rows = dict(re.findall(r"<tr><td>(deepep_low_latency)</td><td>([^<]*)</td>", dom))
+    assert rows == {"deepep_low_latency": "not measured"}
+    # each caption once: drawn in its image; the page keeps it as alt text only
+    assert "<figcaption" not in dom and "Line: median (p50)" not in dom
+
+
+def test_an_incomplete_pick_is_never_shown_with_high_confidence(tmp_path):
+    """--workload mixed weighs 8192 tokens per rank, which nothing measured: the pick has no weighted
+    value, and the page says so instead of the answer's confidence."""
+    page, _ = _quick_start_report(tmp_path, "--workload", "mixed")
+    text = page.read_text()
+    assert re.search(r'<tr class="chosen"><td>allgather_reducescatter</td><td>incomplete</td>', text)
+    assert "(confidence: high)" not in text
+    assert "(confidence: low)" in text
+    assert "Confidence shown as low: the answer says high, but its pick has no value at 8192 tokens per rank" in text
 
 
 def test_terminal_flag_draws_the_latency_chart_and_writes_no_files(sweep_db, tmp_path):

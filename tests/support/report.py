@@ -28,6 +28,7 @@ CURVES = {
     "flashinfer_nvlink_two_sided": (12.0, 40.0),
     "deepep_high_throughput": (55.0, 150.0),
     "flashinfer_nvlink_one_sided": (8.0, 45.0),
+    "reference_all_to_all": (900.0, 0.5),  # CPU-like: gloo between two processes
 }
 
 
@@ -106,6 +107,26 @@ def write_db(path, runs: list[tuple[HostFingerprint, list[Result]]]) -> Path:
                 store.add_result(run, r)
             store.finish_run(run)
     return Path(path)
+
+
+#: the token counts the README's Quick start measures
+QUICK_START_TOKENS = (1, 16, 256)
+#: why a GPU backend is unavailable on CPU (bench's words)
+CPU_UNAVAILABLE = {
+    "flashinfer_nvlink_two_sided": "needs CUDA GPUs (FlashInfer NVLink kernels); this run is on CPU",
+    "deepep_high_throughput": "needs CUDA GPUs (DeepEP kernels); this run is on CPU",
+    "deepep_low_latency": "needs CUDA GPUs (DeepEP kernels); this run is on CPU",
+}
+
+
+def cpu_quick_start_sweep() -> list[Result]:
+    """What the Quick start's `bench --device cpu --world-size 2 --tokens 1,16,256` stores: vLLM's
+    default and the reference all2all timed over gloo, the GPU backends unavailable (never run)."""
+    rows = [timed(b, t, world_size=2, device="cpu", scale=30.0)
+            for b in ("allgather_reducescatter", "reference_all_to_all") for t in QUICK_START_TOKENS]
+    rows += [failed(b, t, "unavailable", why, world_size=2) for b, why in CPU_UNAVAILABLE.items()
+             for t in QUICK_START_TOKENS]
+    return rows
 
 
 def full_sweep(**kw) -> list[Result]:
