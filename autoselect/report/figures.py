@@ -246,7 +246,7 @@ def _draw_buckets(ax, data: ReportData):
         ax.plot([b.tokens_per_rank], [b.latency_us], marker="*", markersize=17, color=colour,
                 markeredgecolor="black", markeredgewidth=0.8, linestyle="none", zorder=5)
     if marks:
-        kind = f"{data.workload_kind} " if data.workload_kind else ""
+        kind = f"{data.workload_kind} " if data.workload_kind and data.workload_kind != "explicit" else ""
         label = f"★ fastest legal backend per {kind}workload bucket"
         if data.recommended:
             label += f"\nrecommended overall (weighted): {data.recommended}"
