@@ -20,6 +20,7 @@ from typing import Any, Iterable, NamedTuple
 
 from autoselect.errors import InvalidShape, MissingShape, UserError
 from autoselect.model import MoeProfile
+from autoselect.model.profile import shape_label
 from autoselect.options import MAX_EXPERTS, MAX_HIDDEN, MAX_TOKENS_PER_RANK, MAX_WORLD_SIZE, parse_weighted_tokens
 from autoselect.payload import ACTIVATION_DTYPES
 
@@ -122,7 +123,7 @@ class Shape:
 
     def label(self) -> str:
         """A short human form: ``H7168 top8 E256 fp8_block128``."""
-        return f"H{self.hidden} top{self.top_k} E{self.experts} {self.dtype}"
+        return shape_label(self.hidden, self.top_k, self.experts, self.dtype)
 
 
 # --------------------------------------------------------------------------------------

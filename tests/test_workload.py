@@ -24,7 +24,7 @@ def test_the_spec_spells_hidden_experts_top_k_and_the_profile_keeps_them_apart()
     assert shape == Shape(hidden=2048, top_k=4, experts=32, dtype="bf16")
     profile = shape.profile()
     assert (profile.hidden_size, profile.num_experts, profile.top_k) == (2048, 32, 4)
-    assert profile.model == "shape:2048x32x4:bf16"
+    assert profile.model == "H2048 top4 E32 bf16"  # what is printed: the one spelling of a shape
 
 
 @pytest.mark.parametrize("text, message", [

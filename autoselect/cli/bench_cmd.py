@@ -11,6 +11,7 @@ import click
 
 from autoselect.cli import db_option, format_option, stopping_rule_options, warn_newer_vllm
 from autoselect.columns import aligned
+from autoselect.model.profile import shape_label
 from autoselect.options import DEFAULT_TOKENS, SETUP_TIMEOUT_S
 from bench.events import GroupStarted, PointMeasured, PointPhase, SweepStarted
 
@@ -37,8 +38,8 @@ def _num(value, fmt):
 def render_text(report) -> str:
     """nccl-tests-like fixed columns: a header, a units row, one row per point, a footer."""
     s = report.spec
-    lines = [f"# autoselect bench: hidden {s.hidden}, top_k {s.top_k}, experts {s.experts}, "
-             f"dtype {s.activation_dtype}, world size {s.world_size}, device {s.device}, routing {s.routing}"]
+    lines = [f"# autoselect bench: {shape_label(s.hidden, s.top_k, s.experts, s.activation_dtype)}, "
+             f"world size {s.world_size}, device {s.device}, routing {s.routing}"]
     lines.append("#")
     table = aligned([[h for h, _, _, _ in COLUMNS], [u for _, u, _, _ in COLUMNS]]
                     + [[f(r) for _, _, _, f in COLUMNS] for r in report.results],

@@ -60,6 +60,14 @@ def normalize_arch(s: str) -> str:
 # --------------------------------------------------------------------------------------
 
 
+def shape_label(hidden: int, top_k: int, experts: int, dtype: str) -> str:
+    """The one spelling of an MoE shape in what autoselect prints: ``H7168 top8 E256 fp8_block128``
+    (every number named, so no order to remember). ``tune --model shape:HIDDENxEXPERTSxTOPK:DTYPE``
+    stays an input grammar (:meth:`autoselect.workload.Shape.parse`); answers, messages and docs
+    spell a shape this way."""
+    return f"H{hidden} top{top_k} E{experts} {dtype}"
+
+
 class MoeProfile(NamedTuple):
     """What one MoE model puts on the all2all: shape, quantization, activation dtype per arch."""
 
@@ -103,7 +111,7 @@ class MoeProfile(NamedTuple):
                 f"unknown activation dtype {activation_dtype!r}; use one of {', '.join(ACTIVATION_DTYPES)}"
             )
         return cls(
-            model=f"shape:{hidden_size}x{num_experts}x{top_k}:{activation_dtype}",
+            model=shape_label(hidden_size, top_k, num_experts, activation_dtype),
             model_type=None,
             hidden_size=hidden_size,
             num_experts=num_experts,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from autoselect.errors import GpuArchRequired
 from autoselect.model import load_profile, normalize_arch
+from autoselect.model.profile import shape_label
 from autoselect.reference import ReferenceClass, get_class, is_reference_class, match_host
 from autoselect.report.errors import GpuArchNotOfReference, NothingToReport
 from autoselect.report.nodes import FleetView, fleet_view
@@ -89,10 +90,7 @@ class ReportData:
     @property
     def shape_text(self) -> str:
         """One line naming the shape: hidden, top_k, experts, dispatch dtype, EP size."""
-        return (
-            f"H={self.hidden}, top_k={self.top_k}, {self.experts} experts, "
-            f"{self.activation_dtype} dispatch, EP{self.world_size}"
-        )
+        return f"{shape_label(self.hidden, self.top_k, self.experts, self.activation_dtype)} dispatch, EP{self.world_size}"
 
     @property
     def host_text(self) -> str:
@@ -168,8 +166,8 @@ def _resolve_host_class(conn, path, profile, host_class: str | None, gpu_arch: s
             )
         where = f"host class {host_class}" if host_class else "any host class"
         raise NothingToReport(
-            f"no measurement of {profile.model} (hidden {profile.hidden_size}, top_k {profile.top_k}, "
-            f"{profile.num_experts} experts) on {where}; run `autoselect bench --model {profile.model}` first"
+            f"no measurement of {profile.model} (H{profile.hidden_size} top{profile.top_k} E{profile.num_experts}) "
+            f"on {where}; run `autoselect bench --model {profile.model}` first"
         )
     _, host, arch, dtype, rows = max(found, key=lambda f: f[0])
     return host, arch, dtype, rows

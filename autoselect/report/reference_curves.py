@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from autoselect.model.profile import shape_label
 from autoselect.reference import AGRS, DERIVED, ReferenceClass, ReferencePoint, default
 
 
@@ -119,10 +120,10 @@ def reference_view(ref_class: ReferenceClass, *, hidden: int, top_k: int, expert
 def _absent_text(ref_class: ReferenceClass, others, shape: dict, dtype: str, world_size: int) -> str:
     """One sentence: no published rows of this shape and dtype, and which the class has."""
     backends = ", ".join(sorted({o[0] for o in others}))
-    shapes = ", ".join(f"{h}×{k}×{e}" for h, k, e in sorted({o[1:4] for o in others}))
+    shapes = ", ".join(f"H{h} top{k} E{e}" for h, k, e in sorted({o[1:4] for o in others}))
     dtypes = ", ".join(sorted({o[4] for o in others}))
     sizes = ", ".join(str(ws) for ws in sorted({o[5] for o in others}))
-    return (f"{ref_class.name} has no published all2all rows for H={shape['hidden']}, top_k={shape['top_k']}, "
-            f"{shape['experts']} experts, {dtype} dispatch at EP{world_size}; it has {backends} at H×top_k×experts "
-            f"{shapes}, {dtypes} dispatch, EP {sizes} (a published number of another shape or dtype is not drawn "
-            "as this one's)")
+    return (f"{ref_class.name} has no published all2all rows for "
+            f"{shape_label(shape['hidden'], shape['top_k'], shape['experts'], dtype)} dispatch at EP{world_size}; "
+            f"it has {backends} at {shapes}, {dtypes} dispatch, EP {sizes} (a published number of another shape "
+            "or dtype is not drawn as this one's)")

@@ -504,7 +504,7 @@ def test_rules_cap_deepep_high_throughput_at_160_ranks():
 def test_rules_reject_fp16_models_on_deepep(backend):
     verdict = rules.legal(backend, MoeProfile.from_shape(4096, 64, 8, "fp16"), None, 8, "0.33.0", gpu_arch="sm90")
     assert verdict.reasons == (f"{backend} needs bf16/fp8/fp8_block128/mxfp4/mxfp8/nvfp4 activations; "
-                               "shape:4096x64x8:fp16 dispatches fp16 on sm90",)
+                               "H4096 top8 E64 fp16 dispatches fp16 on sm90",)
 
 
 def test_the_adapter_limits_and_the_rules_rows_agree():

@@ -280,7 +280,7 @@ def test_the_explicit_shape_keeps_top_k_and_experts_apart(monkeypatch, db_path):
     assert spec.shapes == [Shape(hidden=2048, top_k=4, experts=32, dtype="bf16")]
     (shape,) = fleet.validate(spec)
     assert (shape.hidden, shape.top_k, shape.experts, shape.activation_dtype("sm90")) == (2048, 4, 32, "bf16")
-    assert shape.model == "shape:2048x32x4:bf16"  # HIDDENxEXPERTSxTOPK, as tune --model spells it
+    assert shape.model == "H2048 top4 E32 bf16"  # every number named: the one spelling of a shape
 
 
 @pytest.mark.parametrize("budget, seconds", [("1h30m", 5400.0), ("7d", 604800.0), ("90s", 90.0), ("2d12h", 216000.0)])

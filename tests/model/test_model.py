@@ -192,7 +192,7 @@ def test_normalize_arch_refuses_other_archs(spelling):
 
 def test_from_shape_uses_the_dtype_on_every_arch():
     profile = MoeProfile.from_shape(7168, 256, 8, "nvfp4")
-    assert profile.model == "shape:7168x256x8:nvfp4"
+    assert profile.model == "H7168 top8 E256 nvfp4"
     assert profile.activation_dtypes == {"sm90": "nvfp4", "sm100": "nvfp4"}
     assert profile.moe_layers == 1
 

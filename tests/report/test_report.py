@@ -283,7 +283,7 @@ def test_empty_database_is_a_clear_error_and_writes_nothing(tmp_path):
     result = _run("--model", h.QWEN, "--db", str(db), "--out", str(out))
     assert result.exit_code == 2
     assert result.stderr == (
-        f"Error: no measurement of {h.QWEN} (hidden 2048, top_k 8, 128 experts) on any host class; "
+        f"Error: no measurement of {h.QWEN} (H2048 top8 E128) on any host class; "
         f"run `autoselect bench --model {h.QWEN}` first\n"
     )
     assert not out.exists()

@@ -271,7 +271,7 @@ def test_a_dtype_the_reference_did_not_publish_gets_only_the_derived_curve_and_s
     data = collect(str(h.MODELS / "deepseek-v3"), db_path=db)
     assert [(c.backend, c.evidence) for c in data.reference_curves] == [("allgather_reducescatter", "derived")]
     [absent] = data.reference.absent
-    assert absent.startswith("ref-h200_sxm-x8 has no published all2all rows for H=7168, top_k=8, 256 experts, "
+    assert absent.startswith("ref-h200_sxm-x8 has no published all2all rows for H7168 top8 E256 "
                              "fp8_block128 dispatch at EP8; it has deepep_high_throughput, deepep_low_latency at")
     assert "bf16 dispatch" in absent
     assert absent in terminal_chart(data)
