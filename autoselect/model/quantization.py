@@ -60,8 +60,10 @@ def detect_weight_quant(config: dict, text: dict, hf_quant: dict | None) -> tupl
         if producer and producer != "modelopt":
             raise UnsupportedQuantization(f"{where}: producer {producer!r} is not supported (only modelopt)")
         return _modelopt_weight_quant(quant.get("quant_algo"), quant.get("quantized_layers"), where), where
-    dtype = str(text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or config.get("dtype") or "bfloat16")
-    return ("fp16" if dtype in ("float16", "half", "fp16") else "bf16"), f"unquantized ({dtype})"
+    field = next((k for k in ("torch_dtype", "dtype") if text.get(k) or config.get(k)), None)
+    dtype = str(text.get(field) or config.get(field)) if field else "bfloat16"
+    where = f"{field} {dtype}" if field else "no torch_dtype: bf16 assumed"
+    return ("fp16" if dtype in ("float16", "half", "fp16") else "bf16"), f"{where}, no quantization_config"
 
 
 # --------------------------------------------------------------------------------------
