@@ -83,7 +83,8 @@ def _print_text(outcome: dict, excluded: dict[str, str], db_path: str) -> None:
     for b, s in sorted(outcome["scores"].items(), key=lambda kv: kv[1]["latency_us"]):
         state = "alive" if b in outcome["alive"] else "pruned"
         mark = " <- best" if b == outcome["winner"] else ""
-        click.echo(f"{b:<32} {s['latency_us']:>14.1f} ± {s['halfwidth_us']:<6.1f}  {state}{mark}")
+        click.echo(f"{b:<32} {s['latency_us']:>14.1f} ± {s['halfwidth_us']:<6.1f}  {state}{mark}"
+                   + (_too_noisy(s['latency_us'], s['halfwidth_us'])))
     for b, why in outcome["pruned"].items():
         click.echo(f"pruned {b}: {why}")
     for b, why in excluded.items():
@@ -92,12 +93,15 @@ def _print_text(outcome: dict, excluded: dict[str, str], db_path: str) -> None:
     if k:
         click.echo("")
         for e in k.get("screened", []):
-            lat = f"{e['latency_us']:.1f} ± {e['halfwidth_us']:.1f} µs" if e["latency_us"] else e["failure"]
+            lat = (f"{e['latency_us']:.1f} ± {e['halfwidth_us']:.1f} µs{_too_noisy(e['latency_us'], e['halfwidth_us'])}"
+                   if e["latency_us"] else e["failure"])
             click.echo(f"  screened {' '.join(f'{n}={v}' for n, v in e['setting'].items())}: {lat}")
         if k["status"] == "gain":
             click.echo(f"knobs for {k['backend']}: "
                        + " ".join(f"{n}={v}" for n, v in k["setting"].items())
                        + f"  ({k['gain']:.1%} faster than untuned, ± {k['gain_halfwidth']:.1%})")
+        elif k["status"] == "no_gain":
+            click.echo(f"knobs for {k['backend']}: {_no_gain(k, outcome['scores'].get(k['backend']))}")
         else:
             click.echo(f"knobs for {k['backend']}: {k['status'].replace('_', ' ')}")
         for e in k.get("excluded", []):
@@ -106,6 +110,26 @@ def _print_text(outcome: dict, excluded: dict[str, str], db_path: str) -> None:
         click.echo("")
         click.echo("rerun the same command to continue this study (completed trials are reused)")
     click.echo(f"results: {db_path}")
+
+
+def _too_noisy(latency_us: float | None, halfwidth_us: float | None) -> str:
+    """A note for a band wider than the value itself (CPU timings): the value separates nothing."""
+    if latency_us and halfwidth_us is not None and halfwidth_us >= latency_us:
+        return f"  (noise ±{halfwidth_us / latency_us:.0%} of the value: separates nothing)"
+    return ""
+
+
+def _no_gain(knobs: dict, untuned: dict | None) -> str:
+    """Why no knob setting was kept: none was faster, or the fastest was within the noise (then how much)."""
+    screened = [e for e in knobs.get("screened", []) if e["latency_us"]]
+    best = min(screened, key=lambda e: e["latency_us"], default=None)
+    if best is None or not untuned or best["latency_us"] >= untuned["latency_us"]:
+        return "no gain: no setting screened faster than untuned"
+    lower = 1 - best["latency_us"] / untuned["latency_us"]
+    band = (best["halfwidth_us"] or 0.0) + (untuned["halfwidth_us"] or 0.0)
+    setting = " ".join(f"{n}={v}" for n, v in best["setting"].items())
+    return (f"no gain beyond the noise: the fastest screen ({setting}) was {lower:.0%} lower than untuned, "
+            f"within the bands (±{band / untuned['latency_us']:.0%} of untuned together); kept untuned")
 
 
 def _list_knobs() -> None:

@@ -216,3 +216,36 @@ def test_a_fault_in_the_middle_of_the_race_costs_only_that_backends_group(
     assert [t["state"] for t in screened] == ["COMPLETE", "COMPLETE"]  # it failed later, in the race
     failed = [t for t in _trials(db_path) if t["backend"] == faulty and t["state"] == "FAIL"]
     assert failed and all(t["stage"] == "refine" for t in failed)
+
+
+def _outcome(knobs: dict, score: tuple[float, float]) -> dict:
+    return {"study": "s", "stop_reason": "done", "trials_new": 3, "trials_reused": 0, "sweep_s": 1.0,
+            "measure_s": 0.5, "startups": {}, "scores": {"allgather_reducescatter": {"latency_us": score[0],
+                                                                                    "halfwidth_us": score[1]}},
+            "alive": ["allgather_reducescatter"], "winner": "allgather_reducescatter", "pruned": {},
+            "knobs": knobs, "stop": "done"}
+
+
+def test_a_cpu_band_wider_than_its_value_and_a_lower_screen_within_the_noise_are_said_so(capsys):
+    """On CPU the bands are wider than the values: `8570.7 ± 21315.2` alone read as a measurement, and
+    a screen 29 % lower was printed as 'no gain' with no word of why."""
+    from autoselect.cli.tune_cmd import _print_text
+
+    knobs = {"backend": "allgather_reducescatter", "status": "no_gain", "excluded": [],
+             "screened": [{"setting": {"VLLM_X": "1"}, "latency_us": 6085.2, "halfwidth_us": 9000.0, "failure": None}]}
+    _print_text(_outcome(knobs, (8570.7, 21315.2)), {}, "r.db")
+    out = capsys.readouterr().out
+    assert "8570.7 ± 21315.2  alive <- best  (noise ±249% of the value: separates nothing)" in out
+    assert ("knobs for allgather_reducescatter: no gain beyond the noise: the fastest screen (VLLM_X=1) was 29% "
+            "lower than untuned, within the bands (±354% of untuned together); kept untuned") in out
+
+
+def test_no_gain_without_a_faster_screen_says_none_was_faster(capsys):
+    from autoselect.cli.tune_cmd import _print_text
+
+    knobs = {"backend": "allgather_reducescatter", "status": "no_gain", "excluded": [],
+             "screened": [{"setting": {"VLLM_X": "1"}, "latency_us": 120.0, "halfwidth_us": 2.0, "failure": None}]}
+    _print_text(_outcome(knobs, (100.0, 2.0)), {}, "r.db")
+    out = capsys.readouterr().out
+    assert "knobs for allgather_reducescatter: no gain: no setting screened faster than untuned" in out
+    assert "separates nothing" not in out
