@@ -98,19 +98,35 @@ def resolve_shape(host, *, model=None, gpu_arch=None, hidden=None, top_k=None, e
     return hidden, top_k, experts, dtype, normalize_arch(gpu_arch) if gpu_arch else None
 
 
+def check_choices(host, *, model, gpu_arch, device) -> None:
+    """On a host without a GPU, every choice it cannot make itself, named in one error: the arch
+    whose activation dtype ``--model`` stands for, and the device (``--device cuda`` cannot run).
+    One of them alone is left to its own check (:func:`resolve_shape`, :func:`bench.sweep.validate`)."""
+    missing = []
+    if model is not None and not (gpu_arch or host.gpu_arch):
+        missing.append("--gpu-arch sm90|sm100 (the arch whose activation dtype to measure)")
+    if device == "cuda" and not host.gpu_count:
+        missing.append("--device cpu (it measures over gloo processes)")
+    if len(missing) > 1:
+        raise GpuArchRequired(f"this host has no GPU: pass {' and '.join(missing)}")
+
+
 def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=None, dtype=None,
-              backends=None, tokens=None, world_size=None, device="cuda", routing="uniform",
+              backends=None, tokens=None, world_size=None, device=None, routing="uniform",
               seed=0, max_noise=STOPPING.max_noise, min_samples=STOPPING.min_samples,
               min_time_s=STOPPING.min_time_s, timeout_s=STOPPING.timeout_s, setup_timeout_s=SETUP_TIMEOUT_S, include_illegal=False, vllm_version=None, db_path=None,
               progress=None) -> BenchReport:
     """Resolve the shape (``--model`` + arch, or explicit sizes), validate, sweep, store.
 
     Everything is validated before the database is opened. ``backends``/``tokens`` are
-    comma lists (default: every registered adapter; the decode grid 1..256). Each backend
+    comma lists (default: every registered adapter; the decode grid 1..256); ``device`` defaults to
+    the host's (cuda with GPUs, else cpu), as for ``tune``. Each backend
     runs in one worker group, started once (:class:`bench.launch.WorkerGroups`).
     """
     check_harness()
     host = fingerprint()
+    device = device or host.device
+    check_choices(host, model=model, gpu_arch=gpu_arch, device=device)
     hidden, top_k, experts, dtype, gpu_arch = resolve_shape(
         host, model=model, gpu_arch=gpu_arch, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype)
     names = parse_name_list(backends, what="--backends") if backends is not None else list(available())

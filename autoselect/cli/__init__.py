@@ -312,13 +312,15 @@ def stopping_rule_options(f):
     :data:`autoselect.stopping.STOPPING`; parameters ``max_noise``, ``min_samples``, ``min_time_s``,
     ``timeout_s``."""
     options = [
-        click.option("--max-noise", type=float, default=STOPPING.max_noise, show_default=True,
+        click.option("--max-noise", type=float, default=STOPPING.max_noise, show_default=True, metavar="FRACTION",
                      help="Stop a point once the relative standard error of its median is below this fraction."),
-        click.option("--min-samples", type=int, default=STOPPING.min_samples, show_default=True,
+        click.option("--min-samples", type=int, default=STOPPING.min_samples, show_default=True, metavar="N",
                      help="Samples per point at least."),
         click.option("--min-time", "min_time_s", type=float, default=STOPPING.min_time_s, show_default=True,
+                     metavar="SECONDS",
                      help="Seconds of accumulated sample time per point at least."),
         click.option("--timeout", "timeout_s", type=float, default=STOPPING.timeout_s, show_default=True,
+                     metavar="SECONDS",
                      help="Seconds per point before sampling stops (noise target then recorded as not met)."),
     ]
     for option in reversed(options):

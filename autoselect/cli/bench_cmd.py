@@ -105,12 +105,15 @@ def _group_lines(report) -> list[str]:
 @click.option("--top-k", type=int, help="Experts per token (instead of --model).")
 @click.option("--experts", type=int, help="Routed experts (instead of --model).")
 @click.option("--dtype", metavar="DTYPE", help="Activation dtype crossing the all2all: bf16 fp16 fp8 fp8_block128 nvfp4 mxfp8 mxfp4.")
-@click.option("--backends", metavar="A,B", help="Comma list of backends (default: every registered adapter).")
-@click.option("--tokens", metavar="N,M",
+@click.option("--backends", metavar="LIST",
+              help="Comma list of backends (default: every registered adapter, the reference_all_to_all baseline "
+                   "included: a plain all_to_all vLLM never runs, timed for comparison, never recommended).")
+@click.option("--tokens", metavar="LIST",
               help=f"Comma list of tokens per rank (default: {','.join(map(str, DEFAULT_TOKENS))}).")
-@click.option("--world-size", type=int, help="Ranks (default: every GPU; 2 on --device cpu).")
-@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
-              help="cuda: NCCL on the local GPUs; cpu: gloo processes (tests the harness, not NVLink).")
+@click.option("--world-size", type=int, metavar="N", help="Ranks (default: every GPU; 2 on --device cpu).")
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default=None,
+              help="cuda: NCCL on the local GPUs; cpu: gloo processes (tests the harness, not NVLink). Default: "
+                   "cuda when this host has GPUs, else cpu (as tune).")
 @click.option("--routing", default="uniform", show_default=True, metavar="SPEC",
               help="uniform, zipf, zipf:S, or a .json/.npy/.pt file of expert ids [tokens, top_k].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of payloads and routing.")

@@ -53,7 +53,7 @@ class _Progress:
               help="Comma-separated --all2all-backend values (default: every backend legal for the model).")
 @click.option("--tokens", default=None, metavar="LIST", show_default=",".join(map(str, CONFIRM_TOKENS)),
               help="Tokens per rank: up to 256 a decode batch of that many requests, above one prefill.")
-@click.option("--dp", type=int, default=None, metavar="N", show_default="all GPUs / tp",
+@click.option("--dp", type=int, default=None, metavar="N", show_default="all GPUs of the host / tp",
               help="Data-parallel size (one torchrun process per rank).")
 @click.option("--tp", type=int, default=None, metavar="N", show_default="1", help="Tensor-parallel size.")
 @click.option("--gpu-arch", default=None, metavar="ARCH", help="sm90 or sm100 (default: the local GPUs').")
@@ -64,7 +64,7 @@ class _Progress:
 @click.option("--iters", type=int, default=CONFIRM_ITERS, show_default=True, metavar="N",
               help="Graph replays per sample.")
 @click.option("--samples", type=int, default=CONFIRM_SAMPLES, show_default=True, metavar="N", help="Samples per case.")
-@click.option("--timeout", "timeout_s", type=float, default=CONFIRM_TIMEOUT_S, show_default=True, metavar="S",
+@click.option("--timeout", "timeout_s", type=float, default=CONFIRM_TIMEOUT_S, show_default=True, metavar="SECONDS",
               help="Seconds one backend's run may take (model load and graph capture included).")
 @click.option("--dry-run", is_flag=True, help="Print the commands without running anything (no GPU needed).")
 @db_option

@@ -26,7 +26,7 @@ from autoselect.cli import db_option
               help="prefill, decode or both: what this instance serves (default: the line's --kv-transfer-config "
                    "kv_role); sets the workload the pick is weighed on.")
 @click.option("--workload", type=click.Choice(["decode", "prefill", "mixed"]), default=None,
-              help="Token buckets to weigh the pick on (default: from the role: prefill, decode, else mixed).")
+              show_default="the role's: prefill, decode, else mixed", help="Token buckets to weigh the pick on.")
 @click.option("--max-workspace-gib", type=click.FloatRange(min=0, min_open=True), default=None, metavar="GIB",
               show_default="2.0",
               help="One-sided workspace allowed per GPU (as recommend).")

@@ -33,7 +33,7 @@ def _wire_cell(wire: dict) -> str:
               help="Checkpoint directory (with config.json) or Hugging Face model id; config files only.")
 @click.option("--gpu-arch", default=None, metavar="ARCH",
               help="sm90 (Hopper) or sm100 (Blackwell); default: report both.")
-@click.option("--vllm-version", default=None, metavar="VERSION",
+@click.option("--vllm-version", default=None, metavar="X.Y.Z",
               help="The vLLM whose prepare steps decide what each backend sends (the wire dtype); default: the "
                    "installed vllm, else the newest known.")
 @click.option("--cross-check", is_flag=True,
@@ -125,7 +125,7 @@ def inspect_cmd(model, gpu_arch, fmt, vllm_version=None, cross_check=False):
 @click.command("check", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--gpu-arch", default=None, metavar="ARCH",
               help="sm90 or sm100; default: the local GPUs', or both archs on a host without GPUs.")
-@click.option("--vllm-version", default=None, metavar="VERSION",
+@click.option("--vllm-version", default=None, metavar="X.Y.Z",
               help="The vLLM that will run the command; default: the installed vllm, else the newest known.")
 @click.option("--role", default=None, metavar="ROLE",
               help="prefill, decode or both: what this instance serves in prefill/decode disaggregation "

@@ -34,7 +34,7 @@ def recommend_options(f):
                      help="vLLM to serve with (default: the vllm of $AUTOSELECT_VLLM_PYTHON, else the installed "
                           "vllm, else the newest known; as check)."),
         click.option("--workload", type=click.Choice(["decode", "prefill", "mixed"]), default=None,
-                     help="Token buckets to compare on (default: mixed)."),
+                     show_default="mixed", help="Token buckets to compare on."),
         click.option("--tokens", default=None, metavar="LIST",
                      help="Explicit tokens per rank with optional weights, e.g. 1:0.5,64:0.3,8192:0.2."),
         click.option("--concurrency", type=int, default=256, show_default=True, metavar="N",

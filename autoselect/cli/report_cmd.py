@@ -11,21 +11,21 @@ from autoselect.cli import db_option, format_option
 
 
 @click.command("report")
-@click.option("--model", required=True, metavar="MODEL",
+@click.option("--model", required=True, metavar="DIR|HF_ID",
               help="Local checkpoint directory or Hugging Face id (config files only).")
-@click.option("--host-class", default=None, metavar="ID",
+@click.option("--host-class", default=None, metavar="CLASS",
               help="Host class whose measurements to draw (default: the one that measured this shape most recently); "
                    "a reference class such as ref-h200_sxm-x8 draws NVIDIA's published measurements on their own.")
-@click.option("--world-size", type=int, default=None, show_default=True,
+@click.option("--world-size", type=int, default=None, metavar="N",
               help="EP size (dp x tp) to draw (default: the largest measured for this shape).")
 @click.option("--gpu-arch", default=None, metavar="ARCH",
               help="GPU arch whose activation dtype applies (sm90, sm100); needed for CPU-host measurements.")
-@click.option("--workload", default=None, metavar="KIND|TOKENS",
+@click.option("--workload", default=None, metavar="KIND|TOKENS", show_default="the token counts measured",
               help="Workload the recommendation is weighted for (as `autoselect recommend`): decode, prefill, "
                    "mixed, or token counts per rank with optional weights (1,8,64 or 1:0.5,64:0.5). Default: the "
                    "token counts measured for the host class and shape, equally weighted (mixed for a reference "
                    "class, or when nothing was timed).")
-@click.option("--out", "out_dir", type=click.Path(), default="autoselect-report", show_default=True,
+@click.option("--out", "out_dir", type=click.Path(), default="autoselect-report", show_default=True, metavar="DIR",
               help="Directory for the PNGs and report.html (created when missing).")
 @click.option("--svg", is_flag=True, help="Also write each figure as SVG.")
 @click.option("--terminal", is_flag=True,

@@ -147,19 +147,20 @@ def _list_knobs() -> None:
 
 
 @click.command("tune")
-@click.option("--model", default=None, metavar="MODEL",
+@click.option("--model", default=None, metavar="DIR|HF_ID|SHAPE",
               help="Checkpoint dir, Hugging Face id, or shape:HIDDENxEXPERTSxTOPK:DTYPE.")
-@click.option("--budget", default="10m", show_default=True,
+@click.option("--budget", default="10m", show_default=True, metavar="DURATION",
               help="Time budget of this invocation (90s, 10m, 1h30m, 7d).")
-@click.option("--workload", type=click.Choice(["decode", "prefill", "mixed"]), default="decode",
-              show_default=True, help="Which token buckets to compare on.")
+@click.option("--workload", type=click.Choice(["decode", "prefill", "mixed"]), default=None,
+              show_default="mixed", help="Which token buckets to compare on (as recommend weighs them).")
 @click.option("--tokens", default=None, metavar="LIST",
               help="Explicit tokens per rank, e.g. 8,64 or 8:0.7,64:0.3 (overrides --workload).")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default=None,
               help="Where to measure (default: cuda when this host has GPUs, else cpu/gloo).")
-@click.option("--world-size", type=int, default=None, show_default=True,
+@click.option("--world-size", type=int, default=None, metavar="N",
               help="EP ranks (default: every local GPU; 2 on CPU).")
-@click.option("--gpu-arch", default=None, help="Activation dtype as on this arch (needed on CPU for some models).")
+@click.option("--gpu-arch", default=None, metavar="ARCH",
+              help="Activation dtype as on this arch (needed on CPU for some models).")
 @click.option("--backends", default=None, metavar="LIST", help="Comma-separated backends to race (default: every legal one).")
 @click.option("--include-reference", is_flag=True, help="Also race the reference_* baselines (never recommended).")
 @click.option("--no-knobs", is_flag=True, help="Race backends only; skip the knob search.")

@@ -88,7 +88,7 @@ def _unavailable(names: list[str], device: str, world_size: int, host: HostFinge
     return out
 
 
-def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens: str | None = None,
+def prepare(model: str, *, db_path: str | Path, workload: str | None = None, tokens: str | None = None,
             device: str | None = None, world_size: int | None = None, budget: str = "10m",
             gpu_arch: str | None = None, backends: list[str] | None = None,
             include_reference: bool = False, search_knobs: bool = True, enable_dbo: bool = False,
@@ -118,7 +118,7 @@ def prepare(model: str, *, db_path: str | Path, workload: str = "decode", tokens
     arch = _resolve_arch(profile, host, gpu_arch)
     dtype = profile.activation_dtype(arch) if arch else next(iter(profile.activation_dtypes.values()))
     spec_workload = (workload_from_tokens(tokens) if tokens is not None else
-                     workload_from_kind(workload, Deployment(dp=world_size, tp=1)))
+                     workload_from_kind(workload or "mixed", Deployment(dp=world_size, tp=1)))
     target = resolve_target(profile, world_size=world_size, gpu_arch=arch, host=host if device == "cuda" else None)
     chosen, excluded = _candidates(target, backends, include_reference)
     excluded.update(_unavailable(chosen, device, world_size, host))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from support.db import cpu_host
 from support.paths import PLUGINS, REPO
 
 from autoselect.cli import main
@@ -189,6 +190,30 @@ def test_bench_cli_refuses_cuda_without_gpus(db_path):
     assert res.exit_code == 2
     assert res.stderr == "Error: --device cuda but this host has no CUDA GPU; use --device cpu\n"
     assert not db_path.exists()
+
+
+def test_on_a_host_without_a_gpu_every_missing_choice_is_named_in_one_error(db_path, monkeypatch):
+    """--model on a CPU host with --device cuda: one round trip names both --gpu-arch and --device cpu."""
+    monkeypatch.setattr("bench.run.fingerprint", cpu_host)
+    res = CliRunner().invoke(main, ["bench", "--model", "Qwen/Qwen3-30B-A3B", "--device", "cuda", "--db", str(db_path)])
+    assert res.exit_code == 2
+    assert res.stderr == ("Error: this host has no GPU: pass --gpu-arch sm90|sm100 (the arch whose activation dtype "
+                          "to measure) and --device cpu (it measures over gloo processes)\n")
+    assert not db_path.exists()
+
+
+@pytest.mark.slow  # a real sweep over gloo workers
+def test_without_device_bench_measures_on_this_hosts_device_so_a_cpu_host_needs_only_the_arch(db_path, monkeypatch):
+    monkeypatch.setattr("bench.run.fingerprint", cpu_host)
+    res = CliRunner().invoke(main, ["bench", "--model", "Qwen/Qwen3-30B-A3B", "--db", str(db_path)])
+    assert res.exit_code == 2
+    assert res.stderr == ("Error: --model Qwen/Qwen3-30B-A3B on a host without a GPU: pass --gpu-arch sm90|sm100 to "
+                          "choose the activation dtype\n")
+    res = CliRunner().invoke(main, ["bench", "--model", "Qwen/Qwen3-30B-A3B", "--gpu-arch", "sm90", "--tokens", "1",
+                                    "--backends", "reference_all_to_all", "--min-samples", "2", "--min-time", "0",
+                                    "--format", "json", "--db", str(db_path)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["spec"]["device"] == "cpu"
 
 
 def test_bench_help_has_an_example_and_defaults():
