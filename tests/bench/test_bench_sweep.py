@@ -282,7 +282,7 @@ def test_bench_with_a_model_skips_backends_the_rules_reject(db_path, models_dir)
         "--backends", "allgather_reducescatter,flashinfer_nvlink_one_sided", "--tokens", "2",
         "--min-time", "0.05", "--timeout", "2", "--db", str(db_path)])
     assert res.exit_code == 0, res.output
-    assert "hidden 2048, top_k 8, experts 128, dtype bf16" in res.stdout
+    assert "# autoselect bench: H2048 top8 E128 bf16, world size 2, device cpu" in res.stdout
     assert "# skipped flashinfer_nvlink_one_sided: illegal here (flashinfer_nvlink_one_sided needs nvfp4 activations" in res.stdout
     rows = sqlite3.connect(db_path).execute("select backend, status, illegal from results").fetchall()
     assert rows == [("allgather_reducescatter", "ok", 0)]
