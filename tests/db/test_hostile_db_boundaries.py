@@ -73,6 +73,20 @@ def _export_with_tuned(tmp_path: Path) -> list[str]:
     return r.stdout.splitlines()
 
 
+def test_an_integer_beyond_every_float_is_refused_as_a_number_not_a_crash(tmp_path):
+    """JSON integers have no bound; float() of 10**400 overflows. A hypothesis run found the import
+    crashing with OverflowError (exit 1) on one as latency_us_p50."""
+    def huge(d):
+        if isinstance(d.get("result"), dict):
+            d["result"]["latency_us_p50"] = 10 ** 400
+
+    path = _write(tmp_path / "huge.jsonl", _records(huge))
+    db = tmp_path / "t.db"
+    line = refused(cli("db", "import", str(path), "--db", str(db)))
+    assert "latency_us_p50" in line and "not a finite number" in line, line
+    assert not db.exists()
+
+
 @pytest.mark.parametrize("part", ["host", "run", "tuned"])
 @pytest.mark.parametrize("name", [REFERENCE, "ref-gb200-nvl72", "ref-", "ref-not-a-system"])
 def test_import_refuses_a_record_in_the_reference_namespace_and_writes_nothing(tmp_path, part, name):
