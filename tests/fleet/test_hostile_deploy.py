@@ -40,7 +40,9 @@ def _exec_line(unit: str) -> str:
 @pytest.mark.parametrize("kind", ["systemd", "kubernetes", "slurm"])
 def test_a_control_character_in_any_value_is_refused_in_one_line(kind, option, value):
     line = refused(cli("fleet", "deploy", "--kind", kind, option, value))
-    assert "holds the control character" in line
+    # a NUL is refused at the door, before deploy reads the value (autoselect.cli: no command line
+    # carries one); every other control character by deploy's own check
+    assert ("holds a NUL character" if "\x00" in value else "holds the control character") in line
 
 
 def test_a_space_in_the_database_path_stays_one_systemd_environment_assignment():
