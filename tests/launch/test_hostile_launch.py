@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from support.db import cpu_host
 from support.hostile import refused, tree_state, unprivileged
 from support.paths import FIXTURES
 from support.vllm_env import fake_vllm_env, runs
 
 import autoselect.selector.pipeline as pipeline
 from autoselect.cli import main
-from autoselect.hardware import cpu_fingerprint
 from autoselect.launch import LaunchOptions, plan_launch, run_plan
 from autoselect.launch.run import CannotStart
 
@@ -32,8 +32,8 @@ NVFP4 = str(MODELS / "deepseek-r1-nvfp4")
 
 @pytest.fixture(autouse=True)
 def on_cpu(monkeypatch):
-    monkeypatch.setattr("autoselect.launch.platform.local_host", cpu_fingerprint)
-    monkeypatch.setattr(pipeline, "fingerprint", cpu_fingerprint)
+    monkeypatch.setattr("autoselect.launch.platform.local_host", cpu_host)
+    monkeypatch.setattr(pipeline, "fingerprint", cpu_host)
 
 
 @pytest.fixture
