@@ -28,6 +28,9 @@ One module per table, each row with the upstream source that backs it:
 * :mod:`~autoselect.rules.agrs_collectives` — :data:`AGRS_COLLECTIVES`, the NCCL calls behind
   vLLM's default (one all_gather per gathered tensor in one group, per-rank broadcasts and reduces
   with unequal DP sizes), per release.
+* :mod:`~autoselect.rules.cuda_graphs` — :data:`CAPTURE_SIZES` (the largest step vLLM captures in a
+  CUDA graph, per release and arch) and :data:`EAGER_BACKENDS` (the backends with which vLLM turns
+  graphs off): whether a step's dispatch + combine runs from a graph or eagerly.
 * :mod:`~autoselect.rules.graph_capture` — whether vLLM runs a step's dispatch and combine from a
   CUDA graph (the largest captured step per release and arch; DeepEP high-throughput turns graphs off).
 * :mod:`~autoselect.rules.moe_backends` — :data:`MOE_BACKENDS`, the ``--moe-backend`` values that
