@@ -35,7 +35,7 @@ from autoselect.hardware import measured_class_problem
 # MAX_NAME: identifiers (backend, host class, machine id, run uid, dtypes) are short printable text
 from autoselect.options import MAX_DURATION_S, MAX_EXPERTS, MAX_HIDDEN, MAX_NAME, MAX_TOKENS_PER_RANK, MAX_WORLD_SIZE
 from db.errors import ReservedHostClass
-from db.records import KINDS, RUN_STATUSES, STATUSES, TUNED_STATUSES
+from db.records import CALLS, DP_SIZES, KINDS, RUN_STATUSES, STATUSES, TIMINGS, TUNED_STATUSES, VIAS
 
 #: GPUs one machine may report
 MAX_GPUS = 1 << 12
@@ -234,6 +234,11 @@ RESULT_RULES: dict[str, Rule] = {
     "algbw_gbps": _LATENCY,
     "busbw_gbps": _LATENCY,
     "noise_target_met": Rule("bool", nullable=True),
+    "timing": Rule("choice", choices=TIMINGS, nullable=True),
+    "timing_note": Rule("text", nullable=True),
+    "calls": Rule("choice", choices=CALLS, nullable=True),
+    "dp_sizes": Rule("choice", choices=DP_SIZES),
+    "via": Rule("choice", choices=VIAS),
     "versions": Rule("text_map"),
     "created_at": Rule("result_time"),
     "raw_samples_us": Rule("samples"),

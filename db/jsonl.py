@@ -2,21 +2,23 @@
 
 One line per result, then one line per tuned configuration (``tuned_configs``)::
 
-    {"format": "autoselect.result", "schema_version": 3, "result_key": "<sha256>",
+    {"format": "autoselect.result", "schema_version": 4, "result_key": "<sha256>",
      "host": {<HostFingerprint.to_dict()>, "first_seen": ..., "last_seen": ...},
      "run": {"uid", "host_class", "started_at", "updated_at", "finished_at", "status",
              "trigger", "command", "hostname", "pid", "autoselect_version", "meta"},
      "result": {<Result.to_dict()>, including "raw_samples_us"}}
-    {"format": "autoselect.tuned", "schema_version": 3, "tuned_key": "<sha256>",
+    {"format": "autoselect.tuned", "schema_version": 4, "tuned_key": "<sha256>",
      "host": {...} or null, "run": {...} or null,
      "tuned": {<every tuned_configs column but id and run_id, JSON columns decoded>}}
 
 ``schema_version`` is the record format's version, independent of the database schema:
-1 holds result records only; 2 adds ``autoselect.tuned``; 3 (written now) names the dtype a
-result and a tuned configuration are filed under ``activation_dtype`` (1 and 2 called it
-``dispatch_dtype``: :data:`RENAMED`) and adds the result's ``wire_dtype`` (absent before: not
-recorded). Files of versions 1 and 2 still import; a reader refuses records of a newer
-version than it knows. A tuned record's
+1 holds result records only; 2 adds ``autoselect.tuned``; 3 names the dtype a result and a
+tuned configuration are filed under ``activation_dtype`` (1 and 2 called it ``dispatch_dtype``:
+:data:`RENAMED`) and adds the result's ``wire_dtype`` (absent before: not recorded); 4 (written
+now) adds each result's footing (``timing``, ``timing_note``, ``calls``, ``dp_sizes``, ``via``:
+:mod:`db.records`). Files of versions 1 to 3 still import, their results on the footing they were
+measured on: an ``allgather_reducescatter`` result of those versions was one packed all_gather
+(``calls`` = ``fused``); a reader refuses records of a newer version than it knows. A tuned record's
 ``run`` (the tune's run, by uid) and ``host`` (that run's machine, else the row's machine if
 the database knows it) travel with it, so it imports into a database without them. Import is
 idempotent: runs are matched by ``run.uid``, hosts by ``machine_id``, results by
@@ -41,7 +43,7 @@ from db import default_path
 from db.errors import BadImportRecord, ImportFileNotFound, ImportFormatTooNew, OutputNotWritable
 from db.fields import host_problem, result_problem, run_problem, tuned_problem
 from db.queries import connect_readonly
-from db.records import Result
+from db.records import FUSED, Result
 from db.rows import (
     HOST_COLUMNS,
     RESULT_COLUMNS,
@@ -58,14 +60,18 @@ from db.rows import (
 FORMAT = "autoselect.result"
 TUNED_FORMAT = "autoselect.tuned"
 #: the record format this autoselect writes (and the newest it reads)
-RECORD_VERSION = 3
+RECORD_VERSION = 4
 #: record format version -> the record kinds a file of that version may hold
-FORMATS_BY_VERSION = {1: (FORMAT,), 2: (FORMAT, TUNED_FORMAT), 3: (FORMAT, TUNED_FORMAT)}
+FORMATS_BY_VERSION = {1: (FORMAT,), 2: (FORMAT, TUNED_FORMAT), 3: (FORMAT, TUNED_FORMAT), 4: (FORMAT, TUNED_FORMAT)}
+#: result fields that exist from record format 4 on (the footing, :mod:`db.records`)
+FOOTING_FIELDS = ("timing", "timing_note", "calls", "dp_sizes", "via")
+#: the backend whose results of record formats 1 to 3 were measured with one packed all_gather
+_PACKED_BEFORE_4 = "allgather_reducescatter"
 #: fields renamed by a record format: (the last format with the old name, old, new), for the
 #: ``result`` and ``tuned`` parts alike; an older record is read under the new names
 RENAMED = ((2, "dispatch_dtype", "activation_dtype"),)
 #: fields a record format added -> that format (an older record that carries one is refused)
-ADDED = {"wire_dtype": 3}
+ADDED = {"wire_dtype": 3, **{name: 4 for name in FOOTING_FIELDS}}
 
 
 def _names_in(fields: Iterable[str], version: int) -> dict[str, str]:
@@ -253,6 +259,8 @@ def parse_record(obj: Any, where: str, *, hint: str = IMPORT_HINT) -> dict:
         raise bad(f"unknown result field(s) {', '.join(unknown)}")
     result = _current_names(result, names)
     full = {name: default() for name, default in _RESULT_DEFAULTS.items()}
+    if version < 4 and result.get("backend") == _PACKED_BEFORE_4:
+        full["calls"] = FUSED  # what that adapter did before the footing was recorded
     full.update(result)
     if full["raw_samples_us"] is None:
         full["raw_samples_us"] = []

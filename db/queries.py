@@ -166,9 +166,11 @@ class _Decoder:
 
 #: Columns that tell two results of one shape apart as evidence (``summarize``): the same
 #: point (backend, world size, tokens per rank), status, knobs and legality, whether a median
-#: was recorded. The version keys given to ``summarize`` are added to these.
+#: was recorded, and the footing (numbers on two footings are never pooled). The version keys
+#: given to ``summarize`` are added to these.
 _SUMMARY_PARTITION = ("hidden", "top_k", "experts", "activation_dtype", "kind", "backend", "world_size",
-                      "tokens_per_rank", "status", "illegal", "knobs", "latency_us_p50 IS NULL")
+                      "tokens_per_rank", "status", "illegal", "knobs", "latency_us_p50 IS NULL",
+                      "timing", "calls", "dp_sizes", "via")
 #: Extra attributes of a summarized row (see :func:`results_for`).
 SUMMARY_ATTRS = ("group_count", "group_p50_min", "group_p50_max")
 
@@ -264,7 +266,8 @@ def results_for(
     :param summarize: version keys of the ``versions`` JSON (the selector passes
         ``("vllm", "flashinfer", "driver")``). When given, the rows are grouped by backend,
         world size, tokens per rank, status, illegal, knobs, whether ``latency_us_p50`` is
-        NULL and the values of those version keys (machines and runs pooled), and only the
+        NULL, the footing (timing, calls, DP sizes, path) and the values of those version keys
+        (machines and runs pooled), and only the
         newest row of each group is returned -- newest by ``created_at`` (its run's start when
         empty), then id, the selector's order -- carrying three extra attributes over its whole
         group: ``group_count`` (rows), ``group_p50_min`` and ``group_p50_max`` (their

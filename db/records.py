@@ -31,6 +31,22 @@ KINDS = ("micro", "e2e")
 #: (:class:`db.queries.StoredResult` ``synthetic``; ``recommend``'s evidence kind ``synthetic``).
 SYNTHETIC = "synthetic"
 
+#: The footing of a measured point: what it includes, so that only numbers on one footing are
+#: compared. ``timing``: how it was timed (``graph``: CUDA-graph replay, ``eager``: CUDA events
+#: around launched round trips, ``cpu``: wall clock on gloo); ``calls``: for vLLM's default and its
+#: variant, vLLM's separate calls per tensor (``grouped``: one NCCL group on CUDA, in sequence on
+#: gloo) or all of them packed in one collective (``fused``), None for a backend whose kernels move
+#: the payload themselves; ``dp_sizes``: vLLM's call path for equal token counts per DP rank
+#: (padded, as under a CUDA graph) or unequal ones (eager steps); ``via``: the benchmark's adapter
+#: or vLLM's own prepare / finalize objects (``bench --via vllm``).
+TIMINGS = ("graph", "eager", "cpu")
+GROUPED, FUSED = "grouped", "fused"
+CALLS = (GROUPED, FUSED)
+EQUAL, UNEQUAL = "equal", "unequal"
+DP_SIZES = (EQUAL, UNEQUAL)
+ADAPTER, VLLM = "adapter", "vllm"
+VIAS = (ADAPTER, VLLM)
+
 #: ``tuned_configs.status`` values; only ``gain`` rows are shown by ``recommend``.
 TUNED_STATUSES = ("gain", "no_gain", "no_legal_knobs", "budget", "not_searched")
 
@@ -71,6 +87,11 @@ class Result(DataclassMethods):
     algbw_gbps: float | None = None  # bytes_per_rank / round-trip time
     busbw_gbps: float | None = None  # algbw * (n-1)/n
     noise_target_met: bool | None = None
+    timing: str | None = None  # TIMINGS; None: not timed (a failed point), or stored before it was recorded
+    timing_note: str | None = None  # why an eager point was not replayed from a CUDA graph
+    calls: str | None = None  # CALLS for vLLM's default and its fused variant; None for other backends
+    dp_sizes: str = EQUAL  # DP_SIZES: the call path for equal or unequal token counts per DP rank
+    via: str = ADAPTER  # VIAS: the benchmark's adapter, or vLLM's own prepare / finalize
     versions: dict[str, str] = field(default_factory=dict)  # torch, nccl, flashinfer, vllm, driver, cuda
     created_at: str | None = None  # ISO-8601 UTC, set by the store when absent
     raw_samples_us: list[float] = field(default_factory=list)  # stored in the samples table
@@ -78,3 +99,21 @@ class Result(DataclassMethods):
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
         return asdict(self)
+
+    @property
+    def footing(self) -> str:
+        """The footing in a few words: ``graph grouped``, ``eager grouped unequal``, ``graph via-vllm``
+        (``-`` for the timing of a point not timed)."""
+        return footing_words(self.timing, self.calls, self.dp_sizes, self.via)
+
+
+def footing_words(timing: str | None, calls: str | None, dp_sizes: str | None, via: str | None) -> str:
+    """The footing fields in a few words, as tables print them (see :data:`TIMINGS`)."""
+    words = [timing or "-"]
+    if calls:
+        words.append(calls)
+    if dp_sizes == UNEQUAL:
+        words.append("unequal")
+    if via == VLLM:
+        words.append("via-vllm")
+    return " ".join(words)

@@ -86,7 +86,7 @@ def lines_with_tuned_line_changed(tmp_path: Path, change) -> Path:
 def test_tuned_rows_are_exported_after_the_results_with_their_run_and_host(tmp_path):
     records = [json.loads(line) for line in export(filled(tmp_path / "a.db")).splitlines()]
     assert [r["format"] for r in records] == ["autoselect.result"] + ["autoselect.tuned"] * 3
-    assert {r["schema_version"] for r in records} == {3}
+    assert {r["schema_version"] for r in records} == {4}
     first, no_results, no_run = records[1:]
     assert sorted(first) == ["format", "host", "run", "schema_version", "tuned", "tuned_key"]
     assert first["run"]["uid"] == records[0]["run"]["uid"] and first["host"]["hostname"] == "node-a"
@@ -179,7 +179,7 @@ def test_integer_latencies_in_a_hand_written_record_dedupe_as_the_stored_floats(
 @pytest.mark.parametrize(
     "change, error, message",
     [
-        (lambda r: r.update(schema_version=4), ImportFormatTooNew, "record format 4 is newer than this autoselect reads (3); upgrade autoselect"),
+        (lambda r: r.update(schema_version=5), ImportFormatTooNew, "record format 5 is newer than this autoselect reads (4); upgrade autoselect"),
         (lambda r: r.update(schema_version=1), BadImportRecord, "autoselect.tuned records exist from record format 2 on, this line says 1"),
         (lambda r: r.update(format="autoselect.tuning"), BadImportRecord, "format is 'autoselect.tuning', expected 'autoselect.result' or 'autoselect.tuned'"),
         (lambda r: r["tuned"].update(status="great"), BadImportRecord, "tuned.status is 'great', not one of gain, no_gain"),
@@ -227,10 +227,10 @@ def cli(*args: str):
 def test_db_import_of_a_newer_format_is_one_error_line_and_leaves_the_database_untouched(tmp_path):
     target = filled(tmp_path / "target.db")
     before = file_state(target)
-    bad = lines_with_tuned_line_changed(tmp_path, lambda r: r.update(schema_version=4))
+    bad = lines_with_tuned_line_changed(tmp_path, lambda r: r.update(schema_version=5))
     r = cli("db", "import", str(bad), "--db", str(target))
     assert r.exit_code == 2
-    assert r.stderr == (f"Error: {bad} line 2: record format 4 is newer than this autoselect reads (3); "
+    assert r.stderr == (f"Error: {bad} line 2: record format 5 is newer than this autoselect reads (4); "
                         "upgrade autoselect\n")
     assert "Traceback" not in r.output and r.stdout == ""
     assert file_state(target) == before

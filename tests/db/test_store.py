@@ -267,7 +267,7 @@ def test_import_export_import_round_trips_exactly(tmp_path):
 def test_each_exported_line_is_a_versioned_record_with_host_run_and_result(db_path):
     filled_db(db_path)
     rec = json.loads(_export(db_path).splitlines()[0])
-    assert (rec["format"], rec["schema_version"]) == ("autoselect.result", 3)
+    assert (rec["format"], rec["schema_version"]) == ("autoselect.result", 4)
     assert sorted(rec) == ["format", "host", "result", "result_key", "run", "schema_version"]
     assert rec["host"]["gpu_count"] == 8 and rec["run"]["trigger"] == "bench" and rec["run"]["meta"] == {"sweep": 1}
     assert rec["result"]["raw_samples_us"] == make_result("allgather_reducescatter", 1).raw_samples_us
@@ -300,7 +300,7 @@ def test_merge_brings_a_run_finished_elsewhere_forward(tmp_path):
     "mutate, error, message",
     [
         (lambda r: r.update(format="other"), BadImportRecord, "format is 'other', expected 'autoselect.result'"),
-        (lambda r: r.update(schema_version=4), ImportFormatTooNew, "record format 4 is newer than this autoselect reads (3)"),
+        (lambda r: r.update(schema_version=5), ImportFormatTooNew, "record format 5 is newer than this autoselect reads (4)"),
         (lambda r: r["result"].update(hidden="7168"), BadImportRecord, "result.hidden is '7168', not an integer"),
         (lambda r: r["result"].update(status="fast"), BadImportRecord, "result.status is 'fast', not one of"),
         (lambda r: r["result"].update(speed=1), BadImportRecord, "unknown result field(s) speed"),
