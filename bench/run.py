@@ -23,7 +23,7 @@ from bench.backends import available
 from bench.events import BackendSkipped, WireConverted
 from bench.launch import WorkerGroups
 from bench.sweep import SweepSpec, check_harness, run_sweep, spec_meta, spec_target, validate
-from db.records import Result
+from db.records import ADAPTER, EQUAL, Result
 from db.store import Store
 
 
@@ -115,13 +115,15 @@ def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=Non
               backends=None, tokens=None, world_size=None, device=None, routing="uniform",
               seed=0, max_noise=STOPPING.max_noise, min_samples=STOPPING.min_samples,
               min_time_s=STOPPING.min_time_s, timeout_s=STOPPING.timeout_s, setup_timeout_s=SETUP_TIMEOUT_S, include_illegal=False, vllm_version=None, db_path=None,
-              progress=None) -> BenchReport:
+              progress=None, dp_sizes=EQUAL, via=ADAPTER) -> BenchReport:
     """Resolve the shape (``--model`` + arch, or explicit sizes), validate, sweep, store.
 
     Everything is validated before the database is opened. ``backends``/``tokens`` are
     comma lists (default: every registered adapter; the decode grid 1..256); ``device`` defaults to
     the host's (cuda with GPUs, else cpu), as for ``tune``. Each backend
-    runs in one worker group, started once (:class:`bench.launch.WorkerGroups`).
+    runs in one worker group, started once (:class:`bench.launch.WorkerGroups`). ``dp_sizes`` and
+    ``via``: the footing (:class:`bench.sweep.SweepSpec`); ``--via vllm`` refuses a CPU device or a
+    Python without vLLM before anything starts.
     """
     check_harness()
     host = fingerprint()
@@ -137,7 +139,7 @@ def run_bench(*, model=None, gpu_arch=None, hidden=None, top_k=None, experts=Non
                      activation_dtype=dtype, world_size=world_size, device=device, routing=routing, seed=seed,
                      max_noise=max_noise, min_samples=min_samples, min_time_s=min_time_s,
                      timeout_s=timeout_s, include_illegal=include_illegal, gpu_arch=gpu_arch,
-                     vllm_version=vllm_version, setup_timeout_s=setup_timeout_s)
+                     vllm_version=vllm_version, setup_timeout_s=setup_timeout_s, dp_sizes=dp_sizes, via=via)
     validate(spec, host)  # bad --vllm-version / NVSHMEM_QP_DEPTH fail here, before the store opens
     target = spec_target(spec).version
     skipped: dict[str, str] = {}

@@ -29,6 +29,7 @@ from autoselect.hardware import fingerprint
 from autoselect.options import SETUP_TIMEOUT_S, check_seconds, check_seed
 from autoselect.stopping import STOPPING, StoppingRule
 from autoselect.rules import BACKENDS, smallest_deployment
+from autoselect.rules.versions import parse_version
 from autoselect.rules.wire import Wire, wire_dtype
 from autoselect.workload import Shape
 from bench import launch
@@ -46,7 +47,7 @@ from bench.events import (
 from bench.launch import HARNESS_ERROR, GroupConfig, Job, PointDone, WorkerGroups
 from bench.routing import load_routing_file, parse_routing
 from bench.synthetic import validate_shape
-from db.records import Result
+from db.records import ADAPTER, DP_SIZES, EQUAL, VIAS, VLLM, Result
 
 
 class BadSweep(UserError):
@@ -84,6 +85,34 @@ def check_harness(command: str = "autoselect bench", extra: str = "bench",
             f"wheel), then pip install 'autoselect[{extra}]'")
 
 
+class VllmPathUnavailable(UserError):
+    "bench --via vllm cannot run here: not on CUDA, no vLLM in this Python, or another vLLM release asked for."
+
+
+def check_vllm_path(device: str, vllm_version: str | None) -> str:
+    """The installed vLLM's version, which ``--via vllm`` times; raises :class:`VllmPathUnavailable` on
+    CPU (vLLM's prepare / finalize kernels need CUDA), without an importable vLLM (asked without
+    importing it), or when ``vllm_version`` names another release."""
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
+
+    if device != "cuda":
+        raise VllmPathUnavailable("--via vllm times vLLM's own prepare/finalize kernels, which run on CUDA GPUs "
+                                  "only; run it with --device cuda on a GPU node that has vLLM, or drop --via vllm")
+    if importlib.util.find_spec("vllm") is None:
+        raise VllmPathUnavailable("--via vllm needs vLLM importable in this Python (no module named 'vllm'); "
+                                  "install vLLM on this node, or drop --via vllm")
+    try:
+        installed = version("vllm")
+    except PackageNotFoundError:
+        raise VllmPathUnavailable("--via vllm: a vllm module is importable but no vllm distribution is installed "
+                                  "(a source tree on the path?); install vLLM, or drop --via vllm") from None
+    if vllm_version is not None and parse_version(vllm_version)[:4] != parse_version(installed)[:4]:
+        raise VllmPathUnavailable(f"--via vllm times the installed vLLM {installed}, but --vllm-version says "
+                                  f"{vllm_version}; drop --vllm-version or install vLLM {vllm_version}")
+    return installed
+
+
 @dataclass
 class SweepSpec:
     """What to measure: backends x token counts for one shape on one device.
@@ -94,6 +123,9 @@ class SweepSpec:
     legality is judged for (defaults to the host's; on a CPU host without it, legality is
     not checked). ``setup_timeout_s``: wall-clock limit of a worker group's start-up and of
     each point's adapter setup (first-use JIT builds of FlashInfer kernels take minutes).
+    ``dp_sizes``: vLLM's default's call path for equal or unequal token counts per DP rank
+    (``db.records.DP_SIZES``; other backends run as they always do). ``via``: the benchmark's
+    adapters, or vLLM's own prepare / finalize objects (``db.records.VIAS``).
     """
 
     backends: list[str]
@@ -116,6 +148,8 @@ class SweepSpec:
     gpu_arch: str | None = None
     vllm_version: str | None = None
     setup_timeout_s: float = SETUP_TIMEOUT_S
+    dp_sizes: str = EQUAL
+    via: str = ADAPTER
 
 
 def validate(spec: SweepSpec, host=None) -> None:
@@ -127,6 +161,12 @@ def validate(spec: SweepSpec, host=None) -> None:
         raise BadSweep(f"token counts must be positive integers, got {spec.tokens!r}")
     if spec.device not in ("cpu", "cuda"):
         raise BadSweep(f"unknown device {spec.device!r}; use cuda or cpu")
+    if spec.dp_sizes not in DP_SIZES:
+        raise BadSweep(f"unknown DP sizes {spec.dp_sizes!r}; use {' or '.join(DP_SIZES)}")
+    if spec.via not in VIAS:
+        raise BadSweep(f"unknown path {spec.via!r}; use {' or '.join(VIAS)}")
+    if spec.via == VLLM:
+        check_vllm_path(spec.device, spec.vllm_version)
     if spec.vllm_version is not None:  # a bad or flag-less version fails here, before legality()
         check_vllm_version(spec.vllm_version)
     check_seed(spec.seed)
@@ -320,8 +360,10 @@ class _Recorder:
             backend=name, world_size=s.world_size, tokens_per_rank=done.tokens_per_rank, hidden=s.hidden,
             top_k=s.top_k, experts=s.experts, activation_dtype=s.activation_dtype, wire_dtype=self.wires[name], routing=self.routing,
             status=done.status, error=done.error, device=s.device, illegal=illegal,
-            knobs=self.knobs, versions=self.versions,
+            knobs=self.knobs, versions=self.versions, via=s.via,
         )
+        if done.status == "ok":
+            result.timing, result.timing_note = done.timing, done.timing_note
         fields = dict(done.fields or {})
         path = fields.pop("code_path", None)  # the adapter's code path: recorded with the versions
         if path:
@@ -355,7 +397,9 @@ def group_config(spec: SweepSpec, backend: str, host) -> GroupConfig:
     return GroupConfig.make(backend, spec.world_size, spec.device, spec.env,
                             setup_timeout_s=spec.setup_timeout_s,
                             nvlinks_all_up=getattr(host, "all_nvlinks_up", None),
-                            vllm_version=spec_target(spec).version)
+                            vllm_version=spec_target(spec).version,
+                            gpu_arch=(spec.gpu_arch or getattr(host, "gpu_arch", None)) if spec.device == "cuda" else None,
+                            dp_sizes=spec.dp_sizes, via=spec.via)
 
 
 def _job(spec: SweepSpec, tokens: list[int], wire_dtype: str | None = None) -> Job:

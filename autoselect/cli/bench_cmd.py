@@ -28,6 +28,7 @@ COLUMNS = (
     ("noise", "(%)", 6, lambda r: _num(None if r.noise_stdrel is None else 100 * r.noise_stdrel, "{:.2f}")),
     ("samples", "", 8, lambda r: str(r.samples) if r.samples else "-"),
     ("status", "", -11, lambda r: r.status + ("" if r.noise_target_met in (None, True) or r.status != "ok" else "*")),
+    ("footing", "", -13, lambda r: r.footing if r.status == "ok" else "-"),
 )
 
 
@@ -70,6 +71,16 @@ def render_text(report) -> str:
             failures.setdefault((r.backend, r.status, r.error), []).append(r.tokens_per_rank)
     for (backend, status, error), tokens in failures.items():
         lines.append(f"# {backend} @ {','.join(map(str, tokens))}: {status}: {error}")
+    eager: dict[tuple, list[int]] = {}  # one line per (backend, why it was eager), its token counts
+    for r in report.results:
+        if r.status == "ok" and r.timing == "eager" and r.timing_note:
+            eager.setdefault((r.backend, r.timing_note), []).append(r.tokens_per_rank)
+    for (backend, note), tokens in eager.items():
+        lines.append(f"# {backend} @ {','.join(map(str, tokens))}: eager: {note}")
+    if any(r.status == "ok" for r in report.results):
+        lines.append("# footing: graph (CUDA-graph replay) / eager / cpu; grouped = vLLM's calls, one per tensor; "
+                     "fused = packed in one collective; unequal = vLLM's unequal-DP-size path; via-vllm = vLLM's own "
+                     "prepare/finalize")
     if any(r.status == "harness_error" for r in report.results):
         lines.append("# harness_error: the harness itself failed (memory, overflow); not stored as a result "
                      "(the run's meta keeps it), so recommend does not count it against the backend")
@@ -121,6 +132,12 @@ def _group_lines(report) -> list[str]:
 @click.option("--setup-timeout", "setup_timeout_s", type=float, default=SETUP_TIMEOUT_S, show_default=True,
               help="Seconds for a worker group's start-up and for each point's adapter setup (FlashInfer JIT builds take minutes).")
 @click.option("--include-illegal", is_flag=True, help="Also measure backends the rules reject (rows marked illegal).")
+@click.option("--dp-sizes", type=click.Choice(["equal", "unequal"]), default="equal", show_default=True,
+              help="vLLM's default's call path for equal token counts per DP rank (padded, as under CUDA graphs) or "
+                   "unequal ones (per-root broadcasts and reduces, eager steps); other backends run as always.")
+@click.option("--via", type=click.Choice(["adapter", "vllm"]), default="adapter", show_default=True,
+              help="adapter: the benchmark's adapters; vllm: vLLM's own prepare/finalize objects for each backend "
+                   "(a GPU node with vLLM installed).")
 @click.option("--vllm-version", metavar="X.Y.Z",
               help="vLLM release legality is judged for and whose FlashInfer calls the adapters make (default: the "
                    "vllm of $AUTOSELECT_VLLM_PYTHON, else the installed vllm, else the newest known; as check).")
@@ -128,7 +145,7 @@ def _group_lines(report) -> list[str]:
 @format_option("text", "json")
 def bench_cmd(model, gpu_arch, hidden, top_k, experts, dtype, backends, tokens, world_size, device,
               routing, seed, max_noise, min_samples, min_time_s, timeout_s, setup_timeout_s,
-              include_illegal, vllm_version, db_path, fmt):
+              include_illegal, dp_sizes, via, vllm_version, db_path, fmt):
     """Measure the all2all backends on this node (correctness first) and store every point.
 
     Each backend runs in one worker group (one process per rank, started once for all its
@@ -142,6 +159,7 @@ def bench_cmd(model, gpu_arch, hidden, top_k, experts, dtype, backends, tokens, 
       autoselect bench --model deepseek-ai/DeepSeek-R1
       autoselect bench --hidden 7168 --top-k 8 --experts 256 --dtype nvfp4 --tokens 1,16,256,4096
       autoselect bench --device cpu --world-size 2 --hidden 2048 --top-k 8 --experts 64 --dtype bf16 --tokens 1,16,256
+      autoselect bench --model deepseek-ai/DeepSeek-R1 --backends allgather_reducescatter --via vllm
     """
     from bench.run import run_bench
 
@@ -151,7 +169,7 @@ def bench_cmd(model, gpu_arch, hidden, top_k, experts, dtype, backends, tokens, 
             backends=backends, tokens=tokens, world_size=world_size, device=device, routing=routing,
             seed=seed, max_noise=max_noise, min_samples=min_samples, min_time_s=min_time_s,
             timeout_s=timeout_s, setup_timeout_s=setup_timeout_s, include_illegal=include_illegal,
-            vllm_version=vllm_version, db_path=db_path, progress=progress,
+            dp_sizes=dp_sizes, via=via, vllm_version=vllm_version, db_path=db_path, progress=progress,
         )
     if report.db_path is None and report.run_id is None and not report.results:
         return  # a non-zero torchrun rank: rank 0 prints

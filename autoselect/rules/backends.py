@@ -242,6 +242,9 @@ BASELINES: dict[str, Baseline] = {
     for b in (
         Baseline("reference_all_to_all", "all_to_all_single with per-rank splits (runs on gloo and NCCL)",
                  "bench.backends.reference_all_to_all:ReferenceAllToAll"),
+        Baseline("reference_allgather_fused", "vLLM's default's bytes packed in one all_gather, then its "
+                 "reduce_scatter: the fused lower end of its calls (runs on gloo and NCCL)",
+                 "bench.backends.reference_allgather_fused:ReferenceAllgatherFused"),
     )
 }
 

@@ -117,7 +117,7 @@ EAGER_BACKENDS: tuple[EagerBackend, ...] = (
 )
 
 #: Where vLLM pads the DP ranks to one size: only when the step runs a graph (or micro-batches).
-DP_PADDING_SOURCE = ("vllm/v1/worker/dp_utils.py:181 (0.32.0-0.34.0) should_dp_pad = synced_cudagraph_mode != 0 "
+DP_PADDING_SOURCE = ("vllm/v1/worker/dp_utils.py:181 (0.32.0-0.34.0): should_dp_pad = synced_cudagraph_mode != 0 "
                      "or should_ubatch")
 
 

@@ -22,6 +22,9 @@ Each adapter is one file, one class, with these methods in this order:
 - ``code_path() -> dict``: optional (default ``{}``); after ``setup``, which upstream code path the
   adapter took, as ``versions`` entries of the stored result (the FlashInfer adapters: the API
   generation and the vLLM release whose calls they made, ``vllm_calls``).
+- ``footing() -> dict``: optional (default ``{}``); after ``setup``, the footing fields of the
+  stored result the adapter decides (``db.records``: ``calls``, ``dp_sizes``, ``via``); the harness
+  records how the point was timed (``timing``) itself.
 
 Adapters never time, check or print: ``bench/measure/`` does that. Optional packages are
 imported inside ``unavailable_reason``/``setup``.
@@ -42,6 +45,7 @@ from importlib import import_module
 
 from autoselect.errors import UnknownBackend
 from autoselect.rules import ADAPTERS
+from db.records import ADAPTER, EQUAL, VLLM
 
 ENTRY_POINT_GROUP = "autoselect.backends"
 
@@ -57,7 +61,10 @@ class BenchContext:
     ``group`` carries the data (gloo on CPU, NCCL on CUDA); ``cpu_group`` is a gloo group
     for host-side exchanges (handles, counts). ``nvlinks_all_up`` comes from the host
     fingerprint (None when unknown). ``vllm_version``: the release whose code path an adapter
-    mirrors where releases differ (None: the newest the rules know).
+    mirrors where releases differ (None: the newest the rules know). ``gpu_arch``: the GPU arch
+    family (``sm90``, ``sm100``; None on CPU), which sets vLLM's CUDA-graph capture size.
+    ``dp_sizes``: ``equal`` or ``unequal``, the call path of vLLM's default for equal or unequal
+    token counts per DP rank (``db.records.DP_SIZES``); other adapters ignore it.
     """
 
     rank: int
@@ -69,6 +76,8 @@ class BenchContext:
     local_rank: int = 0
     nvlinks_all_up: bool | None = None
     vllm_version: str | None = None
+    gpu_arch: str | None = None
+    dp_sizes: str = EQUAL
 
 
 @dataclass
@@ -130,6 +139,10 @@ class Backend:
         """Which upstream code path the last ``setup`` took (``versions`` entries of the result), or ``{}``."""
         return {}
 
+    def footing(self) -> dict[str, str]:
+        """The footing fields the last ``setup`` decided (``calls``, ``dp_sizes``, ``via``), or ``{}``."""
+        return {}
+
 
 def _autoselect_installed() -> bool:
     from importlib.metadata import PackageNotFoundError, distribution
@@ -163,8 +176,14 @@ def check_names(names) -> list[str]:
     return list(names)
 
 
-def load(name: str) -> Backend:
-    """Import and instantiate the adapter registered as ``name``."""
+def load(name: str, via: str = ADAPTER) -> Backend:
+    """Import and instantiate the adapter registered as ``name``; with ``via="vllm"``, vLLM's own
+    prepare / finalize objects for that backend (:class:`bench.backends.vllm_path.VllmPath`)."""
+    if via == VLLM:
+        from bench.backends.vllm_path import VllmPath
+
+        check_names([name])
+        return VllmPath(name)
     target = available().get(name)
     if target is None:
         check_names([name])

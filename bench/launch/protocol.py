@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from autoselect.options import SETUP_TIMEOUT_S
+from db.records import ADAPTER, EQUAL
 
 #: Worker events (the ``event`` key of each line), in the order a job produces them.
 #: ``ready`` (rank, pid, unavailable: reason or None) once per group; then per job ``phase``
@@ -37,7 +38,10 @@ class GroupConfig:
     e.g. ``NCCL_PROTO``), as sorted ``(name, value)`` pairs. ``setup_timeout_s``: wall-clock
     limit of the start-up (spawn to ready) and of each point's adapter setup. ``vllm_version``:
     the vLLM release whose calls the adapters mirror (:data:`autoselect.rules.flashinfer.VLLM_CALLS`;
-    None: the newest the rules know).
+    None: the newest the rules know). ``gpu_arch``: the arch family whose CUDA-graph capture size
+    vLLM uses (None on CPU). ``dp_sizes``: vLLM's default's call path for equal or unequal token
+    counts per DP rank (``db.records.DP_SIZES``). ``via``: the benchmark's adapters, or vLLM's own
+    prepare / finalize objects (``db.records.VIAS``).
     """
 
     backend: str
@@ -47,6 +51,9 @@ class GroupConfig:
     setup_timeout_s: float = SETUP_TIMEOUT_S
     nvlinks_all_up: bool | None = None
     vllm_version: str | None = None
+    gpu_arch: str | None = None
+    dp_sizes: str = EQUAL
+    via: str = ADAPTER
 
     @classmethod
     def make(cls, backend: str, world_size: int, device: str, env: dict | None = None, **kw) -> "GroupConfig":
@@ -61,7 +68,8 @@ class GroupConfig:
 
     def startup_key(self) -> tuple:
         """What the running processes depend on (everything but the timeout)."""
-        return (self.backend, self.world_size, self.device, self.env, self.nvlinks_all_up, self.vllm_version)
+        return (self.backend, self.world_size, self.device, self.env, self.nvlinks_all_up, self.vllm_version,
+                self.gpu_arch, self.dp_sizes, self.via)
 
     def differences(self, other: "GroupConfig") -> str:
         """Why ``other`` needs a fresh group: ``start-up knobs changed (NCCL_PROTO=LL -> unset)`` and the like."""
@@ -77,6 +85,10 @@ class GroupConfig:
             parts.append("NVLink state changed")
         if self.vllm_version != other.vllm_version:
             parts.append(f"target vLLM {self.vllm_version} -> {other.vllm_version}")
+        if self.gpu_arch != other.gpu_arch:
+            parts.append(f"GPU arch {self.gpu_arch} -> {other.gpu_arch}")
+        if (self.dp_sizes, self.via) != (other.dp_sizes, other.via):
+            parts.append(f"footing {self.dp_sizes} DP sizes via {self.via} -> {other.dp_sizes} via {other.via}")
         return "; ".join(parts) or "configuration changed"
 
 

@@ -99,8 +99,9 @@ class WorkerSession:
         self.ctx = backends.BenchContext(rank=self.rank, world_size=self.world_size, device=cfg.device,
                                          torch_device=torch_device, group=group, cpu_group=cpu_group,
                                          local_rank=local_rank, nvlinks_all_up=cfg.nvlinks_all_up,
-                                         vllm_version=cfg.vllm_version)
-        self.adapter = backends.load(cfg.backend)
+                                         vllm_version=cfg.vllm_version, gpu_arch=cfg.gpu_arch,
+                                         dp_sizes=cfg.dp_sizes)
+        self.adapter = backends.load(cfg.backend, cfg.via)
         # every rank loads the same class: one that keeps the base hook never asks (no collective)
         self.adapter_may_need_fresh = type(self.adapter).needs_fresh_process is not backends.Backend.needs_fresh_process
         return agree(self.ctx, self.adapter.unavailable_reason(self.ctx))
@@ -159,6 +160,8 @@ class WorkerSession:
                 path = self.adapter.code_path()
                 if path:  # merged into the result's versions by the sweep's recorder
                     fields["code_path"] = path
+                if outcome.status == "ok":  # calls, DP sizes, via: result fields, set by the recorder
+                    fields.update(self.adapter.footing())
             finally:
                 self.adapter.teardown()
             if self.config.device == "cuda":

@@ -1,8 +1,9 @@
 """CUDA timing: CUDA events around batches of round trips, replayed from a graph when allowed.
 
 Batches of :data:`bench.measure.graphs.CUDA_BATCH_ROUND_TRIPS` round trips between two events,
-replayed from a CUDA graph when the adapter allows capture and the graph passes its own
-check (:func:`bench.measure.graphs.capture`); else eager, with the reason. Dispatch and
+replayed from a CUDA graph where vLLM replays the step (:mod:`bench.measure.footing`: up to its
+capture size, not for a backend it runs eagerly), the adapter allows capture and the graph passes
+its own check (:func:`bench.measure.graphs.capture`); else eager, with the reason. Dispatch and
 combine are split in a separate eager pass with one event triple per iteration (which
 includes the event cost). The latency of an iteration is the maximum over ranks.
 """
@@ -10,6 +11,7 @@ includes the event cost). The latency of an iteration is the maximum over ranks.
 from __future__ import annotations
 
 from bench.measure.agreement import max_over_ranks, rank0_says_done
+from bench.measure.footing import vllm_runs_eagerly
 from bench.measure.graphs import CAPTURE_FAILED, CUDA_BATCH_ROUND_TRIPS, capture, eager_reason
 from bench.measure.stats import split_medians
 from bench.measure.sampling import WARMUP_ITERATIONS
@@ -41,8 +43,11 @@ def time_cuda(adapter, ctx, batch, expert_out, rule, *, point, gate_layout):
     torch.cuda.synchronize()
 
     per_batch = CUDA_BATCH_ROUND_TRIPS
-    if not adapter.supports_cuda_graph:
-        replay, note = None, eager_reason("not_allowed")
+    vllm_eager = vllm_runs_eagerly(adapter, ctx, point)
+    if vllm_eager:
+        replay, note = None, eager_reason("vllm_eager", vllm_eager)
+    elif not adapter.supports_cuda_graph:
+        replay, note = None, f"{eager_reason('not_allowed')}; vLLM replays this step from a CUDA graph"
     elif adapter.name in CAPTURE_FAILED:
         replay, note = None, eager_reason("failed_before", CAPTURE_FAILED[adapter.name])
     else:

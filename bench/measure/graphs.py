@@ -16,6 +16,7 @@ CUDA_BATCH_ROUND_TRIPS = 10
 
 #: Why a CUDA point was timed eagerly, by cause (``{detail}``: the first line of the error).
 EAGER_REASONS = {
+    "vllm_eager": "as vLLM runs it: {detail}",
     "not_allowed": "the adapter does not allow CUDA-graph capture",
     "host_sync": "a round trip synchronizes with the host ({detail}); capture not attempted",
     "capture_failed": "CUDA-graph capture failed ({detail}); the eager round trip passed the gate again",

@@ -55,8 +55,9 @@ def test_the_eager_reasons_name_the_cause_and_its_detail():
         "a replay of the captured graph did not pass the gate (dispatch: x)")
     assert eager_reason("failed_before", "E") == (
         "CUDA-graph capture failed at an earlier point in this worker (E); not tried again")
+    assert eager_reason("vllm_eager", "vLLM runs that step eagerly") == "as vLLM runs it: vLLM runs that step eagerly"
     assert sorted(EAGER_REASONS) == ["capture_failed", "failed_before", "host_sync", "not_allowed",
-                                     "replay_mismatch"]
+                                     "replay_mismatch", "vllm_eager"]
 
 
 def test_a_batch_interval_is_divided_into_round_trips_in_microseconds():

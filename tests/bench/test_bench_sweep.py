@@ -140,14 +140,50 @@ def test_bench_cli_prints_fixed_columns_with_units_and_a_footer(db_path):
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
     assert lines[2].split() == ["#", "backend", "tokens", "bytes", "time_p50", "dispatch", "combine",
-                                "algbw", "busbw", "noise", "samples", "status"]
+                                "algbw", "busbw", "noise", "samples", "status", "footing"]
     assert lines[3].split() == ["#", "(/rank)", "(B/rank)", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "(%)"]
     rows = [line.split() for line in lines[4:8]]
-    assert [(r[0], r[1], r[-1].rstrip("*")) for r in rows] == [
-        ("allgather_reducescatter", "1", "ok"), ("allgather_reducescatter", "16", "ok"),
-        ("reference_all_to_all", "1", "ok"), ("reference_all_to_all", "16", "ok")]
+    assert [(r[0], r[1], r[10].rstrip("*"), " ".join(r[11:])) for r in rows] == [
+        ("allgather_reducescatter", "1", "ok", "cpu grouped"), ("allgather_reducescatter", "16", "ok", "cpu grouped"),
+        ("reference_all_to_all", "1", "ok", "cpu"), ("reference_all_to_all", "16", "ok", "cpu")]
     assert "# ok 4 · incorrect 0 · unavailable 0 · error 0 · timeout 0 · skipped (illegal) 0" in lines
     assert lines[-1] == f"# stored as run 1 in {db_path}"
+
+
+@pytest.mark.slow
+def test_a_cpu_bench_of_the_default_stores_vllms_grouped_calls_and_the_fused_variant_under_its_own_name(db_path):
+    res = _bench("--backends", "allgather_reducescatter,reference_allgather_fused", "--tokens", "2", db=db_path)
+    assert res.exit_code == 0, res.output
+    conn = sqlite3.connect(db_path)
+    rows = conn.execute("select backend, status, timing, timing_note, calls, dp_sizes, via, "
+                        "json_extract(versions, '$.vllm_calls') from results order by id").fetchall()
+    assert rows == [
+        ("allgather_reducescatter", "ok", "cpu", None, "grouped", "equal", "adapter",
+         "vLLM 0.32.0+ (rules/agrs_collectives.py): 3 all_gather per tensor in sequence (gloo has no groups), "
+         "reduce_scatter"),
+        ("reference_allgather_fused", "ok", "cpu", None, "fused", "equal", "adapter", None),
+    ]
+    assert "# footing: graph (CUDA-graph replay) / eager / cpu; grouped = vLLM's calls, one per tensor; fused = " \
+        "packed in one collective; unequal = vLLM's unequal-DP-size path; via-vllm = vLLM's own prepare/finalize" \
+        in res.stdout.splitlines()
+
+
+@pytest.mark.slow
+def test_the_unequal_dp_size_path_runs_through_the_gate_and_is_stored_as_such(db_path):
+    res = _bench("--backends", "allgather_reducescatter", "--tokens", "3", "--dp-sizes", "unequal", db=db_path)
+    assert res.exit_code == 0, res.output
+    row = sqlite3.connect(db_path).execute("select status, calls, dp_sizes, json_extract(versions, '$.vllm_calls') "
+                                            "from results").fetchone()
+    assert row == ("ok", "grouped", "unequal", "vLLM 0.32.0+ (rules/agrs_collectives.py): 3 broadcast per tensor "
+                                               "and root rank in sequence (gloo has no groups), reduce per root rank")
+
+
+def test_via_vllm_on_cpu_is_one_error_line_and_writes_nothing(db_path):
+    res = _bench("--backends", "allgather_reducescatter", "--via", "vllm", db=db_path)
+    assert (res.exit_code, res.stderr) == (2, "Error: --via vllm times vLLM's own prepare/finalize kernels, which run "
+                                              "on CUDA GPUs only; run it with --device cuda on a GPU node that has "
+                                              "vLLM, or drop --via vllm\n")
+    assert not db_path.exists()
 
 
 @pytest.mark.slow

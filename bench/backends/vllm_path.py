@@ -1,0 +1,247 @@
+"""vLLM's own prepare / finalize objects for one backend (``bench --via vllm``), behind the adapter interface."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from types import SimpleNamespace
+
+import torch
+
+from bench.backends import Backend, Received
+from db.records import VLLM
+
+#: Activation dtypes whose synthetic input vLLM's own quantization reproduces bit-exactly, so the
+#: gate checks every received byte: bf16 / fp16 pass unquantized; the ``fp8_block128`` rows are
+#: quantization-stable (``bench.synthetic.fp8_block128_rows``: vLLM's per-128 ``amax/448`` cast of
+#: their bf16 source returns the same bytes and power-of-two scales).
+GATED_DTYPES = ("bf16", "fp16", "fp8_block128")
+#: Bytes of a row's start that name its token (the payload bytes are hashes of the token id).
+_KEY_BYTES = 8
+
+
+class VllmPath(Backend):
+    """Based on vLLM's ``FusedMoEPrepareAndFinalize`` for the backend, built as vLLM's MoE layer builds it.
+
+    In each worker process vLLM's distributed state is set up over the worker group's own
+    torch.distributed group, the way vLLM's own MoE tests do (``tests/kernels/moe/
+    modular_kernel_tools/parallel_utils.py``): a ``VllmConfig`` with one DP rank per process,
+    expert parallelism on and ``all2all_backend`` set to the backend, made current;
+    ``init_distributed_environment`` and ``initialize_model_parallel`` (which build the EP group and
+    its all2all manager, as a vLLM worker does). Per point, ``FusedMoEConfig`` and the model's
+    ``FusedMoEQuantConfig`` go to ``maybe_make_prepare_finalize``, the function vLLM's MoE layer
+    calls; a round trip is its ``prepare`` (quantization where the model quantizes, dispatch) and
+    ``finalize`` (combine) inside ``set_forward_context`` with every DP rank's token count, as a
+    model step runs them. The expert outputs come from the harness's synthetic experts, handed
+    to ``finalize`` already weighted and reduced per row (``TopKWeightAndReduceNoOP``), or
+    unweighted per slot for the batched format (DeepEP low-latency), whose combine weights them.
+
+    vLLM's received rows carry no token index: each row's token is found by its first bytes (the
+    payload bytes are hashes of the token id) and the gate then checks the whole row, so every
+    byte is checked where vLLM's quantization reproduces the synthetic payload
+    (:data:`GATED_DTYPES`); other activation dtypes are unavailable here, with the reason.
+    """
+
+    supports_cuda_graph = True
+
+    def __init__(self, backend: str):
+        self.name = backend
+        self._env = None  # (vllm_config, the config context entered once per process)
+        self._built_tokens = 0
+
+    def unavailable_reason(self, ctx):
+        """CUDA, vLLM, two or more DP ranks and a vLLM backend are needed."""
+        import importlib.util
+
+        if ctx.device != "cuda":
+            return "vLLM's prepare/finalize objects need CUDA (--via vllm runs on a GPU node)"
+        if importlib.util.find_spec("vllm") is None:
+            return "vllm not installed in the workers' Python"
+        if ctx.world_size < 2:
+            return "with one DP rank vLLM runs no all2all (maybe_make_prepare_finalize builds none): use 2+ ranks"
+        if self.name.startswith("reference_"):
+            return f"{self.name} is the benchmark's own baseline: vLLM has no prepare/finalize for it"
+        return None
+
+    def needs_fresh_process(self, ctx, point):
+        """The all2all manager sizes its workspaces once per process, from the token budget of the first point."""
+        if self._built_tokens and point.tokens_per_rank > self._built_tokens:
+            return (f"vLLM's all2all manager sized its workspace for {self._built_tokens} tokens per rank in this "
+                    f"process; {point.tokens_per_rank} need a fresh one")
+        return None
+
+    def setup(self, ctx, point):
+        """vLLM's distributed state (once per process), then the point's prepare/finalize object."""
+        if point.dtype not in GATED_DTYPES:
+            raise ValueError(f"--via vllm takes {', '.join(GATED_DTYPES)} activations (vLLM quantizes the bf16 input "
+                             f"itself; the synthetic {point.dtype} payload is not quantization-stable, so the "
+                             "gate could not check it)")
+        from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+        from vllm.model_executor.layers.fused_moe.all2all_utils import maybe_make_prepare_finalize
+        from vllm.model_executor.layers.fused_moe.config import (
+            FusedMoEConfig,
+            FusedMoEParallelConfig,
+            FusedMoEQuantConfig,
+            RoutingMethodType,
+        )
+        from vllm.distributed import get_dp_group, get_pcp_group, get_tensor_model_parallel_world_size
+        from vllm.forward_context import set_forward_context
+
+        self.ctx, self.w = ctx, point
+        vllm_config = self._vllm_environment(ctx, point)
+        n, t, dev = ctx.world_size, point.tokens_per_rank, ctx.torch_device
+        in_dtype = torch.float16 if point.dtype == "fp16" else torch.bfloat16
+        self.quant_config = (FusedMoEQuantConfig.make(torch.float8_e4m3fn, block_shape=[128, 128])
+                             if point.dtype == "fp8_block128" else FusedMoEQuantConfig.make(None))
+        parallel = FusedMoEParallelConfig.make(
+            tp_size_=get_tensor_model_parallel_world_size(), pcp_size_=get_pcp_group().world_size,
+            dp_size_=get_dp_group().world_size, sp_size_=1, vllm_parallel_config=vllm_config.parallel_config)
+        local = point.experts // n
+        moe = FusedMoEConfig(
+            num_experts=point.experts, experts_per_token=point.top_k, hidden_dim=point.hidden,
+            intermediate_size=point.hidden, num_local_experts=local, num_logical_experts=point.experts,
+            activation=MoEActivation.SILU, device=dev, routing_method=RoutingMethodType.TopK,
+            moe_parallel_config=parallel, in_dtype=in_dtype, max_num_tokens=t)
+        self.pf = maybe_make_prepare_finalize(moe=moe, quant_config=self.quant_config, allow_new_interface=True)
+        if self.pf is None:
+            raise RuntimeError(f"maybe_make_prepare_finalize built no prepare/finalize for {self.name} "
+                               f"at {n} DP ranks")
+        self.batched = self.pf.activation_format.name == "BatchedExperts"  # FusedMoEActivationFormat
+        self.ids_dtype = self.pf.topk_indices_dtype() or torch.int32
+        self.offset = ctx.rank * local
+        self.expert_map = torch.full((point.experts,), -1, dtype=torch.int32, device=dev)
+        self.expert_map[self.offset : self.offset + local] = torch.arange(local, dtype=torch.int32, device=dev)
+        self.out = torch.empty((t, point.hidden), dtype=in_dtype, device=dev)
+        self.keys, self.key_tokens = _token_keys(point, dev)
+        self._batch = None
+        # a model step runs the MoE layer inside a forward context with every DP rank's token count
+        self._forward = contextlib.ExitStack()
+        self._forward.enter_context(set_forward_context(
+            None, vllm_config, num_tokens=t, num_tokens_across_dp=torch.full((n,), t, dtype=torch.int32, device="cpu")))
+        self.in_dtype = in_dtype
+
+    def _vllm_environment(self, ctx, point):
+        """vLLM's config and distributed state over this worker group's process group (once per process)."""
+        if self._env is not None:
+            vllm_config = self._env
+            vllm_config.scheduler_config.max_num_batched_tokens = max(
+                vllm_config.scheduler_config.max_num_batched_tokens, point.tokens_per_rank)
+            return vllm_config
+        from vllm.config import VllmConfig, set_current_vllm_config
+        from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+        vllm_config = VllmConfig()
+        vllm_config.model_config = SimpleNamespace(enforce_eager=True, is_moe=True)  # as vLLM's MoE tests set it
+        parallel = vllm_config.parallel_config
+        parallel.data_parallel_size = ctx.world_size
+        parallel.data_parallel_rank = ctx.rank
+        parallel.enable_expert_parallel = True
+        parallel.all2all_backend = self.name
+        parallel.rank = 0
+        vllm_config.scheduler_config.max_num_batched_tokens = point.tokens_per_rank
+        # kept current for the process: the all2all managers read it whenever they build a handle
+        self._config_context = set_current_vllm_config(vllm_config)
+        self._config_context.__enter__()
+        init_distributed_environment(world_size=1, rank=0,
+                                     distributed_init_method=f"file://{tempfile.mkstemp()[1]}",
+                                     local_rank=ctx.local_rank, backend="nccl")
+        initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
+        self._env = vllm_config
+        self._built_tokens = point.tokens_per_rank
+        return vllm_config
+
+    def _inputs(self, batch):
+        """The MoE layer's input (bf16 activations, routing in the P/F's index dtype), staged once per batch."""
+        if batch is not self._batch:
+            if self.w.dtype == "fp8_block128":
+                a1 = batch.x_bf16
+            else:
+                a1 = batch.x.view(self.in_dtype).reshape(batch.num_tokens, self.w.hidden)
+            self._a1 = a1.contiguous()
+            self._ids = batch.topk_ids.to(self.ids_dtype)
+            self._weights = batch.topk_weights
+            self._batch = batch
+        return self._a1, self._weights, self._ids
+
+    def dispatch(self, batch):
+        """vLLM's ``prepare``: quantize where the model quantizes, then dispatch."""
+        a1, weights, ids = self._inputs(batch)
+        a1q, a1q_scale, meta, topk_ids, topk_weights = self.pf.prepare(
+            a1, weights, ids, self.w.experts, self.expert_map, False, self.quant_config, False)
+        self._prepared = (topk_weights, topk_ids)
+        return _received(self, a1q, a1q_scale, meta, topk_ids, topk_weights)
+
+    def combine(self, expert_out):
+        """vLLM's ``finalize``: combine the expert outputs into this rank's tokens."""
+        from vllm.model_executor.layers.fused_moe.topk_weight_and_reduce import TopKWeightAndReduceNoOP
+
+        fused = expert_out.to(self.in_dtype)
+        if self.batched:
+            fused = fused.reshape(self._slots_shape)
+        topk_weights, topk_ids = self._prepared
+        self.pf.finalize(self.out, fused, topk_weights, topk_ids, False, TopKWeightAndReduceNoOP())
+        return self.out
+
+    def teardown(self):
+        """Leave the forward context; the distributed state stays for the process's next point."""
+        self._forward.close()
+        self.pf = self.out = None
+
+    def code_path(self):
+        """vLLM's release and the prepare/finalize class it built."""
+        from importlib.metadata import version
+
+        return {"vllm": version("vllm"), "vllm_prepare_finalize": type(self.pf).__name__}
+
+    def footing(self):
+        """vLLM's own objects."""
+        return {"via": VLLM}
+
+
+def _token_keys(point, device):
+    """Every token's first :data:`_KEY_BYTES` payload bytes as one int64, sorted, with the token of each."""
+    total = point.total_tokens
+    x, _ = point.payload_rows(torch.arange(total, dtype=torch.int64, device=device))
+    keys = _row_keys(x)
+    order = keys.argsort()
+    keys = keys[order]
+    if bool((keys[1:] == keys[:-1]).any()):
+        raise RuntimeError("two tokens' payloads start with the same bytes: rows cannot be told apart; change --seed")
+    return keys, order
+
+
+def _row_keys(rows_u8):
+    """The first :data:`_KEY_BYTES` bytes of each uint8 row as one int64."""
+    head = rows_u8.reshape(rows_u8.shape[0], -1)[:, :_KEY_BYTES].contiguous()
+    return head.view(torch.int64).reshape(-1)
+
+
+def _received(self, a1q, a1q_scale, meta, topk_ids, topk_weights) -> Received:
+    """vLLM's prepared rows as the harness reads them: each row's token found by its first bytes."""
+    x = a1q.view(torch.uint8)
+    if self.batched:  # [local experts, max tokens, hidden]: one slot per (token, local expert)
+        local, max_tokens = x.shape[0], x.shape[1]
+        self._slots_shape = (local, max_tokens, self.w.hidden)
+        x = x.reshape(local * max_tokens, -1)
+        counts = meta.expert_num_tokens.to(torch.int64)
+        slot = torch.arange(max_tokens, device=x.device)
+        valid = (slot[None, :] < counts[:, None]).reshape(-1)
+        expert = (torch.arange(local, device=x.device)[:, None] + self.offset).expand(local, max_tokens).reshape(-1)
+    else:
+        valid, expert = None, None
+    keys = _row_keys(x)
+    at = torch.searchsorted(self.keys, keys).clamp(max=self.keys.shape[0] - 1)
+    found = self.keys[at] == keys
+    valid = found if valid is None else valid & found
+    token_index = torch.where(found, self.key_tokens[at], 0).to(torch.int32)
+    x_sf = None
+    if a1q_scale is not None and self.w.scale_bytes:
+        x_sf = a1q_scale.reshape(x.shape[0], -1).contiguous().view(torch.uint8)
+    ids = None
+    if topk_ids is not None and not self.batched:
+        ids = topk_ids.to(torch.int64)
+        deferred = getattr(meta, "rank_expert_offset", None) if meta is not None else None
+        if deferred is not None:  # globalization deferred to the experts: local ids + the rank's offset
+            ids = torch.where(ids >= 0, ids + deferred, ids)
+    return Received(x=x, x_sf=x_sf, topk_ids=ids, topk_weights=None if self.batched else topk_weights,
+                    token_index=token_index, valid=valid, expert=expert)
