@@ -14,9 +14,14 @@ shape at the deployment's world size, summarized (``results_for(summarize=STALEN
 the newest row per point, status and versions, with its group's count and median range), so a
 history of repeated sweeps costs SQL work, not one Python object per stored row. An
 ``incorrect`` or ``error`` row disqualifies its backend for the shape; rows measured with tuned
-knobs or marked illegal are not the backend's evidence. Per token count the newest up-to-date
-row wins (up-to-date: measured under the target's vllm / flashinfer / driver), and its band is
-widened to the run-to-run spread of the medians when several runs measured the point.
+knobs or marked illegal are not the backend's evidence. Numbers are compared on one footing
+(``db.records``): the equal-DP-size path only (the unequal path is a calibration of vLLM's
+default alone); vLLM's own prepare / finalize (``bench --via vllm``) when every measured backend
+has such rows, else the benchmark's adapters, never a mix; at a token count with a row of vLLM's
+grouped calls, never the fused variant of the same backend (an ``allgather_reducescatter`` row
+stored before the footing was recorded was one packed all_gather). Per token count the newest
+up-to-date row wins (up-to-date: measured under the target's vllm / flashinfer / driver), and its
+band is widened to the run-to-run spread of the medians when several runs measured the point.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from autoselect.selector.answer import EVIDENCE_KINDS, MEASURED, SYNTHETIC
 from autoselect.selector.estimate import ESTIMATE_FLOOR, MeasuredPoint
 from autoselect.selector.target import STALENESS_KEYS, RecommendTarget
 from db.queries import StoredResult, results_for
+from db.records import ADAPTER, EQUAL, FUSED, GROUPED, VLLM
 
 #: Result statuses that disqualify a backend for the whole shape.
 DISQUALIFYING = ("incorrect", "error")
@@ -168,6 +174,7 @@ class MeasuredEvidence:
         self.by_backend: dict[str, list[StoredResult]] = {}
         for r in rows:
             self.by_backend.setdefault(r.backend, []).append(r)
+        self.via = comparison_path(rows)
 
     @classmethod
     def from_store(cls, target: RecommendTarget, conn: sqlite3.Connection | None) -> "MeasuredEvidence":
@@ -195,7 +202,7 @@ class MeasuredEvidence:
         bad = sorted((r for r in mine if r.status in DISQUALIFYING), key=when)
         if bad:
             return BackendEvidence(backend, disqualified=_disqualification(bad))
-        ok_rows = [r for r in mine if r.status == "ok" and r.latency_us_p50 is not None]
+        ok_rows = on_one_footing([r for r in mine if r.status == "ok" and r.latency_us_p50 is not None], self.via)
         if not ok_rows and mine and all(r.status == "unavailable" for r in mine):
             reason = sorted(mine, key=when)[-1].error or "no reason recorded"
             return BackendEvidence(backend, unavailable=f"unavailable on this host class: {reason}")
@@ -214,6 +221,24 @@ class MeasuredEvidence:
         source = f"synthetic example data ({'; '.join(made_up)})" if made_up else "this host class's measurements"
         return BackendEvidence(backend, source=source, points=points, rows={r.id: r for r in chosen.values()},
                                warnings=warnings)
+
+
+def comparison_path(rows: list[StoredResult]) -> str:
+    """``vllm`` when every backend with an ok equal-DP-size row has one measured through vLLM's own
+    prepare / finalize, else ``adapter``: the one path the answer compares every backend on."""
+    paths: dict[str, set] = {}
+    for r in rows:
+        if r.status == "ok" and r.dp_sizes == EQUAL and not r.illegal and not r.knobs:
+            paths.setdefault(r.backend, set()).add(r.via)
+    return VLLM if paths and all(VLLM in p for p in paths.values()) else ADAPTER
+
+
+def on_one_footing(rows: list[StoredResult], via: str) -> list[StoredResult]:
+    """The rows of one backend that stand on the comparison's footing: equal DP sizes, the path
+    ``via``, and at a token count that has a row of vLLM's grouped calls, not the fused variant."""
+    rows = [r for r in rows if r.dp_sizes == EQUAL and r.via == via]
+    grouped = {r.tokens_per_rank for r in rows if r.calls == GROUPED}
+    return [r for r in rows if not (r.calls == FUSED and r.tokens_per_rank in grouped)]
 
 
 def _disqualification(bad: list[StoredResult]) -> str:
