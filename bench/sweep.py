@@ -33,7 +33,7 @@ from autoselect.rules.versions import parse_version
 from autoselect.rules.wire import Wire, wire_dtype
 from autoselect.workload import Shape
 from bench import launch
-from bench.backends import check_names
+from bench.backends import VLLM_PATH_DTYPES, check_names
 from bench.events import (
     BackendSkipped,
     GroupStarted,
@@ -89,16 +89,21 @@ class VllmPathUnavailable(UserError):
     "bench --via vllm cannot run here: not on CUDA, no vLLM in this Python, or another vLLM release asked for."
 
 
-def check_vllm_path(device: str, vllm_version: str | None) -> str:
+def check_vllm_path(device: str, vllm_version: str | None, dtype: str) -> str:
     """The installed vLLM's version, which ``--via vllm`` times; raises :class:`VllmPathUnavailable` on
-    CPU (vLLM's prepare / finalize kernels need CUDA), without an importable vLLM (asked without
-    importing it), or when ``vllm_version`` names another release."""
+    CPU (vLLM's prepare / finalize kernels need CUDA), for an activation dtype whose synthetic payload
+    vLLM's own quantization does not reproduce (the gate could not check it), without an importable
+    vLLM (asked without importing it), or when ``vllm_version`` names another release."""
     import importlib.util
     from importlib.metadata import PackageNotFoundError, version
 
     if device != "cuda":
         raise VllmPathUnavailable("--via vllm times vLLM's own prepare/finalize kernels, which run on CUDA GPUs "
                                   "only; run it with --device cuda on a GPU node that has vLLM, or drop --via vllm")
+    if dtype not in VLLM_PATH_DTYPES:
+        raise VllmPathUnavailable(f"--via vllm takes {', '.join(VLLM_PATH_DTYPES)} activations, not {dtype}: vLLM "
+                                  "quantizes the bf16 input itself and that dtype's synthetic payload does not survive "
+                                  "it bit for bit, so the correctness gate could not check it; drop --via vllm")
     if importlib.util.find_spec("vllm") is None:
         raise VllmPathUnavailable("--via vllm needs vLLM importable in this Python (no module named 'vllm'); "
                                   "install vLLM on this node, or drop --via vllm")
@@ -166,7 +171,7 @@ def validate(spec: SweepSpec, host=None) -> None:
     if spec.via not in VIAS:
         raise BadSweep(f"unknown path {spec.via!r}; use {' or '.join(VIAS)}")
     if spec.via == VLLM:
-        check_vllm_path(spec.device, spec.vllm_version)
+        check_vllm_path(spec.device, spec.vllm_version, spec.activation_dtype)
     if spec.vllm_version is not None:  # a bad or flag-less version fails here, before legality()
         check_vllm_version(spec.vllm_version)
     check_seed(spec.seed)
@@ -304,7 +309,7 @@ def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=N
         emit(BackendSkipped(label, reason))
     sent = wires(spec, host)
     for name, _, _ in plan:
-        if sent[name].converts:
+        if sent[name].converts and spec.via != VLLM:  # vLLM's own path converts by itself
             emit(WireConverted(name, spec.activation_dtype, sent[name].dtype, sent[name].why))
     emit(SweepStarted(sum(len(points) for _, points, _ in plan)))
     rank = launch.torchrun_rank()
@@ -319,7 +324,9 @@ def run_sweep(spec: SweepSpec, *, store=None, run_id=None, host=None, progress=N
             run_id = run.id
         record = _Recorder(spec, host, store, run_id, rank, emit, results, {n: w.dtype for n, w in sent.items()})
         for name, points, illegal_at in plan:
-            config, job = group_config(spec, name, host), _job(spec, points, sent[name].dtype)
+            # vLLM's own prepare takes the model's activation dtype and sends what it sends itself
+            dtype = spec.activation_dtype if spec.via == VLLM else sent[name].dtype
+            config, job = group_config(spec, name, host), _job(spec, points, dtype)
             on_event = record.for_backend(name, illegal_at)
             if launch.under_torchrun():
                 _check_torchrun(spec)

@@ -1,14 +1,16 @@
-"""Harness overhead on CPU gloo: the harness's timed loop vs a bare loop of the same collectives.
+"""Harness overhead on CPU gloo: the grouped default's timed loop vs a bare loop of the same collectives.
 
 Two gloo ranks, 256 tokens per rank (hidden 2048, top-8 of 64 experts, bf16). In the same
 processes, strictly interleaved in pairs (ABAB..., the order flipped every other pair so
 neither side always runs second), each pair runs one block of ``--iters`` iterations of
 
-- bare: pack the batch into byte rows, ``all_gather_single``, ``reduce_scatter_single`` of
-  the expert outputs, with ``perf_counter_ns`` around each iteration; and
-- harness: ``bench.measure.time_cpu`` on the allgather_reducescatter adapter (adapter
-  method calls, per-iteration dispatch/combine timestamps, batching, all_reduce MAX and the
-  stopping rule's broadcast per batch, stopping-rule bookkeeping).
+- bare: the gloo calls the default's adapter makes, written out: one ``all_gather_single`` per
+  tensor vLLM gathers (hidden_states, topk_weights, topk_ids, in vLLM's order), then
+  ``reduce_scatter_single`` of the expert outputs, with ``perf_counter_ns`` around each iteration; and
+- harness: ``bench.measure.time_cpu`` on the allgather_reducescatter adapter (vLLM's grouped calls
+  read from ``rules/agrs_collectives.py``, adapter method calls, per-iteration dispatch/combine
+  timestamps, batching, all_reduce MAX and the stopping rule's broadcast per batch, stopping-rule
+  bookkeeping).
 
 Both take the median of the per-iteration MAX over ranks. On a shared 2-core machine one
 5 ms round trip varies by a factor 2-3 from one iteration to the next and the load drifts
@@ -52,7 +54,7 @@ def worker(rank, world, store_path, args, queue):
     import bench.measure as measure
     import bench.measure.cpu_timing as cpu_timing
     from bench.backends import BenchContext
-    from bench.backends._collectives import all_gather_single, pack_rows, reduce_scatter_single
+    from bench.backends._collectives import all_gather_single, reduce_scatter_single
     from bench.backends.allgather_reducescatter import AllgatherReducescatter
     from bench.synthetic import BenchPoint
 
@@ -71,22 +73,25 @@ def worker(rank, world, store_path, args, queue):
     expert_out = w.expert_output(rank, rec.x, rec.topk_ids, rec.topk_weights)
     adapter.combine(expert_out)
 
-    row = 8 * w.top_k + w.value_bytes
-    send = torch.empty((w.tokens_per_rank, row), dtype=torch.uint8)
-    gathered = torch.empty((w.tokens_per_rank * world, row), dtype=torch.uint8)
+    # the tensors vLLM gathers, in its order (bf16: no scales), each into its own gathered buffer
+    gathers = [(torch.empty((w.tokens_per_rank * world, *t.shape[1:]), dtype=t.dtype), t)
+               for t in (batch.x, batch.topk_weights, batch.topk_ids)]
+    calls = [c.op for c in adapter.calls]
+    assert calls == ["all_gather"] * len(gathers) + ["reduce_scatter"], calls  # the same calls, written out
     out = torch.empty((w.tokens_per_rank, w.hidden), dtype=torch.bfloat16)
+
+    def round_trip():
+        for gathered, tensor in gathers:
+            all_gather_single(gathered, tensor, group=g)
+        reduce_scatter_single(out, expert_out, group=g)
 
     def bare(n):
         times = []
         for _ in range(measure.WARMUP_ITERATIONS):  # as time_cpu warms up
-            pack_rows(send, (batch.topk_ids, batch.topk_weights, batch.x, batch.x_sf))
-            all_gather_single(gathered, send, group=g)
-            reduce_scatter_single(out, expert_out, group=g)
+            round_trip()
         for _ in range(n):
             t0 = time.perf_counter_ns()
-            pack_rows(send, (batch.topk_ids, batch.topk_weights, batch.x, batch.x_sf))
-            all_gather_single(gathered, send, group=g)
-            reduce_scatter_single(out, expert_out, group=g)
+            round_trip()
             times.append((time.perf_counter_ns() - t0) / 1e3)
         t = torch.tensor(times, dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -183,6 +188,7 @@ def main():
     args.pairs = args.pairs or (6 if args.quick else 150)
     args.iters = args.iters or (5 if args.quick else 40)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    load_before = os.getloadavg()[0]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,10 +206,11 @@ def main():
     bare = [p["bare"] for p in pairs]
     harness = [p["harness"] for p in pairs]
     print(f"world size 2 (gloo, CPU), {args.tokens} tokens/rank, hidden 2048, top-8/64, bf16; "
-          f"{args.pairs} interleaved pairs x {args.iters} iterations per block")
-    print(f"bare loop (pack + all_gather + reduce_scatter): median {statistics.median(bare):8.1f} us  "
+          f"{args.pairs} interleaved pairs x {args.iters} iterations per block; "
+          f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after ({os.cpu_count()} CPUs)")
+    print(f"bare loop (3 all_gather + reduce_scatter):      median {statistics.median(bare):8.1f} us  "
           f"(block medians {min(bare):.1f} .. {max(bare):.1f})")
-    print(f"harness   (adapter + timing + stopping rule):   median {statistics.median(harness):8.1f} us  "
+    print(f"harness   (grouped default + timing + rule):    median {statistics.median(harness):8.1f} us  "
           f"(block medians {min(harness):.1f} .. {max(harness):.1f})")
     print(f"per-pair ratio harness/bare: median {ratio:.3f}, 95% CI [{lo:.3f}, {hi:.3f}], "
           f"IQR [{q1:.3f}, {q3:.3f}]")

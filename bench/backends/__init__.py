@@ -54,6 +54,13 @@ ENTRY_POINT_GROUP = "autoselect.backends"
 BUILTIN: dict[str, str] = dict(ADAPTERS)
 
 
+#: Activation dtypes ``--via vllm`` measures (:class:`bench.backends.vllm_path.VllmPath`): vLLM quantizes
+#: the bf16 input itself, and these dtypes' synthetic payloads survive that bit for bit (bf16 / fp16
+#: pass unquantized; ``bench.synthetic``'s fp8_block128 rows are quantization-stable), so the gate
+#: checks every received byte.
+VLLM_PATH_DTYPES = ("bf16", "fp16", "fp8_block128")
+
+
 @dataclass
 class BenchContext:
     """Where an adapter runs: rank, world, device and process groups.

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from types import SimpleNamespace
 
 import torch
 
-from bench.backends import Backend, Received
+from bench.backends import VLLM_PATH_DTYPES, Backend, Received
 from db.records import VLLM
 
-#: Activation dtypes whose synthetic input vLLM's own quantization reproduces bit-exactly, so the
-#: gate checks every received byte: bf16 / fp16 pass unquantized; the ``fp8_block128`` rows are
-#: quantization-stable (``bench.synthetic.fp8_block128_rows``: vLLM's per-128 ``amax/448`` cast of
-#: their bf16 source returns the same bytes and power-of-two scales).
-GATED_DTYPES = ("bf16", "fp16", "fp8_block128")
 #: Bytes of a row's start that name its token (the payload bytes are hashes of the token id).
 _KEY_BYTES = 8
+#: vLLM's state in this process (its config, the token budget its all2all manager was sized for):
+#: vLLM builds its distributed groups once per process.
+_PROCESS: dict = {}
 
 
 class VllmPath(Backend):
@@ -39,15 +36,13 @@ class VllmPath(Backend):
     vLLM's received rows carry no token index: each row's token is found by its first bytes (the
     payload bytes are hashes of the token id) and the gate then checks the whole row, so every
     byte is checked where vLLM's quantization reproduces the synthetic payload
-    (:data:`GATED_DTYPES`); other activation dtypes are unavailable here, with the reason.
+    (:data:`bench.backends.VLLM_PATH_DTYPES`); the sweep refuses other activation dtypes before it starts.
     """
 
     supports_cuda_graph = True
 
     def __init__(self, backend: str):
         self.name = backend
-        self._env = None  # (vllm_config, the config context entered once per process)
-        self._built_tokens = 0
 
     def unavailable_reason(self, ctx):
         """CUDA, vLLM, two or more DP ranks and a vLLM backend are needed."""
@@ -65,15 +60,16 @@ class VllmPath(Backend):
 
     def needs_fresh_process(self, ctx, point):
         """The all2all manager sizes its workspaces once per process, from the token budget of the first point."""
-        if self._built_tokens and point.tokens_per_rank > self._built_tokens:
-            return (f"vLLM's all2all manager sized its workspace for {self._built_tokens} tokens per rank in this "
+        built = _PROCESS.get("tokens")
+        if built and point.tokens_per_rank > built:
+            return (f"vLLM's all2all manager sized its workspace for {built} tokens per rank in this "
                     f"process; {point.tokens_per_rank} need a fresh one")
         return None
 
     def setup(self, ctx, point):
         """vLLM's distributed state (once per process), then the point's prepare/finalize object."""
-        if point.dtype not in GATED_DTYPES:
-            raise ValueError(f"--via vllm takes {', '.join(GATED_DTYPES)} activations (vLLM quantizes the bf16 input "
+        if point.dtype not in VLLM_PATH_DTYPES:
+            raise ValueError(f"--via vllm takes {', '.join(VLLM_PATH_DTYPES)} activations (vLLM quantizes the bf16 input "
                              f"itself; the synthetic {point.dtype} payload is not quantization-stable, so the "
                              "gate could not check it)")
         from vllm.model_executor.layers.fused_moe.activation import MoEActivation
@@ -106,6 +102,7 @@ class VllmPath(Backend):
         if self.pf is None:
             raise RuntimeError(f"maybe_make_prepare_finalize built no prepare/finalize for {self.name} "
                                f"at {n} DP ranks")
+        self._pf_class = type(self.pf).__name__
         self.batched = self.pf.activation_format.name == "BatchedExperts"  # FusedMoEActivationFormat
         self.ids_dtype = self.pf.topk_indices_dtype() or torch.int32
         self.offset = ctx.rank * local
@@ -121,12 +118,10 @@ class VllmPath(Backend):
         self.in_dtype = in_dtype
 
     def _vllm_environment(self, ctx, point):
-        """vLLM's config and distributed state over this worker group's process group (once per process)."""
-        if self._env is not None:
-            vllm_config = self._env
-            vllm_config.scheduler_config.max_num_batched_tokens = max(
-                vllm_config.scheduler_config.max_num_batched_tokens, point.tokens_per_rank)
-            return vllm_config
+        """vLLM's config and distributed state over this worker group's process group (once per process:
+        vLLM builds its groups once)."""
+        if "config" in _PROCESS:
+            return _PROCESS["config"]
         from vllm.config import VllmConfig, set_current_vllm_config
         from vllm.distributed import init_distributed_environment, initialize_model_parallel
 
@@ -140,14 +135,12 @@ class VllmPath(Backend):
         parallel.rank = 0
         vllm_config.scheduler_config.max_num_batched_tokens = point.tokens_per_rank
         # kept current for the process: the all2all managers read it whenever they build a handle
-        self._config_context = set_current_vllm_config(vllm_config)
-        self._config_context.__enter__()
-        init_distributed_environment(world_size=1, rank=0,
-                                     distributed_init_method=f"file://{tempfile.mkstemp()[1]}",
+        set_current_vllm_config(vllm_config).__enter__()
+        # torch.distributed is up (the worker group's): vLLM takes its ranks as the DP world and starts nothing
+        init_distributed_environment(world_size=1, rank=0, distributed_init_method="env://",
                                      local_rank=ctx.local_rank, backend="nccl")
         initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
-        self._env = vllm_config
-        self._built_tokens = point.tokens_per_rank
+        _PROCESS.update(config=vllm_config, tokens=point.tokens_per_rank)
         return vllm_config
 
     def _inputs(self, batch):
@@ -189,9 +182,9 @@ class VllmPath(Backend):
 
     def code_path(self):
         """vLLM's release and the prepare/finalize class it built."""
-        from importlib.metadata import version
+        import vllm
 
-        return {"vllm": version("vllm"), "vllm_prepare_finalize": type(self.pf).__name__}
+        return {"vllm": vllm.__version__, "vllm_prepare_finalize": self._pf_class}
 
     def footing(self):
         """vLLM's own objects."""

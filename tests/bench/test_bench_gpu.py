@@ -181,6 +181,114 @@ def test_every_cpu_point_is_logged_as_timed_on_cpu_and_a_failed_gate_as_untimed(
         ("start-up", "test_wrong_byte"), ("job", "test_wrong_byte"), ("close", "test_wrong_byte")]
 
 
+class _FakeEvent:
+    """A CUDA event on the host clock: what ``time_cuda`` asks of ``torch.cuda.Event``."""
+
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self, stream=None):
+        import time
+
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """``torch.cuda``'s timing calls on the host (events, streams, synchronize), and a recorder in place of
+    graph capture: ``time_cuda`` runs its CUDA path over CPU tensors and says whether it tried to capture."""
+    import bench.measure.cuda_timing as cuda_timing
+
+    captured = []
+
+    def capture(adapter, ctx, point, *args):
+        captured.append(point.tokens_per_rank)
+        return None, "capture recorded by the test"
+
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(cuda_timing, "capture", capture)
+    return captured
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+def _time_on_fake_cuda(group, tokens, *, backend="allgather_reducescatter", arch="sm90", version="0.34.0"):
+    from bench import backends
+    from bench.backends import BenchContext
+    from bench.measure.cuda_timing import time_cuda
+    from bench.measure.sampling import Sampling
+
+    ctx = BenchContext(rank=0, world_size=1, device="cpu", torch_device=torch.device("cpu"), group=group,
+                       cpu_group=group, vllm_version=version, gpu_arch=arch)
+    point = BenchPoint(tokens, 64, 2, 4, 1, "bf16")
+    adapter = backends.load(backend)
+    adapter.setup(ctx, point)
+    batch = point.batch(0)
+    received = adapter.dispatch(batch)
+    expert_out = point.expert_output(0, received.x, received.topk_ids, received.topk_weights)
+    rule = Sampling(min_samples=3, min_time_s=0.0, timeout_s=0.5)
+    _, timing, note = time_cuda(adapter, ctx, batch, expert_out, rule, point=point, gate_layout=layout_of(received))
+    adapter.teardown()
+    return timing, note, rule.samples
+
+
+def test_a_point_above_vllms_capture_size_is_timed_eagerly_on_cuda_and_says_so(fake_cuda, one_rank):
+    timing, note, samples = _time_on_fake_cuda(one_rank, 513)
+    assert fake_cuda == []  # never captured
+    assert (timing, len(samples) >= 3) == ("eager", True)
+    assert note == ("as vLLM runs it: 513 tokens per rank is above vLLM 0.34.0's largest CUDA-graph capture size on "
+                    "sm90 (512 tokens): vLLM runs that step eagerly (vllm/config/vllm.py:2401-2408 (0.34.0))")
+
+
+def test_a_point_vllm_captures_is_offered_to_the_graph_path(fake_cuda, one_rank):
+    timing, note, _ = _time_on_fake_cuda(one_rank, 512)
+    assert fake_cuda == [512]  # capture was attempted (the recorder declined, so it ran eagerly)
+    assert (timing, note) == ("eager", "capture recorded by the test")
+    # on Blackwell vLLM 0.34 captures steps up to 8192 tokens: 1024 is offered to the graph path too
+    _time_on_fake_cuda(one_rank, 1024, arch="sm100")
+    assert fake_cuda == [512, 1024]
+
+
+def test_an_adapter_vllm_would_capture_but_that_cannot_be_captured_says_it_is_off_vllms_footing(fake_cuda, one_rank):
+    from bench.backends.reference_all_to_all import ReferenceAllToAll
+
+    timing, note, _ = _time_on_fake_cuda(one_rank, 4, backend="reference_all_to_all")
+    assert (timing, note) == ("eager", eager_reason("not_allowed"))  # no vLLM backend: nothing to be off
+    assert not ReferenceAllToAll.supports_cuda_graph
+
+
+def test_the_recorder_stores_how_an_ok_point_was_timed_and_why():
+    from bench.launch import PointDone
+    from bench.sweep import SweepSpec, _Recorder
+
+    spec = SweepSpec(backends=["allgather_reducescatter"], tokens=[1024], hidden=64, top_k=2, experts=4,
+                     activation_dtype="bf16", world_size=1)
+    out = []
+    recorder = _Recorder(spec, None, None, None, 0, lambda e: None, out, {"allgather_reducescatter": "bf16"})
+    recorder.point("allgather_reducescatter", PointDone("allgather_reducescatter", 1024, "ok", None,
+                                                        {"calls": "grouped", "dp_sizes": "equal"}, "eager", "why"),
+                   False)
+    recorder.point("allgather_reducescatter", PointDone("allgather_reducescatter", 2048, "error", "boom", {},
+                                                        "eager", "why"), False)
+    assert [(r.timing, r.timing_note, r.calls, r.dp_sizes, r.via) for r in out] == [
+        ("eager", "why", "grouped", "equal", "adapter"), (None, None, None, "equal", "adapter")]
+
+
 # --------------------------------------------------------------------------------------
 # GPU.
 
@@ -200,6 +308,28 @@ def test_allgather_reducescatter_is_graph_replayed_and_reference_eager_on_one_gp
         ("allgather_reducescatter", 1, "graph", None), ("allgather_reducescatter", 256, "graph", None),
         ("reference_all_to_all", 1, "eager", eager_reason("not_allowed")),
         ("reference_all_to_all", 256, "eager", eager_reason("not_allowed"))]
+    assert [(r.timing, r.calls) for r in results[:2]] == [("graph", "grouped")] * 2
+    assert "in one NCCL group" in results[0].versions["vllm_calls"]
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_the_grouped_default_and_its_fused_variant_both_pass_and_a_point_above_the_capture_size_is_eager(timing_log):
+    from bench.sweep import run_sweep
+
+    # 1024 tokens per rank: above vLLM 0.34's capture size on sm90 (512), and on sm100 up to 0.33 (1024 is the
+    # largest there, so 1024 itself is captured: the eager point is asserted for sm90, the test machine's arch)
+    results = run_sweep(_spec(["allgather_reducescatter", "reference_allgather_fused"], tokens=[1, 1024],
+                              gpu_arch="sm90", vllm_version="0.34.0"))
+    assert [(r.backend, r.tokens_per_rank, r.status, r.calls) for r in results] == [
+        ("allgather_reducescatter", 1, "ok", "grouped"), ("allgather_reducescatter", 1024, "ok", "grouped"),
+        ("reference_allgather_fused", 1, "ok", "fused"), ("reference_allgather_fused", 1024, "ok", "fused")], \
+        [r.error for r in results]
+    assert [r.timing for r in results] == ["graph", "eager", "graph", "eager"]
+    assert results[1].timing_note == eager_reason("vllm_eager", (
+        "1024 tokens per rank is above vLLM 0.34.0's largest CUDA-graph capture size on sm90 (512 tokens): vLLM "
+        "runs that step eagerly (vllm/config/vllm.py:2401-2408 (0.34.0))"))
+    assert [e["timing"] for e in timing_log()] == ["graph", "eager", "graph", "eager"]
 
 
 @pytest.mark.gpu

@@ -13,6 +13,7 @@ every mode, so a miss fails here. docs/development.md lists every script.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -26,6 +27,8 @@ PERF = REPO / "perf"
 #: scripts that need what no CPU machine has -> what they need (run by the lead on a GPU node)
 GPU_ONLY = {
     "gpu_check.sh": "one CUDA GPU: CUDA events, graphs, NCCL, FlashInfer's kernels",
+    "calibrate_default.sh": "2+ NVLink GPUs (vLLM for its vLLM-path sweep); rehearsed over gloo by "
+                            "test_the_calibration_rehearses_end_to_end_over_gloo",
     "tune_gpu_check.sh": "a CUDA GPU (or an 8-GPU NVLink node): tune through NCCL workers",
     "fleet_gpu_check.sh": "a Ray node with real GPUs and NVML",
     "deepep_gpu_check.sh": "2, 4 or 8 NVLink GPUs with deep_ep",
@@ -85,3 +88,22 @@ def test_quick_mode_runs_and_prints_its_table_and_goals(name, tmp_path):
     assert out.returncode == 0, f"perf/{name} --quick exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     assert lines and CLOSING.fullmatch(lines[-1]), f"perf/{name}: no closing goals line:\n{out.stdout[-2000:]}"
     assert len(lines) >= 3, f"perf/{name} printed no table:\n{out.stdout}"
+
+
+@pytest.mark.slow
+def test_the_calibration_rehearses_end_to_end_over_gloo(tmp_path):
+    """perf/calibrate_default.sh needs NVLink GPUs; over gloo it runs the same sweeps, checks and reader
+    (one model, one token count per phase): every row stored with its footing, the factors printed."""
+    env = dict(os.environ, DEVICE="cpu", WS="2", TOKENS="1,1024", MODELS="tests/fixtures/models/qwen3-30b-a3b",
+               OUT=str(tmp_path), PYTHONPATH=str(REPO))
+    out = subprocess.run(["bash", str(PERF / "calibrate_default.sh")], capture_output=True, text=True, env=env,
+                         cwd=REPO, timeout=280)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "CHECK calibration rows: PASS" in lines and lines[-1].startswith("=================== done: ALL PASS")
+    assert "skipped: vLLM's prepare/finalize kernels need CUDA" in lines
+    table = (tmp_path / "calibration.txt").read_text().splitlines()
+    assert [line.split()[:3] for line in table[1:]] == [["decode", "1", "adapter"], ["prefill", "1", "adapter"]]
+    doc = json.loads((tmp_path / "calibration.json").read_text())
+    assert set(doc["phases"]) == {"decode", "prefill"} and doc["phases"]["decode"]["factor"] is None  # no reference host
+    assert len((tmp_path / "calibrate_default.jsonl").read_text().splitlines()) == 6  # 2 tokens x 3 rows
