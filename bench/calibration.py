@@ -35,6 +35,7 @@ import statistics
 import sys
 from typing import Callable, NamedTuple
 
+from autoselect.errors import UserError
 from autoselect.reference import default, get_class, match_host
 from autoselect.rules.versions import NEWEST_VLLM
 from db.queries import all_results, connect_readonly
@@ -236,8 +237,6 @@ def render(calibration: dict[str, PhaseCalibration]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from autoselect.errors import UserError
-
     ap = argparse.ArgumentParser(prog="python -m bench.calibration", description=__doc__.splitlines()[0])
     ap.add_argument("--db", required=True, help="the results database perf/calibrate_default.sh wrote")
     ap.add_argument("--run", type=int, help="only this run's rows")
