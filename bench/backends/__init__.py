@@ -55,10 +55,10 @@ BUILTIN: dict[str, str] = dict(ADAPTERS)
 
 
 #: Activation dtypes ``--via vllm`` measures (:class:`bench.backends.vllm_path.VllmPath`): vLLM quantizes
-#: the bf16 input itself, and these dtypes' synthetic payloads survive that bit for bit (bf16 / fp16
-#: pass unquantized; ``bench.synthetic``'s fp8_block128 rows are quantization-stable), so the gate
-#: checks every received byte.
-VLLM_PATH_DTYPES = ("bf16", "fp16", "fp8_block128")
+#: the bf16 input itself, and these dtypes' synthetic payloads survive that bit for bit (bf16 passes
+#: unquantized; ``bench.synthetic``'s fp8_block128 rows are quantization-stable), so the gate checks
+#: every received byte and the exact bf16 combine.
+VLLM_PATH_DTYPES = ("bf16", "fp8_block128")
 
 
 @dataclass

@@ -86,7 +86,7 @@ class VllmPath(Backend):
         self.ctx, self.w = ctx, point
         vllm_config = self._vllm_environment(ctx, point)
         n, t, dev = ctx.world_size, point.tokens_per_rank, ctx.torch_device
-        in_dtype = torch.float16 if point.dtype == "fp16" else torch.bfloat16
+        in_dtype = torch.bfloat16
         self.quant_config = (FusedMoEQuantConfig.make(torch.float8_e4m3fn, block_shape=[128, 128])
                              if point.dtype == "fp8_block128" else FusedMoEQuantConfig.make(None))
         parallel = FusedMoEParallelConfig.make(

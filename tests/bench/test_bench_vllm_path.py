@@ -143,7 +143,7 @@ def test_sweep_validation_refuses_the_vllm_path_where_it_cannot_run(monkeypatch)
     with pytest.raises(VllmPathUnavailable, match="^--via vllm times vLLM's own prepare/finalize kernels, which run "
                                                   "on CUDA GPUs only"):
         validate(spec(device="cpu"))
-    with pytest.raises(VllmPathUnavailable, match="^--via vllm takes bf16, fp16, fp8_block128 activations, not nvfp4: "):
+    with pytest.raises(VllmPathUnavailable, match="^--via vllm takes bf16, fp8_block128 activations, not nvfp4: "):
         validate(spec(activation_dtype="nvfp4"))
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))

@@ -9,6 +9,7 @@ exact combine checked) and writes what it saw to ``rank<N>.json``, one report pe
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 
 
@@ -56,9 +57,13 @@ def _rank_main(rank, world_size, directory, cases):
         reports.append({"problem": problem, "calls": dict(calls), "code_path": adapter.code_path(),
                         "footing": adapter.footing()})
         adapter.teardown()
+    dist.barrier(group=group)  # no rank leaves while a peer is still in a collective
+    dist.destroy_process_group()
     with open(f"{directory}/rank{rank}.json", "w") as f:
         json.dump(reports, f)
-    dist.destroy_process_group()
+    # The report is written: leave without the interpreter's teardown, which now and then aborts in
+    # a C++ destructor ("terminate called without an active exception") after everything above is done.
+    os._exit(0)
 
 
 def case(*, vllm_version="0.34.0", dp_sizes="equal", dtype="fp8_block128", tokens=4,
