@@ -12,8 +12,13 @@ from bench.measure.agreement import max_over_ranks, rank0_says_done
 from bench.measure.stats import split_medians
 from bench.measure.sampling import WARMUP_ITERATIONS
 
-#: Target wall time of one CPU timing batch (one all_reduce per batch).
-BATCH_TARGET_S = 0.02
+#: Target wall time of one CPU timing batch (one all_reduce per batch). The ranks leave each batch's
+#: all_reduce and broadcast out of step, and the first round trip after it is slower: with 20 ms
+#: batches, the grouped default at 256 tokens on a loaded 2-core machine (~8 ms a round trip, ~2
+#: per batch) had its first round trip 1.028x the others' and the harness 1.024x a bare loop of
+#: its calls (perf/harness_overhead.py --pairs 300, 95 % interval up to 1.059); with 50 ms batches
+#: (~4.4 round trips) 0.993x and 1.009x (interval up to 1.045).
+BATCH_TARGET_S = 0.05
 
 
 def first_batch(warmup_us: float) -> int:
