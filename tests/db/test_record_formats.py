@@ -74,12 +74,15 @@ def test_a_format_1_file_imports_its_dispatch_dtype_as_the_activation_dtype(tmp_
 def test_an_old_file_and_its_new_export_are_the_same_records(tmp_path):
     import_file(tmp_path / "a.db", FORMAT_2)
     new = export(tmp_path / "a.db")
-    assert {r["schema_version"] for r in new} == {3}
+    assert {r["schema_version"] for r in new} == {jsonl.RECORD_VERSION}
     for old, now in zip(lines(FORMAT_2), new):
         part = "result" if old["format"] == "autoselect.result" else "tuned"
         renamed = {("activation_dtype" if k == "dispatch_dtype" else k): v for k, v in old[part].items()}
         if part == "result":
             renamed["wire_dtype"] = None
+            # format 4's footing: a format-2 allgather_reducescatter result was the packed all_gather
+            renamed.update(timing=None, timing_note=None, dp_sizes="equal", via="adapter",
+                           calls="fused" if renamed["backend"] == "allgather_reducescatter" else None)
         assert now[part] == renamed
         assert now.get("result_key") == old.get("result_key") and now.get("tuned_key") == old.get("tuned_key")
     # the new export into the database the old file filled adds nothing, and the other way round
@@ -152,7 +155,8 @@ def _schema_2_database(path: Path) -> None:
         result = rec["result"]
         row = result_to_row(result)
         row["dispatch_dtype"] = row.pop("activation_dtype")
-        del row["wire_dtype"]
+        for name in ("wire_dtype", *jsonl.FOOTING_FIELDS):  # columns a schema-2 database does not have
+            del row[name]
         row.update(result_key=result_key(host["machine_id"], run["uid"], result), run_id=runs[run["uid"]],
                    machine_id=host["machine_id"], host_class=run["host_class"])
         rid = conn.execute(f"INSERT INTO results ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
