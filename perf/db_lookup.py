@@ -119,7 +119,9 @@ def fill(path: Path, target: int, n_shapes: int, seed: int = 0) -> tuple[int, fl
                     latency_stdrel=0.02, noise_stdrel=0.004, dispatch_us_p50=p50 * 0.45, combine_us_p50=p50 * 0.55,
                     bytes_per_rank=tokens * hidden * 3, algbw_gbps=tokens * hidden * 3 / p50 / 1e3,
                     busbw_gbps=tokens * hidden * 3 / p50 / 1e3 * (ws - 1) / ws, noise_target_met=1,
-                    versions=versions, created_at=day)
+                    timing="graph" if tokens <= 512 else "eager", timing_note=None,
+                    calls="grouped" if backend == "allgather_reducescatter" else None, dp_sizes="equal",
+                    via="adapter", versions=versions, created_at=day)
                 rows.append(
                     (hashlib.sha256(ident.encode()).hexdigest(), run_id, f"{hc}-{m}", hc)
                     + tuple(result[c] for c in RESULT_COLUMNS)
