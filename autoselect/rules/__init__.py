@@ -25,6 +25,13 @@ One module per table, each row with the upstream source that backs it:
   releases they affect and their status.
 * :mod:`~autoselect.rules.wire` — :data:`WIRE_DTYPES`, the dtype each backend really sends for a
   model's activation dtype (vLLM's DeepEP sends nvfp4 / per-tensor fp8 models as bf16), per release.
+* :mod:`~autoselect.rules.experts` — :data:`ORACLES` and :data:`EXPERT_KERNELS`, the expert kernel vLLM's
+  MoE oracle chooses per arch, weight format, EP size and backend, and whether it takes the
+  activation unquantized (then bf16 crosses: :mod:`~autoselect.rules.wire` asks it first).
+* :mod:`~autoselect.rules.batch_defaults` — :data:`BATCH_DEFAULTS`, vLLM's default
+  ``--max-num-batched-tokens`` per GPU memory and usage context, per release; :func:`token_budget`.
+* :mod:`~autoselect.rules.consequences` — :func:`step_consequences`: what a backend does to vLLM's whole step
+  beyond the all2all (CUDA graphs off, a lowered step budget), in one sentence each.
 * :mod:`~autoselect.rules.agrs_collectives` — :data:`AGRS_COLLECTIVES`, the NCCL calls behind
   vLLM's default (one all_gather per gathered tensor in one group, per-rank broadcasts and reduces
   with unequal DP sizes), per release.
@@ -81,6 +88,7 @@ from autoselect.rules.eplb import (
     eplb_reasons,
     redundant_experts,
 )
+from autoselect.rules.experts import EXPERT_KERNELS, ORACLES, Expert, expert_kernel
 from autoselect.rules.flashinfer import install_hazard
 from autoselect.rules.legal import Verdict, legal, legal_alternatives
 from autoselect.rules.limits import (
@@ -104,6 +112,8 @@ from autoselect.rules.selection import (
     selection_era,
 )
 from autoselect.rules.serve_options import DBO_SUPPORT, ENV_VAR_REMOVED_IN, FLAG_SINCE, SERVE_OPTIONS, dbo_backends
+from autoselect.rules.consequences import StepConsequence, step_consequences
+from autoselect.rules.batch_defaults import BATCH_DEFAULTS, TokenBudget, token_budget
 from autoselect.rules.versions import NEWEST_VLLM, InvalidVllmVersion, newer_than_known, parse_version, version_in
 
 #: Re-exports loaded on first use (:mod:`autoselect.lazy`): the ``--moe-backend`` table serves
@@ -113,6 +123,8 @@ _LAZY = {"moe_backends": ("MOE_BACKENDS", "Binding", "dispatching_moe_backend", 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
+    "BATCH_DEFAULTS", "EXPERT_KERNELS", "ORACLES", "Expert", "StepConsequence", "TokenBudget", "expert_kernel",
+    "step_consequences", "token_budget",
     "ADAPTERS", "ALIASES", "ALL_FLAG_VALUES", "BACKENDS", "BASELINES", "CUDA", "DBO_SUPPORT", "DEEPEP_HT_MAX_LOCAL_EXPERTS",
     "DEEPEP_HT_ROW_BYTES", "DEEPEP_HT_WORLD_SIZES", "DEEPEP_LL_TOKENS_PER_RANK", "DEEPEP_NVL_PEERS",
     "DEFAULT_BACKEND", "DISPATCH_BUDGETS", "ENV_VAR_REMOVED_IN", "EPLB_RULES", "FLAG_SINCE", "HIDDEN_VALUES",

