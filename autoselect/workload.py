@@ -212,9 +212,11 @@ def _default_dp(tp: int, world_size: int | None, local_gpus: int | None) -> int:
 # Workload: token buckets per rank
 # --------------------------------------------------------------------------------------
 
-#: vLLM's scheduler defaults, used when the user does not say.
-DEFAULT_CONCURRENCY = 256  # running requests over the whole deployment
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # vllm serve's per-engine default on >= 70 GiB GPUs
+#: The load the decode buckets assume when the user does not say (``--concurrency``): running
+#: requests over the whole deployment. A load assumption, not a vLLM default (vLLM 0.34's own
+#: ``max_num_seqs`` is 1024 per engine on GPUs with >= 70 GiB). The prefill bucket's budget is
+#: vLLM's, for the target's GPUs (:func:`autoselect.rules.token_budget`), passed in by the caller.
+DEFAULT_CONCURRENCY = 256
 
 #: How ``--workload`` becomes token buckets. Each row is ``(step, fraction, weight)``:
 #: ``step`` "decode" = one token per running request of an engine, ``concurrency / dp``;
@@ -307,17 +309,18 @@ def workload_from_kind(
     kind: str,
     deployment: Deployment,
     *,
+    max_num_batched_tokens: int,
     concurrency: int | None = None,
-    max_num_batched_tokens: int | None = None,
 ) -> WorkloadSpec:
     """The buckets of ``--workload decode|prefill|mixed`` (see :data:`WORKLOAD_TABLE`).
 
-    :param concurrency: running requests over the whole deployment (default 256).
-    :param max_num_batched_tokens: vLLM's per-engine token budget per step (default 8192).
+    :param max_num_batched_tokens: the per-engine token budget per step the prefill bucket carries
+        (the user's, else vLLM's default for the GPUs: :func:`autoselect.rules.token_budget`).
+    :param concurrency: running requests over the whole deployment (default :data:`DEFAULT_CONCURRENCY`).
     """
     check_workload_kind(kind)
     concurrency = DEFAULT_CONCURRENCY if concurrency is None else concurrency
-    mnbt = DEFAULT_MAX_NUM_BATCHED_TOKENS if max_num_batched_tokens is None else max_num_batched_tokens
+    mnbt = max_num_batched_tokens
     if concurrency < 1 or mnbt < 1:
         raise BadWorkloadOption("--concurrency and --max-num-batched-tokens must be at least 1")
     step = {"decode": concurrency / deployment.dp, "prefill": float(mnbt)}

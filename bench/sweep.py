@@ -30,7 +30,7 @@ from autoselect.options import SETUP_TIMEOUT_S, check_seconds, check_seed
 from autoselect.stopping import STOPPING, StoppingRule
 from autoselect.rules import BACKENDS, smallest_deployment
 from autoselect.rules.versions import parse_version
-from autoselect.rules.wire import Wire, wire_dtype
+from autoselect.rules.wire import Wire, wire_dtype, wire_of
 from autoselect.workload import Shape
 from bench import launch
 from bench.backends import VLLM_PATH_DTYPES, check_names
@@ -215,7 +215,9 @@ def wires(spec: SweepSpec, host) -> dict[str, Wire]:
     target = _target(spec, host)
     out = {}
     for name in spec.backends:
-        w = wire_dtype(name, spec.activation_dtype, target.vllm_version, target.environ)
+        w = wire_of(name, target.profile.weight_quant, target.gpu_arch, target.vllm_version, target.environ,
+                    activation=spec.activation_dtype, ep_size=target.world_size) if target.gpu_arch else \
+            wire_dtype(name, spec.activation_dtype, target.vllm_version, target.environ)
         out[name] = w if w is not None else Wire(name, spec.activation_dtype, spec.activation_dtype, "not in the wire table", "")
     return out
 

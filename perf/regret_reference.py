@@ -87,14 +87,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "perf"))  # goals.py, also when a test imports this file
 
-from autoselect import rules, vllm_flags  # noqa: E402
+from autoselect import rules  # noqa: E402
 from autoselect.payload import all2all_bytes_per_token  # noqa: E402
 from autoselect.reference import AGRS, CLASSES, default, transfer_points  # noqa: E402
 from autoselect.reference.crosssystem import cross_system_error, same_generation  # noqa: E402
 from autoselect.reference.footing import on_common_footing  # noqa: E402
 from autoselect.reference.systems import SYSTEMS  # noqa: E402
 from autoselect.rules.graph_capture import EAGER, capture  # noqa: E402
-from autoselect.rules.wire import wire_dtype  # noqa: E402
+from autoselect.rules.wire import wire_of  # noqa: E402
 from autoselect.selector import (  # noqa: E402
     BOUND_RULES,
     DEFAULT_POLICY,
@@ -233,7 +233,7 @@ def cases(systems: set[str] | None, vllm_version: str) -> list[Case]:
     for cls in CLASSES.values():
         if systems and cls.system.key not in systems:
             continue
-        budget = vllm_flags.vllm_default_max_num_batched_tokens(rules.DEFAULT_BACKEND, cls.system.memory_mib)
+        budget = rules.token_budget(rules.DEFAULT_BACKEND, vllm_version, gpu_memory_mib=cls.system.memory_mib).tokens
         rows = defaultdict(lambda: defaultdict(dict))  # (ws, h, k, e) -> (backend, dtype) -> {tokens: point}
         for p in ref.published(cls):
             if cls.domain == "nvl72" and p.world_size <= cls.system.gpus_per_node:
@@ -244,7 +244,8 @@ def cases(systems: set[str] | None, vllm_version: str) -> list[Case]:
             for dtype in ARCH_DTYPES[cls.system.arch]:
                 points, wire = {}, {}
                 for backend in PRIORITY:
-                    w = wire_dtype(backend, dtype, vllm_version)
+                    # the weight format that dispatches this dtype there (fp8_block128 weights: the expert kernel decides)
+                    w = wire_of(backend, dtype, cls.system.arch, vllm_version, ep_size=ws)
                     wire[backend] = w.dtype if w is not None else dtype
                     if backend != AGRS and (backend, wire[backend]) in published:
                         points[backend] = dict(published[(backend, wire[backend])])

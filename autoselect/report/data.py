@@ -22,7 +22,7 @@ from autoselect.report.reference_curves import ReferenceCurve, ReferenceView, re
 from autoselect.report.series import BackendSeries, build_series
 from autoselect.selector import recommend, target_host
 from autoselect.selector.confidence import CONFIDENCE_LEVELS
-from autoselect.workload import BadDeployment, Deployment, UnknownWorkload, workload_from_kind, workload_from_tokens
+from autoselect.workload import BadDeployment, Deployment, UnknownWorkload, workload_from_tokens
 from db import default_path
 from db.queries import connect_readonly, host_classes, results_for
 
@@ -187,6 +187,7 @@ def measured_workload(rows) -> tuple[str, str]:
 
 
 def _workload(text: str, deployment):
+    """Token counts as a workload; a kind as itself (the selector builds it with the answer's token budget)."""
     text = text.strip()
     if text[:1].isdigit():
         return workload_from_tokens(text, what="--workload")
@@ -194,7 +195,7 @@ def _workload(text: str, deployment):
         raise UnknownWorkload(
             f"unknown --workload {text!r}; use {', '.join(WORKLOAD_KINDS)} or token counts per rank like 1,8,64"
         )
-    return workload_from_kind(text, deployment)
+    return text
 
 
 def bucket_marks(recommendation) -> list[BucketMark]:

@@ -112,6 +112,14 @@ def tier(vllm_version: str, gpu_gib: float, *, gpu_name: str | None = None, gpu_
     return next(t for t in row.tiers if gpu_gib >= t.min_gib and not (t.excludes & excluded))
 
 
+def max_num_seqs(vllm_version: str, *, gpu_memory_mib: int | None, gpu_arch: str | None = None,
+                 gpu_name: str | None = None) -> int:
+    """``vllm serve``'s default ``--max-num-seqs`` on these GPUs (unknown memory: the arch's smallest
+    data-center GPU, :data:`ARCH_GPUS`): the largest decode step, one token per running request."""
+    gib = gpu_memory_mib / 1024 if gpu_memory_mib else ARCH_GPUS.get(gpu_arch or "", ARCH_GPUS["sm90"])[1]
+    return tier(vllm_version, gib, gpu_name=gpu_name, gpu_arch=gpu_arch).max_num_seqs
+
+
 def token_budget(backend: str | None, vllm_version: str, *, gpu_memory_mib: int | None, gpu_arch: str | None = None,
                  gpu_name: str | None = None, max_num_batched_tokens: int | None = None, data_parallel_size: int = 2,
                  expert_parallel: bool = True, performance_mode: str | None = None,

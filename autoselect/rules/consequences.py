@@ -49,8 +49,8 @@ def eager(backend: str, vllm_version: str, data_parallel_size: int, *,
 def cuda_graphs_off(row: EagerBackend, vllm_version: str, read: bool = True) -> str:
     """``vLLM 0.34.0 turns CUDA graphs off for the whole model with deepep_high_throughput (...)``."""
     unread = "" if read else f"; read in vLLM {', '.join(READ_IN)}, and {vllm_version} is judged by that reading"
-    return (f"vLLM {vllm_version} turns CUDA graphs off for the whole model with {row.backend} ({row.why}; "
-            f"{row.cite}{unread}): every decode step runs eagerly")
+    return (f"vLLM {vllm_version} turns CUDA graphs off for the whole model with {row.backend} at DP >= "
+            f"{row.min_data_parallel} ({row.cite}{unread}): every decode step runs eagerly")
 
 
 def step_consequences(backend: str, vllm_version: str, *, data_parallel_size: int, expert_parallel: bool = True,

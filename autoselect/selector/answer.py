@@ -17,6 +17,7 @@ from typing import Any
 
 from autoselect import bridge
 from autoselect.dataclass_methods import DataclassMethods
+from autoselect.rules import StepConsequence, TokenBudget
 from autoselect.workload import Deployment, WorkloadSpec
 
 #: Version of the JSON ``recommend --format json`` prints; bump on incompatible changes
@@ -99,7 +100,9 @@ class BucketValue(_Document):
     ``bound``: the value is only a lower bound (written only when true). ``footing``: for a value
     resting on the reference, how it was put on vLLM's footing (its harness's footing, whether vLLM
     runs this step under a CUDA graph, the number as published and each correction applied:
-    ``autoselect.reference.footing``; an estimate carries its nearest point's).
+    ``autoselect.reference.footing``; an estimate carries its nearest point's); ``steps``: how many
+    steps vLLM runs the bucket in when it is above the backend's step budget (the value is the sum
+    of their all2alls; written only above 1, :mod:`autoselect.selector.step`).
     """
 
     tokens_per_rank: int
@@ -113,6 +116,7 @@ class BucketValue(_Document):
     range_us: tuple[float, float] | None = field(default=None, metadata={**OMIT_NONE, "round": 3})
     bound: bool = field(default=False, metadata=OMIT_DEFAULT)
     footing: Any = field(default=None, metadata=OMIT_NONE)
+    steps: int = field(default=1, metadata=OMIT_DEFAULT)
 
     @property
     def estimated(self) -> bool:
@@ -141,7 +145,10 @@ class Candidate(_Document):
     ``evidence``: the weakest kind its values rest on (written when not ``measured``).
     ``range_us`` / ``bound``: the weighted range of a derived candidate, and whether its value is
     a lower bound only. ``wire_dtype``: what the backend sends when that is not the model's
-    activation dtype (``autoselect.rules.wire``; omitted otherwise).
+    activation dtype (``autoselect.rules.wire``; omitted otherwise), and ``expert_kernel`` the
+    kernel vLLM runs behind it where :mod:`autoselect.rules.experts` models the choice. ``step``:
+    what the backend does to vLLM's step beyond its all2all, in words (CUDA graphs off, a lowered
+    step budget, buckets run in several steps; :mod:`autoselect.selector.step`).
     """
 
     backend: str
@@ -155,6 +162,8 @@ class Candidate(_Document):
     range_us: tuple[float, float] | None = field(default=None, metadata={**OMIT_NONE, "round": 3})
     bound: bool = field(default=False, metadata=OMIT_DEFAULT)
     wire_dtype: str | None = field(default=None, metadata=OMIT_NONE)
+    expert_kernel: str | None = field(default=None, metadata=OMIT_NONE)
+    step: tuple[str, ...] = field(default=(), metadata=OMIT_DEFAULT)
 
     @property
     def measured(self) -> bool:
@@ -170,7 +179,9 @@ class Candidate(_Document):
 @dataclass(repr=False)
 class Rejection(_Document):
     """A backend that is not a candidate: ``kind`` ``illegal`` (rules), ``disqualified``
-    (an incorrect / error result for this shape) or ``unavailable`` (every row says so)."""
+    (an incorrect / error result for this shape), ``unavailable`` (every row says so) or
+    ``ineligible`` (legal, but what it does to vLLM's step is not priced for this workload:
+    CUDA graphs off on a workload with CUDA-graph steps, :mod:`autoselect.selector.step`)."""
 
     backend: str
     kind: str
@@ -327,8 +338,13 @@ class Recommendation(_Document):
     #: set when vllm_version is newer than every release the rules know (judged by the newest's rows)
     vllm_version_warning: str | None = field(default=None, metadata=OMIT_NONE)
     workload: WorkloadSpec
+    #: the token budget per engine the answer assumes, and where it came from (``--max-num-batched-tokens``,
+    #: or vLLM's default for the GPU memory: of the host, of the reference class, or assumed for the arch)
+    token_budget: TokenBudget
     backend: str
     decision: str
+    #: what the pick does to vLLM's step beyond its all2all (CUDA graphs off, a lowered step budget)
+    step_consequences: list[StepConsequence]
     vllm_args: list[str]
     command: str
     env: dict[str, str]

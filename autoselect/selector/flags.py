@@ -62,6 +62,7 @@ def serve_flags(target: RecommendTarget, backend: str, knobs: dict[str, Any]) ->
         backend, hidden=p.hidden_size, top_k=p.top_k, activation_dtype=target.activation_dtype,
         world_size=target.world_size, max_num_batched_tokens=target.max_num_batched_tokens,
         max_workspace_gib=target.max_workspace_gib, gpu_memory_mib=target.gpu_memory_mib,
+        default_budget=target.budget.tokens if target.budget is not None else None,
     )
     vllm_args = vllm_flags.serve_flags(backend, target.deployment, target.vllm_version,
                                        max_num_batched_tokens=serve_mnbt, extra=list(knobs.get("flags", [])))

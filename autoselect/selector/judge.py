@@ -1,14 +1,17 @@
 """Step 3: each backend the rules know becomes a candidate (with its value per bucket) or a rejection.
 
 A backend is rejected when the rules refuse it (``illegal``), when its evidence holds an
-incorrect / error result (``disqualified``), or when every row says it cannot run here
-(``unavailable``). Otherwise it is a :class:`~autoselect.selector.answer.Candidate`: the latency
-model fills the buckets its evidence did not measure, and the workload weights them into one
-latency and band. A value that rests on the published reference names it (``reference``), and
-the candidate carries the weakest evidence kind of its values, the weighted range of derived
-values, whether its value is only a lower bound, and the dtype the backend really sends where it
-is not the model's activation dtype (``autoselect.rules.wire``: the latency model's bytes per token
-are that dtype's).
+incorrect / error result (``disqualified``), when every row says it cannot run here
+(``unavailable``), or when what it does to vLLM's step is not priced for this workload
+(``ineligible``: CUDA graphs off, :mod:`autoselect.selector.step`). Otherwise it is a
+:class:`~autoselect.selector.answer.Candidate`: the latency model fills the buckets its evidence
+did not measure, a bucket above the backend's step budget is priced as the steps vLLM runs it in,
+and the workload weights them into one latency and band. A value that rests on the published
+reference names it (``reference``), and the candidate carries the weakest evidence kind of its
+values, the weighted range of derived values, whether its value is only a lower bound, the dtype
+the backend really sends where it is not the model's activation dtype (``autoselect.rules.wire``,
+behind the expert kernel vLLM runs: the latency model's bytes per token are that dtype's) and
+what it does to the step.
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ from typing import Mapping, NamedTuple
 
 from autoselect.payload import all2all_bytes_per_token
 from autoselect.rules import Verdict
-from autoselect.rules.wire import wire_dtype
 from autoselect.selector.answer import MEASURED, BucketValue, Candidate, FitSummary, Rejection
 from autoselect.selector.estimate import estimate_latency, fit_all, weakest_kind, weighted, weighted_range
 from autoselect.selector.evidence import BackendEvidence
+from autoselect.selector.step import step_lines, step_of, stepped
 from autoselect.selector.target import RecommendTarget
 from db.queries import StoredResult
 
@@ -44,13 +47,19 @@ def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEv
         return Judged(rejection=Rejection(backend, "disqualified", [evidence.disqualified]))
     if evidence.unavailable:
         return Judged(rejection=Rejection(backend, "unavailable", [evidence.unavailable]))
+    step = step_of(target, backend)
+    if step.ineligible:
+        return Judged(rejection=Rejection(backend, "ineligible", [step.ineligible]))
     points = evidence.points
-    wire = wire_dtype(backend, target.activation_dtype, target.vllm_version, target.legality.environ)
+    wire = target.wire(backend)
     sent = wire.dtype if wire is not None else target.activation_dtype
     p = target.profile
     per_token = all2all_bytes_per_token(sent, p.hidden_size, p.top_k)
-    values = [_named(estimate_latency(points, t, per_token, evidence.estimate_error), evidence.source)
-              for t in target.workload.tokens]
+
+    def value_at(tokens: int) -> BucketValue:
+        return _named(estimate_latency(points, tokens, per_token, evidence.estimate_error), evidence.source)
+
+    values = [stepped(value_at, t, step.cap, backend) for t in target.workload.tokens]
     fit = fit_all(points, per_token)
     latency, halfwidth = weighted(values, target.workload)
     status = "no data" if not points else "incomplete" if latency is None else "measured"
@@ -61,7 +70,9 @@ def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEv
                           warnings=list(verdict.warnings) + list(evidence.warnings) + missing,
                           evidence=weakest_kind(points), range_us=weighted_range(values, target.workload),
                           bound=any(v.bound for v in values if v.latency_us is not None),
-                          wire_dtype=sent if sent != target.activation_dtype else None)
+                          wire_dtype=sent if sent != target.activation_dtype else None,
+                          expert_kernel=wire.expert.kernel if wire is not None and wire.expert else None,
+                          step=step_lines(step, values))
     return Judged(candidate=candidate, rows=rows)
 
 

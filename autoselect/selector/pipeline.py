@@ -12,7 +12,7 @@ import os
 import sqlite3
 from typing import Any, Callable, Sequence
 
-from autoselect import reference, rules, vllm_flags
+from autoselect import reference, rules
 from autoselect.bridge import target_version
 from autoselect.candidates import candidate_backends
 from autoselect.errors import UnknownHostClass, UserError
@@ -30,7 +30,8 @@ from autoselect.selector.judge import judge_backend
 from autoselect.selector.provenance import data_used
 from autoselect.selector.reference_evidence import ReferenceEvidence
 from autoselect.selector.sources import sources_for
-from autoselect.selector.target import RecommendTarget, gpu_memory_mib, resolve
+from autoselect.selector.step import step_of
+from autoselect.selector.target import RecommendTarget, default_budget, resolve
 from autoselect.selector.ties import expected_effect, tie_answer
 from autoselect.workload import (BadWorkloadOption, Deployment, WorkloadSpec, check_deployment_flags,
                                  check_workload_kind, resolve_deployment, workload_from_kind, workload_from_tokens)
@@ -55,7 +56,7 @@ def recommend(
     host: HostFingerprint | None = None,
     gpu_arch: str | None = None,
     vllm_version: str | None = None,
-    workload: WorkloadSpec | None = None,
+    workload: WorkloadSpec | str | None = None,
     max_num_batched_tokens: int | None = None,
     max_workspace_gib: float | None = None,
     knobs: dict[str, Any] | None = None,
@@ -73,7 +74,8 @@ def recommend(
     :param gpu_arch: the target GPU arch (default ``host.gpu_arch``).
     :param vllm_version: the vLLM version to serve with (default: resolved as every command resolves
         it, :func:`autoselect.candidates.resolve_target`).
-    :param workload: token buckets (default ``mixed``).
+    :param workload: token buckets, or a ``--workload`` kind built with the answer's token budget
+        (default ``mixed``).
     :param max_num_batched_tokens: the per-engine token budget the user set, if any.
     :param max_workspace_gib: the one-sided workspace allowance (default
         :data:`autoselect.vllm_flags.DEFAULT_MAX_WORKSPACE_GIB`).
@@ -113,7 +115,9 @@ def recommend(
         profile=ModelSummary(profile.hidden_size, profile.num_experts, profile.top_k, profile.weight_quant),
         deployment=deployment, gpu_arch=target.gpu_arch, activation_dtype=target.activation_dtype,
         vllm_version=target.vllm_version, vllm_version_source=target.legality.vllm_version_source,
-        vllm_version_warning=rules.newer_than_known(target.vllm_version), workload=target.workload, backend=decision.pick.backend, decision=decision.text,
+        vllm_version_warning=rules.newer_than_known(target.vllm_version), workload=target.workload,
+        token_budget=target.budget, backend=decision.pick.backend, decision=decision.text,
+        step_consequences=step_of(target, decision.pick.backend).consequences,
         vllm_args=flags.vllm_args, command=flags.command, env=flags.env, knobs=knobs,
         confidence=level, confidence_reasons=reasons, candidates=candidates, rejected=rejected,
         warnings=list(dict.fromkeys(list(final.warnings) + notes.warnings + flags.notes
@@ -242,10 +246,10 @@ def recommend_for(
     try:
         host = this_host if host_class is None and this_host is not None else target_host(conn, path, host_class)
         deployment = resolve_deployment(dp, tp, world_size, _default_gpus(host_class, host, dp, tp, world_size))
-        budget = max_num_batched_tokens or vllm_flags.vllm_default_max_num_batched_tokens(
-            rules.DEFAULT_BACKEND, gpu_memory_mib(host))
+        arch = gpu_arch or (normalize_arch(host.gpu_arch) if host.gpu_arch else None)
+        budget = default_budget(host, host_class, arch, version, deployment, max_num_batched_tokens)
         spec = explicit or workload_from_kind(workload or "mixed", deployment, concurrency=concurrency,
-                                              max_num_batched_tokens=budget)
+                                              max_num_batched_tokens=budget.tokens)
         rec = recommend(profile, conn=conn, deployment=deployment,
                         host_class=host_class if host_class is not None else host.host_class,
                         host=host, gpu_arch=gpu_arch, vllm_version=version, vllm_version_source=version_source,

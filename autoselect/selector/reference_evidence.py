@@ -46,7 +46,6 @@ from autoselect.noise import REL_FLOOR
 from autoselect.rules.agrs_collectives import collectives_for
 from autoselect.rules.agrs_collectives import not_read_note as collectives_not_read
 from autoselect.rules.wire import not_read_note as wire_not_read
-from autoselect.rules.wire import wire_dtype
 from autoselect.selector.answer import DERIVED, PUBLISHED, TRANSFERRED, Candidate, ReferenceSource, ReferenceUsed
 from autoselect.selector.estimate import MeasuredPoint
 from autoselect.selector.evidence import BackendEvidence
@@ -136,7 +135,7 @@ class ReferenceEvidence:
     def _answer(self, backend: str) -> BackendEvidence:
         t, ref = self.target, self.choice.ref_class
         p, ws = t.profile, t.world_size
-        wire = wire_dtype(backend, t.activation_dtype, t.vllm_version, t.legality.environ)
+        wire = t.wire(backend)  # behind the expert kernel vLLM runs (rules.experts)
         sent = wire.dtype if wire is not None else t.activation_dtype
         shape = dict(hidden=p.hidden_size, top_k=p.top_k, experts=p.num_experts, dtype=sent)
         if backend == reference.AGRS:
@@ -190,8 +189,7 @@ class ReferenceEvidence:
     def _not_read(self, candidates: list[Candidate]) -> list[str]:
         """What the answer says when the target release's wire dtypes or AGRS collectives were not read."""
         version, notes = self.target.vllm_version, []
-        wires = [wire_dtype(c.backend, self.target.activation_dtype, version, self.target.legality.environ)
-                 for c in candidates]
+        wires = [self.target.wire(c.backend) for c in candidates]
         if any(w is not None and not w.read for w in wires):
             notes.append(wire_not_read(version))
         agrs = self.answers.get(reference.AGRS)

@@ -72,6 +72,9 @@ def _summary(rec: Recommendation) -> list[str]:
         lines.append(_knobs_line(rec.knobs))
     lines.append(f"workload    {rec.workload.kind}: "
                  + ", ".join(f"{t} tok/rank {w:.0%}" for t, w in rec.workload.buckets))
+    lines.append(f"budget      {rec.token_budget.tokens} tokens per engine per step: {rec.token_budget.why}")
+    if rec.step_consequences:
+        lines.append(f"step        {rec.backend}: " + "; ".join(c.text for c in rec.step_consequences))
     return lines
 
 
@@ -117,13 +120,15 @@ def _candidates(rec: Recommendation) -> list[str]:
     rows = [header]
     for c in rec.candidates:
         cells = [_ESTIMATE_MARKS.get(b.source, "") + (">=" if b.bound else "") + _fmt_us(b.latency_us)
-                 for b in c.buckets]
+                 + ("*" if b.steps > 1 else "") for b in c.buckets]
         kind = ([(c.evidence + (" bound" if c.bound else "")) if c.fit is not None else "-"] if kinds else [])
         rows.append([c.backend, _STATUS_WORDS.get(c.status, c.status)] + kind
                     + [(">=" if c.bound else "") + _fmt_us(c.weighted_us), _fmt_us(c.halfwidth_us)] + cells)
     lines = [""] + aligned(rows, right=set(range(first - 2, len(header))))
     if rec.estimated:
         lines.append("(~ interpolated, ~~ extrapolated with the fitted latency model; us = microseconds)")
+    if any(b.steps > 1 for c in rec.candidates for b in c.buckets):
+        lines.append("(* above the backend's step budget: vLLM runs it as several steps, priced as their all2alls)")
     lines += _ranges(rec.candidates, rec.activation_dtype)
     return lines
 
@@ -142,7 +147,10 @@ def _ranges(candidates: list[Candidate], activation_dtype: str) -> list[str]:
             lines.append(f"{c.backend}: >= {_fmt_us(c.weighted_us)} us is only a lower bound (no NCCL timings at "
                          "this EP size): a backend below it is faster, one above it cannot be compared")
         if c.wire_dtype is not None:
-            lines.append(f"{c.backend}: sends {activation_dtype} activations as {c.wire_dtype} (vLLM's prepare step)")
+            how = (f"vLLM runs {c.expert_kernel}, which takes the activation unquantized" if c.expert_kernel
+                   else "vLLM's prepare step")
+            lines.append(f"{c.backend}: sends {activation_dtype} activations as {c.wire_dtype} ({how})")
+        lines += [f"{c.backend}: {line}" for line in c.step]
     return lines
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autoselect import knobs as knobs_mod
+from autoselect import rules
 from autoselect.candidates import Target, candidate_backends, resolve_target
 from autoselect.errors import GpuArchRequired, InvalidWorldSize, UserError
 from autoselect.hardware import HostFingerprint, fingerprint
@@ -117,9 +118,12 @@ def prepare(model: str, *, db_path: str | Path, workload: str | None = None, tok
         raise NoCandidates(f"--world-size {world_size} exceeds this host's {host.gpu_count} GPUs")
     arch = _resolve_arch(profile, host, gpu_arch)
     dtype = profile.activation_dtype(arch) if arch else next(iter(profile.activation_dtypes.values()))
-    spec_workload = (workload_from_tokens(tokens) if tokens is not None else
-                     workload_from_kind(workload or "mixed", Deployment(dp=world_size, tp=1)))
     target = resolve_target(profile, world_size=world_size, gpu_arch=arch, host=host if device == "cuda" else None)
+    deployment = Deployment(dp=world_size, tp=1)
+    memory = min((g.memory_total_mib for g in host.gpus if g.memory_total_mib), default=None)
+    budget = rules.token_budget(rules.DEFAULT_BACKEND, target.vllm_version, gpu_memory_mib=memory, gpu_arch=arch)
+    spec_workload = (workload_from_tokens(tokens) if tokens is not None else
+                     workload_from_kind(workload or "mixed", deployment, max_num_batched_tokens=budget.tokens))
     chosen, excluded = _candidates(target, backends, include_reference)
     excluded.update(_unavailable(chosen, device, world_size, host))
     chosen = [b for b in chosen if b not in excluded]

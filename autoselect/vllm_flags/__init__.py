@@ -16,6 +16,7 @@ No vLLM import anywhere: ``check`` and ``recommend`` stay fast.
 
 from autoselect.lazy import lazy_exports
 from autoselect.vllm_flags.emit import (
+    DEFAULT_MAX_WORKSPACE_GIB,
     BackendSetting,
     backend_setting,
     serve_flags,
@@ -36,7 +37,7 @@ _LAZY = {
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
-    "CONFIG_UNREAD", "SHELL_VARIABLES", "WRAPPERS", "BackendSetting", "Command", "ServeArgs", "TrustedAnswer",
+    "CONFIG_UNREAD", "DEFAULT_MAX_WORKSPACE_GIB", "SHELL_VARIABLES", "WRAPPERS", "BackendSetting", "Command", "ServeArgs", "TrustedAnswer",
     "UntrustedAnswer", "backend_setting", "has_shell_expansion", "is_python", "leading_assignments", "parse_serve_argv",
     "read_command", "serve_args_of", "serve_flags", "shell_expansions",
     "start_problem", "trusted_answer", "trusted_env", "trusted_tuned_flags", "vllm_default_max_num_batched_tokens", "workspace_max_num_batched_tokens",

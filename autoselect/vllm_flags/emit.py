@@ -7,22 +7,13 @@ from typing import Mapping, NamedTuple
 
 from autoselect.payload import combine_bytes_per_token, dispatch_bytes_per_token
 from autoselect import rules
-from autoselect.rules import (NEWEST_VLLM, VARIABLE, BackendUnknownToVersion, UnknownBackend, flag_value,
-                              lowered_batch_default, resolve, selection, selection_era)
+from autoselect.rules import (NEWEST_VLLM, VARIABLE, BackendUnknownToVersion, UnknownBackend, flag_value, resolve,
+                              selection, selection_era)
 
 
 #: The one-sided workspace the user allows per GPU when they do not say (TensorRT-LLM's
 #: default `TRTLLM_MOE_A2A_WORKSPACE_MB` is 2048 MB).
 DEFAULT_MAX_WORKSPACE_GIB = 2.0
-
-#: vLLM's default `--max-num-batched-tokens` for `vllm serve` by GPU memory (0.33.0 and 0.34.0,
-#: `arg_utils.py`; 0.34.0 :3010-3040): (minimum GiB, tokens), largest first; backends that lower it (batched DP
-#: MoE) are in :data:`BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS`.
-VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = ((160, 16384), (70, 8192), (0, 8192))
-#: The lowered defaults of the newest release, for every backend whose dispatch buffer sets one
-#: (per release: :func:`autoselect.rules.lowered_batch_default`, from rules/budgets.py's rows).
-BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS = {
-    b: t for b in rules.BACKENDS if (t := lowered_batch_default(b, NEWEST_VLLM)) is not None}
 
 #: Backends whose workspace grows with `--max-num-batched-tokens` and is sized from it.
 WORKSPACE_SIZED_BACKENDS = ("flashinfer_nvlink_one_sided",)
@@ -60,12 +51,12 @@ def one_sided_workspace_bytes(
     )
 
 
-def vllm_default_max_num_batched_tokens(backend: str, gpu_memory_mib: int | None) -> int:
-    """The `--max-num-batched-tokens` vLLM would use without the flag (see the tables above)."""
-    if backend in BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS:
-        return BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS[backend]
-    gib = (gpu_memory_mib or 0) / 1024
-    return next(tokens for min_gib, tokens in VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS if gib >= min_gib)
+def vllm_default_max_num_batched_tokens(backend: str, gpu_memory_mib: int | None, vllm_version: str = NEWEST_VLLM,
+                                        gpu_arch: str | None = None) -> int:
+    """The `--max-num-batched-tokens` ``vllm serve`` would use for ``backend`` without the flag, in
+    ``vllm_version`` on GPUs of ``gpu_memory_mib`` (unknown: the smallest data-center GPU of
+    ``gpu_arch``): :func:`autoselect.rules.token_budget`, which also says where it came from."""
+    return rules.token_budget(backend, vllm_version, gpu_memory_mib=gpu_memory_mib, gpu_arch=gpu_arch).tokens
 
 
 def workspace_max_num_batched_tokens(
@@ -78,12 +69,14 @@ def workspace_max_num_batched_tokens(
     max_num_batched_tokens: int | None = None,
     max_workspace_gib: float | None = None,
     gpu_memory_mib: int | None = None,
+    default_budget: int | None = None,
 ) -> tuple[int | None, list[str]]:
     """The `--max-num-batched-tokens` to emit for ``backend`` (None: leave vLLM's), with notes.
 
     The user's value is kept when given. For a backend whose workspace is sized from it
-    (one-sided), the value (the user's, else vLLM's default for the GPU) is lowered to the
-    largest multiple of 256 whose workspace fits ``max_workspace_gib``, and a note says so.
+    (one-sided), the value (the user's, else ``default_budget``, vLLM's default the answer
+    assumes, else vLLM's default for ``gpu_memory_mib``) is lowered to the largest multiple of
+    256 whose workspace fits ``max_workspace_gib``, and a note says so.
     """
     notes: list[str] = []
     if backend not in WORKSPACE_SIZED_BACKENDS:
@@ -92,7 +85,7 @@ def workspace_max_num_batched_tokens(
     limit = allowance * 2**30  # a float: int() of a huge allowance would overflow
     dispatch = dispatch_bytes_per_token(activation_dtype, hidden, top_k)
     combine = combine_bytes_per_token(hidden)
-    wanted = max_num_batched_tokens or vllm_default_max_num_batched_tokens(backend, gpu_memory_mib)
+    wanted = max_num_batched_tokens or default_budget or vllm_default_max_num_batched_tokens(backend, gpu_memory_mib)
 
     def size(tokens: int) -> int:
         return one_sided_workspace_bytes(world_size, tokens, dispatch, combine)

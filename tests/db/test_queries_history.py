@@ -21,7 +21,7 @@ from support.paths import FIXTURES
 
 from autoselect.model import MoeProfile, load_profile
 from autoselect.selector import STALENESS_KEYS, recommend
-from autoselect.workload import Deployment, workload_from_kind
+from autoselect.workload import Deployment
 from db import queries
 from db.importing import import_file
 from db.store import Store
@@ -125,7 +125,7 @@ def test_the_selector_answers_the_same_from_the_summary_as_from_every_row(histor
     host = hgx_host("node-a")
     host.versions = {**host.versions, "deep_ep": "1.2.1", "flashinfer": "0.7.2"}  # DeepEP legal, flashinfer fresh
     kw = dict(conn=conn, deployment=deployment, host_class=host_class, host=host,
-              vllm_version=vllm_version, workload=workload_from_kind(kind, deployment))
+              vllm_version=vllm_version, workload=kind)
     summarized = recommend(profile, **kw).to_dict()
     assert summarized == recommend(profile, rows=every, **kw).to_dict()
     rejected = {r["backend"]: r for r in summarized["rejected"]}
@@ -157,7 +157,7 @@ def test_the_shipped_fixtures_answer_the_same_summarized(tmp_path_factory, model
         deployment = Deployment(dp=world_size, tp=1)
         for kind in ("decode", "prefill", "mixed"):
             kw = dict(conn=conn, deployment=deployment, host_class=host_class, host=host,
-                      workload=workload_from_kind(kind, deployment))
+                      workload=kind)
             assert recommend(profile, **kw).to_dict() == recommend(profile, rows=every, **kw).to_dict()
     finally:
         conn.close()
@@ -177,7 +177,7 @@ def test_a_row_without_created_at_is_dated_by_its_run_as_the_selector_dates_it(t
         profile = MoeProfile.from_shape(7168, 256, 8, "fp8_block128")
         deployment = Deployment(dp=8, tp=1)
         kw = dict(conn=conn, deployment=deployment, host_class=host_class, host=hgx_host("node-a"),
-                  vllm_version="0.30.0", workload=workload_from_kind("mixed", deployment))
+                  vllm_version="0.30.0", workload="mixed")
         assert recommend(profile, **kw).to_dict() == recommend(profile, rows=every, **kw).to_dict()
     finally:
         conn.close()

@@ -34,8 +34,10 @@ def test_a_backend_without_points_is_held_out_and_a_held_out_count_is_estimated(
     low_latency = [p for p in points[LL] if p.tokens_per_rank != 64]
     rec = recommend_given(DSV3.profile(), {AGRS: points[AGRS], LL: low_latency}, policy=DEFAULT_POLICY, **OPTIONS)
     assert {c.backend for c in rec.candidates if c.weighted_us is not None} == {AGRS, LL}
-    ht = next(c for c in rec.candidates if c.backend == HT)
-    assert ht.weighted_us is None  # held out: no number, and never the pick
+    two_sided = next(c for c in rec.candidates if c.backend == "flashinfer_nvlink_two_sided")
+    assert two_sided.weighted_us is None  # held out: no number, and never the pick
+    # high-throughput is no candidate of a decode workload at all: vLLM runs it without CUDA graphs
+    assert next(r for r in rec.rejected if r.backend == HT).kind == "ineligible"
     bucket = next(b for b in next(c for c in rec.candidates if c.backend == LL).buckets if b.tokens_per_rank == 64)
     nbytes = all2all_bytes_per_token("bf16", DSV3.hidden, DSV3.top_k)
     assert bucket.latency_us == pytest.approx(estimate_given(low_latency, 64, nbytes).latency_us)

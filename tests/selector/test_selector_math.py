@@ -59,7 +59,7 @@ def test_deployment_with_dp_one_has_no_all2all():
 
 
 def test_decode_buckets_come_from_concurrency_per_dp_rank():
-    spec = workload_from_kind("decode", Deployment(dp=8), concurrency=512)
+    spec = workload_from_kind("decode", Deployment(dp=8), concurrency=512, max_num_batched_tokens=8192)
     assert spec.buckets == ((16, 0.2), (32, 0.3), (64, 0.5))
 
 
@@ -69,14 +69,14 @@ def test_prefill_buckets_come_from_the_per_engine_token_budget_split_over_tp():
 
 
 def test_mixed_workload_weights_sum_to_one():
-    spec = workload_from_kind("mixed", Deployment(dp=8))
-    assert spec.tokens == [8, 16, 32, 8192]
+    spec = workload_from_kind("mixed", Deployment(dp=8), max_num_batched_tokens=16384)
+    assert spec.tokens == [8, 16, 32, 16384]
     assert math.isclose(sum(w for _, w in spec.buckets), 1.0)
 
 
 def test_unknown_workload_names_the_choices():
     with pytest.raises(UnknownWorkload, match="decode, prefill, mixed"):
-        workload_from_kind("training", Deployment(dp=8))
+        workload_from_kind("training", Deployment(dp=8), max_num_batched_tokens=8192)
 
 
 def test_tokens_with_weights_are_normalized():

@@ -65,6 +65,11 @@ def test_vllm_default_token_budget_depends_on_gpu_memory_and_backend():
     assert vllm_default_max_num_batched_tokens("allgather_reducescatter", 143771) == 8192  # H200
     assert vllm_default_max_num_batched_tokens("allgather_reducescatter", 183359) == 16384  # B200
     assert vllm_default_max_num_batched_tokens("deepep_low_latency", 183359) == 256
+    # below 70 GiB vllm serve takes 2048 (0.34.0 engine/arg_utils.py:3034-3043), not the LLM class's 8192
+    assert vllm_default_max_num_batched_tokens("allgather_reducescatter", 65536) == 2048
+    # unknown memory: the smallest data-center GPU of the arch
+    assert vllm_default_max_num_batched_tokens("allgather_reducescatter", None, gpu_arch="sm100") == 16384
+    assert vllm_default_max_num_batched_tokens("allgather_reducescatter", None, gpu_arch="sm90") == 8192
 
 
 def test_workspace_that_fits_leaves_vllms_token_budget_alone():
