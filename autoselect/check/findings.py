@@ -285,12 +285,21 @@ def runtime_findings(args: ServeArgs, version: str, effective: rules.EffectiveBa
         canonical = rules.resolve(backend)
         budget = rules.dispatch_budget(canonical, version, max_num_batched_tokens=args.max_num_batched_tokens,
                                        environ=serving)
+        step = {c.kind: c for c in rules.step_consequences(
+            canonical, version, data_parallel_size=args.data_parallel_size,
+            max_num_batched_tokens=args.max_num_batched_tokens, enforce_eager=args.enforce_eager)}
         if budget is not None and not budget.given:
-            lowered = rules.lowered_batch_default(canonical, version)
-            what = (f"vLLM {version} lowers the default --max-num-batched-tokens to {lowered} for {canonical}"
-                    if lowered else f"{canonical}'s buffer holds {budget.tokens} tokens per rank "
-                                    f"({budget.describe()}); vLLM chunks larger batches")
-            out.append(Finding("info", "batched-token-default", f"{what} ({budget.row.cite})"))
+            lowered = step.get(rules.consequences.STEP_BUDGET)  # every step capped: a warning, which launch says too
+            if lowered is not None:
+                out.append(Finding("warning", "batched-token-default", f"{lowered.text} ({budget.row.cite})"))
+            else:
+                out.append(Finding("info", "batched-token-default",
+                                   f"{canonical}'s buffer holds {budget.tokens} tokens per rank ({budget.describe()}); "
+                                   f"vLLM chunks larger batches ({budget.row.cite})"))
+        if rules.consequences.CUDA_GRAPHS_OFF in step:
+            out.append(Finding("warning", "cuda-graphs-off",
+                               f"{step[rules.consequences.CUDA_GRAPHS_OFF].text}; for decode-heavy serving use "
+                               f"another backend"))
     chunk = serving.get(rules.budgets.CHUNK_SIZE)
     if chunk is not None and rules.version_in(version, rules.budgets.CHUNK_SIZE_REMOVED_IN, None):
         out.append(Finding("warning", "env-var-removed",

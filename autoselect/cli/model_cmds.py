@@ -28,6 +28,19 @@ def _wire_cell(wire: dict) -> str:
     return ", ".join(f"{dtype} ({', '.join(backends)})" for dtype, backends in by_dtype.items())
 
 
+def _expert_cell(wire: dict) -> str | None:
+    """``FlashInferExperts, takes the activation unquantized (allgather_reducescatter, ...), ...``: the
+    kernel vLLM runs behind each backend; None where rules.experts does not model the weight format."""
+    by_kernel: dict[str, list[str]] = {}
+    for backend, w in wire.items():
+        if w.expert is not None:
+            label = w.expert.kernel + (", takes the activation unquantized" if w.expert.defers else "")
+            by_kernel.setdefault(label, []).append(backend)
+    if not by_kernel:
+        return None
+    return "; ".join(f"{kernel} ({', '.join(backends)})" for kernel, backends in by_kernel.items())
+
+
 @click.command("inspect")
 @click.option("--model", "model", required=True, metavar="DIR|HF_ID",
               help="Checkpoint directory (with config.json) or Hugging Face model id; config files only.")
@@ -36,25 +49,31 @@ def _wire_cell(wire: dict) -> str:
 @click.option("--vllm-version", default=None, metavar="X.Y.Z",
               help="The vLLM whose prepare steps decide what each backend sends (the wire dtype); default: the "
                    "installed vllm, else the newest known.")
+@click.option("--moe-backend", default=None, metavar="NAME",
+              help="The line's --moe-backend (triton, deep_gemm, flashinfer_cutlass, marlin, ...): the expert kernel "
+                   "then is that one, and with it what crosses the wire; default: the one vLLM's oracle chooses.")
 @click.option("--cross-check", is_flag=True,
               help="Also read the quantization with vLLM's own config classes (needs vllm; runs it in a "
                    "subprocess) and warn where vLLM and autoselect disagree.")
 @format_option("text", "json")
-def inspect_cmd(model, gpu_arch, fmt, vllm_version=None, cross_check=False):
+def inspect_cmd(model, gpu_arch, fmt, vllm_version=None, cross_check=False, moe_backend=None):
     """Show what a MoE model puts on the all2all: shape, quantization, activation and wire dtype per GPU arch.
 
     Reads config.json (and hf_quant_config.json when present) from a local directory or the
     Hugging Face Hub (HF_HUB_OFFLINE is honoured; weights are never downloaded). Without
     --gpu-arch both Hopper (sm90) and Blackwell (sm100) are shown, because an NVFP4
     checkpoint dispatches nvfp4 on Blackwell but bf16 on Hopper. The wire dtype is what each
-    backend really sends for that activation dtype in the target vLLM (its DeepEP backends send
-    an nvfp4 model's activations as bf16). In JSON, activation_dtype and wire_dtype are then
-    objects keyed by arch; with --gpu-arch they are a string and one object.
+    backend really sends for that activation dtype in the target vLLM with EP > 1: behind the
+    expert kernel vLLM chooses (block-FP8 weights on Hopper run FlashInfer CUTLASS experts, which
+    take bf16) and through its prepare step (its DeepEP backends send an nvfp4 model's
+    activations as bf16). In JSON, activation_dtype, wire_dtype and expert_kernel are then
+    objects keyed by arch; with --gpu-arch they are a string and one object each.
 
     \b
     Examples:
       autoselect inspect --model tests/fixtures/models/deepseek-r1-nvfp4
       autoselect inspect --model deepseek-ai/DeepSeek-V3 --gpu-arch sm90 --format json
+      autoselect inspect --model deepseek-ai/DeepSeek-V3 --gpu-arch sm90 --moe-backend triton
       autoselect inspect --model ./DeepSeek-R1-FP4 --cross-check
     """
     from autoselect import rules
@@ -66,7 +85,8 @@ def inspect_cmd(model, gpu_arch, fmt, vllm_version=None, cross_check=False):
     archs = [normalize_arch(gpu_arch)] if gpu_arch else list(GPU_ARCHS)
     version, _ = target_version(vllm_version)
     profile = load_profile(model)
-    wire = {a: wire_dtypes(profile.activation_dtype(a), version) for a in archs}
+    wire = {a: wire_dtypes(profile.activation_dtype(a), version, weight_quant=profile.weight_quant, gpu_arch=a,
+                           moe_backend=moe_backend) for a in archs}
     checked = None
     if cross_check:
         from autoselect.bridge import cross_check_model
@@ -80,6 +100,8 @@ def inspect_cmd(model, gpu_arch, fmt, vllm_version=None, cross_check=False):
         d["one_sided_legal"] = one_sided[archs[0]] if gpu_arch else one_sided
         sent = {a: {b: w.dtype for b, w in wire[a].items()} for a in archs}
         d["wire_dtype"] = sent[archs[0]] if gpu_arch else sent
+        kernels = {a: {b: w.expert.to_dict() if w.expert else None for b, w in wire[a].items()} for a in archs}
+        d["expert_kernel"] = kernels[archs[0]] if gpu_arch else kernels
         d["wire_vllm_version"] = version
         d["gpu_arch"] = archs[0] if gpu_arch else None
         if checked is not None:
@@ -89,6 +111,7 @@ def inspect_cmd(model, gpu_arch, fmt, vllm_version=None, cross_check=False):
             click.echo(f"warning: {disagreement}", err=True)
         return
     layers = f"{profile.moe_layers}" + (f" of {profile.num_layers}" if profile.num_layers else "")
+    experts = {a: cell for a in archs if (cell := _expert_cell(wire[a])) is not None}
     rows = [
         ("model", profile.model),
         ("model type", profile.model_type or "-"),
@@ -99,6 +122,8 @@ def inspect_cmd(model, gpu_arch, fmt, vllm_version=None, cross_check=False):
         ("weight quant", f"{profile.weight_quant} (from {profile.quant_source})"),
         ("activation dtype", "   ".join(f"{a}: {profile.activation_dtype(a)}" for a in archs)),
         ("dispatch B/token", _bytes_line(profile, archs)),
+        *[("expert kernel" if i == 0 else "", f"{a}: {cell}" + (f"   (vLLM {version}, EP > 1)" if i == 0 else ""))
+          for i, (a, cell) in enumerate(experts.items())],
         *[("wire dtype" if i == 0 else "", f"{a}: {_wire_cell(wire[a])}" + (f"   (vLLM {version})" if i == 0 else ""))
           for i, a in enumerate(archs)],
         ("one-sided", "   ".join(f"{a}: {'legal (nvfp4)' if one_sided[a] else 'ILLEGAL (not nvfp4)'}" for a in archs)),
@@ -112,6 +137,9 @@ def inspect_cmd(model, gpu_arch, fmt, vllm_version=None, cross_check=False):
         from autoselect.rules.wire import not_read_note
 
         click.echo(f"note: {not_read_note(version)}")
+    if moe_backend and not any(w.expert for sent in wire.values() for w in sent.values()):
+        click.echo(f"note: --moe-backend {moe_backend} does not change what crosses the wire for "
+                   f"{profile.weight_quant} weights here (autoselect models the expert kernel of block-FP8 weights)")
     if not any(one_sided.values()):
         click.echo(f"note: {rules.ONE_SIDED_POLICY}")
     if checked is not None:

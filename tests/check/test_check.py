@@ -284,6 +284,19 @@ def test_low_latency_without_the_flag_runs_vllms_256_and_passes():
     assert r.exit_code == 0 and codes(r) == ["batched-token-default"]
 
 
+def test_high_throughput_with_dp_warns_that_vllm_turns_cuda_graphs_off():
+    r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend", "deepep_high_throughput"],
+                            gpu_arch="sm90", vllm_version="0.34.0", environ={})
+    assert r.exit_code == 0 and codes(r, "warning") == ["cuda-graphs-off"]
+    [f] = [f for f in r.findings if f.code == "cuda-graphs-off"]
+    assert f.message.startswith("vLLM 0.34.0 turns CUDA graphs off for the whole model with deepep_high_throughput")
+    assert f.message.endswith("every decode step runs eagerly; for decode-heavy serving use another backend")
+    eager = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend",
+                                 "deepep_high_throughput", "--enforce-eager"], gpu_arch="sm90", vllm_version="0.34.0",
+                                environ={})
+    assert "cuda-graphs-off" not in codes(eager)  # eager anyway: nothing more is lost
+
+
 def test_low_latency_without_the_flag_is_judged_at_vllms_256_against_a_lowered_queue_depth():
     # DeepEP asserts nvshmem_qp_depth >= (256 + 1) * 2 for vLLM's default budget, flag or not
     r = _ll(env=["NVSHMEM_QP_DEPTH=256"])
@@ -380,6 +393,28 @@ def test_cli_inspect_shows_what_each_backend_sends_per_arch_in_text_and_json():
     assert set(both["wire_dtype"]) == {"sm90", "sm100"} and both["wire_dtype"]["sm90"]["deepep_low_latency"] == "bf16"
     old = run("inspect", "--model", NVFP4, "--vllm-version", "0.20.0")
     assert "note: what each backend sends was read in vLLM 0.32.0, 0.33.0, 0.34.0; vLLM 0.20.0 is judged" in old.stdout
+
+
+def test_cli_inspect_shows_the_expert_kernel_that_decides_the_wire_dtype():
+    # vLLM 0.34 on Hopper runs FlashInfer CUTLASS experts for block FP8 with EP (oracle/fp8.py:129-136), which take
+    # the activation unquantized: bf16 through the default and DeepEP high-throughput; low-latency keeps fp8
+    r = run("inspect", "--model", FP8B, "--gpu-arch", "sm90", "--vllm-version", "0.34.0")
+    assert ("expert kernel     sm90: FlashInferExperts, takes the activation unquantized (allgather_reducescatter, "
+            "flashinfer_nvlink_one_sided, flashinfer_nvlink_two_sided, deepep_high_throughput); "
+            "BatchedHummingGroupedExperts (deepep_low_latency); TritonOrDeepGemmExperts (deepep_v2)   "
+            "(vLLM 0.34.0, EP > 1)") in r.stdout
+    assert ("wire dtype        sm90: bf16 (allgather_reducescatter, flashinfer_nvlink_one_sided, "
+            "flashinfer_nvlink_two_sided, deepep_high_throughput), fp8_block128 (deepep_low_latency, deepep_v2)") in r.stdout
+    doc = json.loads(run("inspect", "--model", FP8B, "--gpu-arch", "sm90", "--vllm-version", "0.34.0",
+                         "--format", "json").stdout)
+    assert doc["wire_dtype"]["deepep_high_throughput"] == "bf16"
+    assert doc["expert_kernel"]["allgather_reducescatter"]["kernel"] == "FlashInferExperts"
+    assert doc["expert_kernel"]["allgather_reducescatter"]["defers_input_quant"] is True
+    # --moe-backend names the kernel: Triton quantizes before the dispatch
+    triton = run("inspect", "--model", FP8B, "--gpu-arch", "sm90", "--vllm-version", "0.34.0", "--moe-backend", "triton")
+    assert "wire dtype        sm90: fp8_block128 on every backend" in triton.stdout
+    # a format whose kernel does not change the wire shows no expert kernel line
+    assert "expert kernel" not in run("inspect", "--model", NVFP4, "--vllm-version", "0.34.0").stdout
 
 
 _NO_TORCH = """

@@ -181,6 +181,24 @@ def test_a_legal_backend_in_the_line_is_kept_and_nothing_is_added(on_cpu):
                          f"{NVFP4} on sm100 at EP 8, vLLM 0.33.0); --override lets autoselect choose")
 
 
+def test_a_kept_backend_that_changes_vllms_step_says_so_on_stderr(on_cpu):
+    # DeepEP high-throughput turns CUDA graphs off (0.34.0 config/compilation.py:1401-1417); low-latency
+    # lowers the step budget to 256: both said as warnings, the line started as it is
+    ht = dry("--gpu-arch", "sm90", "--vllm-version", "0.34.0", "--",
+             *serve_line(DEEPSEEK_V3, "--all2all-backend", "deepep_high_throughput"))
+    assert ht.exit_code == 0, ht.output
+    assert ht.stderr.splitlines()[1] == (
+        "Warning: vLLM 0.34.0 turns CUDA graphs off for the whole model with deepep_high_throughput at DP >= 2 "
+        "(vllm/config/compilation.py:1401-1417 (0.34.0)): every decode step runs eagerly; for decode-heavy serving "
+        "use another backend")
+    ll = dry("--gpu-arch", "sm100", "--vllm-version", "0.34.0", "--",
+             *serve_line(NVFP4, "--all2all-backend", "deepep_low_latency"))
+    assert "Warning: vLLM 0.34.0 lowers --max-num-batched-tokens to 256 for deepep_low_latency" in ll.stderr
+    given = dry("--gpu-arch", "sm100", "--vllm-version", "0.34.0", "--",
+                *serve_line(NVFP4, "--all2all-backend", "deepep_low_latency", "--max-num-batched-tokens", "256"))
+    assert "Warning" not in given.stderr  # the line sets the budget itself
+
+
 def test_an_illegal_backend_in_the_line_is_refused_and_nothing_starts(tmp_path, on_cpu):
     decision = tmp_path / "decision.json"
     result = dry("--gpu-arch", "sm90", "--decision-json", decision, "--",
