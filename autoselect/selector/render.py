@@ -120,14 +120,14 @@ def _candidates(rec: Recommendation) -> list[str]:
     rows = [header]
     for c in rec.candidates:
         cells = [_ESTIMATE_MARKS.get(b.source, "") + (">=" if b.bound else "") + _fmt_us(b.latency_us)
-                 + ("*" if b.steps > 1 else "") for b in c.buckets]
+                 + ("*" if b.steps > 1 and b.latency_us is not None else "") for b in c.buckets]
         kind = ([(c.evidence + (" bound" if c.bound else "")) if c.fit is not None else "-"] if kinds else [])
         rows.append([c.backend, _STATUS_WORDS.get(c.status, c.status)] + kind
                     + [(">=" if c.bound else "") + _fmt_us(c.weighted_us), _fmt_us(c.halfwidth_us)] + cells)
     lines = [""] + aligned(rows, right=set(range(first - 2, len(header))))
     if rec.estimated:
         lines.append("(~ interpolated, ~~ extrapolated with the fitted latency model; us = microseconds)")
-    if any(b.steps > 1 for c in rec.candidates for b in c.buckets):
+    if any(b.steps > 1 and b.latency_us is not None for c in rec.candidates for b in c.buckets):
         lines.append("(* above the backend's step budget: vLLM runs it as several steps, priced as their all2alls)")
     lines += _ranges(rec.candidates, rec.activation_dtype)
     return lines
