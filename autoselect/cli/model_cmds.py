@@ -66,8 +66,9 @@ def inspect_cmd(model, gpu_arch, fmt, vllm_version=None, cross_check=False, moe_
     backend really sends for that activation dtype in the target vLLM with EP > 1: behind the
     expert kernel vLLM chooses (block-FP8 weights on Hopper run FlashInfer CUTLASS experts, which
     take bf16) and through its prepare step (its DeepEP backends send an nvfp4 model's
-    activations as bf16). In JSON, activation_dtype, wire_dtype and expert_kernel are then
-    objects keyed by arch; with --gpu-arch they are a string and one object each.
+    activations as bf16). In JSON, activation_dtype, wire_dtype and expert_kernel (present where
+    autoselect models the kernel choice: block-FP8 weights) are then objects keyed by arch; with
+    --gpu-arch they are a string and one object each.
 
     \b
     Examples:
@@ -100,8 +101,9 @@ def inspect_cmd(model, gpu_arch, fmt, vllm_version=None, cross_check=False, moe_
         d["one_sided_legal"] = one_sided[archs[0]] if gpu_arch else one_sided
         sent = {a: {b: w.dtype for b, w in wire[a].items()} for a in archs}
         d["wire_dtype"] = sent[archs[0]] if gpu_arch else sent
-        kernels = {a: {b: w.expert.to_dict() if w.expert else None for b, w in wire[a].items()} for a in archs}
-        d["expert_kernel"] = kernels[archs[0]] if gpu_arch else kernels
+        if any(w.expert for a in archs for w in wire[a].values()):  # only where rules.experts models the format
+            kernels = {a: {b: w.expert.to_dict() if w.expert else None for b, w in wire[a].items()} for a in archs}
+            d["expert_kernel"] = kernels[archs[0]] if gpu_arch else kernels
         d["wire_vllm_version"] = version
         d["gpu_arch"] = archs[0] if gpu_arch else None
         if checked is not None:

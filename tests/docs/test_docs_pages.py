@@ -22,6 +22,7 @@ import pytest
 
 from support.paths import REPO
 
+from autoselect.rules import StepConsequence, TokenBudget
 from autoselect.selector import answer as answer_json
 from autoselect.workload import Deployment, WorkloadSpec
 
@@ -30,7 +31,9 @@ PAGE = (ROOT / "docs" / "json.md").read_text()
 GOLDEN = ROOT / "tests" / "fixtures" / "golden" / "recommend_golden.json"
 
 #: Vocabulary types that write themselves (their keys are not their fields): one instance each.
-SAMPLES = {Deployment: Deployment(dp=2, tp=1), WorkloadSpec: WorkloadSpec("decode", ((8, 1.0),))}
+SAMPLES = {Deployment: Deployment(dp=2, tp=1), WorkloadSpec: WorkloadSpec("decode", ((8, 1.0),)),
+           TokenBudget: TokenBudget(8192, "vLLM's default", "", ""),
+           StepConsequence: StepConsequence("deepep_low_latency", "step_budget", "", "")}
 
 
 def _documented() -> dict[str, list[tuple[str, str]]]:
