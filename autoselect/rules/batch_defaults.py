@@ -149,6 +149,7 @@ def token_budget(backend: str | None, vllm_version: str, *, gpu_memory_mib: int 
         seen = f"GPU memory unknown: assumed {gpu} ({gib:.0f} GiB), the smallest {gpu_arch or 'sm90'} data-center GPU"
     t = tier(vllm_version, gib, gpu_name=gpu_name, gpu_arch=gpu_arch)
     bound = f">= {t.min_gib} GiB" if t.min_gib else "less than 70 GiB (or an A100 or GB10)"
+    unread = "" if read else f" (read in vLLM {', '.join(READ_IN)}; {vllm_version} is judged by that reading)"
     return TokenBudget(t.serve * (2 if doubled else 1), ORIGIN_DEFAULT,
-                       f"vLLM {vllm_version}'s default for vllm serve on GPUs with {bound}: {seen}{times}",
+                       f"vLLM {vllm_version}'s default for vllm serve on GPUs with {bound}: {seen}{times}{unread}",
                        row.source, read)
