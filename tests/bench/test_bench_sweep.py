@@ -362,6 +362,24 @@ def test_each_backend_moves_the_dtype_vllm_sends_through_it():
     assert wires(opted, cpu_fingerprint())["deepep_low_latency"].dtype == "nvfp4"
 
 
+def test_block_fp8_payloads_on_hopper_follow_the_expert_kernel_vllm_runs():
+    # vLLM runs FlashInfer CUTLASS experts for block FP8 on Hopper with EP (rules.experts): the default and
+    # DeepEP high-throughput move bf16, low-latency keeps fp8; on Blackwell every backend moves fp8
+    from autoselect.hardware import cpu_fingerprint
+    from bench.sweep import wires
+
+    backends = ["allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency"]
+    hopper = _spec(backends, activation_dtype="fp8_block128", hidden=7168, top_k=8, experts=256, gpu_arch="sm90",
+                   vllm_version="0.34.0")
+    sent = wires(hopper, cpu_fingerprint())
+    assert {b: w.dtype for b, w in sent.items()} == {
+        "allgather_reducescatter": "bf16", "deepep_high_throughput": "bf16", "deepep_low_latency": "fp8_block128"}
+    assert sent["allgather_reducescatter"].expert.kernel == "FlashInferExperts"
+    blackwell = _spec(backends, activation_dtype="fp8_block128", hidden=7168, top_k=8, experts=256, gpu_arch="sm100",
+                      vllm_version="0.34.0")
+    assert {w.dtype for w in wires(blackwell, cpu_fingerprint()).values()} == {"fp8_block128"}
+
+
 def test_a_sweep_says_which_backend_moves_another_dtype_and_files_the_row_under_the_models_recording_the_wire():
     from bench.events import WireConverted
 
