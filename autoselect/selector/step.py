@@ -118,7 +118,18 @@ def stepped(value_at: Callable[[int], BucketValue], tokens: int, cap: int, backe
         reference=next((v.reference for _, v in parts if v.reference), None),
         range_us=(tuple(sum(n * r[i] for (n, _), r in zip(parts, ranges)) for i in (0, 1))
                   if all(r is not None for r in ranges) else None),
-        bound=any(v.bound for _, v in parts), steps=steps)
+        bound=any(v.bound for _, v in parts), footing=_stepped_footing(parts), steps=steps)
+
+
+def _stepped_footing(parts: list[tuple[int, BucketValue]]):
+    """The footing of a bucket run in steps: the full steps' (how vLLM launches them, their corrections),
+    with the number on its own footing summed over every step like the value; None when a part has none
+    (a measurement of the host, already on vLLM's footing)."""
+    footings = [v.footing for _, v in parts]
+    if any(f is None for f in footings):
+        return None
+    total = tuple(sum(n * f.as_source_us[i] for (n, _), f in zip(parts, footings)) for i in (0, 1))
+    return footings[0]._replace(as_source_us=total)
 
 
 def step_lines(step: Step, values: list[BucketValue]) -> tuple[str, ...]:

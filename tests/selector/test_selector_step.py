@@ -134,3 +134,19 @@ def test_stepped_sums_full_steps_and_the_rest_and_is_missing_when_a_part_is():
     assert stepped(value_at, 256, 256, LL) == value_at(256)
     missing = stepped(lambda t: BucketValue(t, None, None, "missing", note="no measurement"), 1000, 256, LL)
     assert missing.latency_us is None and missing.steps == 4 and missing.note.endswith("no measurement")
+
+
+def test_a_stepped_bucket_keeps_its_footing_summed_over_its_steps():
+    # decide.py reads a bucket's footing for its capture mode; a bucket run in steps is launched like its
+    # full steps, and its number on the source's own footing adds up like its value
+    from autoselect.reference.footing import PointFooting
+    from autoselect.rules.graph_capture import GRAPH
+
+    def value_at(tokens):
+        return BucketValue(tokens, float(tokens), 0.0, "measured", evidence="published",
+                           footing=PointFooting("src", GRAPH, "captured", (tokens / 2, tokens), ()))
+
+    v = stepped(value_at, 1000, 256, LL)
+    assert v.footing.capture == GRAPH and v.footing.as_source_us == (3 * 128 + 116, 3 * 256 + 232)
+    host = stepped(lambda t: BucketValue(t, float(t), 0.0, "measured"), 1000, 256, LL)
+    assert host.footing is None  # a measurement of the host has no footing to carry
