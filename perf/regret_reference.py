@@ -105,6 +105,8 @@ from autoselect.selector import (  # noqa: E402
     estimate_given,
     recommend_given,
 )
+from autoselect.selector.step import step_of  # noqa: E402
+from autoselect.selector.target import resolve  # noqa: E402
 from autoselect.workload import WORKLOAD_TABLE, Deployment, Shape, WorkloadSpec  # noqa: E402
 from goals import DATASET, EXACT, Goals, add_quick  # noqa: E402
 
@@ -158,6 +160,7 @@ class Case:
     arch: str = "sm100"
     values: dict | None = None  # backend -> {tokens: value on vLLM's footing}; default: from the points
     vllm_version: str | None = None
+    caps: dict | None = None  # backend -> its step budget in tokens per rank (autoselect.selector.step); None: no cap
 
     def __post_init__(self) -> None:
         if self.values is None:
@@ -178,7 +181,14 @@ class Case:
     def truth(self, backend: str, tokens: int, scenario: tuple) -> float | None:
         """The value on vLLM's footing at ``tokens`` (the default's x its phase's factor of
         ``scenario`` = (f_graph, f_eager)); between two published token counts of the backend,
-        linear between them (:func:`interpolated_truths` counts those)."""
+        linear between them (:func:`interpolated_truths` counts those). Above the backend's step
+        budget vLLM runs the bucket as several steps (full ones at the budget, one with the rest:
+        ``autoselect.selector.step``), and its truth is theirs summed, each step at its own phase."""
+        cap = (self.caps or {}).get(backend)
+        if cap is not None and tokens > cap:
+            full, rest = divmod(tokens, cap)
+            parts = [self.truth(backend, cap, scenario)] * full + ([self.truth(backend, rest, scenario)] if rest else [])
+            return None if any(v is None for v in parts) else sum(parts)
         curve = self.values.get(backend, {})
         v = curve.get(tokens)
         if v is not None and backend == AGRS:
@@ -256,9 +266,19 @@ def cases(systems: set[str] | None, vllm_version: str) -> list[Case]:
                                         tokens=tokens, vllm_version=vllm_version)
                 if agrs:
                     points[AGRS] = {p.tokens_per_rank: p for p in agrs}
-                out.append(Case(cls.name, ws, Shape(hidden=h, top_k=k, experts=e, dtype=dtype), points, wire, budget,
-                                grid, cls.system.arch, vllm_version=vllm_version))
+                shape = Shape(hidden=h, top_k=k, experts=e, dtype=dtype)
+                out.append(Case(cls.name, ws, shape, points, wire, budget, grid, cls.system.arch,
+                                vllm_version=vllm_version, caps=step_caps(shape, cls.name, ws, points, vllm_version)))
     return out
+
+
+def step_caps(shape: Shape, ref_class: str, world_size: int, backends, vllm_version: str) -> dict:
+    """Backend -> the step budget (tokens per rank) it runs with on this case, as the selector prices it
+    (``autoselect.selector.step.step_of``: vLLM's default for the GPUs, 256 for DeepEP low-latency, the
+    budget emitted so the one-sided workspace fits)."""
+    target = resolve(shape.profile(), deployment=Deployment(dp=world_size, tp=1), host_class=ref_class,
+                     vllm_version=vllm_version)
+    return {b: step_of(target, b).cap for b in backends}
 
 
 def workloads(case: Case, kind: str) -> list[tuple[int, WorkloadSpec]]:

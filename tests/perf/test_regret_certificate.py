@@ -155,3 +155,24 @@ def test_a_dataset_goal_is_judged_in_the_full_mode_only(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "goal regret: 1.4 (goal <= 1.3): not met, not judged (quick)"
     assert out[1] == "goal regret: 1.4 (goal <= 1.3): MISSED"
+
+
+def test_a_bucket_above_a_backends_step_budget_is_true_as_the_steps_vllm_runs_summed():
+    # the truth the selector's stepped price is judged against: 1000 tokens/rank under DeepEP
+    # low-latency's 256-token step budget are three steps of 256 and one of 232, each on its own curve
+    ll = "deepep_low_latency"
+    point = SimpleNamespace(bound=False)
+    case = R.Case("ref-test", 8, Shape(hidden=7168, top_k=8, experts=256, dtype="bf16"),
+                  {R.AGRS: {1000: point}, ll: {128: point, 256: point, 1024: point}}, {}, 8192, (1000,), "sm100",
+                  values={R.AGRS: {1000: 100.0}, ll: {128: 10.0, 256: 20.0, 1024: 100.0}}, caps={ll: 256})
+    rest = 10.0 + (20.0 - 10.0) * (232 - 128) / (256 - 128)
+    assert case.truth(ll, 1000, (1.0, 1.0)) == pytest.approx(3 * 20.0 + rest)
+    assert case.truth(ll, 256, (1.0, 1.0)) == 20.0  # at the budget: one step, its own value
+    assert case.truth(ll, 868, (1.0, 1.0)) is None  # its last step (100 tokens) is below the curve: no truth
+
+
+def test_the_step_budgets_of_a_case_are_the_selectors():
+    caps = R.step_caps(Shape(hidden=7168, top_k=8, experts=256, dtype="nvfp4"), "ref-b200_sxm-x8", 8,
+                       [R.AGRS, "deepep_low_latency"], "0.34.0")
+    assert caps["deepep_low_latency"] == 256
+    assert caps[R.AGRS] > 256  # vLLM's default budget for the GPUs, per rank
