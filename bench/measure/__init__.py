@@ -7,7 +7,7 @@ One point (backend x shape x tokens per rank) runs on every rank of the group:
 2. **Timing**. CPU (:mod:`~bench.measure.cpu_timing`): ``time.perf_counter_ns`` around
    dispatch and combine of every round trip. CUDA (:mod:`~bench.measure.cuda_timing`):
    CUDA events around batches of round trips, replayed from a CUDA graph where vLLM replays the
-   step (:mod:`~bench.measure.footing`: up to its capture size, not for a backend it runs
+   step (:mod:`~bench.measure.capture_mode`: up to its capture size, not for a backend it runs
    eagerly), the adapter allows capture and the graph passes its own check
    (:mod:`~bench.measure.graphs`); else eager, with the reason in :attr:`PointOutcome.timing_note`. The latency of an iteration
    is the **maximum over ranks** (:mod:`~bench.measure.agreement`).

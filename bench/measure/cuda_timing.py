@@ -1,7 +1,7 @@
 """CUDA timing: CUDA events around batches of round trips, replayed from a graph when allowed.
 
 Batches of :data:`bench.measure.graphs.CUDA_BATCH_ROUND_TRIPS` round trips between two events,
-replayed from a CUDA graph where vLLM replays the step (:mod:`bench.measure.footing`: up to its
+replayed from a CUDA graph where vLLM replays the step (:mod:`bench.measure.capture_mode`: up to its
 capture size, not for a backend it runs eagerly), the adapter allows capture and the graph passes
 its own check (:func:`bench.measure.graphs.capture`); else eager, with the reason. Dispatch and
 combine are split in a separate eager pass with one event triple per iteration (which
@@ -11,7 +11,7 @@ includes the event cost). The latency of an iteration is the maximum over ranks.
 from __future__ import annotations
 
 from bench.measure.agreement import max_over_ranks, rank0_says_done
-from bench.measure.footing import vllm_runs_eagerly
+from bench.measure.capture_mode import vllm_runs_eagerly
 from bench.measure.graphs import CAPTURE_FAILED, CUDA_BATCH_ROUND_TRIPS, capture, eager_reason
 from bench.measure.stats import split_medians
 from bench.measure.sampling import WARMUP_ITERATIONS
