@@ -21,7 +21,8 @@ from autoselect.reference import tables as reference_tables
 from autoselect.reference.transfer import TRANSFER_ERROR
 from autoselect.report.style import BACKEND_STYLE
 from autoselect.rules import backends as registry
-from autoselect.rules import budgets, eplb, flashinfer, moe_backends, platforms, reports, selection, serve_options
+from autoselect.rules import (budgets, cuda_graphs, eplb, experts, flashinfer, moe_backends, platforms, reports, selection,
+                              serve_options)
 from autoselect.rules.versions import version_in
 from autoselect.rules.wire import READ_IN, WIRE_DTYPES, WireRule
 from autoselect.vllm_flags import emit
@@ -156,6 +157,10 @@ NAMED = {
         lambda: {e.default for e in selection.SELECTION_ERAS} | {v for e in selection.SELECTION_ERAS
                                                                 for v in e.variable_values}, FLAG_VALUES),
     "rules/budgets.py DISPATCH_BUDGETS": (lambda: {b.backend for b in budgets.DISPATCH_BUDGETS}, CANONICAL),
+    "rules/experts.py EXPERT_KERNELS (accepts)": (
+        lambda: {b for k in experts.EXPERT_KERNELS if k.accepts for b in k.accepts}, CANONICAL),
+    "rules/experts.py _LAYOUTS": (lambda: {r[0] for r in experts._LAYOUTS}, CANONICAL),
+    "rules/cuda_graphs.py EAGER_BACKENDS": (lambda: {r.backend for r in cuda_graphs.EAGER_BACKENDS}, CANONICAL),
     "rules/serve_options.py DBO_SUPPORT": (lambda: {d.backend for d in serve_options.DBO_SUPPORT}, CANONICAL),
     "rules/eplb.py ASYNC_NCCL_BACKENDS": (lambda: set(eplb.ASYNC_NCCL_BACKENDS), CANONICAL),
     "rules/reports.py UPSTREAM_REPORTS": (lambda: {b for r in reports.UPSTREAM_REPORTS for b in r.backends}, CANONICAL),
@@ -163,8 +168,6 @@ NAMED = {
     "rules/moe_backends.py BINDS_FROM": (lambda: {moe_backends.BINDS_FROM}, CANONICAL),
     "rules/flashinfer.py VLLM_CALLS": (lambda: {c.backend for c in flashinfer.VLLM_CALLS}, CANONICAL),
     "knobs.py KNOBS": (lambda: {b for k in knobs.KNOBS for b in k.backends}, MEASURED),
-    "vllm_flags/emit.py BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS": (
-        lambda: set(emit.BACKEND_DEFAULT_MAX_NUM_BATCHED_TOKENS), CANONICAL),
     "vllm_flags/emit.py WORKSPACE_SIZED_BACKENDS": (lambda: set(emit.WORKSPACE_SIZED_BACKENDS), CANONICAL),
     "report/style.py BACKEND_STYLE": (lambda: set(BACKEND_STYLE), MEASURED | FLAG_VALUES),
     "reference/tables.py BACKEND_NAMES": (lambda: set(reference_tables.BACKEND_NAMES.values()), CANONICAL),
