@@ -35,6 +35,11 @@ class Target(NamedTuple):
     ``redundant_experts`` (EPLB's ``num_redundant_experts``) count as experts for the kernels.
     ``platform`` None is vLLM on GPUs; ``"cpu"`` (a host without GPUs) judges by the CPU
     platform's row (:data:`autoselect.rules.PLATFORMS`): no GPU arch, only what its communicator builds.
+    ``serving_host``: ``host`` is the machine that will serve (:func:`serves`): its packages and
+    NVLinks decide what it can run. False: the answer is for other GPUs than ``host``'s (a CPU
+    machine planning for ``--gpu-arch sm90``), whose packages and links are not the serving host's:
+    a backend is then legal or not by the rules alone, with what the serving host needs said
+    beside it (:attr:`autoselect.rules.Verdict.requirements`).
     """
 
     profile: MoeProfile
@@ -48,6 +53,7 @@ class Target(NamedTuple):
     tensor_parallel_size: int | None = None
     redundant_experts: int = 0
     platform: str | None = None
+    serving_host: bool = True
 
     def with_token_budget(self, max_num_batched_tokens: int | None) -> "Target":
         """The same target under the token budget ``max_num_batched_tokens`` (per engine, so per rank)."""
@@ -72,6 +78,15 @@ def check_vllm_version(version: str) -> str:
     return version
 
 
+def serves(host: HostFingerprint | None, gpu_arch: str | None) -> bool:
+    """True when ``host`` is the machine an answer for ``gpu_arch`` is for: its own GPUs' arch (or no
+    arch asked, so the host's). A host without GPUs, or with another arch, only plans the answer:
+    its packages and links are not the serving host's. Without a host nothing is judged of one."""
+    if host is None or gpu_arch is None:
+        return True
+    return bool(host.gpu_arch) and normalize_arch(host.gpu_arch) == normalize_arch(gpu_arch)
+
+
 def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None = None,
                    host: HostFingerprint | None = None, vllm_version: str | None = None,
                    vllm_version_source: str | None = None, max_num_batched_tokens: int | None = None,
@@ -81,7 +96,8 @@ def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None
     """A :class:`Target`, the vLLM version resolved as every command resolves it.
 
     :param gpu_arch: the target arch (any spelling); default ``host.gpu_arch``; None: every known arch.
-    :param host: the host whose hardware rules apply, or None (unchecked).
+    :param host: the host whose hardware rules apply, or None (unchecked); it serves the answer
+        only when ``gpu_arch`` is its own arch (:func:`serves`).
     :param vllm_version: ``--vllm-version``; None: :func:`autoselect.bridge.target_version`.
     :param vllm_version_source: where an explicit ``vllm_version`` came from (default ``--vllm-version``).
     :param tensor_parallel_size: the deployment's ``-tp`` (None: unknown).
@@ -101,12 +117,13 @@ def resolve_target(profile: MoeProfile, *, world_size: int, gpu_arch: str | None
         version, source = target_version(problems=problems)
     if require_flag:
         check_vllm_version(version)
+    serving = serves(host, gpu_arch)
     gpu_arch = gpu_arch or (host.gpu_arch if host is not None else None)
     return Target(profile=profile, world_size=world_size, vllm_version=version, vllm_version_source=source,
                   gpu_arch=normalize_arch(gpu_arch) if gpu_arch else None, host=host,
                   max_num_batched_tokens=max_num_batched_tokens, environ=environ,
                   tensor_parallel_size=tensor_parallel_size, redundant_experts=redundant_experts,
-                  platform=platform)
+                  platform=platform, serving_host=serving)
 
 
 def judge(target: Target, backend: str) -> Verdict | None:
@@ -122,7 +139,8 @@ def judge(target: Target, backend: str) -> Verdict | None:
         verdicts = [rules.legal(backend, target.profile, target.host, target.world_size, target.vllm_version,
                                 gpu_arch=arch, max_num_batched_tokens=target.max_num_batched_tokens,
                                 environ=target.environ, tensor_parallel_size=target.tensor_parallel_size,
-                                redundant_experts=target.redundant_experts, platform=target.platform)
+                                redundant_experts=target.redundant_experts, platform=target.platform,
+                                serving_host=target.serving_host)
                     for arch in archs]
     except UnknownBackend:
         return None

@@ -97,3 +97,39 @@ def test_the_deployments_tensor_parallel_size_decides_reports_that_need_tp_above
     applies, = report(Target(**base, tensor_parallel_size=2))
     assert "applies only" not in applies
     assert resolve_target(profile, world_size=8, gpu_arch="sm100", tensor_parallel_size=2).tensor_parallel_size == 2
+
+
+# --- judged for the serving host -----------------------------------------------------
+
+
+def test_a_machine_planning_for_other_gpus_judges_nothing_by_its_own_packages_and_links():
+    from autoselect.hardware import cpu_fingerprint
+
+    # a CPU machine (no NVLink, no deep_ep) planning for Hopper: what it lacks is what the serving host needs
+    target = resolve_target(load_profile(str(MODELS / "deepseek-v3")), world_size=8, gpu_arch="sm90",
+                            host=cpu_fingerprint(), vllm_version="0.34.0")
+    assert not target.serving_host
+    two, ll = judge(target, "flashinfer_nvlink_two_sided"), judge(target, "deepep_low_latency")
+    assert two.ok and two.requirements == (
+        "needs flashinfer-python on the serving host (pip install flashinfer-python (vLLM pins it))",
+        "needs every NVLink of each GPU up on the serving host")
+    assert ll.ok and ll.requirements == ("needs deep_ep on the serving host (install DeepEP from "
+                                         "github.com/deepseek-ai/DeepEP (not a vLLM dependency))",)
+    assert not judge(target, ONE_SIDED).ok  # what the rules refuse stays refused: fp8 on one-sided
+
+
+def test_the_serving_hosts_own_packages_and_links_decide_and_say_unavailable_not_illegal():
+    from support.db import hgx_host
+
+    host = hgx_host()  # an 8 x H200 node: every NVLink up; deep_ep is not installed there
+    host.versions = {k: v for k, v in host.versions.items() if k != "deep_ep"}
+    target = resolve_target(load_profile(str(MODELS / "deepseek-v3")), world_size=8, host=host, vllm_version="0.34.0")
+    assert target.serving_host and target.gpu_arch == "sm90"
+    ll = judge(target, "deepep_low_latency")
+    assert not ll.ok and ll.unavailable and ll.requirements == ()
+    assert ll.reasons == ("deep_ep is not installed on node-a: install DeepEP from github.com/deepseek-ai/DeepEP "
+                          "(not a vLLM dependency)",)
+    one = judge(target, ONE_SIDED)  # refused by the rules (fp8 on one-sided): illegal, not unavailable
+    assert not one.ok and not one.unavailable
+    # the same node asked for another arch only plans that answer
+    assert not resolve_target(load_profile(NVFP4), world_size=8, host=host, gpu_arch="sm100").serving_host

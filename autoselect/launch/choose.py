@@ -450,10 +450,6 @@ class _Planner:
         unused = self.unused()
         if pick.confidence is None:  # a platform rule, not the selector's call
             why = f"{subject}: {pick.source}"
-        elif pick.evidence == RULE:  # the selector's only legal candidate
-            why = (f"{subject} for {args.model} at EP {args.world_size} on vLLM {report.vllm_version}: the only "
-                   f"backend the rules allow here (nothing to compare), confidence {pick.confidence}; "
-                   f"{pick.source}{unused}")
         else:
             why = (f"{subject} for {args.model} at EP {args.world_size} on vLLM {report.vllm_version}: "
                    f"{pick.evidence} evidence, confidence {pick.confidence}, from {pick.source}{unused}")

@@ -18,7 +18,7 @@ from typing import Any, Mapping, NamedTuple
 from autoselect.vllm_flags import UntrustedAnswer, trusted_answer
 
 
-#: The evidence of a pick the rules alone make (vLLM's CPU platform; the only legal backend).
+#: The evidence of a pick the rules alone make (vLLM's CPU platform).
 RULE = "rule"
 
 
@@ -110,8 +110,8 @@ def pick_of(answer: Any, source: str, *, version: str, deployment: Mapping[str, 
         evidence = "none"
     elif chosen.get("fit") is not None:
         evidence = _text(chosen.get("evidence", "measured"), "candidate evidence")
-    else:  # the only legal backend: the rules chose it, there was nothing to compare
-        evidence = RULE if len(candidates) == 1 and chosen else "none"
+    else:  # no number of its own: the selector's confidence is none then (confidence.py)
+        evidence = "none"
     return Pick(backend=backend, confidence=_text(confidence, "confidence"), evidence=evidence, source=source,
                 flags=trusted.flags, env=trusted.env,
                 bench_command=_text(answer.get("bench_command"), "bench_command", optional=True),

@@ -51,7 +51,9 @@ One module per table, each row with the upstream source that backs it:
 installed tree and prints every difference (docs/development.md).
 
 :func:`legal` (:mod:`~autoselect.rules.legal`) evaluates every rule and returns every reason, in
-named steps; the rules on a model's shape and the EP size are its table :data:`SHAPE_RULES`.
+named steps; the rules on a model's shape and the EP size are its table :data:`SHAPE_RULES`. It
+judges for the serving host: a machine that only plans an answer for other GPUs (``serving_host``
+False) decides nothing by its packages and links; the verdict says what the serving host needs.
 """
 
 from autoselect.lazy import lazy_exports
@@ -90,7 +92,7 @@ from autoselect.rules.eplb import (
 )
 from autoselect.rules.experts import EXPERT_KERNELS, ORACLES, Expert, expert_kernel
 from autoselect.rules.flashinfer import install_hazard
-from autoselect.rules.legal import Verdict, legal, legal_alternatives
+from autoselect.rules.legal import Verdict, legal, legal_alternatives, serving_host_requirements
 from autoselect.rules.limits import (
     DEEPEP_HT_MAX_LOCAL_EXPERTS,
     DEEPEP_HT_ROW_BYTES,
@@ -135,5 +137,5 @@ __all__ = [
     "dispatching_moe_backend", "effective_backend", "eplb_is_async", "eplb_notes", "eplb_reasons", "flag_value",
     "install_hazard", "legal", "legal_alternatives", "lowered_batch_default", "moe_backend_binding",
     "newer_than_known", "parse_version", "parser_choices", "platform_reason", "recommendable_backends",
-    "redundant_experts", "resolve", "selection_era", "smallest_deployment", "value_known_to", "version_in",
+    "redundant_experts", "resolve", "selection_era", "serving_host_requirements", "smallest_deployment", "value_known_to", "version_in",
 ]

@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 # InvalidWorldSize and GpuArchRequired are shared by several commands (autoselect.errors)
 from autoselect.errors import GpuArchRequired, InvalidWorldSize, UserError
+from autoselect.hardware import VERSION_DISTRIBUTIONS
 from autoselect.model import MoeProfile, normalize_arch
 from autoselect.rules.backends import ALIASES, BACKENDS, Capability, deprecation, recommendable_backends, resolve
 from autoselect.rules.budgets import CHUNK_SIZE, CHUNKING_SWITCH, CHUNKING_SWITCH_SOURCE, Budget, dispatch_budget
@@ -26,17 +27,28 @@ class InvalidRedundantExperts(UserError):
 
 
 class Verdict(NamedTuple):
-    """Whether a backend may be used for a model / host / world size / vLLM version, and why."""
+    """Whether a backend may be used for a model / host / world size / vLLM version, and why.
+
+    ``unavailable``: every reason is the serving host's (a package, its NVLinks): the backend is
+    legal for the model, this host cannot run it. ``requirements``: what the serving host must
+    have, when the answer is for another machine than the one whose fingerprint was given
+    (:func:`legal`'s ``serving_host`` False): its packages and links are then not reasons.
+    """
 
     backend: str
     ok: bool
     reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    unavailable: bool = False
+    requirements: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict."""
-        return {"backend": self.backend, "ok": self.ok, "reasons": list(self.reasons),
-                "warnings": list(self.warnings)}
+        """A JSON-ready dict (``requirements`` only where there are some)."""
+        out = {"backend": self.backend, "ok": self.ok, "reasons": list(self.reasons),
+               "warnings": list(self.warnings)}
+        if self.requirements:
+            out["requirements"] = list(self.requirements)
+        return out
 
 
 def _round_up(hidden: int, sizes: tuple[int, ...]) -> int | None:
@@ -308,6 +320,19 @@ def _host_findings(cap: Capability, host, world_size: int) -> tuple[list[str], l
     return reasons, []
 
 
+def serving_host_requirements(backend: str, world_size: int) -> list[str]:
+    """What ``backend`` needs of a serving host the rules cannot see (an answer for another machine
+    than the one planning it): its package and, across an all2all, every NVLink up."""
+    cap = BACKENDS[resolve(backend)]
+    out = []
+    if cap.package:
+        name = VERSION_DISTRIBUTIONS.get(cap.package, (cap.package,))[0]
+        out.append(f"needs {name} on the serving host ({cap.install_hint})")
+    if cap.needs_all_nvlinks and world_size > 1:
+        out.append("needs every NVLink of each GPU up on the serving host")
+    return out
+
+
 def _all2all_warnings(c: _Case, tensor_parallel_size, role, settings) -> list[str]:
     """World size 1 runs no all2all; above it, the upstream reports that apply."""
     if c.world_size == 1:
@@ -318,7 +343,7 @@ def _all2all_warnings(c: _Case, tensor_parallel_size, role, settings) -> list[st
 
 def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, max_num_batched_tokens=None,
           environ=None, tensor_parallel_size=None, role=None, redundant_experts=0, settings=None,
-          platform=None) -> Verdict:
+          platform=None, serving_host=True) -> Verdict:
     """Every reason ``backend`` cannot serve ``profile`` at ``world_size`` (EP size) on ``vllm_version``.
 
     :param backend: an ``--all2all-backend`` value (old spellings are resolved) or ``reference_*``.
@@ -343,12 +368,17 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, ma
         :data:`autoselect.rules.platforms.PLATFORMS` (``"cpu"``): its communicator's row decides
         which backends run at all, no GPU arch is needed, and the GPU rules (dtype, kernels, NVLinks)
         do not apply.
+    :param serving_host: ``host`` is the machine that will serve (its packages and NVLinks decide
+        whether it can run the backend); False: the answer is for another machine (``host`` only
+        plans it), so ``host`` is not read at all: the verdict lists what the serving host needs
+        (``requirements``, :func:`serving_host_requirements`), and ``gpu_arch`` is required.
     :raises UnknownBackend, InvalidVllmVersion, InvalidWorldSize, GpuArchRequired,
         InvalidTokensPerRank, InvalidQueueDepth, InvalidChunkSize, InvalidRedundantExperts: bad input.
     """
     if platform not in (None, CUDA) and platform not in PLATFORMS:
         raise ValueError(f"unknown vLLM platform {platform!r}; known: {CUDA}, {', '.join(PLATFORMS)}")
     gpus = platform in (None, CUDA)
+    host = host if serving_host else None  # a machine planning an answer for another decides nothing
     version, canonical, arch = _checked_inputs(backend, host, world_size, vllm_version, gpu_arch,
                                                max_num_batched_tokens, redundant_experts, arch_required=gpus)
     if canonical.startswith("reference_"):
@@ -364,10 +394,17 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, ma
     reasons += _kernel_limit_reasons(cap, profile, world_size, arch, case.dtype, budget, case.experts, environ)
     if arch not in cap.archs:
         reasons.append(f"{cap.backend} does not run on {arch} (only on {', '.join(sorted(cap.archs))})")
-    host_reasons, host_warnings = _host_findings(cap, host, world_size)
+    requirements: list[str] = []
+    if serving_host:
+        host_reasons, host_warnings = _host_findings(cap, host, world_size)
+    else:
+        host_reasons, host_warnings = [], []
+        requirements = serving_host_requirements(cap.backend, world_size)
+    unavailable = bool(host_reasons) and not reasons  # legal for the model; this host cannot run it
     reasons += host_reasons
     warnings += host_warnings + _all2all_warnings(case, tensor_parallel_size, role, settings)
-    return Verdict(backend, not reasons, tuple(reasons), tuple(warnings))
+    return Verdict(backend, not reasons, tuple(reasons), tuple(warnings), unavailable=unavailable,
+                   requirements=tuple(requirements))
 
 
 def _platform_verdict(backend: str, canonical: str, profile, world_size: int, version: str, platform: str,

@@ -148,7 +148,9 @@ class Candidate(_Document):
     activation dtype (``autoselect.rules.wire``; omitted otherwise), and ``expert_kernel`` the
     kernel vLLM runs behind it where :mod:`autoselect.rules.experts` models the choice. ``step``:
     what the backend does to vLLM's step beyond its all2all, in words (CUDA graphs off, a lowered
-    step budget, buckets run in several steps; :mod:`autoselect.selector.step`).
+    step budget, buckets run in several steps; :mod:`autoselect.selector.step`). ``requires``: what
+    the serving host must have for it, when the answer is for other GPUs than the planning
+    machine's (``autoselect.rules.Verdict.requirements``; omitted otherwise).
     """
 
     backend: str
@@ -164,6 +166,7 @@ class Candidate(_Document):
     wire_dtype: str | None = field(default=None, metadata=OMIT_NONE)
     expert_kernel: str | None = field(default=None, metadata=OMIT_NONE)
     step: tuple[str, ...] = field(default=(), metadata=OMIT_DEFAULT)
+    requires: list[str] | None = field(default=None, metadata=OMIT_NONE)
 
     @property
     def measured(self) -> bool:
@@ -179,9 +182,10 @@ class Candidate(_Document):
 @dataclass(repr=False)
 class Rejection(_Document):
     """A backend that is not a candidate: ``kind`` ``illegal`` (rules), ``disqualified``
-    (an incorrect / error result for this shape), ``unavailable`` (every row says so) or
-    ``ineligible`` (legal, but what it does to vLLM's step is not priced for this workload:
-    CUDA graphs off on a workload with CUDA-graph steps, :mod:`autoselect.selector.step`)."""
+    (an incorrect / error result for this shape), ``unavailable`` (the serving host lacks its
+    package or NVLinks, or every stored row says it could not run) or ``ineligible`` (legal, but
+    what it does to vLLM's step is not priced for this workload: CUDA graphs off on a workload
+    with CUDA-graph steps, :mod:`autoselect.selector.step`)."""
 
     backend: str
     kind: str

@@ -2,8 +2,9 @@
 
 Confidence starts at ``high`` and every rule of :data:`CONFIDENCE_CAPS` that applies caps it;
 the answer's confidence is the lowest cap of all that apply, and their texts are its reasons
-(in table order). ``none`` means no usable measurement at all: that rule, when it applies, is
-the only reason given. "Decisive" latencies are those of the pick, the default and the best
+(in table order). ``none`` means no usable measurement at all (even when the rules leave one backend legal: the
+confidence speaks of the evidence, not of the legality): that rule, when it applies, is the only
+reason given. "Decisive" latencies are those of the pick, the default and the best
 other candidate.
 
 ``reference``: the decisive latencies rest on NVIDIA's published reference tables
@@ -62,8 +63,9 @@ class ConfidenceCap(NamedTuple):
 
 
 CONFIDENCE_CAPS: tuple[ConfidenceCap, ...] = (
+    # nothing measured and nothing published: none, whatever is legal (one legal backend included)
     ConfidenceCap("no_data", "none", "no measurement of any legal backend for this host class, shape and world size",
-                  lambda f: not f.single and not f.compared and not f.any_measured, alone=True),
+                  lambda f: not f.any_measured, alone=True),
     ConfidenceCap("pick_unpriced", "none", "the pick has no number of its own for this workload (a bucket without "
                   "a value, or only a lower bound): it is the fallback, not a decision",
                   lambda f: f.pick_unpriced and not f.single),

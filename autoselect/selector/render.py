@@ -134,7 +134,8 @@ def _candidates(rec: Recommendation) -> list[str]:
 
 
 def _ranges(candidates: list[Candidate], activation_dtype: str) -> list[str]:
-    """Under the table: each derived range, each lower bound, each backend that sends another dtype."""
+    """Under the table: each derived range, each lower bound, each backend that sends another dtype,
+    and what each backend needs of a serving host this machine is not."""
     lines = []
     for c in candidates:
         if c.range_us is not None and c.weighted_us is not None:
@@ -151,6 +152,8 @@ def _ranges(candidates: list[Candidate], activation_dtype: str) -> list[str]:
                    else "vLLM's prepare step")
             lines.append(f"{c.backend}: sends {activation_dtype} activations as {c.wire_dtype} ({how})")
         lines += [f"{c.backend}: {line}" for line in c.step]
+        if c.requires:
+            lines.append(f"{c.backend}: {'; '.join(c.requires)}")
     return lines
 
 

@@ -41,15 +41,17 @@ def test_recommend_targets_the_vllm_of_autoselect_vllm_python(monkeypatch, tmp_p
     monkeypatch.setenv("AUTOSELECT_VLLM_PYTHON", str(python))
     doc = recommend_json()
     assert (doc["vllm_version"], doc["vllm_version_source"]) == ("0.16.0", FROM_ENV)
-    # version-dependent legality: 0.16.0 has no one-sided backend, so it is not even a rejection
-    assert "flashinfer_nvlink_one_sided" not in {r["backend"] for r in doc["rejected"]}
+    # version-dependent legality: 0.16.0 has no one-sided backend, so it is neither a candidate nor a rejection
+    judged = {r["backend"] for r in doc["rejected"]} | {c["backend"] for c in doc["candidates"]}
+    assert "flashinfer_nvlink_one_sided" not in judged and "allgather_reducescatter" in judged
     assert doc["warnings"] == [w for w in doc["warnings"] if "AUTOSELECT_VLLM_PYTHON" not in w]
 
 
 def test_without_autoselect_vllm_python_recommend_says_it_assumed_the_newest_version():
     doc = recommend_json()
     assert (doc["vllm_version"], doc["vllm_version_source"]) == (NEWEST_VLLM, "newest known")
-    assert "flashinfer_nvlink_one_sided" in {r["backend"] for r in doc["rejected"]}
+    # the newest release has one-sided, legal for nvfp4 on sm100 (this machine only plans for those GPUs)
+    assert "flashinfer_nvlink_one_sided" in {c["backend"] for c in doc["candidates"]}
 
 
 def test_an_explicit_vllm_version_wins_over_autoselect_vllm_python_without_asking_it(monkeypatch, tmp_path):

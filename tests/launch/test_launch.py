@@ -280,15 +280,28 @@ def test_override_replaces_an_illegal_backend_but_only_with_a_pick(tmp_path, on_
         plan_launch(line, LaunchOptions(db_path=tmp_path / "none.db", override=True))
 
 
-def test_the_only_legal_backend_is_said_to_be_the_rules_choice(tmp_path, on_cpu):
-    # bf16 on Hopper at EP 2 without measurements: every other backend is illegal, nothing to compare
-    plan = plan_launch(["vllm", "serve", QWEN, "-dp", "2", "-ep"],
-                       LaunchOptions(gpu_arch="sm90", vllm_version="0.33.0", db_path=tmp_path / "none.db"))
-    rec = recommend_for(QWEN, gpu_arch="sm90", vllm_version="0.33.0", dp=2, db_path=tmp_path / "none.db")
-    assert [c.backend for c in rec.candidates] == [plan.backend] and rec.confidence != "none"
-    assert (plan.action, plan.pick.evidence, plan.pick.confidence) == ("insert", "rule", rec.confidence)
-    assert plan.why.endswith(f"the only backend the rules allow here (nothing to compare), confidence "
-                             f"{rec.confidence}; no database at {tmp_path / 'none.db'}")
+def test_without_evidence_the_line_keeps_vllms_default_whatever_is_legal(tmp_path, on_cpu):
+    # a CPU machine planning for 8 Hopper GPUs with no database: nothing measured, nothing published, so
+    # confidence none; the FlashInfer and DeepEP backends are legal for the serving host (this machine's
+    # packages and NVLinks are not its), each saying what the serving host needs
+    line = ["vllm", "serve", str(MODELS / "deepseek-v3"), "-dp", "8", "--enable-expert-parallel"]
+    plan = plan_launch(line, LaunchOptions(gpu_arch="sm90", db_path=tmp_path / "none.db"))
+    rec = recommend_for(str(MODELS / "deepseek-v3"), gpu_arch="sm90", dp=8, db_path=tmp_path / "none.db")
+    assert rec.confidence == "none"
+    assert [c.backend for c in rec.candidates] == ["allgather_reducescatter", "flashinfer_nvlink_two_sided",
+                                                   "deepep_high_throughput", "deepep_low_latency"]
+    assert {c.backend: c.requires[0] for c in rec.candidates if c.requires} == {
+        "flashinfer_nvlink_two_sided": "needs flashinfer-python on the serving host (pip install flashinfer-python "
+                                       "(vLLM pins it))",
+        "deepep_high_throughput": "needs deep_ep on the serving host (install DeepEP from github.com/deepseek-ai/DeepEP "
+                                  "(not a vLLM dependency))",
+        "deepep_low_latency": "needs deep_ep on the serving host (install DeepEP from github.com/deepseek-ai/DeepEP "
+                              "(not a vLLM dependency))"}
+    assert (plan.action, plan.backend, plan.final.argv, plan.pick.confidence) == (
+        "default", "allgather_reducescatter", line, "none")
+    assert plan.why.startswith("vLLM's default (allgather_reducescatter) kept, nothing inserted: no evidence: no "
+                               "measurement of any legal backend for this host class, shape and world size")
+    assert plan.pick.bench_command == rec.bench_command and "--backends allgather_reducescatter," in rec.bench_command
 
 
 # ---- vLLM's CPU platform ------------------------------------------------------------------------

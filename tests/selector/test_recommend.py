@@ -267,8 +267,9 @@ def test_json_output_is_the_documented_schema(fixture_db):
         "backend", "status", "weighted_us", "halfwidth_us", "buckets", "fit", "warnings",
     }
     assert [b["tokens_per_rank"] for b in cand["allgather_reducescatter"]["buckets"]] == [8, 16, 32]
+    # the B200 machine of the class has no deep_ep: legal for the model, unavailable on that host
     assert {r["backend"]: r["kind"] for r in doc["rejected"]} == {
-        "deepep_high_throughput": "illegal", "deepep_low_latency": "illegal",
+        "deepep_high_throughput": "unavailable", "deepep_low_latency": "unavailable",
     }
 
 
@@ -594,3 +595,21 @@ def test_synthetic_survives_export_import_and_merge(example_db, tmp_path):
     for db in (again, merged):
         _assert_synthetic_everywhere(rec(db, "deepseek-r1-nvfp4", host_class="b200x8-9a4f2b61",
                                          vllm_version="0.33.0"))
+
+
+def test_without_measurements_the_answer_for_other_gpus_has_confidence_none(tmp_path, monkeypatch):
+    # recommend's help promises it; this CPU machine's missing packages and links make nothing illegal there
+    from autoselect.hardware import cpu_fingerprint
+    import autoselect.selector.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "fingerprint", cpu_fingerprint)
+    result = run_cli("recommend", "--model", str(MODELS / "deepseek-v3"), "--gpu-arch", "sm90", "--dp", "8",
+                     "--db", str(tmp_path / "none.db"), "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert (doc["backend"], doc["confidence"]) == ("allgather_reducescatter", "none")
+    assert [c["backend"] for c in doc["candidates"]] == [
+        "allgather_reducescatter", "flashinfer_nvlink_two_sided", "deepep_high_throughput", "deepep_low_latency"]
+    assert [r["backend"] for r in doc["rejected"]] == ["flashinfer_nvlink_one_sided"]  # the rules' refusal only
+    assert "Without measurements the answer is the default with confidence none" in " ".join(
+        run_cli("recommend", "--help").stdout.split())
