@@ -21,17 +21,22 @@ MOE_BACKEND = "--moe-backend"
 
 
 class Finding(NamedTuple):
-    """One thing `check` has to say: severity, a stable code, the message, and its arch if any (a
+    """One thing `check` has to say: severity, a stable code, the message (one sentence), its arch if
+    any, and the message with its sources where they say more (``--explain``, JSON ``detail``) (a
     NamedTuple: every check and launch creates the class, and a frozen dataclass costs ~6x more to create)."""
 
     severity: str
     code: str
     message: str
     gpu_arch: str | None = None
+    detail: str | None = None
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict."""
-        return {"severity": self.severity, "code": self.code, "message": self.message, "gpu_arch": self.gpu_arch}
+        """A JSON-ready dict (``detail`` only where there is one)."""
+        out = {"severity": self.severity, "code": self.code, "message": self.message, "gpu_arch": self.gpu_arch}
+        if self.detail is not None:
+            out["detail"] = self.detail
+        return out
 
 
 def _known_value(value: str) -> bool:
@@ -339,7 +344,7 @@ def model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version: 
                           tensor_parallel_size=args.tensor_parallel_size, role=role,
                           settings=_settings(args, version), platform=platform, **limits)
     alternatives = None
-    for reason in verdict.reasons:
+    for i, reason in enumerate(verdict.reasons):
         if "has no --all2all-backend value" in reason:
             continue  # the option findings said it: vllm serve would not start
         if alternatives is None:
@@ -349,7 +354,8 @@ def model_findings(profile: MoeProfile, args: ServeArgs, backend: str, version: 
                 else "illegal-platform" if platform is not None and "platform" in reason else "illegal-shape")
         alt = (f"; legal here: {', '.join(rules.flag_value(b, version) for b in alternatives)}"
                if alternatives else "")
-        out.append(Finding("error", code, reason + alt, arch))
+        detail = verdict.detail(i)
+        out.append(Finding("error", code, reason + alt, arch, detail=detail + alt if detail != reason else None))
     for warning in verdict.warnings:
         if warning.startswith(("no host fingerprint", f"{canonical} was removed", f"{backend} is the deprecated",
                                f"{backend} is deprecated")):

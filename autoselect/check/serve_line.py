@@ -116,7 +116,9 @@ class CheckReport(DataclassMethods):
             "activation_dtype": (
                 {a: self.profile.activation_dtype(a) for a in self.gpu_archs} if self.profile else None
             ),
-            "findings": [{**f.to_dict(), "message": redacted_text(f.message)} for f in self.findings],
+            "findings": [{**f.to_dict(), "message": redacted_text(f.message),
+                          **({"detail": redacted_text(f.detail)} if f.detail is not None else {})}
+                         for f in self.findings],
             "args": self.args.to_dict(),
         }
 
@@ -257,7 +259,7 @@ def _release_findings(args: ServeArgs, target: TargetVersion, vllm_findings: lis
                                 f"against ({rules.OLDEST_CHECKED}): it is judged as {rules.OLDEST_CHECKED}"))
     hazard = rules.install_hazard(version)
     if hazard and not args.image_version:  # a vllm/vllm-openai image ships its FlashInfer
-        findings.append(Finding("info", "install-hazard", hazard))
+        findings.append(Finding("info", "install-hazard", hazard.text, detail=hazard.detail))
     return findings
 
 

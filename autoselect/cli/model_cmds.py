@@ -161,9 +161,11 @@ def inspect_cmd(model, gpu_arch, fmt, vllm_version=None, cross_check=False, moe_
               help="prefill, decode or both: what this instance serves in prefill/decode disaggregation "
                    "(upstream reports about one side apply only there); default: the line's "
                    "--kv-transfer-config kv_role, else unknown.")
+@click.option("--explain", is_flag=True,
+              help="Also show the sources behind each finding that has them (text format; JSON has them as detail).")
 @format_option("text", "json")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def check_cmd(gpu_arch, vllm_version, role, fmt, command):
+def check_cmd(gpu_arch, vllm_version, role, explain, fmt, command):
     """Check a `vllm serve` command line for illegal or ineffective all2all settings.
 
     Reads the line as the target vLLM release does: the backend it runs comes from
@@ -209,6 +211,8 @@ def check_cmd(gpu_arch, vllm_version, role, fmt, command):
         for f in report.findings:
             where = f" [{f.gpu_arch}]" if f.gpu_arch else ""
             click.echo(f"{f.severity.upper():<7} {f.code}{where}: {one_line(redacted_text(f.message))}")
+            if explain and f.detail:
+                click.echo(f"        in full: {one_line(redacted_text(f.detail))}")
         errors = sum(f.severity == "error" for f in report.findings)
         click.echo(f"{'FAIL' if errors else 'OK'}: {errors} error(s), "
                    f"{sum(f.severity == 'warning' for f in report.findings)} warning(s)")

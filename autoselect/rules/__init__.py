@@ -44,6 +44,8 @@ One module per table, each row with the upstream source that backs it:
   dispatch and combine themselves (vLLM binds ``passthrough`` and refuses any other backend).
 * :mod:`~autoselect.rules.flashinfer` — which FlashInfer each release pins, what each FlashInfer
   exports, and which FlashInfer API each release's FlashInfer backends call.
+* :mod:`~autoselect.rules.sentences` — :class:`Sentence`: a refusal or warning in one sentence,
+  and the same with its sources (what ``--explain`` and the JSON add).
 * :mod:`~autoselect.rules.versions` — version parsing and ranges, :data:`RELEASES` (every release
   the tables know) and the warning for a newer one (:func:`newer_than_known`).
 
@@ -113,6 +115,7 @@ from autoselect.rules.selection import (
     effective_backend,
     selection_era,
 )
+from autoselect.rules.sentences import Sentence, detail_of, text_of
 from autoselect.rules.serve_options import DBO_SUPPORT, ENV_VAR_REMOVED_IN, FLAG_SINCE, SERVE_OPTIONS, dbo_backends
 from autoselect.rules.consequences import StepConsequence, step_consequences
 from autoselect.rules.batch_defaults import BATCH_DEFAULTS, TokenBudget, token_budget
@@ -132,10 +135,11 @@ __all__ = [
     "DEFAULT_BACKEND", "DISPATCH_BUDGETS", "ENV_VAR_REMOVED_IN", "EPLB_RULES", "FLAG_SINCE", "HIDDEN_VALUES",
     "MOE_BACKENDS", "NEWEST_VLLM", "OLDEST_CHECKED", "ONE_SIDED_ERAS", "ONE_SIDED_POLICY", "ORIGIN_DEFAULT",
     "ORIGIN_FLAG", "PLATFORMS", "REDUNDANT_DEFAULTS", "SELECTION_ERAS", "SERVE_OPTIONS", "UPSTREAM_REPORTS",
-    "VARIABLE", "BackendUnknownToVersion", "Binding", "EffectiveBackend", "InvalidVllmVersion", "UnknownBackend",
-    "Verdict", "acted_on", "dbo_backends", "default_dispatch_tokens", "deprecation", "dispatch_budget",
-    "dispatching_moe_backend", "effective_backend", "eplb_is_async", "eplb_notes", "eplb_reasons", "flag_value",
-    "install_hazard", "legal", "legal_alternatives", "lowered_batch_default", "moe_backend_binding",
-    "newer_than_known", "parse_version", "parser_choices", "platform_reason", "recommendable_backends",
-    "redundant_experts", "resolve", "selection_era", "serving_host_requirements", "smallest_deployment", "value_known_to", "version_in",
+    "VARIABLE", "BackendUnknownToVersion", "Binding", "EffectiveBackend", "InvalidVllmVersion", "Sentence",
+    "UnknownBackend", "Verdict", "acted_on", "dbo_backends", "default_dispatch_tokens", "deprecation",
+    "detail_of", "dispatch_budget", "dispatching_moe_backend", "effective_backend", "eplb_is_async", "eplb_notes",
+    "eplb_reasons", "flag_value", "install_hazard", "legal", "legal_alternatives", "lowered_batch_default",
+    "moe_backend_binding", "newer_than_known", "parse_version", "parser_choices", "platform_reason",
+    "recommendable_backends", "redundant_experts", "resolve", "selection_era", "serving_host_requirements",
+    "smallest_deployment", "text_of", "value_known_to", "version_in",
 ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from autoselect.rules.selection import release_range
+from autoselect.rules.sentences import Sentence
 from autoselect.rules.versions import parse_version, version_in
 
 ONE_SIDED, TWO_SIDED = "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided"
@@ -146,15 +147,16 @@ def pin(vllm_version: str) -> FlashinferPin | None:
     return next((p for p in FLASHINFER_PINS if parse_version(p.vllm)[:4] == key), None)
 
 
-def install_hazard(vllm_version: str) -> str | None:
-    """A sentence when ``vllm_version``'s FlashInfer pin is not on PyPI (``pip install vllm`` does not
-    resolve from PyPI alone), else None."""
+def install_hazard(vllm_version: str) -> Sentence | None:
+    """The warning when ``vllm_version``'s FlashInfer pin is not on PyPI (``pip install vllm`` does not
+    resolve from PyPI alone), else None: one sentence, and the same with its sources."""
     row = pin(vllm_version)
     if row is None or row.pin not in NOT_ON_PYPI:
         return None
-    return (f"vLLM {vllm_version} pins flashinfer-python=={row.pin}, which is not on PyPI ({row.source}; PyPI goes "
-            f"from 0.7.2.post1 to 0.7.4): `pip install vllm=={vllm_version}` from PyPI alone does not resolve; "
-            f"install from FlashInfer's own wheel index or use the vllm/vllm-openai image")
+    said = (f"vLLM {vllm_version} pins flashinfer-python=={row.pin}, which is not on PyPI: install it from "
+            f"FlashInfer's own wheel index or use the vllm/vllm-openai image")
+    return Sentence(said, f"{said} ({row.source}; PyPI goes from 0.7.2.post1 to 0.7.4, so "
+                          f"`pip install vllm=={vllm_version}` from PyPI alone does not resolve)")
 
 
 def vllm_calls(backend: str, vllm_version: str) -> VllmCalls | None:

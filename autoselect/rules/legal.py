@@ -11,10 +11,11 @@ from autoselect.model import MoeProfile, normalize_arch
 from autoselect.rules.backends import ALIASES, BACKENDS, Capability, deprecation, recommendable_backends, resolve
 from autoselect.rules.budgets import CHUNK_SIZE, CHUNKING_SWITCH, CHUNKING_SWITCH_SOURCE, Budget, dispatch_budget
 from autoselect.rules.limits import DEEPEP_NVL_PEERS, Limit
-from autoselect.rules.one_sided import one_sided_consequence
+from autoselect.rules.one_sided import one_sided_consequence, one_sided_in_short
 from autoselect.rules.platforms import CUDA, PLATFORMS, platform_reason
 from autoselect.rules.reports import reports_for
 from autoselect.rules.selection import IGNORED, IGNORED_WARNED, selection_era
+from autoselect.rules.sentences import Sentence, detail_of, text_of
 from autoselect.rules.versions import NEWEST_VLLM, parse_version, version_in
 
 
@@ -29,23 +30,32 @@ class InvalidRedundantExperts(UserError):
 class Verdict(NamedTuple):
     """Whether a backend may be used for a model / host / world size / vLLM version, and why.
 
-    ``unavailable``: every reason is the serving host's (a package, its NVLinks): the backend is
-    legal for the model, this host cannot run it. ``requirements``: what the serving host must
-    have, when the answer is for another machine than the one whose fingerprint was given
-    (:func:`legal`'s ``serving_host`` False): its packages and links are then not reasons.
+    ``reasons`` are one sentence each; ``details`` the same reasons with their sources (one per
+    reason, in order; a reason without more to say is its own detail). ``unavailable``: every
+    reason is the serving host's (a package, its NVLinks): the backend is legal for the model,
+    this host cannot run it. ``requirements``: what the serving host must have, when the answer
+    is for another machine than the one whose fingerprint was given (:func:`legal`'s
+    ``serving_host`` False): its packages and links are then not reasons.
     """
 
     backend: str
     ok: bool
     reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    details: tuple[str, ...] = ()
     unavailable: bool = False
     requirements: tuple[str, ...] = ()
 
+    def detail(self, i: int) -> str:
+        """Reason ``i`` with its sources."""
+        return self.details[i] if i < len(self.details) else self.reasons[i]
+
     def to_dict(self) -> dict:
-        """A JSON-ready dict (``requirements`` only where there are some)."""
+        """A JSON-ready dict (``details`` and ``requirements`` only where they say more)."""
         out = {"backend": self.backend, "ok": self.ok, "reasons": list(self.reasons),
                "warnings": list(self.warnings)}
+        if any(self.detail(i) != r for i, r in enumerate(self.reasons)):
+            out["details"] = [self.detail(i) for i in range(len(self.reasons))]
         if self.requirements:
             out["requirements"] = list(self.requirements)
         return out
@@ -221,13 +231,15 @@ def _every_rank_holds_an_expert(c: _Case) -> str | None:
             f"needs an expert (lower -dp/-tp to at most {c.experts} ranks)")
 
 
-def _activation_dtype(c: _Case) -> str | None:
+def _activation_dtype(c: _Case) -> str | Sentence | None:
     if c.cap.activation_dtypes is None or c.dtype in c.cap.activation_dtypes:
         return None
     accepted = "/".join(sorted(c.cap.activation_dtypes))
-    return (f"{c.cap.backend} needs {accepted} activations; {c.profile.model} dispatches {c.dtype} on {c.arch}"
-            + (f": {one_sided_consequence(c.dtype, c.version)}"
-               if c.cap.backend == "flashinfer_nvlink_one_sided" else ""))
+    needs = f"{c.cap.backend} needs {accepted} activations; {c.profile.model} dispatches {c.dtype} on {c.arch}"
+    if c.cap.backend != "flashinfer_nvlink_one_sided":
+        return needs
+    return Sentence(f"{needs}: {one_sided_in_short(c.dtype, c.version)}",
+                    f"{needs}: {one_sided_consequence(c.dtype, c.version)}")
 
 
 def _experts_divide_over_ep(c: _Case) -> str | None:
@@ -403,7 +415,8 @@ def legal(backend, profile, host, world_size, vllm_version, *, gpu_arch=None, ma
     unavailable = bool(host_reasons) and not reasons  # legal for the model; this host cannot run it
     reasons += host_reasons
     warnings += host_warnings + _all2all_warnings(case, tensor_parallel_size, role, settings)
-    return Verdict(backend, not reasons, tuple(reasons), tuple(warnings), unavailable=unavailable,
+    return Verdict(backend, not reasons, tuple(map(text_of, reasons)), tuple(warnings),
+                   details=tuple(map(detail_of, reasons)), unavailable=unavailable,
                    requirements=tuple(requirements))
 
 

@@ -49,8 +49,21 @@ def one_sided_era(vllm_version: str) -> OneSidedEra | None:
     return None
 
 
+def one_sided_in_short(dtype: str, vllm_version: str) -> str:
+    """:func:`one_sided_consequence` in one clause, without its sources (what a refusal says first)."""
+    era = one_sided_era(vllm_version)
+    if era is None:
+        return f"vLLM {vllm_version} has no flashinfer_nvlink_one_sided"
+    if dtype in era.upstream_accepts:
+        return (f"vLLM {vllm_version} would run it, but autoselect keeps one-sided to the nvfp4 payloads it was "
+                f"built for")
+    if era.consequence == "silent_corruption":
+        return f"on vLLM {vllm_version} this would SILENTLY CORRUPT output"
+    return f"on vLLM {vllm_version} this would fail at startup"
+
+
 def one_sided_consequence(dtype: str, vllm_version: str) -> str:
-    """What putting a ``dtype`` model on one-sided does on ``vllm_version``, in words."""
+    """What putting a ``dtype`` model on one-sided does on ``vllm_version``, in words, with its sources."""
     era = one_sided_era(vllm_version)
     if era is None:
         return f"vLLM {vllm_version} has no flashinfer_nvlink_one_sided (added in v0.18.0, PR #36022)"

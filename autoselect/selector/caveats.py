@@ -50,5 +50,5 @@ def caveats(target: RecommendTarget, decision: Decision, candidates: list[Candid
                 warnings.append(f"{c.backend} at {b.tokens_per_rank} tokens/rank: {b.note}")
     hazard = rules.install_hazard(target.vllm_version)
     if hazard:
-        warnings.append(hazard)
+        warnings.append(hazard.text)
     return Caveats(warnings=warnings, stale=stale)

@@ -103,7 +103,10 @@ def test_one_sided_with_non_nvfp4_before_39717_says_silent_corruption():
 def test_one_sided_with_non_nvfp4_after_39717_says_startup_failure():
     r = check_serve_command(["vllm", "serve", FP8B, "-dp", "8", "-ep", "--all2all-backend",
                              "flashinfer_nvlink_one_sided"], gpu_arch="sm100", vllm_version="0.20.0")
-    assert r.exit_code == 1 and "would fail at startup (PR #39717" in r.findings[0].message
+    assert r.exit_code == 1 and r.findings[0].message.startswith(
+        f"flashinfer_nvlink_one_sided needs nvfp4 activations; {FP8B} dispatches fp8_block128 on sm100: on vLLM 0.20.0 "
+        "this would fail at startup; legal here: ")
+    assert "would fail at startup (PR #39717" in r.findings[0].detail  # the sources: --explain and JSON
 
 
 def test_one_sided_with_nvfp4_on_blackwell_passes():
@@ -696,7 +699,10 @@ def test_the_prefill_report_is_not_given_to_decode_lines():
 def test_one_sided_bf16_that_vllm_accepts_is_refused_saying_so_plainly():
     r = _check("vllm", "serve", BF16, "-dp", "4", "-ep", "--all2all-backend", "flashinfer_nvlink_one_sided",
                arch="sm100")
-    [message] = [f.message for f in r.findings if f.code == "illegal-dtype"]
+    [finding] = [f for f in r.findings if f.code == "illegal-dtype"]
+    assert "vLLM 0.33.0 would run it, but autoselect keeps one-sided to the nvfp4 payloads it was built for" in \
+        finding.message and "PR #" not in finding.message
+    message = finding.detail
     assert ("vLLM 0.33.0 accepts this line (PR #40960 (merged 2026-04-27; first in v0.20.1): bf16 and mxfp8 "
             "dispatch; it dispatches bf16, fp16, fp8_block128, mxfp8, nvfp4 on one-sided), but autoselect refuses it "
             "on purpose: one-sided was built for nvfp4 payloads") in message
@@ -713,3 +719,19 @@ def test_cli_role_is_checked_and_json_says_where_the_backend_came_from():
     text = run("check", "--gpu-arch", "sm90", "--vllm-version", "0.11.1", "--",
                "VLLM_ALL2ALL_BACKEND=deepep_high_throughput", "vllm", "serve", FP8B, "-dp", "8", "-ep")
     assert "backend    deepep_high_throughput (VLLM_ALL2ALL_BACKEND)   EP size 8" in text.stdout
+
+
+def test_a_refusal_says_its_verdict_in_one_sentence_and_its_sources_on_request():
+    line = ("--", "vllm", "serve", BF16, "-dp", "4", "-ep", "--all2all-backend", "flashinfer_nvlink_one_sided")
+    plain = run("check", "--gpu-arch", "sm100", "--vllm-version", "0.34.0", *line)
+    said = [x for x in plain.stdout.splitlines() if x.startswith("ERROR   illegal-dtype")]
+    assert len(said) == 1 and "PR #" not in said[0] and "in full:" not in plain.stdout
+    assert "INFO    install-hazard: vLLM 0.34.0 pins flashinfer-python==0.7.3, which is not on PyPI: install it" \
+        in plain.stdout
+    explained = run("check", "--explain", "--gpu-arch", "sm100", "--vllm-version", "0.34.0", *line)
+    full = [x for x in explained.stdout.splitlines() if x.startswith("        in full: ")]
+    assert len(full) == 2 and "PR #40960" in full[0] and "METADATA:90" in full[1]
+    doc = json.loads(run("check", "--format", "json", "--gpu-arch", "sm100", "--vllm-version", "0.34.0", *line).stdout)
+    found = {f["code"]: f for f in doc["findings"]}
+    assert found["illegal-dtype"]["detail"] == full[0].split("in full: ", 1)[1]
+    assert [code for code, f in found.items() if "detail" in f] == ["illegal-dtype", "install-hazard"]

@@ -51,15 +51,22 @@ def test_one_sided_is_illegal_for_the_same_nvfp4_checkpoint_on_hopper():
 
 
 @pytest.mark.parametrize(
-    "version, words",
-    [("0.18.0", "would SILENTLY CORRUPT output"), ("0.19.1", "would SILENTLY CORRUPT output"),
-     ("0.20.0", "would fail at startup (PR #39717"), ("0.20.1", "vLLM 0.20.1 accepts this line (PR #40960"),
-     ("0.33.0", "but autoselect refuses it on purpose: one-sided was built for nvfp4 payloads")],
+    "version, said, sources",
+    [("0.18.0", "on vLLM 0.18.0 this would SILENTLY CORRUPT output", "the workspace is sized for nvfp4"),
+     ("0.19.1", "on vLLM 0.19.1 this would SILENTLY CORRUPT output", "fixed to an error by PR #39717"),
+     ("0.20.0", "on vLLM 0.20.0 this would fail at startup", "would fail at startup (PR #39717"),
+     ("0.20.1", "vLLM 0.20.1 would run it, but autoselect keeps one-sided to the nvfp4 payloads it was built for",
+      "vLLM 0.20.1 accepts this line (PR #40960"),
+     ("0.33.0", "vLLM 0.33.0 would run it, but autoselect keeps one-sided to the nvfp4 payloads it was built for",
+      "but autoselect refuses it on purpose: one-sided was built for nvfp4 payloads")],
 )
-def test_one_sided_consequence_for_bf16_depends_on_the_vllm_era(version, words):
+def test_one_sided_consequence_for_bf16_depends_on_the_vllm_era(version, said, sources):
+    # the refusal says its verdict in one sentence; the pull requests and dates are its detail
     profile = load_profile(str(MODELS / "qwen3-30b-a3b"))
     verdict = rules.legal(ONE_SIDED, profile, None, 8, version, gpu_arch="sm100")
-    assert not verdict.ok and words in verdict.reasons[0]
+    needs = f"{ONE_SIDED} needs nvfp4 activations; {MODELS / 'qwen3-30b-a3b'} dispatches bf16 on sm100: "
+    assert not verdict.ok and verdict.reasons[0] == needs + said and "PR #" not in verdict.reasons[0]
+    assert verdict.details[0].startswith(needs) and sources in verdict.details[0]
 
 
 def test_legal_returns_every_reason_not_just_the_first():

@@ -395,8 +395,10 @@ def test_flashinfer_pins_and_the_0_7_3_install_hazard():
     assert (fi.pin("0.34.0").pin, fi.pin("0.33.0").pin, fi.pin("0.31.0").pin) == ("0.7.3", "0.7.2.post1", "0.7.0.post1")
     assert fi.pin("0.32.0") is None and fi.pin("0.41.0") is None  # not read: not known
     assert fi.install_hazard("0.33.0") is None and fi.install_hazard("0.41.0") is None
-    assert fi.install_hazard("0.34.0").startswith(
-        "vLLM 0.34.0 pins flashinfer-python==0.7.3, which is not on PyPI (vllm 0.34.0 wheel METADATA:90")
+    hazard = fi.install_hazard("0.34.0")  # one sentence; its sources in the detail
+    assert hazard.text == ("vLLM 0.34.0 pins flashinfer-python==0.7.3, which is not on PyPI: install it from "
+                           "FlashInfer's own wheel index or use the vllm/vllm-openai image")
+    assert hazard.detail.startswith(hazard.text + " (vllm 0.34.0 wheel METADATA:90")
 
 
 def test_which_flashinfer_api_each_release_calls_and_which_flashinfer_can_make_the_calls():
