@@ -450,9 +450,10 @@ class _Planner:
         unused = self.unused()
         if pick.confidence is None:  # a platform rule, not the selector's call
             why = f"{subject}: {pick.source}"
-        else:
+        else:  # the selector's decision in its own words (autoselect.selector.wording), then what it rests on
             why = (f"{subject} for {args.model} at EP {args.world_size} on vLLM {report.vllm_version}: "
-                   f"{pick.evidence} evidence, confidence {pick.confidence}, from {pick.source}{unused}")
+                   + (f"{pick.decision}; " if pick.decision else "")
+                   + f"{pick.evidence} evidence, confidence {pick.confidence}, from {pick.source}{unused}")
         return self.done(OVERRIDE if given else INSERT, pick.backend, why, judged, final=final, pick=pick), ""
 
     def unused(self) -> str:

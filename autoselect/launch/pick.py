@@ -39,6 +39,7 @@ class Pick(NamedTuple):
     reasons: tuple[str, ...] = ()  # why the confidence is what it is
     warnings: tuple[str, ...] = ()
     answer: dict | None = None  # the recommend document, when there is one
+    decision: str | None = None  # how the selector reached the pick, in its words (its one sentence)
 
     def __repr__(self) -> str:  # without the whole answer
         return (f"Pick(backend={self.backend!r}, confidence={self.confidence!r}, evidence={self.evidence!r}, "
@@ -49,7 +50,7 @@ class Pick(NamedTuple):
         return {"backend": self.backend, "confidence": self.confidence, "evidence": self.evidence,
                 "source": self.source, "flags": [list(f) for f in self.flags], "env": dict(self.env),
                 "bench_command": self.bench_command, "confidence_reasons": list(self.reasons),
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "decision": self.decision}
 
 
 #: The longest text of an answer a pick keeps (a source, a reason, a warning, a command).
@@ -116,7 +117,8 @@ def pick_of(answer: Any, source: str, *, version: str, deployment: Mapping[str, 
                 flags=trusted.flags, env=trusted.env,
                 bench_command=_text(answer.get("bench_command"), "bench_command", optional=True),
                 reasons=_texts(answer.get("confidence_reasons"), "confidence_reasons"),
-                warnings=_texts(answer.get("warnings"), "warnings"), answer=dict(answer))
+                warnings=_texts(answer.get("warnings"), "warnings"), answer=dict(answer),
+                decision=_text(answer.get("decision"), "decision", optional=True))
 
 
 def answer_host_class(answer: Mapping[str, Any]) -> str | None:

@@ -13,7 +13,10 @@ The decision is a pipeline of short steps over a frozen target (``pipeline.py`` 
    bandwidth`` (``estimate.py``) fills the buckets nobody measured, marked and banded wider.
 4. **Decide** (``decide.py``): a candidate beats vLLM's default only when its workload-weighted
    band clears the default's (:func:`autoselect.noise.band_compare`); else the default stays.
-5. **Confidence** (``confidence.py``): a rule table of caps.
+   Every candidate then gets its verdict word, and the decision its sentence and data
+   (``wording.py``: the one table of verdict words, ``VERDICTS``).
+5. **Confidence** (``confidence.py``): a rule table of caps (said in one sentence with the expected
+   end-to-end effect: ``wording.py``).
 6. **Caveats** (``caveats.py``): warnings (close call, CPU data, stale versions, extrapolation).
 7. **Flags** (``flags.py``): tuned knobs, ``vllm serve`` flags, environment, the command line,
    and the ``autoselect bench`` command that would settle an open answer.

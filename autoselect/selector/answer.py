@@ -21,8 +21,10 @@ from autoselect.rules import StepConsequence, TokenBudget
 from autoselect.workload import Deployment, WorkloadSpec
 
 #: Version of the JSON ``recommend --format json`` prints; bump on incompatible changes
-#: (2: the top-level ``dispatch_dtype`` is called ``activation_dtype``, docs/json.md).
-SCHEMA_VERSION = 2
+#: (2: the top-level ``dispatch_dtype`` is called ``activation_dtype``; 3: a candidate's
+#: ``status`` is a verdict word of fixed meaning, ``not separable`` and ``not compared`` among
+#: them, ``tie`` narrowed; docs/json.md).
+SCHEMA_VERSION = 3
 
 #: Where a bucket's numbers come from, strongest first: ``measured`` (this host class's
 #: microbenchmarks, or the latency model fitted on them), ``published`` (NVIDIA's reference
@@ -138,10 +140,11 @@ class FitSummary(_Document):
 class Candidate(_Document):
     """A legal backend with its expected latency per bucket and verdict against the default.
 
-    ``status``: ``pick``, ``default`` (the default, not picked), ``faster`` (beats the
-    default but is not the pick), ``tie`` (within the noise of the default), ``slower``,
-    ``undecided`` (above the default's lower bound: the default may be slower still),
-    ``measured`` (before the decision), ``incomplete`` (some bucket has no value) or ``no data``.
+    ``status``: its verdict, a word of ``autoselect.selector.wording.VERDICTS`` (``pick``,
+    ``default``, ``faster``, ``slower``, ``not separable``, ``tie``, ``undecided``, ``not
+    compared``, ``incomplete``, ``no data``; ``measured`` only before the decision).
+    ``ratio_to_default``: its weighted latency over the default's central value, shown beside
+    every verdict (omitted where there is no comparison).
     ``evidence``: the weakest kind its values rest on (written when not ``measured``).
     ``range_us`` / ``bound``: the weighted range of a derived candidate, and whether its value is
     a lower bound only. ``wire_dtype``: what the backend sends when that is not the model's
@@ -167,6 +170,7 @@ class Candidate(_Document):
     expert_kernel: str | None = field(default=None, metadata=OMIT_NONE)
     step: tuple[str, ...] = field(default=(), metadata=OMIT_DEFAULT)
     requires: list[str] | None = field(default=None, metadata=OMIT_NONE)
+    ratio_to_default: float | None = field(default=None, metadata={**OMIT_NONE, "round": 3})
 
     @property
     def measured(self) -> bool:
@@ -185,11 +189,33 @@ class Rejection(_Document):
     (an incorrect / error result for this shape), ``unavailable`` (the serving host lacks its
     package or NVLinks, or every stored row says it could not run) or ``ineligible`` (legal, but
     what it does to vLLM's step is not priced for this workload: CUDA graphs off on a workload
-    with CUDA-graph steps, :mod:`autoselect.selector.step`)."""
+    with CUDA-graph steps, :mod:`autoselect.selector.step`). ``reasons`` are one sentence each;
+    where one has sources to add, the answer's ``details`` hold them."""
 
     backend: str
     kind: str
     reasons: list[str]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Comparison(_Document):
+    """The decision as data (JSON ``comparison``): how the pick was reached (``rule``, one of
+    ``autoselect.selector.decide.RULES``), the backend it was weighed against (``versus``: the
+    default when a candidate was picked over it; when the default stayed, the nearest backend the
+    data cannot separate from it, else the fastest other; null when nothing was compared), their
+    verdict (a word of ``VERDICTS``: the pick against ``versus``) and ``ratio`` (the pick's central
+    value over ``versus``'s), the expected difference of a whole step in percent (``end_to_end_pct``,
+    low and high: all2all differences shrink 3-10x end to end), and ``settle``: the ``autoselect
+    bench`` command whose rows would separate the two, when the data cannot and a measurement on the
+    serving host would (null otherwise)."""
+
+    rule: str
+    pick: str
+    versus: str | None
+    verdict: str | None
+    ratio: float | None = field(metadata=_rounded(3))
+    end_to_end_pct: tuple[float, float] | None = field(metadata=_rounded(1))
+    settle: str | None
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -327,6 +353,9 @@ class Recommendation(_Document):
     ``autoselect bench`` command line that would settle an answer the data cannot (or None).
     ``e2e`` (stored end-to-end results) and ``vllm_validation`` (``--validate``) are left out of
     the JSON when absent, as is ``reference`` (the published reference the answer rests on).
+    ``decision`` and every warning, rejection reason and confidence reason are one sentence;
+    ``details`` maps each of those that has sources to the same sentence with them (omitted when
+    none has). ``confidence_codes`` name the rules behind ``confidence_reasons``, in the same order.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -355,6 +384,8 @@ class Recommendation(_Document):
     knobs: dict[str, Any]
     confidence: str
     confidence_reasons: list[str]
+    confidence_codes: list[str]
+    comparison: Comparison
     candidates: list[Candidate]
     rejected: list[Rejection]
     estimated: list[EstimatedValue] = field(init=False)
@@ -364,6 +395,7 @@ class Recommendation(_Document):
     reference: ReferenceUsed | None = field(default=None, metadata=OMIT_NONE)
     tie: TieAnswer | None = field(default=None, metadata=OMIT_NONE)
     expected_effect: ExpectedEffect | None = field(default=None, metadata=OMIT_NONE)
+    details: dict[str, str] | None = field(default=None, metadata=OMIT_NONE)
     e2e: E2eEvidence | None = field(default=None, metadata=OMIT_NONE)
     vllm_validation: bridge.FlagValidation | None = field(default=None, metadata=OMIT_NONE)
 

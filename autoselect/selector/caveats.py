@@ -8,13 +8,15 @@ refused bucket of a candidate; a target release whose pinned FlashInfer is not o
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from types import MappingProxyType
+from typing import Mapping, NamedTuple
 
 from autoselect import rules
 from autoselect.selector.answer import Candidate
 from autoselect.selector.decide import Decision
 from autoselect.selector.evidence import stale_keys
 from autoselect.selector.target import RecommendTarget
+from autoselect.selector.wording import close_call
 from db.queries import StoredResult
 
 CPU_MEASUREMENTS = ("these measurements were taken on CPU (gloo): they exercise the flow, not NVLink speed; "
@@ -22,10 +24,12 @@ CPU_MEASUREMENTS = ("these measurements were taken on CPU (gloo): they exercise 
 
 
 class Caveats(NamedTuple):
-    """The warnings of an answer and the stale versions of its decisive measurements."""
+    """The warnings of an answer (one sentence each; ``details``: those with sources, sentence -> the
+    same with them) and the stale versions of its decisive measurements."""
 
     warnings: list[str]
     stale: dict[str, set[str]]  # version key -> the versions decisive rows were measured with
+    details: Mapping[str, str] = MappingProxyType({})  # read only: one empty default for all
 
 
 def caveats(target: RecommendTarget, decision: Decision, candidates: list[Candidate],
@@ -36,7 +40,7 @@ def caveats(target: RecommendTarget, decision: Decision, candidates: list[Candid
     for r in decisive_rows:
         for k in stale_keys(r, target.versions):
             stale.setdefault(k, set()).add(r.versions[k])
-    warnings = [w for w in (decision.close_call_warning,) if w]
+    warnings = [w for w in (close_call(decision),) if w]
     if any(r.device == "cpu" for r in decisive_rows):
         warnings.append(CPU_MEASUREMENTS)
     for k, versions in sorted(stale.items()):
@@ -48,7 +52,9 @@ def caveats(target: RecommendTarget, decision: Decision, candidates: list[Candid
                 warnings.append(f"{c.backend} at {b.tokens_per_rank} tokens/rank is extrapolated: {b.note}")
             elif b.source == "missing" and c.status != "no data":
                 warnings.append(f"{c.backend} at {b.tokens_per_rank} tokens/rank: {b.note}")
+    details: dict[str, str] = {}
     hazard = rules.install_hazard(target.vllm_version)
     if hazard:
         warnings.append(hazard.text)
-    return Caveats(warnings=warnings, stale=stale)
+        details[hazard.text] = hazard.detail
+    return Caveats(warnings=warnings, stale=stale, details=details)

@@ -117,10 +117,19 @@ def facts(decision: Decision, candidates: list[Candidate], stale: bool) -> Facts
     )
 
 
-def confidence(f: Facts) -> tuple[str, list[str]]:
-    """``(level, reasons)``: the lowest cap of the rules that apply, and their texts."""
+def capping(f: Facts) -> list[ConfidenceCap]:
+    """The rules of :data:`CONFIDENCE_CAPS` that apply, in table order (one that applies alone: it alone)."""
     applies = [cap for cap in CONFIDENCE_CAPS if cap.applies(f)]
     alone = [cap for cap in applies if cap.alone]
-    applies = alone[:1] or applies
-    level = max((cap.cap for cap in applies), key=CONFIDENCE_LEVELS.index, default="high")
-    return level, [cap.text for cap in applies]
+    return alone[:1] or applies
+
+
+def level_of(caps: list[ConfidenceCap]) -> str:
+    """The lowest cap of ``caps`` (``high`` when none applies)."""
+    return max((cap.cap for cap in caps), key=CONFIDENCE_LEVELS.index, default="high")
+
+
+def confidence(f: Facts) -> tuple[str, list[str]]:
+    """``(level, reasons)``: the lowest cap of the rules that apply, and their texts."""
+    applies = capping(f)
+    return level_of(applies), [cap.text for cap in applies]

@@ -3,7 +3,9 @@
 Every candidate's workload-weighted latency ``L`` carries its band ``H``; a candidate beats the
 default only when ``L_c + H_c < L_d - H_d`` (:func:`autoselect.noise.band_compare`: the bands do
 not overlap). Without a measured default nothing can be compared and the default stays; a single
-legal backend is the answer without comparison.
+legal backend is the answer without comparison. The decision records how it was reached
+(:data:`RULES`) and the tie it kept (:class:`Tie`); what the answer says about them, in words of fixed
+meaning, is :mod:`autoselect.selector.wording`'.
 
 **Ties keep what needs nothing extra.** Where bands overlap the numbers cannot say which backend
 is faster, so the answer keeps the one that asks the least of the serving host (:data:`NEEDS`:
@@ -48,6 +50,18 @@ NEEDS = {
     "deep_ep": (2, "a source build of DeepEP (not a vLLM dependency)"),
 }
 _OTHER_NEED = (1, "its package")
+
+#: How a decision was reached (:attr:`Decision.rule`); the words an answer says about each are
+#: :mod:`autoselect.selector.wording`'.
+SINGLE = "single"  # one legal backend: nothing to compare
+UNCOMPARED = "uncompared"  # vLLM's default has no number: nothing could be compared with it
+BANDS = "bands"  # a candidate's band clears the default's: faster beyond the noise
+BELOW_BOUND = "below bound"  # a candidate's band clears the default's lower bound
+BY_TIE_RULE = "tie rule"  # a candidate beats a derived default by the tie rule (DecisionPolicy.tie_rule)
+FASTEST_PRICED = "fastest priced"  # the default has only a bound, no candidate clears it: the fastest with a number
+BOUND_ONLY = "bound only"  # the default has only a bound and stays, unpriced
+DEFAULT_STAYS = "default stays"  # no candidate beats the default
+RULES = (SINGLE, UNCOMPARED, BANDS, BELOW_BOUND, BY_TIE_RULE, FASTEST_PRICED, BOUND_ONLY, DEFAULT_STAYS)
 
 
 def needs(backend: str) -> tuple[int, str]:
@@ -141,34 +155,29 @@ class Decision(NamedTuple):
     """The pick and what it was compared with.
 
     ``runner_up``: the best other candidate a decisive comparison involved (the default when a
-    candidate beat it); ``compared``: the default was measured, so candidates were compared
-    with it; ``close``: candidates that also beat the default and tie with the pick;
-    ``undecided``: the pick could not be compared with the default (a lower bound only);
-    ``tie``: the backends the bands could not tell apart from the pick, and why the pick was kept.
+    candidate beat it); ``rule``: how the pick was reached (one of :data:`RULES`; ``tie_rule``
+    names the policy's tie rule where it decided); ``compared``: the default was measured, so
+    candidates were compared with it; ``close``: candidates that also beat the default and whose
+    bands overlap the pick's; ``undecided``: the pick could not be compared with the default (a
+    lower bound only); ``tie``: the backends the bands could not tell apart from the pick, and why
+    the pick was kept.
     """
 
     pick: Candidate
     default: Candidate | None
     runner_up: Candidate | None
-    text: str
+    rule: str
     single: bool
     compared: bool
     close: Sequence[Candidate] = ()
     undecided: bool = False
     tie: Tie | None = None
+    tie_rule: str | None = None
 
     @property
     def decisive(self) -> list[Candidate]:
         """The candidates whose latencies decided: the pick, the default and the runner-up (measured ones)."""
         return [c for c in (self.pick, self.default, self.runner_up) if c is not None and c.weighted_us is not None]
-
-    @property
-    def close_call_warning(self) -> str | None:
-        """The warning of a close call, None when the pick stood alone."""
-        if not self.close:
-            return None
-        why = self.tie.why if self.tie is not None else f"{self.pick.backend} has the lowest expected latency"
-        return f"{self.pick.backend} and {', '.join(c.backend for c in self.close)} are tied within the noise; {why}"
 
 
 def decide(candidates: list[Candidate], policy: DecisionPolicy = DEFAULT_POLICY,
@@ -183,11 +192,10 @@ def decide(candidates: list[Candidate], policy: DecisionPolicy = DEFAULT_POLICY,
         pick = candidates[0]
         if pick.status == "measured":
             pick.status = "pick"
-        return Decision(pick, default, None, "the only legal backend: nothing to compare", single=True, compared=False)
+        return Decision(pick, default, None, SINGLE, single=True, compared=False)
     if default is None or default.weighted_us is None:
         pick = default if default is not None else candidates[0]
-        return Decision(pick, default, None, "no comparison possible: vLLM's default" + _fastest_other(candidates, pick),
-                        single=False, compared=False)
+        return Decision(pick, default, None, UNCOMPARED, single=False, compared=False)
     if weights is None:
         weights = [1.0 / len(default.buckets)] * len(default.buckets) if default.buckets else []
     return _against_default(candidates, default, policy, weights)
@@ -208,16 +216,6 @@ def versus_default(c: Candidate, default: Candidate, tie_rule: str = DEFAULT_POL
     return SLOWER if lc - hc > ld + hd else TIE
 
 
-def _fastest_other(candidates: list[Candidate], pick: Candidate) -> str:
-    """``; the fastest published backend is X (Y us)`` or ''."""
-    others = sorted((c for c in candidates if c is not pick and c.weighted_us is not None and not c.bound),
-                    key=lambda c: c.weighted_us)
-    if not others:
-        return ""
-    best = others[0]
-    return f"; the fastest {best.evidence} backend is {best.backend} ({best.weighted_us:.1f} us)"
-
-
 def _tie(kept: Candidate, others: Sequence[Candidate], why: str) -> Tie:
     return Tie(kept.backend, tuple(c.backend for c in others),
                {c.backend: needs(c.backend)[1] for c in (kept, *others)}, why)
@@ -231,8 +229,7 @@ def _against_default(candidates: list[Candidate], default: Candidate, policy: De
             c.status = versus_default(c, default, policy.tie_rule, weights)
     winners = sorted((c for c in complete if c.status == FASTER), key=lambda c: c.weighted_us)
     undecided = sorted((c for c in complete if c.status == UNDECIDED), key=lambda c: c.weighted_us)
-    bound = f"vLLM's default has only a lower bound here ({default.weighted_us:.1f} us)"
-    tie = None
+    tie, tie_rule = None, None
     if winners:
         fastest = winners[0]
         tied = [c for c in winners
@@ -244,32 +241,27 @@ def _against_default(candidates: list[Candidate], default: Candidate, policy: De
                    f"{pick.backend} needs the least ({needs(pick.backend)[1]})")
             tie = _tie(pick, close, why)
         if default.bound:
-            text = "faster than the default's lower bound beyond the noise"
+            rule = BELOW_BOUND
         elif band_compare(pick.weighted_us, pick.halfwidth_us, default.weighted_us, default.halfwidth_us) == FASTER:
-            text = "faster than the default beyond the noise"
+            rule = BANDS
         else:
-            text = (f"beats the derived default by the tie rule ({policy.tie_rule}, chosen by measured regret over "
-                    "the default's range)")
+            rule, tie_rule = BY_TIE_RULE, policy.tie_rule
         runner_up = default
     elif undecided and policy.bound_rule == "fastest-priced":
         pick = undecided[0]
         default.status, pick.status = "default", "pick"
-        return Decision(pick, default, None, f"{bound}: the fastest backend with a number, not compared with it",
-                        single=False, compared=False, undecided=True)
+        return Decision(pick, default, None, FASTEST_PRICED, single=False, compared=False, undecided=True)
     elif default.bound:
         default.status = "pick"
-        return Decision(default, default, None, f"no comparison possible: {bound}" + _fastest_other(candidates, default),
-                        single=False, compared=False)
+        return Decision(default, default, None, BOUND_ONLY, single=False, compared=False)
     else:
-        pick, close = default, []
+        pick, close, rule = default, [], DEFAULT_STAYS
         ties = sorted((c for c in complete if c.status == TIE), key=lambda c: c.weighted_us)
         if ties:
-            text = f"tie within the noise with {', '.join(c.backend for c in ties)}: vLLM's default stays"
             tie = _tie(default, ties, f"{default.backend} needs nothing extra ({needs(default.backend)[1]})")
-        else:
-            text = "the default is fastest"
         others = sorted((c for c in complete if c is not default), key=lambda c: c.weighted_us)
         runner_up = others[0] if others else None
     default.status = "default" if pick is not default else "pick"
     pick.status = "pick"
-    return Decision(pick, default, runner_up, text, single=False, compared=True, close=close, tie=tie)
+    return Decision(pick, default, runner_up, rule, single=False, compared=True, close=close, tie=tie,
+                    tie_rule=tie_rule)

@@ -86,12 +86,13 @@ def settle_command(
     return shlex.join(argv)
 
 
-def settle(target: RecommendTarget, candidates: list[Candidate], default: Candidate | None) -> str | None:
+def settle(target: RecommendTarget, candidates: list[Candidate], default: Candidate | None,
+           also: Iterable[str] = ()) -> str | None:
     """The bench command for what the answer lacks: unmeasured candidates at every bucket, incomplete
-    ones at their missing buckets, an unmeasured default; None when nothing is missing or only one
-    backend is legal."""
+    ones at their missing buckets, an unmeasured default, and ``also`` (backends the data priced but
+    cannot separate) at every bucket; None when nothing is missing or only one backend is legal."""
     missing = {c.backend: c.missing_tokens for c in candidates if c.measured and c.weighted_us is None}
-    need = {c.backend for c in candidates if not c.measured} | set(missing)
+    need = {c.backend for c in candidates if not c.measured} | set(missing) | set(also)
     if default is not None and default.weighted_us is None:
         need.add(default.backend)
     if not need or len(candidates) < 2:

@@ -42,7 +42,7 @@ class Judged(NamedTuple):
 def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEvidence) -> Judged:
     """The candidate or rejection of ``verdict.backend`` for ``target`` on ``evidence``."""
     backend = verdict.backend
-    if not verdict.ok:
+    if not verdict.ok:  # the reasons' sources go to the answer's details (pipeline.py)
         return Judged(rejection=Rejection(backend, "unavailable" if verdict.unavailable else "illegal",
                                           list(verdict.reasons)))
     if evidence.disqualified:

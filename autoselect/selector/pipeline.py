@@ -21,7 +21,7 @@ from autoselect.model import MoeProfile, load_profile, normalize_arch
 from autoselect.options import MAX_WORKSPACE_GIB
 from autoselect.selector.answer import ModelSummary, Recommendation
 from autoselect.selector.caveats import caveats
-from autoselect.selector.confidence import confidence, facts
+from autoselect.selector.confidence import capping, facts, level_of
 from autoselect.selector.decide import DEFAULT_POLICY, DecisionPolicy, decide
 from autoselect.selector.e2e import e2e_evidence, validate_flags
 from autoselect.selector.evidence import EvidenceSource, collect
@@ -33,6 +33,7 @@ from autoselect.selector.sources import sources_for
 from autoselect.selector.step import step_of
 from autoselect.selector.target import RecommendTarget, default_budget, resolve
 from autoselect.selector.ties import expected_effect, tie_answer
+from autoselect.selector.wording import assign, comparison, decision_sentence, open_pair
 from autoselect.workload import (BadWorkloadOption, Deployment, WorkloadSpec, check_deployment_flags,
                                  check_workload_kind, resolve_deployment, workload_from_kind, workload_from_tokens)
 from db import default_path
@@ -105,29 +106,40 @@ def recommend(
     final = verdicts[decision.pick.backend]
     # Belt and braces: the one-sided nvfp4 rule (and every other) is the rules table's call.
     assert final is not None and final.ok, f"selector picked an illegal backend {decision.pick.backend}"
+    assign(decision, candidates)
     notes = caveats(target, decision, candidates, used)
     ref_used = next((s.used(candidates) for s in sources if isinstance(s, ReferenceEvidence)), None)
-    level, reasons = confidence(facts(decision, candidates, stale=bool(notes.stale)))
+    caps = capping(facts(decision, candidates, stale=bool(notes.stale)))
+    level = level_of(caps)
     knobs = dict(knobs or {}) or tuned_knobs(target, conn, decision.pick.backend)
     flags = serve_flags(target, decision.pick.backend, knobs)
+    pair = open_pair(decision, candidates)
+    bench = settle(target, candidates, decision.default, also=pair)
+    compared = comparison(decision, candidates, bench if pair else None)
+    details = dict(notes.details)
+    details.update((r, v.detail(i)) for v in verdicts.values() if v is not None and not v.ok
+                   for i, r in enumerate(v.reasons) if v.detail(i) != r)
     return Recommendation(
         model=profile.model,
         profile=ModelSummary(profile.hidden_size, profile.num_experts, profile.top_k, profile.weight_quant),
         deployment=deployment, gpu_arch=target.gpu_arch, activation_dtype=target.activation_dtype,
         vllm_version=target.vllm_version, vllm_version_source=target.legality.vllm_version_source,
         vllm_version_warning=rules.newer_than_known(target.vllm_version), workload=target.workload,
-        token_budget=target.budget, backend=decision.pick.backend, decision=decision.text,
+        token_budget=target.budget, backend=decision.pick.backend,
+        decision=decision_sentence(decision, candidates, target.vllm_version),
         step_consequences=step_of(target, decision.pick.backend).consequences,
         vllm_args=flags.vllm_args, command=flags.command, env=flags.env, knobs=knobs,
-        confidence=level, confidence_reasons=reasons, candidates=candidates, rejected=rejected,
+        confidence=level, confidence_reasons=[cap.text for cap in caps], confidence_codes=[cap.name for cap in caps],
+        comparison=compared, candidates=candidates, rejected=rejected,
         warnings=list(dict.fromkeys(list(final.warnings) + notes.warnings + flags.notes
                                     + (ref_used.caveats if ref_used is not None else []))),
         data_used=data_used(target, used, notes.stale, sum(s.considered for s in sources)),
-        bench_command=settle(target, candidates, decision.default),
+        bench_command=bench,
         reference=ref_used,
         tie=tie_answer(target, decision, candidates),
         expected_effect=(expected_effect(decision.pick, decision.default)
                          if decision.default is not None and decision.pick is not decision.default else None),
+        details=details or None,
     )
 
 

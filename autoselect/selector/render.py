@@ -13,18 +13,11 @@ import shlex
 
 from autoselect.columns import aligned
 from autoselect.selector.answer import MEASURED, Candidate, E2eEvidence, Recommendation, ReferenceUsed
+from autoselect.selector.confidence import CONFIDENCE_CAPS
+from autoselect.selector.wording import END_TO_END_NOTE, SHOWN, confidence_sentence
 
-_STATUS_WORDS = {
-    "pick": "PICK",
-    "default": "default",
-    "faster": "faster",
-    "tie": "tie",
-    "slower": "slower",
-    "incomplete": "incomplete",
-    "no data": "no data",
-    "measured": "measured",
-    "undecided": "undecided",
-}
+#: rule name -> the level it caps the confidence at
+_CAPS = {cap.name: cap.cap for cap in CONFIDENCE_CAPS}
 #: How the candidates table marks an estimated value.
 _ESTIMATE_MARKS = {"interpolated": "~", "extrapolated": "~~"}
 
@@ -62,7 +55,7 @@ def _summary(rec: Recommendation) -> list[str]:
     dep, prof = rec.deployment, rec.profile
     lines = [
         f"backend     {rec.backend}  ({rec.decision})",
-        f"confidence  {rec.confidence}" + (f": {'; '.join(rec.confidence_reasons)}" if rec.confidence_reasons else ""),
+        f"confidence  {_confidence(rec)}",
         f"model       {rec.model}: hidden {prof.hidden_size}, {prof.num_experts} experts, "
         f"top-{prof.top_k}, {rec.activation_dtype} dispatch on {rec.gpu_arch}",
         f"deployment  dp {dep.dp} x tp {dep.tp} = EP {dep.world_size}, vLLM {rec.vllm_version}"
@@ -76,6 +69,12 @@ def _summary(rec: Recommendation) -> list[str]:
     if rec.step_consequences:
         lines.append(f"step        {rec.backend}: " + "; ".join(c.text for c in rec.step_consequences))
     return lines
+
+
+def _confidence(rec: Recommendation) -> str:
+    """The confidence in one sentence (the reasons in full: ``--explain``)."""
+    caps = [_CAPS.get(code, "") for code in rec.confidence_codes]
+    return confidence_sentence(rec.confidence, rec.confidence_reasons, caps, rec.comparison)
 
 
 def _knobs_line(knobs: dict) -> str:
@@ -114,7 +113,7 @@ def _candidates(rec: Recommendation) -> list[str]:
     if not rec.candidates:
         return []
     kinds = rec.reference is not None or any(c.evidence != MEASURED for c in rec.candidates)
-    header = ["candidate", "verdict"] + (["evidence"] if kinds else []) + ["weighted us", "+-"]
+    header = ["candidate", "verdict", "x default"] + (["evidence"] if kinds else []) + ["weighted us", "+-"]
     first = len(header)
     header += [f"{t} tok" for t in rec.workload.tokens]
     rows = [header]
@@ -122,9 +121,10 @@ def _candidates(rec: Recommendation) -> list[str]:
         cells = [_ESTIMATE_MARKS.get(b.source, "") + (">=" if b.bound else "") + _fmt_us(b.latency_us)
                  + ("*" if b.steps > 1 and b.latency_us is not None else "") for b in c.buckets]
         kind = ([(c.evidence + (" bound" if c.bound else "")) if c.fit is not None else "-"] if kinds else [])
-        rows.append([c.backend, _STATUS_WORDS.get(c.status, c.status)] + kind
+        ratio = f"{c.ratio_to_default:.2f}x" if c.ratio_to_default is not None else "-"
+        rows.append([c.backend, SHOWN.get(c.status, c.status), ratio] + kind
                     + [(">=" if c.bound else "") + _fmt_us(c.weighted_us), _fmt_us(c.halfwidth_us)] + cells)
-    lines = [""] + aligned(rows, right=set(range(first - 2, len(header))))
+    lines = [""] + aligned(rows, right={2} | set(range(first - 2, len(header))))
     if rec.estimated:
         lines.append("(~ interpolated, ~~ extrapolated with the fitted latency model; us = microseconds)")
     if any(b.steps > 1 and b.latency_us is not None for c in rec.candidates for b in c.buckets):
@@ -209,6 +209,7 @@ def render_explain(rec: Recommendation) -> str:
     rows = [["  " + c.backend, _fmt_us(c.weighted_us), _pm(c.halfwidth_us), c.status] for c in rec.candidates]
     if rows:
         lines += aligned(rows, right={1, 2})
+    lines += _why(rec)
     fitted = [c for c in rec.candidates if c.fit is not None]
     if fitted:
         lines.append("latency model per backend (latency = a + bytes / bandwidth, all measured points):")
@@ -217,6 +218,28 @@ def render_explain(rec: Recommendation) -> str:
             lines.append(f"  {c.backend}: a = {c.fit.a_us:.1f} us, bandwidth = " + (f"{bw:.1f} GB/s" if bw else "-")
                          + f", {c.fit.points} points, rms residual {c.fit.rel_rms:.1%}")
     return "\n".join(lines)
+
+
+def _why(rec: Recommendation) -> list[str]:
+    """The decision and the confidence with everything behind them: every confidence rule that
+    applied, the comparison, the end-to-end effect and its sources, and the sources of every
+    sentence of the answer that has them."""
+    c = rec.comparison
+    lines = [f"decision ({c.rule}): {rec.decision}"]
+    if c.versus is not None and c.ratio is not None:
+        lines.append(f"  {c.pick} against {c.versus}: {c.verdict}, {c.ratio:.3f}x at the central values"
+                     + (f"; a whole step: {c.end_to_end_pct[0]:.1f}-{c.end_to_end_pct[1]:.1f} %"
+                        if c.end_to_end_pct is not None else ""))
+    if c.settle:
+        lines.append(f"  a measurement on the serving host separates them: {c.settle}")
+    if c.end_to_end_pct is not None:
+        lines.append(f"  {END_TO_END_NOTE}")
+    lines.append(f"confidence {rec.confidence}:" + ("" if rec.confidence_reasons else " no rule capped it"))
+    lines += [f"  [{code}] {reason}" for code, reason in zip(rec.confidence_codes, rec.confidence_reasons)]
+    if rec.details:
+        lines.append("sources of the sentences above:")
+        lines += [f"  - {detail}" for detail in rec.details.values()]
+    return lines
 
 
 def _sources(candidates: list[Candidate]) -> dict[str, int]:

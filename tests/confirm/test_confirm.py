@@ -359,7 +359,7 @@ def test_recommend_warns_when_the_e2e_winner_differs_from_the_microbenchmarks(db
                                        "--db", str(db_with_e2e)])
     assert result.exit_code == 0, result.stderr
     out = result.stdout
-    assert "flashinfer_nvlink_two_sided  (faster than the default beyond the noise)" in out
+    assert "flashinfer_nvlink_two_sided  (faster than vLLM's default: " in out
     assert ("  - end to end (vllm bench forward) at 16 tokens/rank allgather_reducescatter takes 8216.0 us and "
             "the recommended flashinfer_nvlink_two_sided 9116.0 us: the microbenchmark and the model's forward "
             "pass disagree on the winner") in out

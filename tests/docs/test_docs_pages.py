@@ -1,6 +1,7 @@
 """The pages that mirror code stay true to it: docs/json.md documents the recommend JSON exactly as
-autoselect/selector/answer.py writes it, docs/recommend.md's confidence table is CONFIDENCE_CAPS,
-every module path the docs name exists, and no file carries tracker tags or outside paths.
+autoselect/selector/answer.py writes it, docs/recommend.md's confidence table is CONFIDENCE_CAPS and
+its verdict table the wording table VERDICTS, every module path the docs name exists, and no file
+carries tracker tags or outside paths.
 
 Each `## `Class`` section's table lists that object's keys in the order they are written, and
 its "written" column says when each key is present (always / when not null / when not measured,
@@ -182,3 +183,12 @@ def test_no_tracker_tags_or_paths_outside_the_repository():
             continue
         found += [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1) if _FORBIDDEN.search(line)]
     assert not found, "say why instead of which issue asked, and cite sources inside the repository:\n" + "\n".join(found)
+
+
+def test_the_verdict_table_of_docs_recommend_is_the_wording_table():
+    from autoselect.selector.wording import VERDICTS
+
+    page = (ROOT / "docs" / "recommend.md").read_text()
+    section = page.split("\n## Verdict words\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \| (.+) \|$", section, flags=re.M)
+    assert rows == [(v.shown, v.meaning) for v in VERDICTS]

@@ -287,7 +287,7 @@ def test_without_evidence_the_line_keeps_vllms_default_whatever_is_legal(tmp_pat
     line = ["vllm", "serve", str(MODELS / "deepseek-v3"), "-dp", "8", "--enable-expert-parallel"]
     plan = plan_launch(line, LaunchOptions(gpu_arch="sm90", db_path=tmp_path / "none.db"))
     rec = recommend_for(str(MODELS / "deepseek-v3"), gpu_arch="sm90", dp=8, db_path=tmp_path / "none.db")
-    assert rec.confidence == "none"
+    assert rec.confidence == "none" and rec.confidence_codes == ["no_data"]
     assert [c.backend for c in rec.candidates] == ["allgather_reducescatter", "flashinfer_nvlink_two_sided",
                                                    "deepep_high_throughput", "deepep_low_latency"]
     assert {c.backend: c.requires[0] for c in rec.candidates if c.requires} == {
@@ -302,6 +302,18 @@ def test_without_evidence_the_line_keeps_vllms_default_whatever_is_legal(tmp_pat
     assert plan.why.startswith("vLLM's default (allgather_reducescatter) kept, nothing inserted: no evidence: no "
                                "measurement of any legal backend for this host class, shape and world size")
     assert plan.pick.bench_command == rec.bench_command and "--backends allgather_reducescatter," in rec.bench_command
+
+
+def test_the_selectors_decision_is_said_in_the_launch_line(tmp_path):
+    # the reference class's answer: vLLM's default stays, DeepEP low-latency ties with it; the line
+    # says so in the answer's own words (autoselect.selector.wording), then the evidence and confidence
+    line = ["vllm", "serve", str(MODELS / "deepseek-v3"), "-dp", "8", "--enable-expert-parallel"]
+    plan = plan_launch(line, LaunchOptions(host_class=REFERENCE, workload="decode", db_path=tmp_path / "none.db"))
+    rec = recommend_for(str(MODELS / "deepseek-v3"), host_class=REFERENCE, workload="decode", dp=8,
+                        db_path=tmp_path / "none.db")
+    assert plan.action == "insert" and rec.decision.startswith("vLLM's default stays: deepep_low_latency ties "
+                                                               "with it (1.01x at the central values)")
+    assert f": {rec.decision}; derived evidence, confidence reference, from NVIDIA's published reference" in plan.why
 
 
 # ---- vLLM's CPU platform ------------------------------------------------------------------------

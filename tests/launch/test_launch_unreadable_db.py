@@ -20,4 +20,6 @@ def test_a_database_this_user_cannot_read_is_said_and_launch_answers_without_it(
     assert r.returncode == 0, r.stderr
     assert f"the database {db} is unreadable ({db} cannot be read (Permission denied)" in r.stderr
     assert "Traceback" not in r.stderr
-    assert r.stdout.strip().endswith("--all2all-backend allgather_reducescatter")
+    # nothing measured for the serving host (this machine's packages are not the sm90 host's): confidence
+    # none, so the line goes out as written and vLLM's default runs
+    assert r.stdout.strip().endswith("-dp 8 --enable-expert-parallel")

@@ -82,7 +82,9 @@ def test_winner_changes_with_the_workload_where_the_data_says_so(fixture_db):
     prefill = rec(fixture_db, "deepseek-r1-nvfp4", host_class=B200, workload="prefill")
     assert decode.backend == "flashinfer_nvlink_two_sided"
     assert prefill.backend == "flashinfer_nvlink_one_sided"
-    assert decode.decision == prefill.decision == "faster than the default beyond the noise"
+    for r in (decode, prefill):
+        assert r.decision.startswith("faster than vLLM's default: ") and r.decision.endswith("the bands apart")
+        assert (r.comparison.versus, r.comparison.verdict) == ("allgather_reducescatter", "faster")
     assert decode.confidence == "high"
     # one-sided's flags lower the budget so its workspace fits: its 16384-token steps run as two, priced from
     # an interpolated 14336-token value (selector/step.py), which caps the confidence
@@ -125,10 +127,16 @@ def test_nvfp4_on_blackwell_may_pick_one_sided(fixture_db):
 def test_a_tie_stays_on_vllms_default(fixture_db):
     r = rec(fixture_db, "qwen3-30b-a3b", host_class=H200)
     assert r.backend == "allgather_reducescatter"
-    assert r.decision == "tie within the noise with flashinfer_nvlink_two_sided: vLLM's default stays"
+    # the central values lie within each other's bands: a tie, said with its ratio, never "beyond the noise";
+    # FlashInfer comes with vLLM (its wheel pins flashinfer-python), so nothing extra is named
+    assert r.decision == ("vLLM's default stays: flashinfer_nvlink_two_sided ties with it (1.00x at the central "
+                          "values)")
     statuses = {c.backend: c.status for c in r.candidates}
     assert statuses["allgather_reducescatter"] == "pick"
     assert statuses["flashinfer_nvlink_two_sided"] == "tie"
+    assert (r.comparison.versus, r.comparison.verdict) == ("flashinfer_nvlink_two_sided", "tie")
+    # this host class's own measurements: another bench run would not separate them
+    assert r.comparison.settle is None
 
 
 def test_an_incorrect_result_disqualifies_the_backend_for_that_shape(fixture_db):
@@ -171,7 +179,7 @@ def test_missing_local_data_on_a_reference_system_answers_from_the_reference_wit
     assert r.reference.why.startswith("host class h200x8-5d1c7e0a (8× NVIDIA H200) has no local measurement")
     assert r.bench_command == (
         f"autoselect bench --model {MODELS / 'mixtral-8x7b'} --world-size 8 --tokens 8,16,32 "
-        "--backends flashinfer_nvlink_two_sided --device cuda"
+        "--backends allgather_reducescatter,deepep_low_latency,flashinfer_nvlink_two_sided --device cuda"
     )
     assert "run the bench command on a machine of host class h200x8-5d1c7e0a" in r.warnings
 
@@ -200,7 +208,7 @@ def test_extrapolating_far_beyond_the_measured_range_is_refused_not_silent(fixtu
     # with the budget that makes 70000 tokens one step (else vLLM runs it as several: selector/step.py)
     r = rec(fixture_db, "deepseek-r1-nvfp4", host_class=B200, tokens="70000", max_num_batched_tokens=70000)
     assert r.backend == "allgather_reducescatter"
-    assert r.decision.startswith("no comparison possible: vLLM's default")
+    assert r.decision == "vLLM's default, which has no number here: nothing could be compared with it"
     # the pick has no number of its own: a fallback, not a decision (confidence.py "pick_unpriced")
     assert r.confidence == "none"
     assert r.confidence_reasons[0].startswith("the pick has no number of its own for this workload")
@@ -244,9 +252,8 @@ def test_tp_and_old_vllm_spellings_reach_the_flags(fixture_db):
 JSON_KEYS = {
     "schema_version", "model", "profile", "deployment", "gpu_arch", "activation_dtype", "vllm_version",
     "vllm_version_source", "workload", "token_budget", "backend", "decision", "step_consequences", "vllm_args",
-    "command", "env", "knobs", "confidence",
-    "confidence_reasons", "candidates", "rejected", "estimated", "warnings", "data_used", "bench_command",
-    "expected_effect",
+    "command", "env", "knobs", "confidence", "confidence_reasons", "confidence_codes", "comparison", "candidates",
+    "rejected", "estimated", "warnings", "data_used", "bench_command", "expected_effect", "details",
 }
 
 
@@ -256,7 +263,7 @@ def test_json_output_is_the_documented_schema(fixture_db):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert set(doc) == JSON_KEYS
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert doc["backend"] == "flashinfer_nvlink_two_sided"
     assert doc["vllm_args"] == [
         "--data-parallel-size", "8", "--enable-expert-parallel", "--all2all-backend", "flashinfer_nvlink_two_sided",
@@ -264,7 +271,7 @@ def test_json_output_is_the_documented_schema(fixture_db):
     assert doc["command"] == "vllm serve " + str(MODELS / "deepseek-r1-nvfp4") + " " + " ".join(doc["vllm_args"])
     cand = {c["backend"]: c for c in doc["candidates"]}
     assert set(cand["flashinfer_nvlink_two_sided"]) == {
-        "backend", "status", "weighted_us", "halfwidth_us", "buckets", "fit", "warnings",
+        "backend", "status", "weighted_us", "halfwidth_us", "buckets", "fit", "warnings", "ratio_to_default",
     }
     assert [b["tokens_per_rank"] for b in cand["allgather_reducescatter"]["buckets"]] == [8, 16, 32]
     # the B200 machine of the class has no deep_ep: legal for the model, unavailable on that host
