@@ -36,6 +36,12 @@ SCHEMA_VERSION = 3
 EVIDENCE_KINDS = ("measured", "published", "derived", "transferred", "estimated", "synthetic")
 MEASURED, PUBLISHED, DERIVED, TRANSFERRED, ESTIMATED, SYNTHETIC = EVIDENCE_KINDS
 
+#: How a bucket's value relates to its evidence's points (``BucketValue.source``): a point at this
+#: token count (of whatever kind ``evidence`` says), an estimate inside or outside the points'
+#: token range, or no value. Never an evidence kind, so the two keys cannot contradict.
+BUCKET_SOURCES = ("point", "interpolated", "extrapolated", "missing")
+POINT = BUCKET_SOURCES[0]
+
 
 def _rounded(digits: int) -> dict:
     return {"round": digits}
@@ -92,8 +98,9 @@ class _Document(DataclassMethods):
 class BucketValue(_Document):
     """The expected latency of one backend at one token count, with its band and origin.
 
-    ``source``: ``measured`` (a measurement at this token count), ``interpolated`` (inside the
-    measured token range), ``extrapolated`` (outside it, within the latency model's limit) or
+    ``source`` (:data:`BUCKET_SOURCES`): ``point`` (a point of the evidence at this token count:
+    measured, published, derived or transferred, as ``evidence`` says), ``interpolated`` (inside
+    the points' token range), ``extrapolated`` (outside it, within the latency model's limit) or
     ``missing``. ``evidence``: the kind of evidence the value rests on (:data:`EVIDENCE_KINDS`);
     written to the JSON only when it is not ``measured``. ``reference``: for a value resting on the
     published reference, the line naming it (``AIConfigurator 0.12.0, vLLM 0.24.0 DeepEP on

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Sequence
 
 from autoselect.latency_model import LatencyFit, fit_latency
 from autoselect.noise import Z
-from autoselect.selector.answer import EVIDENCE_KINDS, MEASURED, BucketValue
+from autoselect.selector.answer import EVIDENCE_KINDS, MEASURED, POINT, BucketValue
 from autoselect.workload import WorkloadSpec
 
 __all__ = ["ESTIMATE_FLOOR", "EXTRAPOLATION_LIMIT", "FIT_POINTS", "LatencyFit", "MeasuredPoint", "estimate_latency",
@@ -52,7 +52,8 @@ def estimate_latency(points: Sequence[MeasuredPoint], tokens: int, bytes_per_tok
                      estimate_error: float = ESTIMATE_FLOOR) -> BucketValue:
     """The expected latency at ``tokens`` per rank from one backend's measured points.
 
-    A measured token count is returned as measured. Otherwise the latency model is fitted on
+    A token count the evidence has a point at is returned as that point (source ``point``, its
+    evidence kind beside it). Otherwise the latency model is fitted on
     the :data:`FIT_POINTS` measured points nearest in log-tokens; the band is the widest band
     of those points plus ``max(Z * rel_rms, estimate_error)``: :data:`ESTIMATE_FLOOR` unless the
     evidence knows its own interpolation error (the published reference does). Beyond
@@ -62,7 +63,7 @@ def estimate_latency(points: Sequence[MeasuredPoint], tokens: int, bytes_per_tok
     if tokens in by_tokens:
         p = by_tokens[tokens]
         ids = (p.result_id,) if p.result_id is not None else ()
-        return BucketValue(tokens, p.latency_us, p.latency_us * p.rel_halfwidth, "measured", ids, evidence=p.kind,
+        return BucketValue(tokens, p.latency_us, p.latency_us * p.rel_halfwidth, POINT, ids, evidence=p.kind,
                            range_us=p.range_us, bound=p.bound, footing=p.footing)
     if not points:
         return BucketValue(tokens, None, None, "missing", note="no measurement")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 
 from autoselect.columns import aligned
-from autoselect.selector.answer import MEASURED, Candidate, E2eEvidence, Recommendation, ReferenceUsed
+from autoselect.selector.answer import MEASURED, POINT, Candidate, E2eEvidence, Recommendation, ReferenceUsed
 from autoselect.selector.confidence import CONFIDENCE_CAPS
 from autoselect.selector.wording import END_TO_END_NOTE, SHOWN, confidence_sentence
 
@@ -252,10 +252,10 @@ def _bucket_rows(candidates: list[Candidate], i: int, sources: dict[str, int]) -
     rows = []
     for c in candidates:
         b = c.buckets[i]
-        origin = b.source
+        # a point says its kind (measured, synthetic, published, ...); an estimate says so, then its kind
+        origin = b.evidence if b.source == POINT else b.source + ("" if b.evidence == MEASURED else f", {b.evidence}")
         if b.reference:
-            origin = (f"{b.evidence} [{sources[b.reference]}]" if b.source == "measured"
-                      else f"{b.source}, {b.evidence} [{sources[b.reference]}]")
+            origin += f" [{sources[b.reference]}]"
         if b.result_ids:
             origin += f" (result{'s' if len(b.result_ids) > 1 else ''} {', '.join(map(str, sorted(b.result_ids)))})"
         if b.range_us is not None:
@@ -268,7 +268,7 @@ def _bucket_rows(candidates: list[Candidate], i: int, sources: dict[str, int]) -
     lines = aligned(rows, right={1, 2}) if rows else []
     for c in candidates:
         b = c.buckets[i]
-        if b.note and b.source != "measured" and c.status != "no data":
+        if b.note and b.source != POINT and c.status != "no data":
             lines.append(f"    {c.backend}: {b.note}")
     return lines
 

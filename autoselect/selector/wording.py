@@ -118,7 +118,7 @@ def assign(decision: Decision, candidates: Sequence[Candidate]) -> None:
         rel = relate(c, default) if default is not None and c is not default else None
         c.ratio_to_default = rel.ratio if rel is not None else None
         if c is decision.pick:
-            c.status = PICK if c.status != NO_DATA else NO_DATA
+            c.status = c.status if c.status in (NO_DATA, INCOMPLETE) else PICK
         elif c is default:
             c.status = DEFAULT if c.weighted_us is not None else c.status
         elif rel is not None:

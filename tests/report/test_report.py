@@ -449,8 +449,9 @@ def test_an_incomplete_pick_is_never_shown_with_high_confidence(tmp_path):
     text = page.read_text()
     assert re.search(r'<tr class="chosen"><td>allgather_reducescatter</td><td>incomplete</td>', text)
     assert "(confidence: high)" not in text
-    assert "(confidence: low)" in text
-    assert "Confidence shown as low: the answer says high, but its pick has no value at 8192 tokens per rank" in text
+    # the answer itself says none (vLLM's default has no value at 8192: nothing could be compared), so
+    # the page shows the answer's level and needs no cap of its own
+    assert "(confidence: none)" in text and "Confidence shown as" not in text
 
 
 def test_terminal_flag_draws_the_latency_chart_and_writes_no_files(sweep_db, tmp_path):

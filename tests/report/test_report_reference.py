@@ -283,7 +283,7 @@ def test_candidate_values_the_selector_rests_on_published_or_derived_rows_are_ma
     data = collect(h.DSR1_NVFP4, db_path=_dsr1_db(tmp_path), workload="8,128")
     rec = data.recommendation
     first, second = rec["candidates"][0]["buckets"]
-    first.update(evidence="published", source="measured")
+    first.update(evidence="published", source="point")
     second.update(evidence="derived", source="interpolated")
     page = render_html(data, {})
     candidates = page.split("<h2>Candidates</h2>", 1)[1].split("<h2>Published reference</h2>", 1)[0]

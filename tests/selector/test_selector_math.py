@@ -155,9 +155,10 @@ def _points(tokens, latency=lambda t: 10 + 0.5 * t):
     return [MeasuredPoint(t, latency(t), 0.01, i) for i, t in enumerate(tokens)]
 
 
-def test_measured_token_count_is_returned_as_measured():
+def test_measured_token_count_is_returned_as_its_point():
     est = estimate_latency(_points([1, 8, 64]), 8, 1)
-    assert (est.source, est.latency_us, est.halfwidth_us, est.result_ids) == ("measured", 14.0, 0.14, (1,))
+    assert (est.source, est.evidence, est.latency_us, est.halfwidth_us, est.result_ids) == (
+        "point", "measured", 14.0, 0.14, (1,))
 
 
 def test_unmeasured_token_count_inside_the_range_is_interpolated_with_a_wider_band():

@@ -73,7 +73,7 @@ def test_the_json_keys_are_the_recommendation_fields_in_order():
 
 def test_confidence_is_the_lowest_cap_of_the_rules_that_apply_and_no_data_stands_alone():
     base = Facts(single=False, compared=True, any_measured=True, unmeasured=False, close_call=False,
-                 decisive_sources=frozenset({"measured"}), stale=False)
+                 decisive_sources=frozenset({"point"}), stale=False)
     assert confidence(base) == ("high", [])
     level, reasons = confidence(base._replace(close_call=True, decisive_sources=frozenset({"extrapolated"})))
     assert level == "low" and len(reasons) == 2

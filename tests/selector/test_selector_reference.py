@@ -187,7 +187,7 @@ def test_derived_allgather_reducescatter_is_marked_as_derived():
     agrs = by_backend(rec)[AGRS]
     assert agrs.evidence == "derived"
     for b in agrs.buckets:
-        assert b.evidence == "derived" and b.source == "measured"  # derived exactly at each bucket's token count
+        assert b.evidence == "derived" and b.source == "point"  # a derived point exactly at each bucket's token count
         assert b.reference.startswith("derived from AIConfigurator 0.12.0 NCCL 2.29.2")
         assert "not a measured all2all" in b.reference
         # vLLM runs FlashInfer CUTLASS experts for block FP8 on Hopper with EP: the default gathers bf16
@@ -234,7 +234,7 @@ def test_the_confidence_is_capped_at_reference_and_says_why():
     names = {cap.name: cap for cap in CONFIDENCE_CAPS}
     assert {names[k].cap for k in ("published", "derived", "transferred")} == {"reference"}
     base = dict(single=False, compared=True, any_measured=True, unmeasured=False, close_call=False,
-                decisive_sources=frozenset({"measured"}), stale=False)
+                decisive_sources=frozenset({"point"}), stale=False)
     assert confidence(Facts(**base, decisive_kinds=frozenset({"measured"}))) == ("high", [])
     level, reasons = confidence(Facts(**base, decisive_kinds=frozenset({"published", "transferred"})))
     assert level == "reference" and reasons == [names["published"].text, names["transferred"].text]

@@ -156,3 +156,18 @@ def test_the_cli_text_and_json_agree_word_for_word(tmp_path):
         if "ratio_to_default" in c:
             assert f" {c['ratio_to_default']:.2f}x " in row
     assert f"backend     {doc['backend']}  ({doc['decision']})" in text
+
+
+def test_a_buckets_source_and_evidence_never_contradict(tmp_path):
+    # source says how the value relates to the points (a point, interpolated, ...); evidence says of what kind
+    from autoselect.selector.answer import BUCKET_SOURCES, EVIDENCE_KINDS
+
+    for model, host_class, kw in REFERENCE_CASES:
+        doc = recommend_for(str(MODELS / model), host_class=host_class, db_path=tmp_path / "none.db", **kw).to_dict()
+        for c in doc["candidates"]:
+            for b in c["buckets"]:
+                assert b["source"] in BUCKET_SOURCES and b.get("evidence", "measured") in EVIDENCE_KINDS
+                assert b["source"] not in EVIDENCE_KINDS
+    derived = recommend_for(str(MODELS / "deepseek-v3"), host_class="ref-h200_sxm-x8", workload="decode",
+                            db_path=tmp_path / "none.db").to_dict()["candidates"][0]["buckets"][0]
+    assert (derived["source"], derived["evidence"]) == ("point", "derived")
