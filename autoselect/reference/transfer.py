@@ -17,6 +17,10 @@ bf16 combine row), with the latency model ``latency = a + bytes / bandwidth``
   count that moves as many bytes (``T · target / source`` bytes per token), read with the latency
   model on the four nearest source points in log-tokens; inside the source's token range only.
 
+A token count where the source shapes cost no more for more bytes (the fitted slope would be
+negative and is clamped at zero: DeepEP low-latency at a few tokens per rank, launch-bound) gives
+every target their weighted mean, whatever its bytes; its derivation says so (``flat``).
+
 Refused (no number) when the target's bytes per token lie more than :data:`SHAPE_TRANSFER_LIMIT`
 times outside the source shapes' range: "far outside the measured bytes". Every transferred
 point is marked ``transferred`` and says from which shapes (``derivation``). The phase split
@@ -121,6 +125,9 @@ def _across_shapes(by_shape, bpt, target_bpt, target, text, labels) -> list:
         out.append(_point(nearest, target, t, fit.predict(t * target_bpt), text, {
             "method": ACROSS_SHAPES, "from_shapes": list(labels), "bytes_per_token": target_bpt,
             "source_bytes_per_token": sorted({bpt[s] for s, _ in here}), **_fit_terms(fit),
+            # the shapes cost no more for more bytes here (the fit's slope clamped at zero): every
+            # target gets their weighted mean, the same number whatever its bytes
+            "flat": fit.us_per_byte == 0.0,
             "points": [[t * bpt[s], p.latency_us] for s, p in here]}))
     return out
 

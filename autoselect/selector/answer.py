@@ -112,6 +112,8 @@ class BucketValue(_Document):
     ``autoselect.reference.footing``; an estimate carries its nearest point's); ``steps``: how many
     steps vLLM runs the bucket in when it is above the backend's step budget (the value is the sum
     of their all2alls; written only above 1, :mod:`autoselect.selector.step`).
+    ``flat``: a transferred value the source shapes gave without regard to bytes (at this token count
+    they cost no more for more bytes, so every shape gets their mean: written only when true).
     """
 
     tokens_per_rank: int
@@ -126,6 +128,7 @@ class BucketValue(_Document):
     bound: bool = field(default=False, metadata=OMIT_DEFAULT)
     footing: Any = field(default=None, metadata=OMIT_NONE)
     steps: int = field(default=1, metadata=OMIT_DEFAULT)
+    flat: bool = field(default=False, metadata=OMIT_DEFAULT)
 
     @property
     def estimated(self) -> bool:

@@ -41,6 +41,7 @@ class MeasuredPoint(NamedTuple):
     range_us: tuple[float, float] | None = None  # a derived value's (lower, upper); latency_us is central
     bound: bool = False  # latency_us is only a lower bound
     footing: Any = None  # a reference point's autoselect.reference.footing.PointFooting: how it was put on vLLM's
+    flat: bool = False  # a transfer that gives every shape the same value here (reference.transfer)
 
 
 def weakest_kind(points: Sequence[MeasuredPoint]) -> str:
@@ -64,7 +65,8 @@ def estimate_latency(points: Sequence[MeasuredPoint], tokens: int, bytes_per_tok
         p = by_tokens[tokens]
         ids = (p.result_id,) if p.result_id is not None else ()
         return BucketValue(tokens, p.latency_us, p.latency_us * p.rel_halfwidth, POINT, ids, evidence=p.kind,
-                           range_us=p.range_us, bound=p.bound, footing=p.footing)
+                           range_us=p.range_us, bound=p.bound, footing=p.footing,
+                           flat=p.flat)
     if not points:
         return BucketValue(tokens, None, None, "missing", note="no measurement")
     lo = min(by_tokens)
@@ -86,7 +88,8 @@ def estimate_latency(points: Sequence[MeasuredPoint], tokens: int, bytes_per_tok
     note = f"a={fit.a_us:.3g}us" + (f" + bytes/{bw:.3g}GB/s" if bw else "") + f" fitted on {fit.n} points ({used_tokens} tokens)"
     ids = tuple(p.result_id for p in used if p.result_id is not None)
     return BucketValue(tokens, latency, latency * rel, source, ids, note, evidence=weakest_kind(used),
-                       bound=any(p.bound for p in used), footing=used[0].footing)
+                       bound=any(p.bound for p in used), footing=used[0].footing,
+                       flat=all(p.flat for p in used))
 
 
 def fit_all(points: Sequence[MeasuredPoint], bytes_per_token: int) -> LatencyFit | None:

@@ -74,7 +74,7 @@ def reference_point(p: reference.ReferencePoint, vllm_version: str | None = None
     corrected value, band, kind, range, bound and how it was corrected (``autoselect.reference.footing``)."""
     f = reference.on_common_footing(p, p.arch, vllm_version)
     return MeasuredPoint(p.tokens_per_rank, f.latency_us, reference_band(p, f), None, p.evidence, range_us=f.range_us,
-                         bound=p.bound, footing=f.footing)
+                         bound=p.bound, footing=f.footing, flat=bool((p.derivation or {}).get("flat")))
 
 
 class ReferenceChoice(NamedTuple):

@@ -118,8 +118,9 @@ def _candidates(rec: Recommendation) -> list[str]:
     header += [f"{t} tok" for t in rec.workload.tokens]
     rows = [header]
     for c in rec.candidates:
-        cells = [_ESTIMATE_MARKS.get(b.source, "") + (">=" if b.bound else "") + _fmt_us(b.latency_us)
-                 + ("*" if b.steps > 1 and b.latency_us is not None else "") for b in c.buckets]
+        cells = [_ESTIMATE_MARKS.get(b.source, "") + (">=" if b.bound else "") + ("=" if b.flat else "")
+                 + _fmt_us(b.latency_us) + ("*" if b.steps > 1 and b.latency_us is not None else "")
+                 for b in c.buckets]
         kind = ([(c.evidence + (" bound" if c.bound else "")) if c.fit is not None else "-"] if kinds else [])
         ratio = f"{c.ratio_to_default:.2f}x" if c.ratio_to_default is not None else "-"
         rows.append([c.backend, SHOWN.get(c.status, c.status), ratio] + kind
@@ -154,6 +155,11 @@ def _ranges(candidates: list[Candidate], activation_dtype: str) -> list[str]:
         lines += [f"{c.backend}: {line}" for line in c.step]
         if c.requires:
             lines.append(f"{c.backend}: {'; '.join(c.requires)}")
+        flat = [b.tokens_per_rank for b in c.buckets if b.flat and b.latency_us is not None]
+        if flat:
+            lines.append(f"{c.backend}: = a flat transfer at {', '.join(map(str, flat))} tok: there the published "
+                         "shapes cost no more for more bytes (launch-bound), so every shape gets their mean, whatever "
+                         "its bytes; the transfer reads bytes per token, not the expert count")
     return lines
 
 
@@ -262,6 +268,8 @@ def _bucket_rows(candidates: list[Candidate], i: int, sources: dict[str, int]) -
             origin += f", range {_fmt_us(b.range_us[0])}..{_fmt_us(b.range_us[1])}"
         if b.bound:
             origin += ", a lower bound"
+        if b.flat:
+            origin += ", flat (every shape gets this value here)"
         if b.footing is not None:
             origin += f"; {b.footing.describe()}"
         rows.append(["  " + c.backend, _fmt_us(b.latency_us), _pm(b.halfwidth_us), origin])

@@ -118,7 +118,8 @@ def stepped(value_at: Callable[[int], BucketValue], tokens: int, cap: int, backe
         reference=next((v.reference for _, v in parts if v.reference), None),
         range_us=(tuple(sum(n * r[i] for (n, _), r in zip(parts, ranges)) for i in (0, 1))
                   if all(r is not None for r in ranges) else None),
-        bound=any(v.bound for _, v in parts), footing=_stepped_footing(parts), steps=steps)
+        bound=any(v.bound for _, v in parts), footing=_stepped_footing(parts), steps=steps,
+        flat=all(v.flat for _, v in parts))
 
 
 def _stepped_footing(parts: list[tuple[int, BucketValue]]):

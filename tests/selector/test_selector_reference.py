@@ -280,7 +280,14 @@ def test_transfer_across_shapes_fits_latency_a_plus_bytes_over_bandwidth_at_each
         assert p.evidence == "transferred"
         assert p.latency_us == pytest.approx(10 + p.tokens_per_rank * 8256e-3, rel=1e-9)
         assert p.derivation["bytes_per_token"] == 8256
+        assert p.derivation["flat"] is False  # the latency rises with the bytes: a bandwidth, not a mean
     assert moved.from_shapes[0] == "H3072 top8 E256 bf16"
+    # shapes that cost less for more bytes: the slope is clamped at zero, every target gets their mean
+    falling = [p._replace(latency_us=100 - p.tokens_per_rank * bpt[(p.hidden, p.top_k)] * 1e-6) for p in fake]
+    flat = transfer_points(falling, hidden=2048, top_k=8, experts=128, dtype="bf16")
+    assert all(p.derivation["flat"] and p.derivation["bandwidth_gbps"] is None for p in flat.points)
+    wider = transfer_points(falling, hidden=2880, top_k=4, experts=128, dtype="bf16")
+    assert [p.latency_us for p in flat.points] == [p.latency_us for p in wider.points]
     # The limit: bytes per token more than SHAPE_TRANSFER_LIMIT x below the smallest source's.
     tiny = transfer_points(fake, hidden=1024, top_k=2, experts=8, dtype="bf16")
     assert 4112 * SHAPE_TRANSFER_LIMIT < 12352 and tiny.points == [] and tiny.refused.startswith("refused")
@@ -490,3 +497,29 @@ def test_hgx_blackwell_prices_one_and_two_sided_from_gb200_for_an_nvfp4_model():
         assert rec.expected_effect is not None and rec.expected_effect.kernel_change < 0
         text = render_text(rec)
         assert "transferred  flashinfer_nvlink_one_sided: transferred from GB200" in text
+
+
+def test_a_transfer_that_does_not_move_with_the_shape_says_so_next_to_the_number():
+    # DeepEP low-latency on 8xB200 at decode: the published shapes at 8..32 tokens cost no more for more
+    # bytes (the across-shapes fit's slope is clamped at zero), so Qwen3-30B-A3B (4160 dispatch bytes per
+    # token) and gpt-oss-120b (5792) get the same mean (122.8 / 112.5 / 115.3 us as published, on vLLM's
+    # footing graph-captured); each value is flagged flat in the JSON and the text
+    qwen, oss = (by_backend(ask(m, "ref-b200_sxm-x8", workload="decode"))[LL] for m in ("qwen3-30b-a3b", "gpt-oss-120b"))
+    assert [b.latency_us for b in qwen.buckets] == [b.latency_us for b in oss.buckets]
+    assert [round(b.latency_us, 1) for b in qwen.buckets] == [103.2, 94.5, 96.9]
+    assert all(b.flat and b.evidence == "transferred" for b in qwen.buckets)
+    rec = ask("qwen3-30b-a3b", "ref-b200_sxm-x8", workload="decode")
+    assert all(b["flat"] for b in by_backend(rec)[LL].to_dict()["buckets"])
+    text = render_text(rec, explain=True)
+    row = next(line for line in text.splitlines() if line.startswith("deepep_low_latency "))
+    assert row.split()[-3:] == ["=103.2", "=94.5", "=96.9"]
+    assert "deepep_low_latency: = a flat transfer at 8, 16, 32 tok: " in text
+    assert text.count(", flat (every shape gets this value here); graph;") == 3
+    # a value that moves with the bytes is not flagged: high-throughput's fit has a bandwidth at 16 tokens
+    assert not by_backend(rec)[HT].buckets[1].flat
+
+
+def test_the_transfer_reads_bytes_per_token_not_the_expert_count():
+    # Kimi-K2 (384 experts) and DeepSeek-V3 (256) move the same fp8 bytes per token: one transferred table
+    kimi, ds = (by_backend(ask(m, "ref-h200_sxm-x8", workload="decode"))[LL] for m in ("kimi-k2", "deepseek-v3"))
+    assert [b.latency_us for b in kimi.buckets] == [b.latency_us for b in ds.buckets]
