@@ -171,3 +171,22 @@ def test_a_buckets_source_and_evidence_never_contradict(tmp_path):
     derived = recommend_for(str(MODELS / "deepseek-v3"), host_class="ref-h200_sxm-x8", workload="decode",
                             db_path=tmp_path / "none.db").to_dict()["candidates"][0]["buckets"][0]
     assert (derived["source"], derived["evidence"]) == ("point", "derived")
+
+
+def test_a_close_call_is_said_with_the_tables_word_and_ratio():
+    from autoselect.selector.decide import decide
+    from autoselect.selector.wording import assign, close_call
+
+    def named(backend, latency, halfwidth):
+        c = cand(latency, halfwidth)
+        c.backend, c.fit = backend, object()  # measured: it has a latency model
+        return c
+
+    default = named("allgather_reducescatter", 100.0, 1.0)
+    one, two = named("flashinfer_nvlink_one_sided", 50.0, 1.0), named("flashinfer_nvlink_two_sided", 50.5, 1.0)
+    decision = decide([default, one, two])
+    assign(decision, [default, one, two])
+    assert (decision.pick.backend, one.status, two.status) == ("flashinfer_nvlink_one_sided", "pick", "faster")
+    assert close_call(decision) == ("flashinfer_nvlink_one_sided is not separated from flashinfer_nvlink_two_sided "
+                                    "(tie, 1.01x the pick's central value): flashinfer_nvlink_one_sided has the "
+                                    "lowest central value")
