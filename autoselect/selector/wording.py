@@ -146,11 +146,13 @@ def _needs(backend: str, vllm_version: str) -> str | None:
     return package
 
 
-def _open(decision: Decision, candidates: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates the default stayed against without the data separating them, nearest first."""
+def _open(decision: Decision, candidates: Sequence[Candidate]) -> list[tuple[Candidate, Relation]]:
+    """The candidates the default stayed against without the data separating them, nearest first,
+    each with its relation to the default."""
     d = decision.default
-    out = [c for c in candidates if c is not d and c.status in (NOT_SEPARABLE, TIE)]
-    return sorted(out, key=lambda c: abs(c.weighted_us - d.weighted_us))
+    out = [(c, rel) for c in candidates if c is not d and d is not None
+           and (rel := relate(c, d)) is not None and rel.word in (NOT_SEPARABLE, TIE)]
+    return sorted(out, key=lambda cr: abs(cr[0].weighted_us - d.weighted_us))
 
 
 def versus(decision: Decision, candidates: Sequence[Candidate]) -> Candidate | None:
@@ -159,7 +161,7 @@ def versus(decision: Decision, candidates: Sequence[Candidate]) -> Candidate | N
     if decision.rule in (BANDS, BELOW_BOUND, BY_TIE_RULE, FASTEST_PRICED):
         return decision.default
     if decision.rule == DEFAULT_STAYS:
-        return next(iter(_open(decision, candidates)), decision.runner_up)
+        return next((c for c, _ in _open(decision, candidates)), decision.runner_up)
     return None
 
 
@@ -197,15 +199,16 @@ def decision_sentence(decision: Decision, candidates: Sequence[Candidate], vllm_
     if rule == BY_TIE_RULE:
         return (f"picked over vLLM's derived default by the tie rule ({decision.tie_rule}): {rel.word}, "
                 f"{_x(rel.ratio)} its central value, which leaves costs out (the real default is at or above it)")
-    # DEFAULT_STAYS
+    if rule != DEFAULT_STAYS:  # a rule of decide.RULES this table has no words for: a bug, not an answer
+        raise ValueError(f"no words for the decision rule {rule!r}")
     open_ = _open(decision, candidates)
     if not open_:
-        nearest = decision.runner_up
+        nearest = relate(decision.runner_up, d) if decision.runner_up is not None else None
         return ("vLLM's default stays: every other backend with a number is slower"
-                + (f" (the nearest, {nearest.backend}, {_x(nearest.ratio_to_default)})" if nearest is not None else ""))
-    said = ", ".join(f"{c.backend} {'ties with it' if c.status == TIE else 'is not separable from it'} "
-                     f"({_x(c.ratio_to_default)} at the central values)" for c in open_)
-    extra = sorted({f"{c.backend} needs {need}" for c in open_ if (need := _needs(c.backend, vllm_version))})
+                + (f" (the nearest, {decision.runner_up.backend}, {_x(nearest.ratio)})" if nearest is not None else ""))
+    said = ", ".join(f"{c.backend} {'ties with it' if rel.word == TIE else 'is not separable from it'} "
+                     f"({_x(rel.ratio)} at the central values)" for c, rel in open_)
+    extra = sorted({f"{c.backend} needs {need}" for c, _ in open_ if (need := _needs(c.backend, vllm_version))})
     return (f"vLLM's default stays: {said}"
             + (f"; the default needs nothing extra, {', '.join(extra)}" if extra else ""))
 

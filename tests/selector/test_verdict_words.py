@@ -190,3 +190,20 @@ def test_a_close_call_is_said_with_the_tables_word_and_ratio():
     assert close_call(decision) == ("flashinfer_nvlink_one_sided is not separated from flashinfer_nvlink_two_sided "
                                     "(tie, 1.01x the pick's central value): flashinfer_nvlink_one_sided has the "
                                     "lowest central value")
+
+
+def test_every_rule_of_the_decision_has_its_words():
+    # a new rule in decide.RULES without a sentence here fails, rather than borrowing another rule's words
+    from autoselect.selector.decide import RULES, Decision
+    from autoselect.selector.wording import decision_sentence
+
+    default, other = cand(100.0, 1.0), cand(50.0, 1.0)
+    default.backend, other.backend = "allgather_reducescatter", "deepep_low_latency"
+    for rule in RULES:
+        pick = default if rule in ("single", "uncompared", "bound only", "default stays") else other
+        said = decision_sentence(Decision(pick, default, other, rule, single=rule == "single", compared=True,
+                                          tie_rule="margin-1.2"), [default, other], "0.34.0")
+        assert said and not any(phrase in said for phrase in NEVER)
+    with pytest.raises(ValueError, match="no words for the decision rule 'new rule'"):
+        decision_sentence(Decision(default, default, None, "new rule", single=False, compared=True), [default],
+                          "0.34.0")
