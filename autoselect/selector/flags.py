@@ -90,12 +90,13 @@ def settle(target: RecommendTarget, candidates: list[Candidate], default: Candid
            also: Iterable[str] = ()) -> str | None:
     """The bench command for what the answer lacks: unmeasured candidates at every bucket, incomplete
     ones at their missing buckets, an unmeasured default, and ``also`` (backends the data priced but
-    cannot separate) at every bucket; None when nothing is missing or only one backend is legal."""
+    cannot separate) at every bucket; None when nothing is missing. A single legal backend without
+    a number gets its command too: the answer has no evidence (confidence none) until it is measured."""
     missing = {c.backend: c.missing_tokens for c in candidates if c.measured and c.weighted_us is None}
     need = {c.backend for c in candidates if not c.measured} | set(missing) | set(also)
     if default is not None and default.weighted_us is None:
         need.add(default.backend)
-    if not need or len(candidates) < 2:
+    if not need:
         return None
     tokens = target.workload.tokens
     need_tokens = set().union(*(missing.get(b, tokens) for b in need))
