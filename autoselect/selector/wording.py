@@ -27,7 +27,8 @@ from autoselect import rules
 from autoselect.rules.flashinfer import FLASHINFER_PINS
 from autoselect.selector.answer import MEASURED, Candidate, Comparison
 from autoselect.selector.decide import (BANDS, BELOW_BOUND, BOUND_ONLY, BY_TIE_RULE, DEFAULT_STAYS, FASTEST_PRICED,
-                                        SINGLE, UNCOMPARED, Decision)
+                                        SINGLE, UNCOMPARED, Decision, needs)
+from autoselect.selector.ties import E2E_BASIS, E2E_SHARE
 
 
 class VerdictWord(NamedTuple):
@@ -69,20 +70,10 @@ SHOWN = {v.word: v.shown for v in VERDICTS}
 RELATIONS = (FASTER, SLOWER, NOT_SEPARABLE, TIE)
 
 #: A whole step's difference between two backends is 3-10x smaller than their all2all's: attention,
-#: the experts and the wait for the slowest rank are common to both.
-END_TO_END_SHRINK = (3.0, 10.0)
-END_TO_END_SOURCES = (
-    "vLLM issue #41687 (GB300 NVL72, DeepSeek-R1 FP4, DEP8 decode, 2026-05-05): flashinfer_nvlink_one_sided, "
-    "1.4x faster in the kernel, gave no end-to-end gain over allgather_reducescatter",
-    "vLLM PR #53311 (GB200, Qwen3.5-397B NVFP4, merged 2026-08-21): one-sided +8 % end to end over "
-    "allgather_reducescatter",
-    "vLLM blog 'Serving GLM-5.2 on 24 NVIDIA B300 GPUs' (2026-07-23): flashinfer_nvlink_two_sided -4 % TPOT against "
-    "allgather_reducescatter",
-    "SGLang PR #9942 (8xB200, DeepSeek-R1 FP4, 2025-09-02): FlashInfer two-sided +5.0 % end to end over FP4 "
-    "all-gather + reduce-scatter",
-)
-END_TO_END_NOTE = ("end-to-end differences between all2all backends are 3-10x smaller than their all2all "
-                   "differences (" + "; ".join(END_TO_END_SOURCES) + ")")
+#: the experts and the wait for the slowest rank are common to both (one fact with its sources,
+#: :data:`autoselect.selector.ties.E2E_SHARE` and ``E2E_BASIS``, which the JSON's ``expected_effect`` uses too).
+END_TO_END_SHRINK = (1 / E2E_SHARE[1], 1 / E2E_SHARE[0])
+END_TO_END_NOTE = E2E_BASIS
 
 
 class Relation(NamedTuple):
@@ -198,7 +189,7 @@ def decision_sentence(decision: Decision, candidates: Sequence[Candidate], vllm_
         return f"faster than vLLM's default: {_x(rel.ratio)} its latency, the bands apart"
     if rule == BY_TIE_RULE:
         return (f"picked over vLLM's derived default by the tie rule ({decision.tie_rule}): {rel.word}, "
-                f"{_x(rel.ratio)} its central value, which leaves costs out (the real default is at or above it)")
+                f"{_x(rel.ratio)} its central value (a rule chosen by measured regret over the default's range)")
     if rule != DEFAULT_STAYS:  # a rule of decide.RULES this table has no words for: a bug, not an answer
         raise ValueError(f"no words for the decision rule {rule!r}")
     open_ = _open(decision, candidates)
@@ -208,7 +199,7 @@ def decision_sentence(decision: Decision, candidates: Sequence[Candidate], vllm_
                 + (f" (the nearest, {decision.runner_up.backend}, {_x(nearest.ratio)})" if nearest is not None else ""))
     said = ", ".join(f"{c.backend} {'ties with it' if rel.word == TIE else 'is not separable from it'} "
                      f"({_x(rel.ratio)} at the central values)" for c, rel in open_)
-    extra = sorted({f"{c.backend} needs {need}" for c, _ in open_ if (need := _needs(c.backend, vllm_version))})
+    extra = sorted({f"{c.backend} needs {needs(c.backend)[1]}" for c, _ in open_ if _needs(c.backend, vllm_version)})
     return (f"vLLM's default stays: {said}"
             + (f"; the default needs nothing extra, {', '.join(extra)}" if extra else ""))
 
@@ -280,10 +271,12 @@ def confidence_sentence(level: str, reasons: Sequence[str], caps: Sequence[str],
 
 
 def close_call(decision: Decision) -> str | None:
-    """The warning of a pick whose band overlaps another candidate's that also beats the default."""
+    """The warning of a pick whose band overlaps another candidate's that also beats the default, with
+    why the pick was kept (the tie's: the one needing least beyond vLLM, among equals the fastest)."""
     if not decision.close:
         return None
     pick = decision.pick
     said = ", ".join(f"{c.backend} ({rel.word}, {_x(c.weighted_us / pick.weighted_us)} the pick's central value)"
                      for c in decision.close if (rel := relate(c, pick)) is not None)
-    return f"{pick.backend} is not separated from {said}: {pick.backend} has the lowest central value"
+    why = decision.tie.why if decision.tie is not None else f"{pick.backend} has the lowest central value"
+    return f"{pick.backend} is not separated from {said}: {why}"

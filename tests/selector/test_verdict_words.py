@@ -188,8 +188,10 @@ def test_a_close_call_is_said_with_the_tables_word_and_ratio():
     assign(decision, [default, one, two])
     assert (decision.pick.backend, one.status, two.status) == ("flashinfer_nvlink_one_sided", "pick", "faster")
     assert close_call(decision) == ("flashinfer_nvlink_one_sided is not separated from flashinfer_nvlink_two_sided "
-                                    "(tie, 1.01x the pick's central value): flashinfer_nvlink_one_sided has the "
-                                    "lowest central value")
+                                    "(tie, 1.01x the pick's central value): flashinfer_nvlink_one_sided is the "
+                                    "fastest of them")
+    # both need flashinfer-python: among equals the faster is kept, and the tie says why (selector/decide.py)
+    assert decision.tie is not None and decision.tie.kept == "flashinfer_nvlink_one_sided"
 
 
 def test_every_rule_of_the_decision_has_its_words():
