@@ -31,12 +31,8 @@ from autoselect import rules, vllm_flags
 from autoselect.rules.batch_defaults import ORIGIN_WORKSPACE, TokenBudget, max_num_seqs
 from autoselect.rules.consequences import STEP_BUDGET, StepConsequence, cuda_graphs_off, eager
 from autoselect.rules.cuda_graphs import max_capture_tokens
-from autoselect.selector.answer import EVIDENCE_KINDS, BucketValue
+from autoselect.selector.answer import BUCKET_SOURCES, EVIDENCE_KINDS, BucketValue
 from autoselect.selector.target import RecommendTarget
-
-#: How bucket sources rank, weakest last (a sum is as weak as its weakest part).
-_SOURCES = ("measured", "interpolated", "extrapolated", "missing")
-
 
 class Step(NamedTuple):
     """One backend's step on the target: its budget, what it does beyond the all2all, whether it is out."""
@@ -112,7 +108,7 @@ def stepped(value_at: Callable[[int], BucketValue], tokens: int, cap: int, backe
     ranges = [v.range_us for _, v in parts]
     return BucketValue(
         tokens, sum(n * v.latency_us for n, v in parts), sum(n * v.halfwidth_us for n, v in parts),
-        max((v.source for _, v in parts), key=_SOURCES.index),
+        max((v.source for _, v in parts), key=BUCKET_SOURCES.index),  # weakest last: a sum is as weak as its weakest part
         tuple(dict.fromkeys(i for _, v in parts for i in v.result_ids)), note,
         evidence=max((v.evidence for _, v in parts), key=EVIDENCE_KINDS.index),
         reference=next((v.reference for _, v in parts if v.reference), None),

@@ -63,6 +63,8 @@ VERDICTS: tuple[VerdictWord, ...] = (
                 "or erred"),
     VerdictWord("unavailable", "unavailable", "rejected: the serving host lacks its package or NVLinks, or every "
                 "stored row says it could not run"),
+    VerdictWord("ineligible", "ineligible", "rejected: legal, but vLLM runs it without CUDA graphs and the workload "
+                "has decode-sized steps vLLM would otherwise capture; the whole model's eager cost is not priced"),
 )
 #: word (as the JSON writes it) -> as the text table shows it.
 SHOWN = {v.word: v.shown for v in VERDICTS}

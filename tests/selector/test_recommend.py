@@ -208,7 +208,9 @@ def test_extrapolating_far_beyond_the_measured_range_is_refused_not_silent(fixtu
     # with the budget that makes 70000 tokens one step (else vLLM runs it as several: selector/step.py)
     r = rec(fixture_db, "deepseek-r1-nvfp4", host_class=B200, tokens="70000", max_num_batched_tokens=70000)
     assert r.backend == "allgather_reducescatter"
-    assert r.decision == "vLLM's default, which has no number here: nothing could be compared with it"
+    # one-sided's workspace-lowered budget runs 70000 tokens as steps inside its measured range: it has a number
+    assert r.decision == ("vLLM's default, which has no number here: nothing could be compared with it; "
+                          "the fastest measured backend is flashinfer_nvlink_one_sided (8325 us)")
     # the pick has no number of its own: a fallback, not a decision (confidence.py "pick_unpriced")
     assert r.confidence == "none"
     assert r.confidence_reasons[0].startswith("the pick has no number of its own for this workload")
@@ -616,7 +618,9 @@ def test_without_measurements_the_answer_for_other_gpus_has_confidence_none(tmp_
     doc = json.loads(result.stdout)
     assert (doc["backend"], doc["confidence"]) == ("allgather_reducescatter", "none")
     assert [c["backend"] for c in doc["candidates"]] == [
-        "allgather_reducescatter", "flashinfer_nvlink_two_sided", "deepep_high_throughput", "deepep_low_latency"]
-    assert [r["backend"] for r in doc["rejected"]] == ["flashinfer_nvlink_one_sided"]  # the rules' refusal only
+        "allgather_reducescatter", "flashinfer_nvlink_two_sided", "deepep_low_latency"]
+    # the rules' refusal and the step's (CUDA graphs off at decode), none for this machine's packages or links
+    assert [(r["backend"], r["kind"]) for r in doc["rejected"]] == [
+        ("flashinfer_nvlink_one_sided", "illegal"), ("deepep_high_throughput", "ineligible")]
     assert "Without measurements the answer is the default with confidence none" in " ".join(
         run_cli("recommend", "--help").stdout.split())

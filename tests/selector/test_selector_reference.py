@@ -515,8 +515,9 @@ def test_a_transfer_that_does_not_move_with_the_shape_says_so_next_to_the_number
     assert row.split()[-3:] == ["=103.2", "=94.5", "=96.9"]
     assert "deepep_low_latency: = a flat transfer at 8, 16, 32 tok: " in text
     assert text.count(", flat (every shape gets this value here); graph;") == 3
-    # a value that moves with the bytes is not flagged: high-throughput's fit has a bandwidth at 16 tokens
-    assert not by_backend(rec)[HT].buckets[1].flat
+    # a value that moves with the bytes is not flagged: high-throughput's fit has a bandwidth at prefill (at
+    # decode it is ineligible: vLLM runs it without CUDA graphs, selector/step.py)
+    assert not any(b.flat for b in by_backend(ask("qwen3-30b-a3b", "ref-b200_sxm-x8", workload="prefill"))[HT].buckets)
 
 
 def test_the_transfer_reads_bytes_per_token_not_the_expert_count():

@@ -126,7 +126,7 @@ def test_the_answer_says_the_budget_it_assumed_and_where_it_came_from():
 
 def test_stepped_sums_full_steps_and_the_rest_and_is_missing_when_a_part_is():
     def value_at(tokens):
-        return BucketValue(tokens, 10.0 + tokens / 100, 1.0, "measured", (tokens,), evidence="published")
+        return BucketValue(tokens, 10.0 + tokens / 100, 1.0, "point", (tokens,), evidence="published")
 
     v = stepped(value_at, 1000, 256, LL)
     assert v.steps == 4 and v.latency_us == pytest.approx(3 * (10 + 2.56) + (10 + 2.32))
@@ -143,10 +143,10 @@ def test_a_stepped_bucket_keeps_its_footing_summed_over_its_steps():
     from autoselect.rules.graph_capture import GRAPH
 
     def value_at(tokens):
-        return BucketValue(tokens, float(tokens), 0.0, "measured", evidence="published",
+        return BucketValue(tokens, float(tokens), 0.0, "point", evidence="published",
                            footing=PointFooting("src", GRAPH, "captured", (tokens / 2, tokens), ()))
 
     v = stepped(value_at, 1000, 256, LL)
     assert v.footing.capture == GRAPH and v.footing.as_source_us == (3 * 128 + 116, 3 * 256 + 232)
-    host = stepped(lambda t: BucketValue(t, float(t), 0.0, "measured"), 1000, 256, LL)
+    host = stepped(lambda t: BucketValue(t, float(t), 0.0, "point"), 1000, 256, LL)
     assert host.footing is None  # a measurement of the host has no footing to carry
