@@ -259,6 +259,10 @@ def _against_default(candidates: list[Candidate], default: Candidate, policy: De
         ties = sorted((c for c in complete if c.status == TIE), key=lambda c: c.weighted_us)
         if ties:
             tie = _tie(default, ties, f"{default.backend} needs nothing extra ({needs(default.backend)[1]})")
+        # a candidate whose band clears the default's, held by the tie rule (a derived default): the rule decided
+        if any(band_compare(c.weighted_us, c.halfwidth_us, default.weighted_us, default.halfwidth_us) == FASTER
+               for c in ties):
+            tie_rule = policy.tie_rule
         others = sorted((c for c in complete if c is not default), key=lambda c: c.weighted_us)
         runner_up = others[0] if others else None
     default.status = "default" if pick is not default else "pick"

@@ -195,6 +195,13 @@ def decision_sentence(decision: Decision, candidates: Sequence[Candidate], vllm_
     if rule != DEFAULT_STAYS:  # a rule of decide.RULES this table has no words for: a bug, not an answer
         raise ValueError(f"no words for the decision rule {rule!r}")
     open_ = _open(decision, candidates)
+    held = sorted((c for c in candidates if c is not pick and c.status == FASTER), key=lambda c: c.weighted_us)
+    if held:  # its band clears the default's, but not the derived default's range as the tie rule weighs it
+        c = held[0]
+        return (f"vLLM's default stays: {c.backend} is faster by the bands ({_x(relate(c, d).ratio)} at the central "
+                f"values) but does not clear vLLM's derived default by the tie rule ({decision.tie_rule})"
+                + (f"; the default needs nothing extra, {c.backend} needs {needs(c.backend)[1]}"
+                   if _needs(c.backend, vllm_version) else ""))
     if not open_:
         nearest = relate(decision.runner_up, d) if decision.runner_up is not None else None
         return ("vLLM's default stays: every other backend with a number is slower"

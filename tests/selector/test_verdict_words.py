@@ -103,6 +103,25 @@ def test_every_golden_answer_uses_the_tables_words():
     assert checked > 150
 
 
+def test_a_kept_default_says_why_when_a_backend_is_faster_by_the_bands():
+    # a derived default stays when the tie rule holds a candidate whose band clears the default's: the
+    # candidate's word is 'faster' (the numbers), so the decision names the rule, never "every other is slower"
+    held = 0
+    for case in json.loads(GOLDEN.read_text()):
+        if case["exit_code"] != 0 or "json" not in case["argv"]:
+            continue
+        doc = json.loads(case["stdout"])
+        if doc["comparison"]["rule"] != "default stays":
+            continue
+        faster = sorted((c for c in doc["candidates"] if c["status"] == "faster"), key=lambda c: c["weighted_us"])
+        if faster:
+            held += 1
+            assert doc["decision"].startswith(f"vLLM's default stays: {faster[0]['backend']} is faster by the bands (")
+            assert "by the tie rule (bands-1-0.85)" in doc["decision"]
+        assert "every other backend with a number is slower" not in doc["decision"] or not faster
+    assert held >= 1
+
+
 # the reference classes, where derived, transferred and lower-bound numbers meet the tie rule
 REFERENCE_CASES = [
     ("deepseek-v3", "ref-h200_sxm-x8", {"workload": "decode"}),
