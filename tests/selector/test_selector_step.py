@@ -44,16 +44,21 @@ def test_high_throughput_is_not_picked_for_the_default_workload_on_h200_because_
     assert "deepep_high_throughput (ineligible): vLLM 0.34.0 turns CUDA graphs off" in render_text(rec)
 
 
+def _with_a_third_of(backend: str, workload: WorkloadSpec):
+    """The answer on ref-h200_sxm-x8's published rows of bf16 DeepSeek-V3's shape, ``backend``'s made a
+    third of themselves (so that it is the pick), against the derived default."""
+    shape = dict(hidden=7168, top_k=8, experts=256, dtype="bf16", world_size=8)
+    points = {b: default().query("ref-h200_sxm-x8", b, **shape) for b in (backend, AGRS)}
+    points[backend] = [p._replace(latency_us=p.latency_us / 3) for p in points[backend]]
+    return recommend_given(Shape(hidden=7168, top_k=8, experts=256, dtype="bf16").profile(), points,
+                           deployment=Deployment(dp=8, tp=1), host_class="ref-h200_sxm-x8", vllm_version="0.34.0",
+                           workload=workload)
+
+
 def test_on_a_prefill_workload_high_throughput_stays_a_candidate_and_its_pick_says_cuda_graphs_are_off():
     # on the published data the default stays on prefill (the tie rule), so high-throughput's rows are made
     # a third of themselves: its pick must carry what it does to every decode step
-    ref = default()
-    shape = dict(hidden=7168, top_k=8, experts=256, dtype="bf16", world_size=8)
-    points = {b: ref.query("ref-h200_sxm-x8", b, **shape) for b in (HT, AGRS)}
-    points[HT] = [p._replace(latency_us=p.latency_us / 3) for p in points[HT]]
-    rec = recommend_given(Shape(hidden=7168, top_k=8, experts=256, dtype="bf16").profile(), points,
-                          deployment=Deployment(dp=8, tp=1), host_class="ref-h200_sxm-x8", vllm_version="0.34.0",
-                          workload=WorkloadSpec("prefill", ((2048, 0.5), (4096, 0.5))))
+    rec = _with_a_third_of(HT, WorkloadSpec("prefill", ((2048, 0.5), (4096, 0.5))))
     assert rec.backend == HT
     [c] = rec.step_consequences
     assert c.kind == "cuda_graphs_off" and "every decode step runs eagerly" in c.text
@@ -76,13 +81,7 @@ def test_on_blackwell_a_decode_step_is_one_token_per_running_request_not_vllms_w
 
 def test_a_low_latency_pick_says_its_256_token_step_cap():
     # on the published data low-latency ties with the default; its rows made a third of themselves, it is the pick
-    ref = default()
-    shape = dict(hidden=7168, top_k=8, experts=256, dtype="bf16", world_size=8)
-    points = {b: ref.query("ref-h200_sxm-x8", b, **shape) for b in (LL, AGRS)}
-    points[LL] = [p._replace(latency_us=p.latency_us / 3) for p in points[LL]]
-    rec = recommend_given(Shape(hidden=7168, top_k=8, experts=256, dtype="bf16").profile(), points,
-                          deployment=Deployment(dp=8, tp=1), host_class="ref-h200_sxm-x8", vllm_version="0.34.0",
-                          workload=WorkloadSpec("decode", ((32, 0.5), (128, 0.5))))
+    rec = _with_a_third_of(LL, WorkloadSpec("decode", ((32, 0.5), (128, 0.5))))
     assert rec.backend == LL
     [c] = rec.step_consequences
     assert c.kind == "step_budget" and "every step carries at most 256 tokens per engine" in c.text
