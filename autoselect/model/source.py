@@ -246,14 +246,40 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def hub_unreachable() -> str | None:
+    """Why the Hub endpoint (``HF_ENDPOINT``) cannot be reached from here, or None when its name resolves.
+
+    huggingface_hub retries a failed connection five times with back-off (~25 s, a warning line each):
+    a name that does not resolve is known at once, and the cache answers or one error line says why.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    try:
+        parts = urlsplit(endpoint)
+        host = parts.hostname
+        socket.getaddrinfo(host, parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError) as e:
+        return f"{endpoint} cannot be reached from here ({getattr(e, 'strerror', None) or e}; no network?)"
+    return None
+
+
 def hub_files(repo_id: str, *, offline: bool) -> tuple[Path, Path | None, list[str]]:
     """Download (or find cached) config.json and the optional hf_quant_config.json of ``repo_id``.
 
-    :param offline: the cache only (``HF_HUB_OFFLINE``, or ``serve``).
+    :param offline: the cache only (``HF_HUB_OFFLINE``, or ``serve``); also taken when the Hub's name
+        does not resolve here (:func:`hub_unreachable`).
     """
+    unreachable = None if offline else hub_unreachable()
+    offline = offline or unreachable is not None
+    import logging
+
     import huggingface_hub  # ~45 ms; only for hub ids
     from huggingface_hub import errors as hf_errors
 
+    # its retry warnings are not ours to print: a failure ends in one Error line below
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     cache_dir = hub_cache_dir()
     notes: list[str] = []
     try:
@@ -262,7 +288,10 @@ def hub_files(repo_id: str, *, offline: bool) -> tuple[Path, Path | None, list[s
         )
     except hf_errors.LocalEntryNotFoundError:
         raise ModelConfigNotFound(
-            f"no cached config.json for {repo_id!r} and HF_HUB_OFFLINE is set; pass a local "
+            f"could not download config.json for {repo_id!r} and none is cached: {unreachable}; pass a local "
+            f"directory holding its config.json (and hf_quant_config.json, if it has one)"
+            if unreachable
+            else f"no cached config.json for {repo_id!r} and HF_HUB_OFFLINE is set; pass a local "
             f"directory, or run once online to cache it"
             if offline
             else f"could not download config.json for {repo_id!r} (no network?); pass a local directory"
@@ -288,8 +317,8 @@ def hub_files(repo_id: str, *, offline: bool) -> tuple[Path, Path | None, list[s
     elif cached is None:  # unknown: not cached, and no "does not exist" marker
         if offline:
             notes.append(
-                "hf_quant_config.json is not in the cache (offline): a legacy ModelOpt NVFP4 "
-                "checkpoint would be reported as unquantized"
+                f"hf_quant_config.json is not in the cache ({'the Hub cannot be reached' if unreachable else 'offline'}): "
+                "a legacy ModelOpt NVFP4 checkpoint would be reported as unquantized"
             )
         else:
             try:

@@ -174,6 +174,48 @@ def test_unknown_hub_id_offline_is_refused():
         load_profile("acme/not-a-model")
 
 
+def _unresolvable(monkeypatch):
+    """No network: the Hub's name does not resolve, and nothing may ask huggingface_hub to download."""
+    import socket
+
+    import huggingface_hub
+
+    def no_name(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    real = huggingface_hub.hf_hub_download
+
+    def cache_only(*args, **kwargs):
+        assert kwargs.get("local_files_only") is True, "a download was attempted without a network"
+        return real(*args, **kwargs)
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(socket, "getaddrinfo", no_name)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", cache_only)
+
+
+def test_without_a_network_an_uncached_hub_id_is_one_error_at_once(tmp_path, monkeypatch):
+    # huggingface_hub alone retries five times (~25 s), printing a warning each time
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf"))
+    _unresolvable(monkeypatch)
+    with pytest.raises(ModelConfigNotFound) as e:
+        load_profile("acme/not-a-model")
+    assert str(e.value) == (
+        "could not download config.json for 'acme/not-a-model' and none is cached: https://huggingface.co cannot "
+        "be reached from here (Name or service not known; no network?); pass a local directory holding its "
+        "config.json (and hf_quant_config.json, if it has one)")
+
+
+def test_without_a_network_a_cached_hub_id_answers_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    _cache_model(tmp_path / "hf", "Qwen/Qwen3-30B-A3B-Base", "qwen3-30b-a3b", quant_missing_marker=False)
+    _unresolvable(monkeypatch)
+    profile = load_profile("Qwen/Qwen3-30B-A3B-Base")
+    assert profile.hidden_size == 2048
+    assert profile.notes == ("hf_quant_config.json is not in the cache (the Hub cannot be reached): a legacy "
+                             "ModelOpt NVFP4 checkpoint would be reported as unquantized",)
+
+
 @pytest.mark.parametrize(
     "spelling, family",
     [("sm90", "sm90"), ("sm_90", "sm90"), ("9.0", "sm90"), ("90", "sm90"), ("SM90a", "sm90"),
