@@ -22,9 +22,9 @@ What the rows say (vLLM 0.32.0-0.34.0):
   should_ubatch``); an eager step (a prefill chunk above the captured sizes, or
   ``--enforce-eager``) sends each rank's own count.
 
-A grouped set of calls shares one launch: it costs somewhere between one NCCL latency floor
-(perfectly fused) and the sum of the calls' own times; until a multi-GPU measurement of vLLM's
-path calibrates it, that is a range, not a number.
+A grouped set of calls shares one launch: it costs one NCCL latency floor (perfectly fused) plus
+a share of a floor for each tensor beyond the first (``autoselect.reference.derived`` prices it as a
+range); until a multi-GPU measurement of vLLM's path calibrates it, that is a range, not a number.
 """
 
 from __future__ import annotations
