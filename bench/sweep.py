@@ -17,7 +17,6 @@ run's meta keeps it (``harness_failures``).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -34,6 +33,7 @@ from autoselect.rules.wire import Wire, wire_dtype, wire_of
 from autoselect.workload import Shape
 from bench import launch
 from bench.backends import VLLM_PATH_DTYPES, check_names
+from bench.backends._flashinfer import has_module
 from bench.events import (
     BackendSkipped,
     GroupStarted,
@@ -58,13 +58,6 @@ class NotEnoughGpus(UserError):
     "The world size asks for more GPUs than this host has."
 
 
-def _importable(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # a finder that refuses the name, a broken package
-        return False
-
-
 class HarnessNotInstalled(UserError):
     "A package the benchmark workers import (torch, numpy; optuna for tune) is not installed."
 
@@ -77,7 +70,7 @@ def check_harness(command: str = "autoselect bench", extra: str = "bench",
                   packages: tuple[str, ...] = HARNESS_PACKAGES) -> None:
     """Raise :class:`HarnessNotInstalled` naming every one of ``packages`` not importable here (found,
     not imported: torch costs seconds), before a worker starts or a row is written."""
-    missing = [name for name in packages if not _importable(name)]
+    missing = [name for name in packages if not has_module(name)]
     if missing:
         raise HarnessNotInstalled(
             f"{command} needs {' and '.join(missing)}, not installed here (a plain `pip install autoselect` "
@@ -94,7 +87,6 @@ def check_vllm_path(device: str, vllm_version: str | None, dtype: str) -> str:
     CPU (vLLM's prepare / finalize kernels need CUDA), for an activation dtype whose synthetic payload
     vLLM's own quantization does not reproduce (the gate could not check it), without an importable
     vLLM (asked without importing it), or when ``vllm_version`` names another release."""
-    import importlib.util
     from importlib.metadata import PackageNotFoundError, version
 
     if device != "cuda":
@@ -104,7 +96,7 @@ def check_vllm_path(device: str, vllm_version: str | None, dtype: str) -> str:
         raise VllmPathUnavailable(f"--via vllm takes {', '.join(VLLM_PATH_DTYPES)} activations, not {dtype}: vLLM "
                                   "quantizes the bf16 input itself and that dtype's synthetic payload does not survive "
                                   "it bit for bit, so the correctness gate could not check it; drop --via vllm")
-    if importlib.util.find_spec("vllm") is None:
+    if not has_module("vllm"):
         raise VllmPathUnavailable("--via vllm needs vLLM importable in this Python (no module named 'vllm'); "
                                   "install vLLM on this node, or drop --via vllm")
     try:

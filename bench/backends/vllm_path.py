@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import torch
 
 from bench.backends import VLLM_PATH_DTYPES, Backend, Received
+from bench.backends._flashinfer import has_module
 from db.records import VLLM
 
 #: Bytes of a row's start that name its token (the payload bytes are hashes of the token id).
@@ -46,11 +47,9 @@ class VllmPath(Backend):
 
     def unavailable_reason(self, ctx):
         """CUDA, vLLM, two or more DP ranks and a vLLM backend are needed."""
-        import importlib.util
-
         if ctx.device != "cuda":
             return "vLLM's prepare/finalize objects need CUDA (--via vllm runs on a GPU node)"
-        if importlib.util.find_spec("vllm") is None:
+        if not has_module("vllm"):
             return "vllm not installed in the workers' Python"
         if ctx.world_size < 2:
             return "with one DP rank vLLM runs no all2all (maybe_make_prepare_finalize builds none): use 2+ ranks"
