@@ -38,7 +38,7 @@ from typing import Callable, NamedTuple
 from autoselect.errors import UserError
 from autoselect.reference import default, get_class, match_host
 from autoselect.rules.versions import NEWEST_VLLM
-from db.queries import all_results, connect_readonly
+from db.queries import all_results, connect_readonly, newest_host
 from db.records import ADAPTER, EQUAL, FUSED, GROUPED, UNEQUAL, VLLM
 
 AGRS, FUSED_VARIANT = "allgather_reducescatter", "reference_allgather_fused"
@@ -192,10 +192,9 @@ def reference_class_of(conn, points: list[CalibrationPoint]) -> str | None:
     classes = {p.host_class for p in points}
     if len(classes) != 1:
         return None
-    row = conn.execute("SELECT * FROM hosts WHERE host_class = ? ORDER BY last_seen DESC", (classes.pop(),)).fetchone()
-    if row is None:
+    host = newest_host(conn, classes.pop())
+    if host is None:
         return None
-    host = dict(row)
     match = match_host(host, next((p.world_size for p in points), None))
     return None if match is None else match.ref_class.name
 
