@@ -52,15 +52,6 @@ def _url(match: re.Match) -> str:
     return f"{scheme}{REDACTED}@" if user else match.group(0)
 
 
-def _json_pair(match: re.Match) -> str:
-    return f"{match.group(1)}{REDACTED}{match.group(3)}" if is_secret_name(match.group(2)) else match.group(0)
-
-
-def _assignment(match: re.Match) -> str:
-    name = match.group(2)
-    return f"{match.group(1)}{name}{match.group(3)}{REDACTED}" if is_secret_name(name) else match.group(0)
-
-
 def redacted_text(text: str) -> str:
     """``text`` (a message, a JSON document, a shell line) with every secret of the rule replaced."""
     if not text:
