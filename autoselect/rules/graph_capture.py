@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from autoselect.rules.cuda_graphs import BLACKWELL_DC, CAPTURE_SIZES, capture_size, step_footing
 from autoselect.rules.cuda_graphs import EAGER_BACKENDS as _EAGER_ROWS
-from autoselect.rules.versions import NEWEST_VLLM, parse_version
+from autoselect.rules.versions import NEWEST_VLLM
 
 GRAPH, EAGER = "graph", "eager"
 
@@ -58,13 +58,6 @@ class Capture(NamedTuple):
 
     mode: str  # GRAPH | EAGER
     why: str
-
-
-def max_capture(arch: str, vllm_version: str | None = None) -> MaxCapture:
-    """The :data:`MAX_CAPTURE` row of ``vllm_version`` (default: the newest known)."""
-    version = parse_version(vllm_version or NEWEST_VLLM)[:4]
-    rows = [r for r in MAX_CAPTURE if parse_version(r.since)[:4] <= version]
-    return rows[-1] if rows else MAX_CAPTURE[0]
 
 
 def capture(backend: str, tokens_per_rank: int, arch: str, vllm_version: str | None = None) -> Capture:
