@@ -136,28 +136,36 @@ LINE = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None, database=None)
-@given(before=st.lists(LINE, max_size=3), after=st.lists(LINE, max_size=2),
-       inline=st.lists(st.tuples(st.sampled_from(["A", "B"]), st.sampled_from(["5", "6"])), max_size=2))
-def test_the_environment_read_is_the_one_bash_gives_the_command(tmp_path_factory, before, after, inline):
+def _shell_line(kind, name, value):
+    if kind == "export-name":  # exports the shell variable, if one was set
+        return f"export {name}"
+    return f"{'export ' if kind == 'export' else ''}{name}='{value}'"
+
+
+def _serve_command(inline):
+    return " ".join([*(f"{n}={v}" for n, v in inline), "vllm", "serve", "org/m", "-dp", "2"])
+
+
+def _bash_gives(tmp_path_factory, script: str) -> dict[str, str]:
+    """A and B as bash gives them to the ``vllm`` the script starts (a fake that prints them)."""
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("no bash")
     bin_dir = tmp_path_factory.mktemp("bin")
     fake = bin_dir / "vllm"
-    fake.write_text('#!/bin/sh\nprintf "A=%s|B=%s" "${A-<unset>}" "${B-<unset>}"\n')
+    fake.write_text('#!/bin/sh\nprintf "A=%s\\037B=%s" "${A-<unset>}" "${B-<unset>}"\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    out = subprocess.run([bash, "-c", script], capture_output=True, text=True,
+                         env={"PATH": f"{bin_dir}:{os.environ['PATH']}"}, timeout=30).stdout
+    return dict(p.split("=", 1) for p in out.split("\x1f"))
 
-    def line(kind, name, value):
-        if kind == "export-name":  # exports the shell variable, if one was set
-            return f"export {name}"
-        return f"{'export ' if kind == 'export' else ''}{name}='{value}'"
 
-    command = " ".join([*(f"{n}={v}" for n, v in inline), "vllm", "serve", "org/m", "-dp", "2"])
-    script = "\n".join([*(line(*x) for x in before), command, *(line(*x) for x in after)])
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    out = subprocess.run([bash, "-c", script], capture_output=True, text=True, env=env, timeout=30).stdout
-    seen = dict(part.split("=", 1) for part in out.split("|"))
+@settings(max_examples=150, deadline=None, database=None)
+@given(before=st.lists(LINE, max_size=3), after=st.lists(LINE, max_size=2),
+       inline=st.lists(st.tuples(st.sampled_from(["A", "B"]), st.sampled_from(["5", "6"])), max_size=2))
+def test_the_environment_read_is_the_one_bash_gives_the_command(tmp_path_factory, before, after, inline):
+    script = "\n".join([*(_shell_line(*x) for x in before), _serve_command(inline), *(_shell_line(*x) for x in after)])
+    seen = _bash_gives(tmp_path_factory, script)
     read = read_command([script]).env
     assert {k: read.get(k, "<unset>") for k in ("A", "B")} == seen, (script, read)
 
@@ -169,24 +177,8 @@ def test_the_environment_read_is_the_one_bash_gives_the_command(tmp_path_factory
 def test_one_line_of_commands_joined_by_semicolons_is_read_as_bash_runs_it(tmp_path_factory, before, inline):
     """`export X=v; vllm serve ...` on one line: the `;` ends the export (it is no part of its value),
     and a quoted `;`, `&&` or `|` is part of one; compared with what bash gives the command."""
-    bash = shutil.which("bash")
-    if bash is None:
-        pytest.skip("no bash")
-    bin_dir = tmp_path_factory.mktemp("bin")
-    fake = bin_dir / "vllm"
-    fake.write_text('#!/bin/sh\nprintf "A=%s\\037B=%s" "${A-<unset>}" "${B-<unset>}"\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-
-    def part(kind, name, value):
-        if kind == "export-name":
-            return f"export {name}"
-        return f"{'export ' if kind == 'export' else ''}{name}='{value}'"
-
-    command = " ".join([*(f"{n}={v}" for n, v in inline), "vllm", "serve", "org/m", "-dp", "2"])
-    script = "; ".join([*(part(*x) for x in before), command])
-    out = subprocess.run([bash, "-c", script], capture_output=True, text=True,
-                         env={"PATH": f"{bin_dir}:{os.environ['PATH']}"}, timeout=30).stdout
-    seen = dict(p.split("=", 1) for p in out.split("\x1f"))
+    script = "; ".join([*(_shell_line(*x) for x in before), _serve_command(inline)])
+    seen = _bash_gives(tmp_path_factory, script)
     read = read_command([script]).env
     assert {k: read.get(k, "<unset>") for k in ("A", "B")} == seen, (script, read)
 
