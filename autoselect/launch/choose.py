@@ -234,13 +234,6 @@ def warning_lines(report: CheckReport) -> list[str]:
     return [message + (f" [{', '.join(dict.fromkeys(a))}]" if a else "") for message, a in archs.items()]
 
 
-def _final_command(final: FinalCommand) -> list[str]:
-    """The words of the command that runs, for the judge: ``env -u`` for what it must not inherit,
-    its assignments, its program and arguments."""
-    head = ["env", *(w for name in final.unset for w in ("-u", name))] if final.unset else []
-    return head + [f"{k}={v}" for k, v in final.env.items()] + list(final.argv)
-
-
 class _Planner:
     """One launch decision in named steps (:func:`plan_launch` runs them in order): the line, what
     judged it, and what the plan has gathered so far."""
@@ -440,7 +433,7 @@ class _Planner:
         notes: list[str] = []
         flags, env = _answer_extras(self.line, pick, self.serving, notes)
         final = rewrite(self.line, setting, flags, env)
-        judged = self.judge(_final_command(final), self.pick_archs(pick, local))
+        judged = self.judge(final.words(), self.pick_archs(pick, local))
         if judged.errors:
             return None, refusal(judged).args[0].removesuffix(" (nothing was started)")
         self.warnings += notes

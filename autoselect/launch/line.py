@@ -131,10 +131,15 @@ class FinalCommand(NamedTuple):
     unset: tuple[str, ...] = ()
     inserted: Mapping = MappingProxyType({})  # what autoselect added: {"flags": [...], "env": {...}, "unset": [...]}
 
+    def words(self) -> list[str]:
+        """The command's words: ``env -u`` for what it must not inherit, its assignments, its program
+        and arguments (what launch judges, and :meth:`shell` quotes)."""
+        head = ["env", *(w for name in self.unset for w in ("-u", name))] if self.unset else []
+        return head + [f"{k}={v}" for k, v in self.env.items()] + list(self.argv)
+
     def shell(self) -> str:
         """The command line, shell-quoted, to run by hand (``--dry-run`` prints it)."""
-        head = ["env", *(w for name in self.unset for w in ("-u", name))] if self.unset else []
-        return shlex.join(head + [f"{k}={v}" for k, v in self.env.items()] + self.argv)
+        return shlex.join(self.words())
 
     def exec_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The environment the program is started with: ``environ`` less :attr:`unset`, plus :attr:`env`."""
