@@ -87,10 +87,12 @@ def read_line(argv: list[str]) -> LaunchLine:
     return LaunchLine(command, args, leading_assignments(command.words[:command.start]))
 
 
-def _which(program: str, environ: Mapping[str, str]) -> str | None:
-    """``program`` as the exec of the line would find it (``PATH`` of its environment)."""
+def which_program(program: str, environ: Mapping[str, str]) -> str | None:
+    """``program`` as ``execvpe`` finds it: a path with a directory as it is, a bare name on the
+    ``PATH`` of ``environ`` (the environment the program starts with); None when that is no
+    executable file."""
     if os.sep in program:
-        return program if os.access(program, os.X_OK) else None
+        return program if os.path.isfile(program) and os.access(program, os.X_OK) else None
     return shutil.which(program, path=environ.get("PATH", os.defpath))
 
 
@@ -114,7 +116,7 @@ def line_python(line: LaunchLine, environ: Mapping[str, str]) -> str | None:
     program = line.command.program
     if line.command.image or program is None:
         return None
-    found = _which(program, environ)
+    found = which_program(program, environ)
     if found is None:
         return None
     if line.command.entrypoint.startswith("python -m"):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Callable, Mapping, TextIO
@@ -24,6 +23,7 @@ from typing import Callable, Mapping, TextIO
 from autoselect.atomic import Protected, check_output_file, database_files, output_file
 from autoselect.errors import UserError
 from autoselect.launch.choose import BadLaunchOption, LaunchPlan
+from autoselect.launch.line import which_program
 from autoselect.redact import redacted_text
 from autoselect.text import one_line
 from db import default_path
@@ -59,7 +59,7 @@ def protected_paths(plan: LaunchPlan, environ: Mapping[str, str]) -> list[Protec
         out.append(Protected(args.config, "the line's --config file", "the line's configuration"))
     if o.token_file is not None:
         out.append(Protected(o.token_file, "the service's token file", "the token"))
-    program = shutil.which(plan.final.argv[0], path=plan.final.exec_env(environ).get("PATH", os.defpath))
+    program = which_program(plan.final.argv[0], plan.final.exec_env(environ))
     if program:
         out.append(Protected(program, "the program the line starts", "the server's program"))
     return out
@@ -71,11 +71,7 @@ def program_path(plan: LaunchPlan, environ: Mapping[str, str]) -> str:
     :raises ProgramNotFound: not found, not executable, or neither a script (``#!``) nor a binary.
     """
     program = plan.final.argv[0]
-    env = plan.final.exec_env(environ)
-    if os.sep in program:
-        found = program if os.path.isfile(program) and os.access(program, os.X_OK) else None
-    else:
-        found = shutil.which(program, path=env.get("PATH", os.defpath))
+    found = which_program(program, plan.final.exec_env(environ))
     if found is None:
         raise ProgramNotFound(f"cannot start {program!r}: not found on PATH or not executable (nothing was started)")
     try:
