@@ -21,9 +21,8 @@ from __future__ import annotations
 from typing import Any, Iterable, NamedTuple
 
 from autoselect.reference.footing import on_common_footing
-from autoselect.reference.query import AGRS, DERIVED, PUBLISHED, ReferenceData, default
+from autoselect.reference.query import AGRS, DERIVED, ReferenceData, default
 from autoselect.reference.systems import ReferenceClass, ReferenceWorldSizeUnavailable, match_host
-from autoselect.reference.transfer import TRANSFERRED
 
 #: A row slower than this many times the reference is flagged.
 SLOWER_LIMIT = 1.5
@@ -128,14 +127,9 @@ def _numbers(data: ReferenceData, ref: ReferenceClass, backend: str, hidden: int
     """tokens -> (latency, evidence, source line) of one backend's published or transferred rows."""
     if backend == AGRS:
         return {}
-    points = data.published(ref, backend, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype,
-                            world_size=world_size)
-    kind = PUBLISHED
-    if not points:
-        points = data.transferred(ref, backend, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype,
-                                  world_size=world_size).points
-        kind = TRANSFERRED
-    return {p.tokens_per_rank: (_footed(p), kind, p.source_line) for p in points}
+    rows = data.for_shape(ref, backend, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype,
+                          world_size=world_size)
+    return {p.tokens_per_rank: (_footed(p), rows.evidence, p.source_line) for p in rows.points}
 
 
 def _footed(p) -> float:

@@ -134,6 +134,15 @@ def source_line(source: Source, backend: str, world_size: int, ref: ReferenceCla
     return f"{pkg}, {source.what(backend)} on {_gpus(world_size, ref)}, {source.when()}"
 
 
+class ShapeRows(NamedTuple):
+    """One backend's reference rows for one shape at one EP size (:meth:`ReferenceData.for_shape`)."""
+
+    points: list[ReferencePoint]  # the shape's published rows, else those transferred from other shapes
+    evidence: str  # PUBLISHED or TRANSFERRED
+    refused: str | None  # why nothing was transferred (None when the shape is published)
+    any_published: bool  # the system publishes the backend at this EP size in some shape
+
+
 _POINT_SQL = (
     "SELECT backend, world_size, hidden, top_k, experts, wire_dtype, combine_dtype, tokens_per_rank, routing, "
     "latency_us, dispatch_us, combine_us, prepare_us, source_id, extra, raw FROM points WHERE system = ?")
@@ -310,16 +319,30 @@ class ReferenceData:
                               tokens=tokens)
 
     def transferred(self, ref_class: str | ReferenceClass, backend: str, *, hidden: int, top_k: int, experts: int,
-                    dtype: str, world_size: int) -> Transfer:
+                    dtype: str, world_size: int, rows: list[ReferencePoint] | None = None) -> Transfer:
         """``backend``'s published rows of the class's system at ``world_size``, transferred to a shape
         and dtype the tables lack (:mod:`autoselect.reference.transfer`); the exact shape, if published,
-        is not among the sources (ask :meth:`published` for it)."""
-        sources = [p for p in self.published(ref_class, backend, world_size=world_size)
-                   if (p.hidden, p.top_k, p.experts, p.wire_dtype) != (hidden, top_k, experts, dtype)]
+        is not among the sources (ask :meth:`published` for it). ``rows``: those published rows (every
+        shape) when the caller has read them already."""
+        if rows is None:
+            rows = self.published(ref_class, backend, world_size=world_size)
+        sources = [p for p in rows if (p.hidden, p.top_k, p.experts, p.wire_dtype) != (hidden, top_k, experts, dtype)]
         if not sources:
             ref = get_class(ref_class)
             return Transfer([], (), None, f"no published {backend} rows on {ref.system.label} at EP {world_size}")
         return transfer_points(sources, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype)
+
+    def for_shape(self, ref_class: str | ReferenceClass, backend: str, *, hidden: int, top_k: int, experts: int,
+                  dtype: str, world_size: int) -> ShapeRows:
+        """``backend``'s published rows of the shape at ``world_size``, else those the system's other
+        shapes transfer to it (:meth:`transferred`), from one read of the backend's rows at that EP size."""
+        rows = self.published(ref_class, backend, world_size=world_size)
+        exact = [p for p in rows if (p.hidden, p.top_k, p.experts, p.wire_dtype) == (hidden, top_k, experts, dtype)]
+        if exact:
+            return ShapeRows(exact, PUBLISHED, None, True)
+        moved = self.transferred(ref_class, backend, hidden=hidden, top_k=top_k, experts=experts, dtype=dtype,
+                                 world_size=world_size, rows=rows)
+        return ShapeRows(moved.points, TRANSFERRED, moved.refused, bool(rows))
 
     def across_systems(self, ref_class: str | ReferenceClass, backend: str, *, hidden: int, top_k: int,
                        experts: int, dtype: str, world_size: int) -> Transfer:
@@ -346,10 +369,9 @@ class ReferenceData:
             src_class = next(c for c in CLASSES.values() if c.system.key == source.key
                              and c.max_world_size >= world_size and (world_size > source.gpus_per_node) == (c.domain == "nvl72"))
             shape = dict(hidden=hidden, top_k=top_k, experts=experts, dtype=dtype, world_size=world_size)
-            points, shape_error = self.published(src_class, backend, **shape), 0.0
-            if not points:
-                moved = self.transferred(src_class, backend, **shape)
-                points, shape_error = moved.points, transfer_error(backend)
+            found = self.for_shape(src_class, backend, **shape)
+            points = found.points
+            shape_error = transfer_error(backend) if found.evidence == TRANSFERRED else 0.0
             if not points:
                 continue
             line = (f"transferred from {source.label} ({points[0].source_line}) to {target.label}, one NVLink "

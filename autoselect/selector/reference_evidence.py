@@ -144,12 +144,9 @@ class ReferenceEvidence:
                                                   vllm_version=t.vllm_version), DERIVED
             missing = f"no published NCCL timings at {ws} GPUs on {ref.system.label} to derive it from"
         else:
-            points, kind = self.data.published(ref, backend, **shape, world_size=ws), PUBLISHED
-            missing = None
-            if not points:
-                moved = self.data.transferred(ref, backend, **shape, world_size=ws)
-                points, kind, missing = moved.points, TRANSFERRED, moved.refused
-            if not points and not self.data.published(ref, backend, world_size=ws):
+            found = self.data.for_shape(ref, backend, **shape, world_size=ws)
+            points, kind, missing = found.points, found.evidence, found.refused
+            if not points and not found.any_published:
                 # the system has no rows of the backend at all: another system of its NVLink generation may
                 across = self.data.across_systems(ref, backend, **shape, world_size=ws)
                 points, kind = across.points, TRANSFERRED
