@@ -42,7 +42,6 @@ class Step(NamedTuple):
     cap: int  # the budget in tokens per rank (an engine's tokens split over its tp ranks)
     consequences: list[StepConsequence]  # what vLLM does to the step with this backend, in words
     ineligible: str | None  # why the backend is out for this workload (None: it is a candidate)
-    decode_graph: int  # the largest decode step (tokens per engine) vLLM runs in a CUDA graph here
 
 
 def step_of(target: RecommendTarget, backend: str) -> Step:
@@ -66,7 +65,7 @@ def step_of(target: RecommendTarget, backend: str) -> Step:
                       f"(at most {decode} tokens per engine: --max-num-seqs {seqs}, capture size {capture}) that "
                       "vLLM runs in a CUDA graph with any other backend, and the whole model's eager cost is not "
                       "priced")
-    return Step(backend, budget, max(1, math.ceil(budget.tokens / tp)), consequences, ineligible, decode)
+    return Step(backend, budget, max(1, math.ceil(budget.tokens / tp)), consequences, ineligible)
 
 
 def _budget(target: RecommendTarget, backend: str) -> TokenBudget:
