@@ -26,17 +26,18 @@ from autoselect.rules import Verdict
 from autoselect.selector.answer import MEASURED, BucketValue, Candidate, FitSummary, Rejection
 from autoselect.selector.estimate import estimate_latency, fit_all, weakest_kind, weighted, weighted_range
 from autoselect.selector.evidence import BackendEvidence
-from autoselect.selector.step import step_lines, step_of, stepped
+from autoselect.selector.step import Step, step_lines, step_of, stepped
 from autoselect.selector.target import RecommendTarget
 from db.queries import StoredResult
 
 
 class Judged(NamedTuple):
-    """One backend's outcome: a candidate (with the stored rows behind its values) or a rejection."""
+    """One backend's outcome: a candidate (with the stored rows behind its values and its step) or a rejection."""
 
     candidate: Candidate | None = None
     rejection: Rejection | None = None
     rows: Mapping[int, StoredResult] = MappingProxyType({})  # read only: one empty default for all
+    step: Step | None = None  # a candidate's step on the target (step.py)
 
 
 def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEvidence) -> Judged:
@@ -78,7 +79,7 @@ def judge_backend(target: RecommendTarget, verdict: Verdict, evidence: BackendEv
                           expert_kernel=wire.expert.kernel if wire is not None and wire.expert else None,
                           step=step_lines(step, values),
                           requires=list(verdict.requirements) or None)
-    return Judged(candidate=candidate, rows=rows)
+    return Judged(candidate=candidate, rows=rows, step=step)
 
 
 def _named(value: BucketValue, source: str) -> BucketValue:

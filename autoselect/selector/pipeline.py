@@ -30,7 +30,6 @@ from autoselect.selector.judge import judge_backend
 from autoselect.selector.provenance import data_used
 from autoselect.selector.reference_evidence import ReferenceEvidence
 from autoselect.selector.sources import sources_for
-from autoselect.selector.step import step_of
 from autoselect.selector.target import RecommendTarget, default_budget, resolve
 from autoselect.selector.ties import expected_effect, tie_answer
 from autoselect.selector.wording import assign, comparison, decision_sentence, open_pair
@@ -127,7 +126,7 @@ def recommend(
         vllm_version_warning=rules.newer_than_known(target.vllm_version), workload=target.workload,
         token_budget=target.budget, backend=decision.pick.backend,
         decision=decision_sentence(decision, candidates, target.vllm_version),
-        step_consequences=step_of(target, decision.pick.backend).consequences,
+        step_consequences=next(j.step for j in judged if j.candidate is decision.pick).consequences,
         vllm_args=flags.vllm_args, command=flags.command, env=flags.env, knobs=knobs,
         confidence=level, confidence_reasons=[cap.text for cap in caps], confidence_codes=[cap.name for cap in caps],
         comparison=compared, candidates=candidates, rejected=rejected,
