@@ -14,7 +14,8 @@ import shlex
 from autoselect.columns import aligned
 from autoselect.selector.answer import MEASURED, POINT, Candidate, E2eEvidence, Recommendation, ReferenceUsed
 from autoselect.selector.confidence import CONFIDENCE_CAPS
-from autoselect.selector.wording import END_TO_END_NOTE, SHOWN, confidence_sentence
+from autoselect.selector.ties import E2E_BASIS
+from autoselect.selector.wording import SHOWN, confidence_sentence
 
 #: rule name -> the level it caps the confidence at
 _CAPS = {cap.name: cap.cap for cap in CONFIDENCE_CAPS}
@@ -239,7 +240,7 @@ def _why(rec: Recommendation) -> list[str]:
     if c.settle:
         lines.append(f"  a measurement on the serving host separates them: {c.settle}")
     if c.end_to_end_pct is not None:
-        lines.append(f"  {END_TO_END_NOTE}")
+        lines.append(f"  {E2E_BASIS}")
     lines.append(f"confidence {rec.confidence}:" + ("" if rec.confidence_reasons else " no rule capped it"))
     lines += [f"  [{code}] {reason}" for code, reason in zip(rec.confidence_codes, rec.confidence_reasons)]
     if rec.details:

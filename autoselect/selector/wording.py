@@ -28,7 +28,7 @@ from autoselect.rules.flashinfer import FLASHINFER_PINS
 from autoselect.selector.answer import MEASURED, Candidate, Comparison
 from autoselect.selector.decide import (BANDS, BELOW_BOUND, BOUND_ONLY, BY_TIE_RULE, DEFAULT_STAYS, FASTEST_PRICED,
                                         SINGLE, UNCOMPARED, Decision, needs)
-from autoselect.selector.ties import E2E_BASIS, E2E_SHARE
+from autoselect.selector.ties import E2E_SHARE
 
 
 class VerdictWord(NamedTuple):
@@ -75,7 +75,6 @@ RELATIONS = (FASTER, SLOWER, NOT_SEPARABLE, TIE)
 #: the experts and the wait for the slowest rank are common to both (one fact with its sources,
 #: :data:`autoselect.selector.ties.E2E_SHARE` and ``E2E_BASIS``, which the JSON's ``expected_effect`` uses too).
 END_TO_END_SHRINK = (1 / E2E_SHARE[1], 1 / E2E_SHARE[0])
-END_TO_END_NOTE = E2E_BASIS
 
 
 class Relation(NamedTuple):
